@@ -1,0 +1,16 @@
+//! Agents: what runs each iteration. A spec names one (`claude`, `cmd:make fix`, …); the
+//! runner starts it in its own process group; a parser turns its output into the agent's
+//! own words, tool calls and usage.
+
+mod parse;
+mod presets;
+mod runner;
+pub mod script;
+mod spec;
+
+pub use parse::{Activity, OutputFormat, OutputParser, ParsedOutput};
+pub use presets::{Preset, find_on_path, first_installed};
+pub use runner::{
+    ExitStatus, LineSplitter, ProcessResult, ProcessSpec, Stream, become_subreaper, run_process,
+};
+pub use spec::{AgentError, AgentSpec, Invocation};

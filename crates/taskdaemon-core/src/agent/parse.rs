@@ -1,0 +1,276 @@
+//! Reading an agent's output: its own words (where promises count), its tool calls, and the
+//! usage and cost it reports. Tool inputs and outputs are never the agent's words.
+
+use serde_json::Value;
+
+use super::runner::Stream;
+
+/// Keep at most this much of the agent's words (the end: promises come last).
+const MAX_WORDS: usize = 1024 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OutputFormat {
+    /// Plain text: stdout is the agent's words.
+    Text,
+    /// Claude Code `--output-format stream-json --verbose`.
+    ClaudeStreamJson,
+    /// Codex `exec --json`.
+    CodexJson,
+}
+
+impl OutputFormat {
+    pub fn parse(s: &str) -> Result<OutputFormat, String> {
+        match s {
+            "text" => Ok(OutputFormat::Text),
+            "claude-stream-json" | "stream-json" => Ok(OutputFormat::ClaudeStreamJson),
+            "codex-json" => Ok(OutputFormat::CodexJson),
+            other => Err(format!(
+                "unknown agent output format `{other}`; use text, claude-stream-json or codex-json"
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            OutputFormat::Text => "text",
+            OutputFormat::ClaudeStreamJson => "claude-stream-json",
+            OutputFormat::CodexJson => "codex-json",
+        }
+    }
+}
+
+/// Something the agent did, for display.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Activity {
+    /// The agent said something.
+    Text { text: String },
+    /// The agent called a tool.
+    ToolCall { name: String, detail: String },
+    /// Output that is neither (tool results, diagnostics, stderr).
+    Other { text: String },
+}
+
+/// What one iteration's output amounts to.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ParsedOutput {
+    /// The agent's own words: assistant text and the final result only.
+    pub words: String,
+    pub tool_calls: u32,
+    pub last_tool: Option<String>,
+    /// The last thing the agent said (its final message).
+    pub last_text: Option<String>,
+    pub cost_usd: Option<f64>,
+    pub tokens_in: Option<u64>,
+    pub tokens_out: Option<u64>,
+}
+
+#[derive(Debug)]
+pub struct OutputParser {
+    format: OutputFormat,
+    out: ParsedOutput,
+}
+
+impl OutputParser {
+    pub fn new(format: OutputFormat) -> OutputParser {
+        OutputParser {
+            format,
+            out: ParsedOutput::default(),
+        }
+    }
+
+    /// Feed one line; returns what it showed the agent doing.
+    pub fn line(&mut self, stream: Stream, line: &str) -> Vec<Activity> {
+        if stream == Stream::Stderr {
+            return vec![Activity::Other { text: line.to_string() }];
+        }
+        match self.format {
+            OutputFormat::Text => {
+                self.say(line);
+                vec![Activity::Text { text: line.to_string() }]
+            }
+            OutputFormat::ClaudeStreamJson | OutputFormat::CodexJson => {
+                match serde_json::from_str::<Value>(line) {
+                    Ok(v) if self.format == OutputFormat::ClaudeStreamJson => self.claude(&v),
+                    Ok(v) => self.codex(&v),
+                    Err(_) => vec![Activity::Other { text: line.to_string() }],
+                }
+            }
+        }
+    }
+
+    pub fn finish(self) -> ParsedOutput {
+        self.out
+    }
+
+    fn say(&mut self, text: &str) {
+        if !self.out.words.is_empty() {
+            self.out.words.push('\n');
+        }
+        self.out.words.push_str(text);
+        if self.out.words.len() > MAX_WORDS {
+            let mut cut = self.out.words.len() - MAX_WORDS;
+            while !self.out.words.is_char_boundary(cut) {
+                cut += 1;
+            }
+            self.out.words.drain(..cut);
+        }
+        if !text.trim().is_empty() {
+            self.out.last_text = Some(text.to_string());
+        }
+    }
+
+    fn tool(&mut self, name: &str, detail: String) -> Activity {
+        self.out.tool_calls += 1;
+        self.out.last_tool = Some(if detail.is_empty() {
+            name.to_string()
+        } else {
+            format!("{name}: {detail}")
+        });
+        Activity::ToolCall {
+            name: name.to_string(),
+            detail,
+        }
+    }
+
+    fn claude(&mut self, v: &Value) -> Vec<Activity> {
+        let mut acts = Vec::new();
+        match v.get("type").and_then(Value::as_str) {
+            Some("assistant") => {
+                // Messages of sub-agents (Task tool) carry a parent tool id: not the agent's words.
+                let from_subagent = v.get("parent_tool_use_id").is_some_and(|p| !p.is_null());
+                let content = v.pointer("/message/content").and_then(Value::as_array);
+                for block in content.into_iter().flatten() {
+                    match block.get("type").and_then(Value::as_str) {
+                        Some("text") => {
+                            let text = block.get("text").and_then(Value::as_str).unwrap_or_default();
+                            if from_subagent {
+                                acts.push(Activity::Other { text: text.to_string() });
+                            } else {
+                                self.say(text);
+                                acts.push(Activity::Text { text: text.to_string() });
+                            }
+                        }
+                        Some("tool_use") if !from_subagent => {
+                            let name = block.get("name").and_then(Value::as_str).unwrap_or("tool");
+                            let detail = block.get("input").map(tool_detail).unwrap_or_default();
+                            acts.push(self.tool(name, detail));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Some("result") => {
+                if let Some(r) = v.get("result").and_then(Value::as_str) {
+                    // The final result repeats the last message; count it once more as words
+                    // only if it differs (it is still the agent's own words).
+                    if self.out.last_text.as_deref() != Some(r) {
+                        self.say(r);
+                    }
+                }
+                self.out.cost_usd = v.get("total_cost_usd").and_then(Value::as_f64).or(self.out.cost_usd);
+                if let Some(u) = v.get("usage") {
+                    let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+                    self.out.tokens_in = Some(
+                        n("input_tokens") + n("cache_creation_input_tokens") + n("cache_read_input_tokens"),
+                    );
+                    self.out.tokens_out = Some(n("output_tokens"));
+                }
+            }
+            _ => {}
+        }
+        acts
+    }
+
+    fn codex(&mut self, v: &Value) -> Vec<Activity> {
+        let item = v.get("item");
+        let item_type = item.and_then(|i| i.get("type")).and_then(Value::as_str);
+        match (v.get("type").and_then(Value::as_str), item_type) {
+            (Some("item.completed"), Some("agent_message")) => {
+                let text = item.and_then(|i| i.get("text")).and_then(Value::as_str).unwrap_or_default();
+                self.say(text);
+                vec![Activity::Text { text: text.to_string() }]
+            }
+            (Some("item.started"), Some(t @ ("command_execution" | "mcp_tool_call" | "web_search" | "file_change"))) => {
+                let detail = item
+                    .and_then(|i| i.get("command").or_else(|| i.get("tool")).or_else(|| i.get("query")))
+                    .and_then(Value::as_str)
+                    .map(one_line)
+                    .unwrap_or_default();
+                vec![self.tool(t, detail)]
+            }
+            (Some("item.completed"), Some("file_change")) => {
+                // file_change is reported completed without a started event.
+                vec![self.tool("file_change", String::new())]
+            }
+            (Some("item.completed"), Some("error")) => {
+                let m = item.and_then(|i| i.get("message")).and_then(Value::as_str).unwrap_or_default();
+                vec![Activity::Other { text: format!("codex: {m}") }]
+            }
+            (Some("turn.completed"), _) => {
+                if let Some(u) = v.get("usage") {
+                    let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+                    self.out.tokens_in = Some(self.out.tokens_in.unwrap_or(0) + n("input_tokens"));
+                    self.out.tokens_out = Some(self.out.tokens_out.unwrap_or(0) + n("output_tokens"));
+                }
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// A short description of a tool's input: the command, the file, or the first string.
+fn tool_detail(input: &Value) -> String {
+    for key in ["command", "file_path", "path", "pattern", "url", "description"] {
+        if let Some(s) = input.get(key).and_then(Value::as_str) {
+            return one_line(s);
+        }
+    }
+    String::new()
+}
+
+fn one_line(s: &str) -> String {
+    let first = s.lines().next().unwrap_or_default();
+    let mut out: String = first.chars().take(120).collect();
+    if out.len() < s.len() {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_format_counts_stdout_only() {
+        let mut p = OutputParser::new(OutputFormat::Text);
+        p.line(Stream::Stdout, "hello");
+        p.line(Stream::Stderr, "warning");
+        let o = p.finish();
+        assert_eq!(o.words, "hello");
+        assert_eq!(o.last_text.as_deref(), Some("hello"));
+    }
+
+    #[test]
+    fn claude_subagent_text_is_not_the_agents_words() {
+        let mut p = OutputParser::new(OutputFormat::ClaudeStreamJson);
+        p.line(Stream::Stdout, r#"{"type":"assistant","parent_tool_use_id":"toolu_1","message":{"content":[{"type":"text","text":"sub says <promise>COMPLETE</promise>"}]}}"#);
+        p.line(Stream::Stdout, r#"{"type":"assistant","parent_tool_use_id":null,"message":{"content":[{"type":"text","text":"main"}]}}"#);
+        p.line(Stream::Stdout, "not json at all");
+        assert_eq!(p.finish().words, "main");
+    }
+
+    #[test]
+    fn words_are_bounded_to_the_end() {
+        let mut p = OutputParser::new(OutputFormat::Text);
+        let big = "x".repeat(600 * 1024);
+        p.line(Stream::Stdout, &big);
+        p.line(Stream::Stdout, &big);
+        p.line(Stream::Stdout, "the end");
+        let o = p.finish();
+        assert!(o.words.len() <= MAX_WORDS && o.words.ends_with("the end"));
+    }
+}

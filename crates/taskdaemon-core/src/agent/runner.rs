@@ -1,0 +1,417 @@
+//! Runs one child process in its own process group and never leaves anything behind.
+//!
+//! - The child leads a new process group, so a terminal's Ctrl-C reaches only the harness,
+//!   and the harness can signal everything the child started.
+//! - On timeout or cancellation the whole group gets TERM, then KILL after the grace time.
+//! - When the leader exits on its own, whatever it left running in its group (background
+//!   grandchildren) is ended the same way: an iteration owns nothing after it is over.
+//! - With [`become_subreaper`], orphaned grandchildren are re-parented to the harness and
+//!   reaped here, so none lingers as a zombie.
+//! - Output is split into lines (long lines are cut at [`MAX_LINE`]) and handed to a
+//!   callback in the order read, stdout and stderr interleaved.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Lines longer than this are delivered in pieces.
+pub const MAX_LINE: usize = 256 * 1024;
+
+/// How long to wait for output still in the pipes once the process group is gone.
+const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone)]
+pub struct ProcessSpec {
+    pub program: OsString,
+    pub args: Vec<OsString>,
+    pub cwd: PathBuf,
+    pub env: Vec<(OsString, OsString)>,
+    /// Written to stdin, which is then closed. `None`: stdin is /dev/null.
+    pub stdin: Option<Vec<u8>>,
+    pub timeout: Option<Duration>,
+    /// Time between TERM and KILL.
+    pub grace: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    Code(i32),
+    Signal(i32),
+}
+
+impl ExitStatus {
+    /// The shell's convention: the exit code, or 128 + the signal number.
+    pub fn code(self) -> i32 {
+        match self {
+            ExitStatus::Code(c) => c,
+            ExitStatus::Signal(s) => 128 + s,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ProcessResult {
+    pub status: ExitStatus,
+    pub timed_out: bool,
+    pub interrupted: bool,
+    pub duration: Duration,
+    /// Processes of the group still running after the leader exited, which were ended.
+    pub leftovers_ended: bool,
+}
+
+/// Make this process the reaper of its orphaned descendants (Linux). Call once at start.
+pub fn become_subreaper() {
+    #[cfg(target_os = "linux")]
+    {
+        let _ = nix::sys::prctl::set_child_subreaper(true);
+    }
+}
+
+/// Run `spec`; call `on_line` for every line of output. Returns when the child and every
+/// process of its group are gone.
+pub async fn run_process(
+    spec: &ProcessSpec,
+    cancel: &CancellationToken,
+    mut on_line: impl FnMut(Stream, &[u8]),
+) -> std::io::Result<ProcessResult> {
+    let start = Instant::now();
+    let mut cmd = Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .current_dir(&spec.cwd)
+        .process_group(0)
+        .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (k, v) in &spec.env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn()?;
+    let pgid = child.id().map(|id| id as i32).unwrap_or(0);
+
+    if let (Some(mut stdin), Some(data)) = (child.stdin.take(), spec.stdin.clone()) {
+        // An agent that never reads stdin must not block us: write from a task, ignore EPIPE.
+        tokio::spawn(async move {
+            let _ = stdin.write_all(&data).await;
+            let _ = stdin.shutdown().await;
+        });
+    }
+
+    let (tx, mut rx) = mpsc::channel::<(Stream, Vec<u8>)>(1024);
+    let readers = [
+        child.stdout.take().map(|o| tokio::spawn(read_lines(o, Stream::Stdout, tx.clone()))),
+        child.stderr.take().map(|e| tokio::spawn(read_lines(e, Stream::Stderr, tx.clone()))),
+    ];
+    drop(tx);
+
+    let deadline = spec.timeout.map(|t| tokio::time::Instant::now() + t);
+    let timer = async move {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(timer);
+
+    let mut timed_out = false;
+    let mut interrupted = false;
+    let status = loop {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => {
+                interrupted = true;
+                break stop_group(&mut child, pgid, spec.grace, &mut rx, &mut on_line).await?;
+            }
+            _ = &mut timer => {
+                timed_out = true;
+                break stop_group(&mut child, pgid, spec.grace, &mut rx, &mut on_line).await?;
+            }
+            st = child.wait() => break st?,
+            Some((s, line)) = rx.recv() => on_line(s, &line),
+        }
+    };
+
+    // The leader is reaped; end and reap whatever it left in its group.
+    let leftovers_ended = end_leftovers(pgid, spec.grace, &mut rx, &mut on_line).await;
+
+    // Remaining output: everything is dead now, so the pipes close unless a process escaped
+    // the group (setsid) holding them; do not wait for that one forever.
+    let drain = async {
+        while let Some((s, line)) = rx.recv().await {
+            on_line(s, &line);
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_LIMIT, drain).await;
+    for r in readers.into_iter().flatten() {
+        r.abort();
+    }
+
+    let status = match (status.code(), status.signal()) {
+        (Some(c), _) => ExitStatus::Code(c),
+        (None, Some(s)) => ExitStatus::Signal(s),
+        (None, None) => ExitStatus::Code(-1),
+    };
+    Ok(ProcessResult {
+        status,
+        timed_out,
+        interrupted,
+        duration: start.elapsed(),
+        leftovers_ended,
+    })
+}
+
+/// TERM the group, keep reading output during the grace time, then KILL; returns the
+/// leader's status.
+async fn stop_group(
+    child: &mut Child,
+    pgid: i32,
+    grace: Duration,
+    rx: &mut mpsc::Receiver<(Stream, Vec<u8>)>,
+    on_line: &mut impl FnMut(Stream, &[u8]),
+) -> std::io::Result<std::process::ExitStatus> {
+    signal_group(pgid, Signal::SIGTERM);
+    let grace_timer = tokio::time::sleep(grace);
+    tokio::pin!(grace_timer);
+    loop {
+        tokio::select! {
+            st = child.wait() => return st,
+            _ = &mut grace_timer => break,
+            Some((s, line)) = rx.recv() => on_line(s, &line),
+        }
+    }
+    signal_group(pgid, Signal::SIGKILL);
+    child.wait().await
+}
+
+/// After the leader is gone: if members of its group remain, TERM them, KILL after the
+/// grace time, and reap them. Returns whether any were found.
+async fn end_leftovers(
+    pgid: i32,
+    grace: Duration,
+    rx: &mut mpsc::Receiver<(Stream, Vec<u8>)>,
+    on_line: &mut impl FnMut(Stream, &[u8]),
+) -> bool {
+    reap_group(pgid);
+    if !group_exists(pgid) {
+        return false;
+    }
+    signal_group(pgid, Signal::SIGTERM);
+    let until = Instant::now() + grace;
+    let mut killed = false;
+    loop {
+        reap_group(pgid);
+        if !group_exists(pgid) {
+            return true;
+        }
+        if Instant::now() >= until && !killed {
+            signal_group(pgid, Signal::SIGKILL);
+            killed = true;
+        }
+        if killed && Instant::now() >= until + Duration::from_secs(5) {
+            // Unkillable (uninterruptible sleep) or not our child to reap: give up waiting.
+            return true;
+        }
+        // Keep the pipes flowing so a member blocked on a full pipe can see its signal.
+        if let Ok(Some((s, line))) = tokio::time::timeout(Duration::from_millis(10), rx.recv()).await {
+            on_line(s, &line);
+        }
+    }
+}
+
+fn signal_group(pgid: i32, sig: Signal) {
+    if pgid > 0 {
+        let _ = killpg(Pid::from_raw(pgid), sig);
+    }
+}
+
+/// Whether any process (zombies included) is still in the group.
+fn group_exists(pgid: i32) -> bool {
+    pgid > 0 && !matches!(killpg(Pid::from_raw(pgid), None), Err(Errno::ESRCH))
+}
+
+/// Reap exited members of the group that were re-parented to us (subreaper).
+fn reap_group(pgid: i32) {
+    if pgid <= 0 {
+        return;
+    }
+    loop {
+        match waitpid(Pid::from_raw(-pgid), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(_) => return,
+            Ok(_) => continue,
+        }
+    }
+}
+
+async fn read_lines(
+    mut r: impl AsyncRead + Unpin,
+    stream: Stream,
+    tx: mpsc::Sender<(Stream, Vec<u8>)>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut split = LineSplitter::new(MAX_LINE);
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let mut lines = Vec::new();
+        split.push(&buf[..n], |l| lines.push(l.to_vec()));
+        for l in lines {
+            if tx.send((stream, l)).await.is_err() {
+                return;
+            }
+        }
+    }
+    let mut last = None;
+    split.finish(|l| last = Some(l.to_vec()));
+    if let Some(l) = last {
+        let _ = tx.send((stream, l)).await;
+    }
+}
+
+/// Splits a byte stream into lines without the newline (and a trailing `\r`), cutting lines
+/// longer than `max`.
+#[derive(Debug)]
+pub struct LineSplitter {
+    buf: Vec<u8>,
+    max: usize,
+}
+
+impl LineSplitter {
+    pub fn new(max: usize) -> LineSplitter {
+        LineSplitter { buf: Vec::new(), max: max.max(1) }
+    }
+
+    pub fn push(&mut self, mut data: &[u8], mut emit: impl FnMut(&[u8])) {
+        while let Some(i) = data.iter().position(|&b| b == b'\n') {
+            self.buf.extend_from_slice(&data[..i]);
+            self.emit_buf(&mut emit);
+            data = &data[i + 1..];
+        }
+        self.buf.extend_from_slice(data);
+        while self.buf.len() > self.max {
+            let rest = self.buf.split_off(self.max);
+            emit(&self.buf);
+            self.buf = rest;
+        }
+    }
+
+    pub fn finish(&mut self, mut emit: impl FnMut(&[u8])) {
+        if !self.buf.is_empty() {
+            self.emit_buf(&mut emit);
+        }
+    }
+
+    fn emit_buf(&mut self, emit: &mut impl FnMut(&[u8])) {
+        if self.buf.last() == Some(&b'\r') {
+            self.buf.pop();
+        }
+        while self.buf.len() > self.max {
+            let rest = self.buf.split_off(self.max);
+            emit(&self.buf);
+            self.buf = rest;
+        }
+        emit(&self.buf);
+        self.buf.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str, timeout: Option<Duration>) -> ProcessSpec {
+        ProcessSpec {
+            program: "sh".into(),
+            args: vec!["-c".into(), script.into()],
+            cwd: std::env::temp_dir(),
+            env: vec![],
+            stdin: Some(b"hello from stdin\n".to_vec()),
+            timeout,
+            grace: Duration::from_millis(300),
+        }
+    }
+
+    #[test]
+    fn splitter_handles_partial_and_long_lines() {
+        let mut s = LineSplitter::new(4);
+        let mut out: Vec<String> = Vec::new();
+        s.push(b"ab", |l| out.push(String::from_utf8_lossy(l).into()));
+        s.push(b"c\r\nabcdefgh\nxy", |l| out.push(String::from_utf8_lossy(l).into()));
+        s.finish(|l| out.push(String::from_utf8_lossy(l).into()));
+        assert_eq!(out, ["abc", "abcd", "efgh", "xy"]);
+    }
+
+    #[tokio::test]
+    async fn reads_stdin_and_both_streams() {
+        let mut lines = Vec::new();
+        let r = run_process(&sh("cat; echo err >&2; exit 7", None), &CancellationToken::new(), |s, l| {
+            lines.push((s, String::from_utf8_lossy(l).into_owned()))
+        })
+        .await
+        .unwrap();
+        assert_eq!(r.status, ExitStatus::Code(7));
+        assert!(lines.contains(&(Stream::Stdout, "hello from stdin".into())));
+        assert!(lines.contains(&(Stream::Stderr, "err".into())));
+    }
+
+    #[tokio::test]
+    async fn timeout_ends_the_whole_group_even_when_term_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("gc.pid");
+        let script = format!(
+            "trap '' TERM; (trap '' TERM; sleep 600) & echo $! > {}; sleep 600",
+            pidfile.display()
+        );
+        let r = run_process(&sh(&script, Some(Duration::from_millis(300))), &CancellationToken::new(), |_, _| {})
+            .await
+            .unwrap();
+        assert!(r.timed_out);
+        assert_eq!(r.status, ExitStatus::Signal(9));
+        let gc: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        assert!(
+            matches!(nix::sys::signal::kill(Pid::from_raw(gc), None), Err(Errno::ESRCH))
+                || std::fs::read_to_string(format!("/proc/{gc}/stat")).map(|s| s.contains(") Z ")).unwrap_or(true),
+            "grandchild {gc} survived"
+        );
+    }
+
+    #[tokio::test]
+    async fn cancellation_interrupts() {
+        let cancel = CancellationToken::new();
+        let c2 = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            c2.cancel();
+        });
+        let r = run_process(&sh("sleep 600", None), &cancel, |_, _| {}).await.unwrap();
+        assert!(r.interrupted && !r.timed_out);
+    }
+
+    #[tokio::test]
+    async fn background_leftovers_are_ended_when_the_leader_exits() {
+        let r = run_process(&sh("sleep 600 & echo started", None), &CancellationToken::new(), |_, _| {})
+            .await
+            .unwrap();
+        assert_eq!(r.status, ExitStatus::Code(0));
+        assert!(r.leftovers_ended);
+    }
+}

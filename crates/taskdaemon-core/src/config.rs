@@ -1,0 +1,204 @@
+//! Layered settings. Lowest to highest: built-in defaults, the loop type, the user's
+//! `~/.config/taskdaemon/config.yaml`, the project's `.taskdaemon/config.yaml` (or a file
+//! named with `--config`), then `TASKDAEMON_*` environment variables and flags (the binary
+//! reads those two and hands them over as one more `Settings` layer).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::duration::parse_duration;
+use crate::yaml::{self, YamlError};
+
+/// A duration written as text in YAML (`30m`), checked while parsing so a bad value is
+/// reported with its line and column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(into = "String")]
+pub struct Dur(pub Duration);
+
+impl From<Dur> for String {
+    fn from(d: Dur) -> String {
+        format!("{}ms", d.0.as_millis())
+    }
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Num(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Num(secs) => Ok(Dur(Duration::from_secs(secs))),
+            Raw::Text(s) => parse_duration(&s).map(Dur).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Every setting a run can take. `None` means "not set in this layer".
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Settings {
+    /// `claude`, `codex`, `gemini`, `opencode`, `amp`, `script:FILE` or `cmd:COMMAND`.
+    pub agent: Option<String>,
+    /// How to read the agent's output: `text`, `claude-stream-json` or `codex-json`.
+    pub agent_format: Option<String>,
+    /// Loop type name.
+    #[serde(rename = "loop")]
+    pub loop_type: Option<String>,
+    /// Validation command (run with `sh -c`); empty string means none.
+    pub validate: Option<String>,
+    pub success_exit_code: Option<i32>,
+    pub max_iterations: Option<u32>,
+    /// Consecutive iterations without a new commit before giving up; 0 disables.
+    pub max_stuck: Option<u32>,
+    pub iteration_timeout: Option<Dur>,
+    pub max_runtime: Option<Dur>,
+    pub max_cost: Option<f64>,
+    pub completion_promise: Option<String>,
+    /// Time between TERM and KILL when an agent is stopped.
+    pub kill_grace: Option<Dur>,
+}
+
+impl Settings {
+    /// `over` wins wherever it sets a value.
+    pub fn merge(self, over: Settings) -> Settings {
+        Settings {
+            agent: over.agent.or(self.agent),
+            agent_format: over.agent_format.or(self.agent_format),
+            loop_type: over.loop_type.or(self.loop_type),
+            validate: over.validate.or(self.validate),
+            success_exit_code: over.success_exit_code.or(self.success_exit_code),
+            max_iterations: over.max_iterations.or(self.max_iterations),
+            max_stuck: over.max_stuck.or(self.max_stuck),
+            iteration_timeout: over.iteration_timeout.or(self.iteration_timeout),
+            max_runtime: over.max_runtime.or(self.max_runtime),
+            max_cost: over.max_cost.or(self.max_cost),
+            completion_promise: over.completion_promise.or(self.completion_promise),
+            kill_grace: over.kill_grace.or(self.kill_grace),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config file {0} does not exist\n  hint: check the path, or run `taskdaemon init` to write one with commented defaults")]
+    Missing(PathBuf),
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Invalid(YamlError),
+}
+
+/// Read one settings file. A missing file is an error: callers decide whether a file is
+/// optional (the default locations) or required (named on the command line).
+pub fn load_file(path: &Path) -> Result<Settings, ConfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ConfigError::Missing(path.to_path_buf()));
+        }
+        Err(source) => {
+            return Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    Ok(yaml::parse::<Settings>(path, &text)
+        .map_err(ConfigError::Invalid)?
+        .unwrap_or_default())
+}
+
+fn load_optional(path: &Path) -> Result<Settings, ConfigError> {
+    match load_file(path) {
+        Err(ConfigError::Missing(_)) => Ok(Settings::default()),
+        other => other,
+    }
+}
+
+/// `$XDG_CONFIG_HOME/taskdaemon` or `~/.config/taskdaemon`.
+pub fn user_config_dir() -> Option<PathBuf> {
+    if let Some(x) = std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(x).join("taskdaemon"));
+    }
+    std::env::var_os("HOME")
+        .filter(|v| !v.is_empty())
+        .map(|h| PathBuf::from(h).join(".config").join("taskdaemon"))
+}
+
+/// Where project settings live.
+pub fn project_config_path(repo: &Path) -> PathBuf {
+    repo.join(".taskdaemon").join("config.yaml")
+}
+
+/// The file layers: user config, then the project's config, or `explicit` instead of the
+/// project's when one was named (then it must exist and parse).
+pub fn load_layers(repo: &Path, explicit: Option<&Path>) -> Result<Settings, ConfigError> {
+    let user = match user_config_dir() {
+        Some(dir) => load_optional(&dir.join("config.yaml"))?,
+        None => Settings::default(),
+    };
+    let project = match explicit {
+        Some(p) => load_file(p)?,
+        None => load_optional(&project_config_path(repo))?,
+    };
+    Ok(user.merge(project))
+}
+
+/// The project config `taskdaemon init` writes: every key, commented, at its default.
+pub const DEFAULT_CONFIG_YAML: &str = include_str!("config_default.yaml");
+
+impl fmt::Display for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&crate::duration::format_duration(self.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_file_parses_to_nothing_set() {
+        let s = yaml::parse::<Settings>(Path::new("d"), DEFAULT_CONFIG_YAML).unwrap();
+        assert_eq!(s.unwrap_or_default(), Settings::default());
+    }
+
+    #[test]
+    fn every_commented_key_is_a_real_setting() {
+        // Uncomment every `# key: value` line: the result must parse.
+        let uncommented: String = DEFAULT_CONFIG_YAML
+            .lines()
+            .filter_map(|l| l.strip_prefix("# "))
+            .filter(|r| r.split_once(": ").is_some_and(|(k, _)| k.chars().all(|c| c.is_ascii_lowercase() || c == '-')))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let s = yaml::parse::<Settings>(Path::new("d"), &uncommented).unwrap().unwrap();
+        assert_eq!(s.max_stuck, Some(3));
+        assert_eq!(s.iteration_timeout, Some(Dur(Duration::from_secs(1800))));
+    }
+
+    #[test]
+    fn bad_duration_points_at_the_line() {
+        let e = yaml::parse::<Settings>(Path::new("c.yaml"), "max-stuck: 2\nmax-runtime: 5 parsecs\n").unwrap_err();
+        assert_eq!(e.line, Some(2));
+        assert!(e.message.contains("parsecs") || e.message.contains("duration"), "{e}");
+    }
+
+    #[test]
+    fn merge_prefers_the_upper_layer() {
+        let low = Settings { max_stuck: Some(3), agent: Some("claude".into()), ..Default::default() };
+        let high = Settings { max_stuck: Some(5), ..Default::default() };
+        let m = low.merge(high);
+        assert_eq!(m.max_stuck, Some(5));
+        assert_eq!(m.agent.as_deref(), Some("claude"));
+    }
+}

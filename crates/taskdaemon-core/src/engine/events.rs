@@ -1,0 +1,103 @@
+//! What the engine tells its observers: renderers for people and machines, later the TUI
+//! and the daemon. One JSON object per event with `--json`.
+
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use crate::agent::Activity;
+use crate::telemetry::RunSummary;
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum EngineEvent {
+    RunStarted {
+        run_id: String,
+        loop_type: String,
+        agent: String,
+        workdir: String,
+        first_iteration: u32,
+        max_iterations: u32,
+        validate: Option<String>,
+        resumed: bool,
+    },
+    Warning {
+        message: String,
+    },
+    IterationStarted {
+        iteration: u32,
+        max_iterations: u32,
+        prompt_bytes: usize,
+        log: String,
+    },
+    Agent {
+        iteration: u32,
+        #[serde(flatten)]
+        activity: Activity,
+    },
+    AgentFinished {
+        iteration: u32,
+        exit_code: i32,
+        timed_out: bool,
+        interrupted: bool,
+        duration_ms: u64,
+        tool_calls: u32,
+        cost_usd: Option<f64>,
+    },
+    /// A promise tag the agent said.
+    Signal {
+        iteration: u32,
+        signal: String,
+        text: Option<String>,
+    },
+    ValidationStarted {
+        iteration: u32,
+        command: String,
+    },
+    ValidationFinished {
+        iteration: u32,
+        passed: bool,
+        exit_code: i32,
+        timed_out: bool,
+        duration_ms: u64,
+    },
+    /// The agent claimed completion but the evidence says otherwise.
+    CompletionRejected {
+        iteration: u32,
+        reason: String,
+    },
+    IterationFinished {
+        iteration: u32,
+        outcome: String,
+        duration_ms: u64,
+        /// Harness time: the iteration minus the agent and validation processes.
+        overhead_ms: f64,
+        commit: Option<String>,
+        stuck_count: u32,
+        cost_total_usd: f64,
+    },
+    RunFinished {
+        summary: RunSummary,
+    },
+}
+
+/// Where events go. Sending never fails the engine: a gone observer is ignored.
+#[derive(Debug, Clone, Default)]
+pub struct EventSink {
+    tx: Option<mpsc::UnboundedSender<EngineEvent>>,
+}
+
+impl EventSink {
+    pub fn new(tx: mpsc::UnboundedSender<EngineEvent>) -> EventSink {
+        EventSink { tx: Some(tx) }
+    }
+
+    pub fn none() -> EventSink {
+        EventSink { tx: None }
+    }
+
+    pub fn emit(&self, e: EngineEvent) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(e);
+        }
+    }
+}

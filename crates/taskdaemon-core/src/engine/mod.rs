@@ -1,0 +1,466 @@
+//! Runs one loop: render prompt → agent → signals → gates → guards → decide → record.
+//! Emits [`EngineEvent`]s; never prints.
+
+mod outcome;
+mod prompt;
+mod state;
+
+pub mod events;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+pub use events::{EngineEvent, EventSink};
+pub use outcome::{Outcome, exit_code};
+pub use state::{ResolveError, RunConfig, RunState, StateError};
+
+use crate::agent::{OutputFormat, OutputParser, ProcessSpec, run_process};
+use crate::clock;
+use crate::duration::format_duration;
+use crate::fsutil::write_atomic;
+use crate::gates::run_validation;
+use crate::git::{Git, GitError};
+use crate::guards::{self, Limit};
+use crate::loops::{PromptTemplate, TemplateError};
+use crate::signals::{self, Signal};
+use crate::telemetry::{IterationLog, RunSummary, SummaryRow, append_row, count_stories};
+use crate::workspace::{Workspace, WorkspaceError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+    #[error(transparent)]
+    Prompt(#[from] prompt::PromptError),
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> EngineError {
+    let what = what.into();
+    move |source| EngineError::Io { what, source }
+}
+
+/// What the engine needs from its host.
+#[derive(Debug, Clone)]
+pub struct EngineContext {
+    /// The executable that plays `script:` agents (the taskdaemon binary).
+    pub script_runner: PathBuf,
+    pub events: EventSink,
+}
+
+/// Run the loop of `st` until an outcome. State is saved after every iteration.
+pub async fn run_loop(
+    mut st: RunState,
+    ws: &Workspace,
+    ctx: &EngineContext,
+    cancel: &CancellationToken,
+    resumed: bool,
+) -> Result<(Outcome, RunSummary), EngineError> {
+    let cfg = st.config.clone();
+    let template = PromptTemplate::compile(&cfg.loop_name, &cfg.loop_def.prompt_template)?;
+    let git = Git::new(&cfg.workdir);
+    let session = Instant::now();
+    let earlier = Duration::from_millis(st.elapsed_ms);
+    st.outcome = None;
+    ctx.events.emit(EngineEvent::RunStarted {
+        run_id: st.run_id.clone(),
+        loop_type: cfg.loop_name.clone(),
+        agent: cfg.agent.label(),
+        workdir: cfg.workdir.display().to_string(),
+        first_iteration: st.iterations_done + 1,
+        max_iterations: cfg.max_iterations,
+        validate: cfg.validate.clone(),
+        resumed,
+    });
+    if cfg.validate.is_none() {
+        warn(ctx, "no validation command: the agent's COMPLETE promise will end the loop unverified (set --validate)");
+    }
+    if cfg.max_cost.is_some() && cfg.agent_format == OutputFormat::Text {
+        warn(ctx, "--max-cost is set but this agent's plain-text output reports no cost; the limit cannot trigger");
+    }
+    st.save(ws)?;
+
+    let outcome = loop {
+        if cancel.is_cancelled() {
+            break Outcome::Interrupted;
+        }
+        let elapsed = earlier + session.elapsed();
+        if let Some(limit) = guards::limit_reached(st.iterations_done, cfg.max_iterations, elapsed, cfg.max_runtime(), st.cost_usd, cfg.max_cost) {
+            break Outcome::LimitReached { limit };
+        }
+        let n = st.iterations_done + 1;
+        let remaining = cfg.max_runtime().map(|m| m.saturating_sub(elapsed));
+        if let Some(o) = iteration(&mut st, n, remaining, &template, ws, &git, ctx, cancel).await? {
+            st.elapsed_ms = (earlier + session.elapsed()).as_millis() as u64;
+            st.save(ws)?;
+            break o;
+        }
+        st.elapsed_ms = (earlier + session.elapsed()).as_millis() as u64;
+        st.save(ws)?;
+    };
+
+    st.elapsed_ms = (earlier + session.elapsed()).as_millis() as u64;
+    st.outcome = Some(outcome.clone());
+    st.updated_at = clock::now_rfc3339();
+    st.save(ws)?;
+    let summary = summarize(&st, &outcome, ws);
+    ctx.events.emit(EngineEvent::RunFinished { summary: summary.clone() });
+    Ok((outcome, summary))
+}
+
+fn warn(ctx: &EngineContext, message: &str) {
+    ctx.events.emit(EngineEvent::Warning { message: message.to_string() });
+}
+
+/// One iteration. Returns the loop's outcome when this iteration ends it.
+#[allow(clippy::too_many_arguments)]
+async fn iteration(
+    st: &mut RunState,
+    n: u32,
+    remaining_runtime: Option<Duration>,
+    template: &PromptTemplate,
+    ws: &Workspace,
+    git: &Git,
+    ctx: &EngineContext,
+    cancel: &CancellationToken,
+) -> Result<Option<Outcome>, EngineError> {
+    let cfg = st.config.clone();
+    let started = Instant::now();
+    let started_at = clock::now_rfc3339();
+
+    // A human's answer to an earlier DECIDE goes into this prompt.
+    let decide = ws.read_decide()?;
+    let decision = decide.as_ref().and_then(|d| {
+        d.answer.as_ref().map(|a| format!("Question: {}\nAnswer: {}", d.question, a))
+    });
+    let vars = prompt::variables(template, st, n, decision.as_deref(), ws, git)?;
+    let prompt = template.render(&vars)?;
+    let prompt_path = ws.prompt_file(n);
+    write_atomic(&prompt_path, prompt.as_bytes()).map_err(io_err(format!("writing {}", prompt_path.display())))?;
+
+    let log_path = ws.iteration_log(n);
+    let mut log = IterationLog::create(&log_path).map_err(io_err(format!("creating {}", log_path.display())))?;
+    log.note(&format!(
+        "run {} iteration {n}/{} started {started_at}; agent {}; prompt {} ({} bytes)",
+        st.run_id,
+        cfg.max_iterations,
+        cfg.agent.label(),
+        prompt_path.display(),
+        prompt.len()
+    ));
+    ctx.events.emit(EngineEvent::IterationStarted {
+        iteration: n,
+        max_iterations: cfg.max_iterations,
+        prompt_bytes: prompt.len(),
+        log: log_path.display().to_string(),
+    });
+
+    // The agent.
+    let (timeout, cut_by_runtime) = match (cfg.iteration_timeout(), remaining_runtime) {
+        (Some(t), Some(r)) if r < t => (Some(r), true),
+        (None, Some(r)) => (Some(r), true),
+        (t, _) => (t, false),
+    };
+    let inv = cfg.agent.invocation(&prompt, cfg.loop_def.system_prompt.as_deref(), &ctx.script_runner);
+    let env = agent_env(st, n, &prompt_path);
+    let spec = ProcessSpec {
+        program: inv.program,
+        args: inv.args,
+        cwd: cfg.workdir.clone(),
+        env: env.clone(),
+        stdin: inv.stdin.map(String::into_bytes),
+        timeout,
+        grace: cfg.kill_grace(),
+    };
+    let mut parser = OutputParser::new(cfg.agent_format);
+    let events = &ctx.events;
+    let agent = run_process(&spec, cancel, |stream, line| {
+        log.output(stream, line);
+        for activity in parser.line(stream, &String::from_utf8_lossy(line)) {
+            events.emit(EngineEvent::Agent { iteration: n, activity });
+        }
+    })
+    .await
+    .map_err(io_err(format!("starting agent `{}`", cfg.agent.label())))?;
+    let parsed = parser.finish();
+    if let Some(c) = parsed.cost_usd {
+        st.cost_usd += c;
+        st.cost_reported = true;
+    }
+    st.tokens_in += parsed.tokens_in.unwrap_or(0);
+    st.tokens_out += parsed.tokens_out.unwrap_or(0);
+    let agent_code = agent.status.code();
+    log.note(&format!(
+        "agent exited with {agent_code} after {}{}{}; {} tool calls{}",
+        format_duration(agent.duration),
+        if agent.timed_out { " (timed out: process group stopped)" } else { "" },
+        if agent.interrupted { " (interrupted)" } else { "" },
+        parsed.tool_calls,
+        if agent.leftovers_ended { "; background processes it left were ended" } else { "" },
+    ));
+    ctx.events.emit(EngineEvent::AgentFinished {
+        iteration: n,
+        exit_code: agent_code,
+        timed_out: agent.timed_out,
+        interrupted: agent.interrupted,
+        duration_ms: agent.duration.as_millis() as u64,
+        tool_calls: parsed.tool_calls,
+        cost_usd: parsed.cost_usd,
+    });
+    if decision.is_some() && !agent.interrupted {
+        if let Some(p) = ws.archive_decide(&clock::now().as_second().to_string())? {
+            log.note(&format!("the answered question was archived to {}", p.display()));
+        }
+    }
+
+    let head = git.head()?;
+    let new_commit = head.is_some() && head != st.last_head;
+    let mut outcome: Option<Outcome> = None;
+    let mut label = "continue";
+    let mut validation_passed = "skipped";
+    let mut validation_time = Duration::ZERO;
+    let mut note_extra = String::new();
+    let mut counts_for_stuck = true;
+
+    if agent.interrupted {
+        outcome = Some(Outcome::Interrupted);
+        label = "interrupted";
+        counts_for_stuck = false;
+    } else if agent.timed_out {
+        label = "timeout";
+        let limit = timeout.map(format_duration).unwrap_or_default();
+        st.previous_errors = Some(format!(
+            "Iteration {n} was stopped after {limit}: the agent did not finish in time. Take smaller steps and commit as you go."
+        ));
+        note_extra.push_str("; timed out");
+        if cut_by_runtime {
+            outcome = Some(Outcome::LimitReached { limit: Limit::MaxRuntime });
+        }
+    } else {
+        let words = match cfg.agent_format {
+            OutputFormat::Text => signals::strip_prompt_echo(&parsed.words, &prompt),
+            _ => parsed.words.clone(),
+        };
+        let scan = signals::scan(&words, cfg.completion_text());
+        for ignored in &scan.ignored {
+            log.note(&format!("ignored promise: {ignored}"));
+            warn(ctx, &format!("iteration {n}: ignored promise: {ignored}"));
+        }
+        let (kind, text) = match &scan.signal {
+            Some(Signal::Complete) => ("complete", None),
+            Some(Signal::Blocked(r)) => ("blocked", Some(r.clone())),
+            Some(Signal::Decide(q)) => ("decide", Some(q.clone())),
+            None => ("", None),
+        };
+        if !kind.is_empty() {
+            log.note(&format!("promise: {kind}{}", text.as_deref().map(|t| format!(": {t}")).unwrap_or_default()));
+            ctx.events.emit(EngineEvent::Signal { iteration: n, signal: kind.into(), text });
+        }
+        match scan.signal {
+            Some(Signal::Blocked(reason)) => {
+                ws.write_blocked(&reason, n, &clock::now_rfc3339())?;
+                label = "blocked";
+                outcome = Some(Outcome::Blocked { reason });
+            }
+            Some(Signal::Decide(question)) => {
+                ws.write_decide(&question, n, &clock::now_rfc3339())?;
+                label = "decide";
+                outcome = Some(Outcome::Decide { question });
+            }
+            signal => {
+                let claimed = signal == Some(Signal::Complete);
+                match &cfg.validate {
+                    Some(cmd) => {
+                        ctx.events.emit(EngineEvent::ValidationStarted { iteration: n, command: cmd.clone() });
+                        log.note(&format!("validation: $ {cmd}"));
+                        let v = run_validation(
+                            cmd,
+                            &cfg.workdir,
+                            env,
+                            cfg.success_exit_code,
+                            cfg.iteration_timeout(),
+                            cfg.kill_grace(),
+                            cancel,
+                            |line| log.output(crate::agent::Stream::Stdout, line.as_bytes()),
+                        )
+                        .await
+                        .map_err(io_err(format!("running validation `{cmd}`")))?;
+                        validation_time = v.duration;
+                        log.note(&format!(
+                            "validation exited with {}{} after {} (success is {}): {}",
+                            v.exit_code,
+                            if v.timed_out { " (timed out)" } else { "" },
+                            format_duration(v.duration),
+                            cfg.success_exit_code,
+                            if v.passed { "passed" } else { "failed" }
+                        ));
+                        ctx.events.emit(EngineEvent::ValidationFinished {
+                            iteration: n,
+                            passed: v.passed,
+                            exit_code: v.exit_code,
+                            timed_out: v.timed_out,
+                            duration_ms: v.duration.as_millis() as u64,
+                        });
+                        validation_passed = if v.passed { "true" } else { "false" };
+                        if v.interrupted {
+                            outcome = Some(Outcome::Interrupted);
+                            label = "interrupted";
+                            counts_for_stuck = false;
+                        } else if v.passed {
+                            st.previous_errors = None;
+                            if cfg.completion_promise.is_some() && !claimed {
+                                note_extra.push_str("; validation passes, waiting for the completion promise");
+                            } else {
+                                label = "complete";
+                                outcome = Some(Outcome::Complete { verified: true });
+                            }
+                        } else {
+                            st.previous_errors = Some(format!(
+                                "$ {cmd}\n(exit code {}{}, expected {})\n{}",
+                                v.exit_code,
+                                if v.timed_out { ", timed out" } else { "" },
+                                cfg.success_exit_code,
+                                v.output.trim_end()
+                            ));
+                            if claimed {
+                                label = "rejected";
+                                let reason = format!(
+                                    "COMPLETE claimed but validation failed (exit {}); its output goes into the next prompt",
+                                    v.exit_code
+                                );
+                                log.note(&reason);
+                                ctx.events.emit(EngineEvent::CompletionRejected { iteration: n, reason });
+                            }
+                        }
+                    }
+                    None if claimed => {
+                        label = "complete";
+                        outcome = Some(Outcome::Complete { verified: false });
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+
+    // Guards.
+    if counts_for_stuck && outcome.is_none() {
+        st.stuck_count = guards::next_stuck_count(st.stuck_count, st.last_head.as_deref(), head.as_deref(), agent.timed_out);
+        if st.stuck_count > 0 {
+            st.stuck_iterations += 1;
+        }
+        if guards::is_stuck(st.stuck_count, cfg.max_stuck) {
+            label = "stuck";
+            outcome = Some(Outcome::Stuck { iterations: st.stuck_count });
+        }
+    } else if counts_for_stuck && new_commit {
+        st.stuck_count = 0;
+    }
+    st.last_head = head.clone();
+    st.iterations_done = n;
+
+    let commit = new_commit.then(|| head.clone().unwrap_or_default());
+    let short = commit.as_deref().map(|c| c[..c.len().min(12)].to_string());
+    let mut note = format!(
+        "- iteration {n} ({}): agent exit {agent_code}, {} tool calls, {}; {label}{note_extra}",
+        format_duration(started.elapsed()),
+        parsed.tool_calls,
+        short.as_deref().map(|c| format!("commit {c}")).unwrap_or_else(|| "no commit".into()),
+    );
+    if let Some(last) = &parsed.last_text {
+        let last: String = last.trim().chars().take(160).collect();
+        note.push_str(&format!(". Last words: \"{last}\""));
+    }
+    st.progress.push(note);
+    let keep = st.progress.len().saturating_sub(2 * prompt::PROGRESS_NOTES);
+    st.progress.drain(..keep);
+
+    let duration = started.elapsed();
+    let (stories_complete, stories_total) = count_stories(&cfg.workdir).unwrap_or((0, 0));
+    let row = SummaryRow {
+        iteration: n,
+        mode: cfg.loop_name.clone(),
+        duration_seconds: format!("{:.3}", duration.as_secs_f64()),
+        commit_hash: short.clone().unwrap_or_default(),
+        stories_complete,
+        stories_total,
+        stuck_count: st.stuck_count,
+        timestamp: started_at,
+        run_id: st.run_id.clone(),
+        outcome: label.to_string(),
+        agent_exit_code: agent_code,
+        validation_passed: validation_passed.to_string(),
+        tokens_in: parsed.tokens_in.unwrap_or(0),
+        tokens_out: parsed.tokens_out.unwrap_or(0),
+        cost_usd: format!("{:.6}", parsed.cost_usd.unwrap_or(0.0)),
+    };
+    let csv = ws.summary_csv();
+    append_row(&csv, &row).map_err(io_err(format!("appending to {}", csv.display())))?;
+
+    // Limits, after the evidence: a passing last iteration still completes.
+    if outcome.is_none() {
+        if let Some(limit) = guards::limit_reached(n, cfg.max_iterations, Duration::ZERO, None, st.cost_usd, cfg.max_cost) {
+            outcome = Some(Outcome::LimitReached { limit });
+        }
+    }
+    log.note(&format!(
+        "iteration {n} ended: {}{}",
+        label,
+        outcome.as_ref().map(|o| format!(" → loop ends: {}", o.label())).unwrap_or_default()
+    ));
+    log.finish().map_err(io_err(format!("writing {}", log_path.display())))?;
+
+    let overhead = duration.saturating_sub(agent.duration + validation_time);
+    ctx.events.emit(EngineEvent::IterationFinished {
+        iteration: n,
+        outcome: label.to_string(),
+        duration_ms: duration.as_millis() as u64,
+        overhead_ms: overhead.as_secs_f64() * 1000.0,
+        commit: short,
+        stuck_count: st.stuck_count,
+        cost_total_usd: st.cost_usd,
+    });
+    Ok(outcome)
+}
+
+/// The environment of the agent and the validation command (DESIGN.md, contract).
+fn agent_env(st: &RunState, n: u32, prompt_file: &std::path::Path) -> Vec<(OsString, OsString)> {
+    vec![
+        ("TASKDAEMON_PROMPT_FILE".into(), prompt_file.as_os_str().to_owned()),
+        ("TASKDAEMON_ITERATION".into(), n.to_string().into()),
+        ("TASKDAEMON_MAX_ITERATIONS".into(), st.config.max_iterations.to_string().into()),
+        ("TASKDAEMON_RUN_ID".into(), st.run_id.clone().into()),
+        ("TASKDAEMON_WORKDIR".into(), st.config.workdir.as_os_str().to_owned()),
+    ]
+}
+
+fn summarize(st: &RunState, outcome: &Outcome, ws: &Workspace) -> RunSummary {
+    RunSummary {
+        run_id: st.run_id.clone(),
+        exit_label: outcome.label().to_string(),
+        exit_code: outcome.exit_code(),
+        detail: outcome.detail(),
+        iterations: st.iterations_done,
+        max_iterations: st.config.max_iterations,
+        duration_ms: st.elapsed_ms,
+        avg_iteration_ms: st.elapsed_ms.checked_div(u64::from(st.iterations_done)).unwrap_or(0),
+        stuck_iterations: st.stuck_iterations,
+        stuck_count: st.stuck_count,
+        stories: count_stories(&st.config.workdir),
+        cost_usd: st.cost_reported.then_some(st.cost_usd),
+        tokens_in: st.tokens_in,
+        tokens_out: st.tokens_out,
+        summary_csv: ws.summary_csv(),
+        logs_dir: ws.logs_dir(),
+    }
+}

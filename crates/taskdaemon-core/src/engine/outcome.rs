@@ -1,0 +1,89 @@
+//! How a loop ends, and the one mapping from outcomes to exit codes.
+
+use serde::{Deserialize, Serialize};
+
+use crate::guards::Limit;
+
+/// Exit codes, mapped in exactly this place (see DESIGN.md).
+pub mod exit_code {
+    pub const COMPLETE: i32 = 0;
+    pub const LIMIT: i32 = 1;
+    pub const BLOCKED: i32 = 2;
+    pub const DECIDE: i32 = 3;
+    pub const STUCK: i32 = 4;
+    pub const FAILED: i32 = 5;
+    /// Usage or configuration error (never 2: 2 means BLOCKED).
+    pub const USAGE: i32 = 64;
+    pub const INTERNAL: i32 = 70;
+    pub const INTERRUPTED: i32 = 130;
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// Completion evidence verified (or, without validation, the promise alone).
+    Complete { verified: bool },
+    LimitReached { limit: Limit },
+    Blocked { reason: String },
+    Decide { question: String },
+    Stuck { iterations: u32 },
+    Failed { reason: String },
+    Interrupted,
+}
+
+impl Outcome {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Outcome::Complete { .. } => exit_code::COMPLETE,
+            Outcome::LimitReached { .. } => exit_code::LIMIT,
+            Outcome::Blocked { .. } => exit_code::BLOCKED,
+            Outcome::Decide { .. } => exit_code::DECIDE,
+            Outcome::Stuck { .. } => exit_code::STUCK,
+            Outcome::Failed { .. } => exit_code::FAILED,
+            Outcome::Interrupted => exit_code::INTERRUPTED,
+        }
+    }
+
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Complete { .. } => "COMPLETE",
+            Outcome::LimitReached { .. } => "LIMIT",
+            Outcome::Blocked { .. } => "BLOCKED",
+            Outcome::Decide { .. } => "DECIDE",
+            Outcome::Stuck { .. } => "STUCK",
+            Outcome::Failed { .. } => "FAILED",
+            Outcome::Interrupted => "INTERRUPTED",
+        }
+    }
+
+    /// Why the loop ended and what to do next.
+    pub fn detail(&self) -> String {
+        match self {
+            Outcome::Complete { verified: true } => "validation passed".into(),
+            Outcome::Complete { verified: false } => {
+                "the agent promised completion; no validation command verified it (set --validate)".into()
+            }
+            Outcome::LimitReached { limit } => format!(
+                "{} reached before completion; continue with `taskdaemon run --resume {} N`",
+                limit.describe(),
+                limit.flag()
+            ),
+            Outcome::Blocked { reason } => format!(
+                "blocked: {reason}. See .ralph/blocked.txt; resolve it, `taskdaemon unblock`, then `taskdaemon run --resume`"
+            ),
+            Outcome::Decide { question } => format!(
+                "decision needed: {question}. Answer with `taskdaemon answer \"…\"`, then `taskdaemon run --resume`"
+            ),
+            Outcome::Stuck { iterations } => format!(
+                "no new commit in {iterations} consecutive iterations; read the iteration logs, then `taskdaemon run --resume` (the stuck count restarts)"
+            ),
+            Outcome::Failed { reason } => reason.clone(),
+            Outcome::Interrupted => "interrupted; state saved. Continue with `taskdaemon run --resume`".into(),
+        }
+    }
+
+    /// Whether `run --resume` may continue after this outcome.
+    pub fn resumable(&self) -> bool {
+        !matches!(self, Outcome::Complete { .. } | Outcome::Failed { .. })
+    }
+}

@@ -1,0 +1,276 @@
+//! A run's settings and its progress, saved to `.ralph/run.json` after every iteration so
+//! `run --resume` continues where it stopped (iteration, progress, stuck count, cost).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::outcome::Outcome;
+use crate::agent::script::{Script, ScriptError, ScriptFormat};
+use crate::agent::{AgentError, AgentSpec, OutputFormat};
+use crate::config::Settings;
+use crate::fsutil::write_atomic;
+use crate::loops::{LoopError, LoopType, PromptTemplate, Registry, TemplateError};
+use crate::workspace::Workspace;
+
+pub const DEFAULT_LOOP: &str = "ralph";
+pub const DEFAULT_MAX_STUCK: u32 = 3;
+pub const DEFAULT_ITERATION_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
+pub const DEFAULT_COMPLETION_TEXT: &str = "COMPLETE";
+const STATE_VERSION: u32 = 1;
+
+/// Everything a run needs, resolved from the layers; saved so a resume needs no arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    pub workdir: PathBuf,
+    pub task: String,
+    pub loop_name: String,
+    /// The definition as it was when the run started.
+    pub loop_def: LoopType,
+    pub agent: AgentSpec,
+    pub agent_format: OutputFormat,
+    pub validate: Option<String>,
+    pub success_exit_code: i32,
+    pub max_iterations: u32,
+    pub max_stuck: u32,
+    pub iteration_timeout_ms: Option<u64>,
+    pub max_runtime_ms: Option<u64>,
+    pub max_cost: Option<f64>,
+    /// Set: completion also needs `<promise>TEXT</promise>`.
+    pub completion_promise: Option<String>,
+    pub kill_grace_ms: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error(transparent)]
+    Loop(#[from] LoopError),
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    #[error(transparent)]
+    Script(#[from] ScriptError),
+    #[error("invalid value for {field}: {message}")]
+    Value { field: &'static str, message: String },
+    #[error("no task given\n  hint: pass the task as an argument (`taskdaemon run \"fix the failing test\"`) or with -f FILE")]
+    NoTask,
+}
+
+fn value(field: &'static str, message: impl Into<String>) -> ResolveError {
+    ResolveError::Value { field, message: message.into() }
+}
+
+impl RunConfig {
+    /// Resolve the run's settings. Fails before any state changes when something is wrong:
+    /// unknown loop, bad template, missing agent CLI, invalid script, bad values.
+    pub fn resolve(workdir: &Path, task: String, s: &Settings, registry: &Registry) -> Result<RunConfig, ResolveError> {
+        if task.trim().is_empty() {
+            return Err(ResolveError::NoTask);
+        }
+        let loop_name = s.loop_type.clone().unwrap_or_else(|| DEFAULT_LOOP.to_string());
+        let entry = registry.get(&loop_name)?;
+        PromptTemplate::compile(&loop_name, &entry.def.prompt_template)?;
+        let def = entry.def.clone();
+        let agent = match &s.agent {
+            Some(a) => AgentSpec::parse(a)?,
+            None => AgentSpec::detect()?,
+        };
+        let mut cfg = RunConfig {
+            workdir: workdir.to_path_buf(),
+            task,
+            loop_name,
+            agent_format: agent.default_format(),
+            agent,
+            validate: Some(def.validation_command.clone()),
+            success_exit_code: def.success_exit_code,
+            max_iterations: def.max_iterations,
+            max_stuck: DEFAULT_MAX_STUCK,
+            iteration_timeout_ms: Some(
+                def.iteration_timeout_ms.unwrap_or(DEFAULT_ITERATION_TIMEOUT.as_millis() as u64),
+            ),
+            max_runtime_ms: None,
+            max_cost: None,
+            completion_promise: None,
+            kill_grace_ms: DEFAULT_KILL_GRACE.as_millis() as u64,
+            loop_def: def,
+        };
+        cfg.apply(s, false)?;
+        Ok(cfg)
+    }
+
+    /// Apply the values `s` sets (used for resume overrides too). `agent_set` tells whether
+    /// the agent was already changed by the caller.
+    pub fn apply(&mut self, s: &Settings, reparse_agent: bool) -> Result<(), ResolveError> {
+        if reparse_agent {
+            if let Some(a) = &s.agent {
+                self.agent = AgentSpec::parse(a)?;
+                self.agent_format = self.agent.default_format();
+            }
+        }
+        self.agent = std::mem::replace(&mut self.agent, AgentSpec::Cmd { command: String::new() })
+            .absolutize(&self.workdir);
+        if let AgentSpec::Script { file } = &self.agent {
+            let script = Script::load(file)?;
+            if script.format == ScriptFormat::StreamJson {
+                self.agent_format = OutputFormat::ClaudeStreamJson;
+            }
+        }
+        self.agent.check_installed()?;
+        if let Some(f) = &s.agent_format {
+            self.agent_format = OutputFormat::parse(f).map_err(|m| value("agent-format", m))?;
+        }
+        if let Some(v) = &s.validate {
+            self.validate = Some(v.clone());
+        }
+        if self.validate.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            self.validate = None;
+        }
+        if let Some(c) = s.success_exit_code {
+            if !(0..=255).contains(&c) {
+                return Err(value("success-exit-code", format!("{c} is not an exit code; use 0-255")));
+            }
+            self.success_exit_code = c;
+        }
+        if let Some(n) = s.max_iterations {
+            if n == 0 {
+                return Err(value("max-iterations", "must be at least 1"));
+            }
+            self.max_iterations = n;
+        }
+        if let Some(n) = s.max_stuck {
+            self.max_stuck = n;
+        }
+        if let Some(d) = s.iteration_timeout {
+            if d.0.is_zero() {
+                return Err(value("iteration-timeout", "must be more than 0 (e.g. 30m)"));
+            }
+            self.iteration_timeout_ms = Some(d.0.as_millis() as u64);
+        }
+        if let Some(d) = s.max_runtime {
+            if d.0.is_zero() {
+                return Err(value("max-runtime", "must be more than 0 (e.g. 8h)"));
+            }
+            self.max_runtime_ms = Some(d.0.as_millis() as u64);
+        }
+        if let Some(c) = s.max_cost {
+            if !(c.is_finite() && c > 0.0) {
+                return Err(value("max-cost", format!("{c} is not a positive amount of US dollars")));
+            }
+            self.max_cost = Some(c);
+        }
+        if let Some(p) = &s.completion_promise {
+            let p = p.trim();
+            if p.is_empty() || p.contains('<') || p.contains('>') || p.starts_with("BLOCKED") || p.starts_with("DECIDE") {
+                return Err(value(
+                    "completion-promise",
+                    format!("`{p}` cannot be a promise text; use a word such as COMPLETE or DONE"),
+                ));
+            }
+            self.completion_promise = Some(p.to_string());
+        }
+        if let Some(g) = s.kill_grace {
+            self.kill_grace_ms = g.0.as_millis() as u64;
+        }
+        Ok(())
+    }
+
+    pub fn completion_text(&self) -> &str {
+        self.completion_promise.as_deref().unwrap_or(DEFAULT_COMPLETION_TEXT)
+    }
+
+    pub fn iteration_timeout(&self) -> Option<Duration> {
+        self.iteration_timeout_ms.map(Duration::from_millis)
+    }
+    pub fn max_runtime(&self) -> Option<Duration> {
+        self.max_runtime_ms.map(Duration::from_millis)
+    }
+    pub fn kill_grace(&self) -> Duration {
+        Duration::from_millis(self.kill_grace_ms)
+    }
+}
+
+/// The saved progress of a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunState {
+    pub version: u32,
+    pub run_id: String,
+    pub config: RunConfig,
+    /// Iterations finished (including an interrupted one); the next is this + 1.
+    pub iterations_done: u32,
+    pub stuck_count: u32,
+    /// Iterations without progress over the whole run.
+    pub stuck_iterations: u32,
+    /// Short harness notes of earlier iterations, oldest first.
+    pub progress: Vec<String>,
+    /// Validation output of the last failed iteration.
+    pub previous_errors: Option<String>,
+    pub last_head: Option<String>,
+    /// Time spent in earlier sessions of this run.
+    pub elapsed_ms: u64,
+    pub cost_usd: f64,
+    pub cost_reported: bool,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub started_at: String,
+    pub updated_at: String,
+    /// `None` while running (or after a crash): resumable.
+    pub outcome: Option<Outcome>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path} is not a valid run state: {message}\n  hint: move it aside and start a new run")]
+    Corrupt { path: PathBuf, message: String },
+    #[error("cannot write {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+}
+
+impl RunState {
+    pub fn new(config: RunConfig, run_id: String, head: Option<String>, now: String) -> RunState {
+        RunState {
+            version: STATE_VERSION,
+            run_id,
+            config,
+            iterations_done: 0,
+            stuck_count: 0,
+            stuck_iterations: 0,
+            progress: Vec::new(),
+            previous_errors: None,
+            last_head: head,
+            elapsed_ms: 0,
+            cost_usd: 0.0,
+            cost_reported: false,
+            tokens_in: 0,
+            tokens_out: 0,
+            started_at: now.clone(),
+            updated_at: now,
+            outcome: None,
+        }
+    }
+
+    pub fn load(ws: &Workspace) -> Result<Option<RunState>, StateError> {
+        let path = ws.run_state();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(StateError::Read { path, source }),
+        };
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| StateError::Corrupt { path, message: e.to_string() })
+    }
+
+    pub fn save(&self, ws: &Workspace) -> Result<(), StateError> {
+        let path = ws.run_state();
+        let json = serde_json::to_vec_pretty(self).map_err(|e| StateError::Write {
+            path: path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        write_atomic(&path, &json).map_err(|source| StateError::Write { path, source })
+    }
+}

@@ -1,0 +1,151 @@
+//! One wrapper over the `git` CLI. Always `LC_ALL=C`, never prompts, never takes optional
+//! locks (a status from the harness must not fight the agent's own git for `index.lock`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("{0} is not inside a git repository\n  hint: run `git init` there first (taskdaemon measures progress by commits)")]
+    NotARepo(PathBuf),
+    #[error("cannot run git: {0}\n  hint: install git and make sure it is on PATH")]
+    Spawn(std::io::Error),
+    #[error("`git {args}` failed in {dir}: {stderr}")]
+    Failed {
+        args: String,
+        dir: PathBuf,
+        stderr: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Git {
+    dir: PathBuf,
+}
+
+impl Git {
+    pub fn new(dir: impl Into<PathBuf>) -> Git {
+        Git { dir: dir.into() }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("git");
+        c.arg("-C")
+            .arg(&self.dir)
+            .args(args)
+            .env("LC_ALL", "C")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_OPTIONAL_LOCKS", "0")
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn output(&self, args: &[&str]) -> Result<Output, GitError> {
+        self.command(args).output().map_err(GitError::Spawn)
+    }
+
+    /// Run and return stdout; a non-zero exit is an error carrying stderr.
+    pub fn run(&self, args: &[&str]) -> Result<String, GitError> {
+        let out = self.output(args)?;
+        if !out.status.success() {
+            return Err(GitError::Failed {
+                args: args.join(" "),
+                dir: self.dir.clone(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The top of the work tree containing `dir`.
+    pub fn toplevel(&self) -> Result<PathBuf, GitError> {
+        let out = self.output(&["rev-parse", "--show-toplevel"])?;
+        if !out.status.success() {
+            return Err(GitError::NotARepo(self.dir.clone()));
+        }
+        Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim_end_matches('\n')))
+    }
+
+    /// The commit HEAD points at; `None` on an unborn branch.
+    pub fn head(&self) -> Result<Option<String>, GitError> {
+        let out = self.output(&["rev-parse", "-q", "--verify", "HEAD^{commit}"])?;
+        if !out.status.success() {
+            return Ok(None);
+        }
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        Ok((!id.is_empty()).then_some(id))
+    }
+
+    /// `git status --porcelain` (paths as git prints them for people).
+    pub fn status_porcelain(&self) -> Result<String, GitError> {
+        self.run(&["status", "--porcelain"])
+    }
+
+    /// Changes of the work tree against HEAD (or against nothing on an unborn branch):
+    /// a stat summary then the patch.
+    pub fn diff_head(&self) -> Result<String, GitError> {
+        if self.head()?.is_none() {
+            return self.run(&["diff", "--cached", "--stat", "--patch"]);
+        }
+        self.run(&["diff", "HEAD", "--stat", "--patch"])
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testrepo {
+    use std::path::Path;
+    use std::process::Command;
+
+    /// A real repository with a hermetic git environment.
+    pub fn init(dir: &Path) {
+        let run = |args: &[&str]| {
+            let s = Command::new("git")
+                .arg("-C")
+                .arg(dir)
+                .args(args)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .status()
+                .unwrap();
+            assert!(s.success(), "git {args:?}");
+        };
+        run(&["init", "-q", "-b", "main"]);
+        run(&["config", "user.name", "t"]);
+        run(&["config", "user.email", "t@example.com"]);
+    }
+
+    pub fn commit_all(dir: &Path, msg: &str) {
+        for args in [vec!["add", "-A"], vec!["commit", "-q", "-m", msg]] {
+            let s = Command::new("git").arg("-C").arg(dir).args(&args).status().unwrap();
+            assert!(s.success());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_is_none_on_unborn_branch_then_set() {
+        let d = tempfile::tempdir().unwrap();
+        testrepo::init(d.path());
+        let g = Git::new(d.path());
+        assert_eq!(g.head().unwrap(), None);
+        std::fs::write(d.path().join("a"), "1").unwrap();
+        assert!(g.diff_head().is_ok());
+        testrepo::commit_all(d.path(), "one");
+        assert_eq!(g.head().unwrap().map(|h| h.len()), Some(40));
+    }
+
+    #[test]
+    fn not_a_repo_says_so() {
+        let d = tempfile::tempdir().unwrap();
+        let e = Git::new(d.path()).toplevel().unwrap_err();
+        assert!(matches!(e, GitError::NotARepo(_)));
+    }
+}

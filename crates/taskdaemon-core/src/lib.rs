@@ -1,0 +1,17 @@
+//! taskdaemon-core: everything taskdaemon knows. It never prints and never exits: it
+//! returns values and emits [`engine::EngineEvent`]s for the binary to render.
+
+pub mod agent;
+pub mod clock;
+pub mod config;
+pub mod duration;
+pub mod engine;
+pub mod fsutil;
+pub mod gates;
+pub mod git;
+pub mod guards;
+pub mod loops;
+pub mod signals;
+pub mod telemetry;
+pub mod workspace;
+pub mod yaml;

@@ -1,0 +1,259 @@
+//! The loop-type registry: built-ins embedded in the binary, then the user's
+//! `~/.config/taskdaemon/loops/*.yaml`, then the project's `.taskdaemon/loops/*.yaml`.
+//! A later layer replaces an earlier definition of the same name.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use super::schema::LoopType;
+use super::template::{PromptTemplate, TemplateError};
+use crate::yaml::{self, YamlError};
+
+/// Built-in loop types: (file name, YAML). Parts to come add plan, spec and phase here.
+const BUILTIN: &[(&str, &str)] = &[("ralph.yaml", include_str!("builtin/ralph.yaml"))];
+
+/// Where a loop type was defined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoopSource {
+    Builtin,
+    User(PathBuf),
+    Project(PathBuf),
+}
+
+impl fmt::Display for LoopSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoopSource::Builtin => f.write_str("built-in"),
+            LoopSource::User(p) => write!(f, "user: {}", p.display()),
+            LoopSource::Project(p) => write!(f, "project: {}", p.display()),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct LoopEntry {
+    pub name: String,
+    pub def: LoopType,
+    pub source: LoopSource,
+    /// Earlier definitions this one replaced.
+    pub overrides: Vec<LoopSource>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoopError {
+    #[error("{0}")]
+    Yaml(YamlError),
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{file}: {source}")]
+    Template {
+        file: String,
+        source: TemplateError,
+    },
+    #[error("{file}: loop `{name}`: {message}")]
+    Invalid {
+        file: String,
+        name: String,
+        message: String,
+    },
+    #[error("unknown loop type `{name}`{suggestion}\n  hint: `taskdaemon loops` lists the loop types: {known}")]
+    Unknown {
+        name: String,
+        suggestion: String,
+        known: String,
+    },
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    entries: BTreeMap<String, LoopEntry>,
+}
+
+impl Registry {
+    /// Built-ins only.
+    pub fn builtin() -> Registry {
+        let mut r = Registry::default();
+        for (file, text) in BUILTIN {
+            // Built-ins are tested to parse; a failure here is a build defect.
+            if let Ok(defs) = parse_file(Path::new(file), text) {
+                for (name, def) in defs {
+                    r.insert(name, def, LoopSource::Builtin);
+                }
+            }
+        }
+        r
+    }
+
+    /// Built-ins, then `user_dir`, then `project_dir` (each a directory of `*.yaml`).
+    pub fn load(user_dir: Option<&Path>, project_dir: &Path) -> Result<Registry, LoopError> {
+        let mut r = Registry::builtin();
+        if let Some(dir) = user_dir {
+            r.load_dir(dir, LoopSource::User)?;
+        }
+        r.load_dir(project_dir, LoopSource::Project)?;
+        Ok(r)
+    }
+
+    fn load_dir(&mut self, dir: &Path, source: fn(PathBuf) -> LoopSource) -> Result<(), LoopError> {
+        let read = match std::fs::read_dir(dir) {
+            Ok(r) => r,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => {
+                return Err(LoopError::Read {
+                    path: dir.to_path_buf(),
+                    source,
+                });
+            }
+        };
+        let mut files: Vec<PathBuf> = read
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| matches!(p.extension().and_then(|x| x.to_str()), Some("yaml" | "yml")))
+            .collect();
+        files.sort();
+        for path in files {
+            let text = std::fs::read_to_string(&path).map_err(|source| LoopError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            for (name, def) in parse_file(&path, &text)? {
+                self.insert(name, def, source(path.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    fn insert(&mut self, name: String, def: LoopType, source: LoopSource) {
+        let overrides = match self.entries.remove(&name) {
+            Some(old) => {
+                let mut o = old.overrides;
+                o.push(old.source);
+                o
+            }
+            None => Vec::new(),
+        };
+        self.entries.insert(
+            name.clone(),
+            LoopEntry {
+                name,
+                def,
+                source,
+                overrides,
+            },
+        );
+    }
+
+    pub fn get(&self, name: &str) -> Result<&LoopEntry, LoopError> {
+        self.entries.get(name).ok_or_else(|| {
+            let names: Vec<&str> = self.entries.keys().map(String::as_str).collect();
+            LoopError::Unknown {
+                name: name.to_string(),
+                suggestion: yaml::nearest(name, &names)
+                    .map(|s| format!(" (did you mean `{s}`?)"))
+                    .unwrap_or_default(),
+                known: names.join(", "),
+            }
+        })
+    }
+
+    pub fn entries(&self) -> impl Iterator<Item = &LoopEntry> {
+        self.entries.values()
+    }
+}
+
+/// Parse one loop file: a map from loop name to definition, every template compiled.
+pub fn parse_file(path: &Path, text: &str) -> Result<BTreeMap<String, LoopType>, LoopError> {
+    let defs = yaml::parse::<BTreeMap<String, LoopType>>(path, text)
+        .map_err(LoopError::Yaml)?
+        .unwrap_or_default();
+    let file = path.display().to_string();
+    for (name, def) in &defs {
+        let valid_name = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !valid_name {
+            return Err(LoopError::Invalid {
+                file,
+                name: name.clone(),
+                message: "a loop name uses letters, digits, `-` and `_` only".into(),
+            });
+        }
+        if def.max_iterations == 0 {
+            return Err(LoopError::Invalid {
+                file,
+                name: name.clone(),
+                message: "field `max-iterations` must be at least 1".into(),
+            });
+        }
+        PromptTemplate::compile(name, &def.prompt_template).map_err(|source| LoopError::Template {
+            file: file.clone(),
+            source,
+        })?;
+    }
+    Ok(defs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_parses() {
+        for (file, text) in BUILTIN {
+            let defs = parse_file(Path::new(file), text).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!defs.is_empty(), "{file}");
+        }
+    }
+
+    #[test]
+    fn builtin_ralph_is_lean_and_valid() {
+        let r = Registry::builtin();
+        let ralph = r.get("ralph").unwrap();
+        assert_eq!(ralph.source, LoopSource::Builtin);
+        assert!(ralph.def.prompt_template.len() <= 3 * 1024, "{}", ralph.def.prompt_template.len());
+        let t = PromptTemplate::compile("ralph", &ralph.def.prompt_template).unwrap();
+        // The generic loop leaves git-status and git-diff to the agent: they cost time on large repositories.
+        assert!(!t.uses("git-status") && !t.uses("git-diff"));
+        assert!(t.uses("previous-errors") && t.uses("decision"));
+    }
+
+    #[test]
+    fn project_overrides_user_overrides_builtin() {
+        let d = tempfile::tempdir().unwrap();
+        let user = d.path().join("user");
+        let proj = d.path().join("proj");
+        std::fs::create_dir_all(&user).unwrap();
+        std::fs::create_dir_all(&proj).unwrap();
+        let def = |t: &str| format!("ralph:\n  prompt-template: \"{t} {{{{task-description}}}}\"\n  validation-command: \"true\"\n  success-exit-code: 0\n  max-iterations: 3\n");
+        std::fs::write(user.join("a.yaml"), def("user")).unwrap();
+        std::fs::write(proj.join("b.yaml"), def("proj")).unwrap();
+        let r = Registry::load(Some(&user), &proj).unwrap();
+        let e = r.get("ralph").unwrap();
+        assert!(matches!(e.source, LoopSource::Project(_)));
+        assert_eq!(e.overrides.len(), 2);
+        assert!(e.def.prompt_template.starts_with("proj"));
+    }
+
+    #[test]
+    fn unknown_field_in_a_loop_file_names_file_line_and_suggestion() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("x.yaml"),
+            "mine:\n  prompt-template: hi\n  validation-command: \"\"\n  success-exit-code: 0\n  max-iteration: 3\n",
+        )
+        .unwrap();
+        let e = Registry::load(None, d.path()).unwrap_err().to_string();
+        assert!(e.contains("x.yaml:5:3"), "{e}");
+        assert!(e.contains("did you mean `max-iterations`"), "{e}");
+    }
+
+    #[test]
+    fn unknown_loop_suggests() {
+        let e = Registry::builtin().get("ralf").unwrap_err().to_string();
+        assert!(e.contains("did you mean `ralph`"), "{e}");
+    }
+}

@@ -1,0 +1,12 @@
+//! The record a person audits afterwards (spec 2 §3–§4): one log per iteration,
+//! `summary.csv` with one row per iteration, the final summary, and archives.
+
+mod archive;
+mod csv_row;
+mod iteration_log;
+mod summary;
+
+pub use archive::{ArchiveError, ArchiveReport, archive};
+pub use csv_row::{CSV_COLUMNS, SummaryRow, append_row};
+pub use iteration_log::IterationLog;
+pub use summary::{RunSummary, count_stories};

@@ -1,0 +1,243 @@
+//! Typed access to the `.ralph/` files that agent and harness share. Every write is atomic.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::fsutil::{read_optional, write_atomic};
+
+/// Paths of one work tree's `.ralph/` directory.
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    root: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("a loop is already running in {dir} (lock {lock} is held)\n  hint: wait for it, or stop it with Ctrl-C in its terminal")]
+    Busy { dir: PathBuf, lock: PathBuf },
+    #[error("nothing to answer: {0} does not exist\n  hint: `taskdaemon answer` replies to a DECIDE question the agent asked")]
+    NoQuestion(PathBuf),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError + '_ {
+    move |source| WorkspaceError::Io { path: path.to_path_buf(), source }
+}
+
+impl Workspace {
+    /// The workspace of the work tree at `dir`.
+    pub fn new(dir: &Path) -> Workspace {
+        Workspace { root: dir.join(".ralph") }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    pub fn logs_dir(&self) -> PathBuf {
+        self.root.join("logs")
+    }
+    pub fn summary_csv(&self) -> PathBuf {
+        self.logs_dir().join("summary.csv")
+    }
+    pub fn iteration_log(&self, n: u32) -> PathBuf {
+        self.logs_dir().join(format!("iteration-{n:03}.log"))
+    }
+    pub fn prompt_file(&self, n: u32) -> PathBuf {
+        self.logs_dir().join(format!("iteration-{n:03}.prompt.md"))
+    }
+    pub fn blocked_file(&self) -> PathBuf {
+        self.root.join("blocked.txt")
+    }
+    pub fn decide_file(&self) -> PathBuf {
+        self.root.join("decide.txt")
+    }
+    pub fn decisions_dir(&self) -> PathBuf {
+        self.root.join("decisions")
+    }
+    pub fn run_state(&self) -> PathBuf {
+        self.root.join("run.json")
+    }
+    pub fn lock_file(&self) -> PathBuf {
+        self.root.join("run.lock")
+    }
+    /// Notes the agent keeps for its next fresh iteration (`current-state`).
+    pub fn progress_notes(&self) -> PathBuf {
+        self.root.join("progress.md")
+    }
+    pub fn archive_dir(&self) -> PathBuf {
+        self.root.join("archive")
+    }
+
+    /// Hold the run lock of this work tree; released when the returned guard drops.
+    pub fn lock(&self) -> Result<RunLock, WorkspaceError> {
+        let path = self.lock_file();
+        std::fs::create_dir_all(&self.root).map_err(io(&self.root))?;
+        let mut f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io(&path))?;
+        match f.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(WorkspaceError::Busy {
+                    dir: self.root.parent().unwrap_or(&self.root).to_path_buf(),
+                    lock: path,
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(&path)(e)),
+        }
+        let _ = f.set_len(0);
+        let _ = writeln!(f, "{}", std::process::id());
+        Ok(RunLock { _file: f })
+    }
+
+    /// Whether a loop holds the lock right now.
+    pub fn is_locked(&self) -> bool {
+        match File::open(self.lock_file()) {
+            Ok(f) => matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)),
+            Err(_) => false,
+        }
+    }
+
+    pub fn read_blocked(&self) -> Result<Option<String>, WorkspaceError> {
+        let p = self.blocked_file();
+        read_optional(&p).map_err(io(&p))
+    }
+
+    pub fn write_blocked(&self, reason: &str, iteration: u32, at: &str) -> Result<(), WorkspaceError> {
+        let p = self.blocked_file();
+        let text = format!(
+            "BLOCKED (iteration {iteration}, {at})\nreason: {reason}\n\nResolve it, then run `taskdaemon unblock` and `taskdaemon run --resume`.\n"
+        );
+        write_atomic(&p, text.as_bytes()).map_err(io(&p))
+    }
+
+    pub fn remove_blocked(&self) -> Result<Option<String>, WorkspaceError> {
+        let old = self.read_blocked()?;
+        if old.is_some() {
+            let p = self.blocked_file();
+            std::fs::remove_file(&p).map_err(io(&p))?;
+        }
+        Ok(old)
+    }
+
+    pub fn read_decide(&self) -> Result<Option<DecideFile>, WorkspaceError> {
+        let p = self.decide_file();
+        Ok(read_optional(&p).map_err(io(&p))?.map(|t| DecideFile::parse(&t)))
+    }
+
+    /// The question in spec 2's format, with an empty answer section below `---`.
+    pub fn write_decide(&self, question: &str, iteration: u32, at: &str) -> Result<(), WorkspaceError> {
+        let p = self.decide_file();
+        let text = format!("## Question (from iteration {iteration}, {at})\n{question}\n\n---\n## Answer\n");
+        write_atomic(&p, text.as_bytes()).map_err(io(&p))
+    }
+
+    /// Write `answer` below the `---` of decide.txt (replacing an earlier answer).
+    pub fn answer(&self, answer: &str) -> Result<DecideFile, WorkspaceError> {
+        let p = self.decide_file();
+        let Some(text) = read_optional(&p).map_err(io(&p))? else {
+            return Err(WorkspaceError::NoQuestion(p));
+        };
+        let above = match text.find("\n---\n") {
+            Some(i) => &text[..i],
+            None => text.trim_end(),
+        };
+        let new = format!("{}\n\n---\n## Answer\n{}\n", above.trim_end(), answer.trim());
+        write_atomic(&p, new.as_bytes()).map_err(io(&p))?;
+        Ok(DecideFile::parse(&new))
+    }
+
+    /// Move an answered decide.txt into `.ralph/decisions/` (kept, tracked by git).
+    pub fn archive_decide(&self, stamp: &str) -> Result<Option<PathBuf>, WorkspaceError> {
+        let p = self.decide_file();
+        let Some(text) = read_optional(&p).map_err(io(&p))? else { return Ok(None) };
+        let dest = self.decisions_dir().join(format!("decide-{stamp}.md"));
+        write_atomic(&dest, text.as_bytes()).map_err(io(&dest))?;
+        std::fs::remove_file(&p).map_err(io(&p))?;
+        Ok(Some(dest))
+    }
+
+    pub fn read_progress_notes(&self) -> Result<Option<String>, WorkspaceError> {
+        let p = self.progress_notes();
+        read_optional(&p).map_err(io(&p))
+    }
+}
+
+/// A held run lock.
+#[derive(Debug)]
+pub struct RunLock {
+    _file: File,
+}
+
+/// decide.txt: the agent's question and, once a person wrote one, the answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecideFile {
+    pub question: String,
+    pub answer: Option<String>,
+}
+
+impl DecideFile {
+    pub fn parse(text: &str) -> DecideFile {
+        let (above, below) = match text.find("\n---\n") {
+            Some(i) => (&text[..i], Some(&text[i + 5..])),
+            None => (text, None),
+        };
+        let question = above
+            .lines()
+            .filter(|l| !l.starts_with("## Question"))
+            .collect::<Vec<_>>()
+            .join("\n")
+            .trim()
+            .to_string();
+        let answer = below
+            .map(|b| {
+                b.lines()
+                    .filter(|l| l.trim() != "## Answer")
+                    .collect::<Vec<_>>()
+                    .join("\n")
+                    .trim()
+                    .to_string()
+            })
+            .filter(|a| !a.is_empty());
+        DecideFile { question, answer }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decide_round_trip() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(d.path());
+        ws.write_decide("WebSockets or polling?", 7, "2026-11-21T12:00:00Z").unwrap();
+        let f = ws.read_decide().unwrap().unwrap();
+        assert_eq!(f.question, "WebSockets or polling?");
+        assert_eq!(f.answer, None);
+        ws.answer("Polling for now.").unwrap();
+        let text = std::fs::read_to_string(ws.decide_file()).unwrap();
+        assert!(text.starts_with("## Question (from iteration 7, 2026-11-21T12:00:00Z)\n"));
+        assert!(text.contains("\n---\n## Answer\nPolling for now.\n"));
+        assert_eq!(ws.read_decide().unwrap().unwrap().answer.as_deref(), Some("Polling for now."));
+        let dest = ws.archive_decide("1").unwrap().unwrap();
+        assert!(dest.exists() && !ws.decide_file().exists());
+    }
+
+    #[test]
+    fn lock_is_exclusive() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(d.path());
+        let held = ws.lock().unwrap();
+        assert!(ws.is_locked());
+        assert!(matches!(ws.lock(), Err(WorkspaceError::Busy { .. })));
+        drop(held);
+        assert!(!ws.is_locked());
+        ws.lock().unwrap();
+    }
+}

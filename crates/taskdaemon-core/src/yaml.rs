@@ -1,0 +1,155 @@
+//! YAML parsing with errors a person can act on: file, line, column, the field, and a
+//! suggestion when a key is misspelt.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+
+/// A YAML file that could not be read into the expected shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct YamlError {
+    pub file: PathBuf,
+    pub line: Option<u64>,
+    pub column: Option<u64>,
+    /// The parser's message, first line only.
+    pub message: String,
+    /// What to do about it.
+    pub hint: Option<String>,
+}
+
+impl fmt::Display for YamlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let (Some(l), Some(c)) = (self.line, self.column) {
+            write!(f, ":{l}:{c}")?;
+        }
+        write!(f, ": {}", self.message)?;
+        if let Some(h) = &self.hint {
+            write!(f, "\n  hint: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for YamlError {}
+
+/// Parse `text` (read from `file`) as `T`. An empty document or one of only comments is
+/// `None`.
+pub fn parse<T: DeserializeOwned>(file: &Path, text: &str) -> Result<Option<T>, YamlError> {
+    match serde_saphyr::from_str::<Option<T>>(text) {
+        Ok(v) => Ok(v),
+        Err(e) => {
+            let loc = e.location();
+            let full = e.to_string();
+            // serde-saphyr renders a snippet after the first line; keep the message only.
+            let first = full.lines().next().unwrap_or("invalid YAML").to_string();
+            let message = strip_location_prefix(&first);
+            let hint = hint_for(&message);
+            Err(YamlError {
+                file: file.to_path_buf(),
+                line: loc.as_ref().map(|l| l.line()),
+                column: loc.as_ref().map(|l| l.column()),
+                message,
+                hint,
+            })
+        }
+    }
+}
+
+fn strip_location_prefix(line: &str) -> String {
+    let line = line.strip_prefix("error: ").unwrap_or(line);
+    // "line 3 column 19: invalid u32" -> "invalid u32"
+    if line.starts_with("line ") {
+        if let Some((_, rest)) = line.split_once(": ") {
+            return rest.to_string();
+        }
+    }
+    line.to_string()
+}
+
+/// For "unknown field `promt`, expected one of a, b" suggest the nearest known field.
+fn hint_for(message: &str) -> Option<String> {
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        let (field, tail) = rest.split_once('`')?;
+        let expected: Vec<&str> = tail
+            .split_once("expected one of ")
+            .or_else(|| tail.split_once("expected "))
+            .map(|(_, list)| {
+                list.split(',')
+                    .map(|s| s.trim().trim_matches('`'))
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        return Some(match nearest(field, &expected) {
+            Some(best) => format!("did you mean `{best}`? known fields: {}", expected.join(", ")),
+            None => format!("remove `{field}`; known fields: {}", expected.join(", ")),
+        });
+    }
+    if message.starts_with("missing field") {
+        return Some("add the field; see `taskdaemon loops --help` or the commented defaults written by `taskdaemon init`".into());
+    }
+    if message.starts_with("invalid") {
+        return Some("check the value's type (a number, a string in quotes, true/false)".into());
+    }
+    None
+}
+
+/// The candidate closest to `word` by edit distance, if it is close enough to be a typo.
+pub fn nearest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    candidates
+        .iter()
+        .map(|c| (levenshtein(word, c), *c))
+        .filter(|(d, c)| *d <= (c.len().max(word.len()) / 3).max(2))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+fn levenshtein(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur.push((prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+    #[allow(dead_code)]
+    struct T {
+        prompt_template: String,
+        max_iterations: u32,
+    }
+
+    #[test]
+    fn unknown_field_has_location_and_suggestion() {
+        let e = parse::<T>(Path::new("x.yaml"), "prompt-template: a\nmax-iteratons: 3\n").unwrap_err();
+        assert_eq!((e.line, e.column), (Some(2), Some(1)));
+        assert!(e.message.contains("max-iteratons"), "{e}");
+        assert!(e.hint.as_deref().unwrap_or("").contains("did you mean `max-iterations`"), "{e}");
+        assert!(e.to_string().starts_with("x.yaml:2:1: "), "{e}");
+    }
+
+    #[test]
+    fn empty_document_is_none() {
+        assert!(parse::<T>(Path::new("x"), "# nothing\n").unwrap().is_none());
+    }
+
+    #[test]
+    fn nearest_rejects_far_words() {
+        assert_eq!(nearest("zzzzzzzz", &["agent", "loop"]), None);
+        assert_eq!(nearest("agnet", &["agent", "loop"]), Some("agent"));
+    }
+}
