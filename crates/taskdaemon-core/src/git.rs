@@ -95,6 +95,52 @@ impl Git {
     }
 }
 
+impl Git {
+    /// Make sure each pattern is ignored: patterns found neither in `dir/.gitignore` nor in
+    /// the repository's `info/exclude` are added to `info/exclude` (local, never committed).
+    /// Patterns are relative to `dir`. Returns the patterns added.
+    pub fn ensure_excluded(&self, patterns: &[&str]) -> Result<Vec<String>, GitError> {
+        let top = self.toplevel()?;
+        let prefix = self
+            .dir
+            .canonicalize()
+            .ok()
+            .and_then(|d| d.strip_prefix(top.canonicalize().unwrap_or(top.clone())).ok().map(|p| p.to_path_buf()))
+            .unwrap_or_default();
+        let exclude = PathBuf::from(self.run(&["rev-parse", "--path-format=absolute", "--git-path", "info/exclude"])?.trim_end());
+        let gitignore = std::fs::read_to_string(self.dir.join(".gitignore")).unwrap_or_default();
+        let existing = std::fs::read_to_string(&exclude).unwrap_or_default();
+        let anchored = |p: &str| {
+            let rel = prefix.join(p.trim_end_matches('/')).to_string_lossy().into_owned();
+            format!("/{rel}{}", if p.ends_with('/') { "/" } else { "" })
+        };
+        let missing: Vec<String> = patterns
+            .iter()
+            .filter(|p| !gitignore.lines().any(|l| l.trim() == **p || l.trim() == format!("/{p}")))
+            .map(|p| anchored(p))
+            .filter(|a| !existing.lines().any(|l| l.trim() == a))
+            .collect();
+        if missing.is_empty() {
+            return Ok(missing);
+        }
+        let mut text = existing;
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str("# taskdaemon runtime files\n");
+        for m in &missing {
+            text.push_str(m);
+            text.push('\n');
+        }
+        crate::fsutil::write_atomic(&exclude, text.as_bytes()).map_err(|e| GitError::Failed {
+            args: "write info/exclude".into(),
+            dir: exclude.clone(),
+            stderr: e.to_string(),
+        })?;
+        Ok(missing)
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod testrepo {
     use std::path::Path;
@@ -140,6 +186,20 @@ mod tests {
         assert!(g.diff_head().is_ok());
         testrepo::commit_all(d.path(), "one");
         assert_eq!(g.head().unwrap().map(|h| h.len()), Some(40));
+    }
+
+    #[test]
+    fn runtime_files_become_ignored_once() {
+        let d = tempfile::tempdir().unwrap();
+        testrepo::init(d.path());
+        let g = Git::new(d.path());
+        let added = g.ensure_excluded(&[".ralph/logs/", ".ralph/run.json"]).unwrap();
+        assert_eq!(added, ["/.ralph/logs/", "/.ralph/run.json"]);
+        assert!(g.ensure_excluded(&[".ralph/logs/"]).unwrap().is_empty());
+        std::fs::create_dir_all(d.path().join(".ralph/logs")).unwrap();
+        std::fs::write(d.path().join(".ralph/logs/x.log"), "x").unwrap();
+        std::fs::write(d.path().join(".ralph/run.json"), "{}").unwrap();
+        assert_eq!(g.status_porcelain().unwrap(), "");
     }
 
     #[test]

@@ -6,6 +6,18 @@ use std::path::{Path, PathBuf};
 
 use crate::fsutil::{read_optional, write_atomic};
 
+/// Files in `.ralph/` that git must ignore: logs, escalations, runtime state. `init` puts
+/// them in `.gitignore`; `run` puts any that are missing in `.git/info/exclude`, so an
+/// agent's `git add -A` never commits them.
+pub const IGNORED: &[&str] = &[
+    ".ralph/logs/",
+    ".ralph/blocked.txt",
+    ".ralph/decide.txt",
+    ".ralph/run.json",
+    ".ralph/run.lock",
+    ".ralph/archive/*/logs/",
+];
+
 /// Paths of one work tree's `.ralph/` directory.
 #[derive(Debug, Clone)]
 pub struct Workspace {

@@ -1,1 +1,7 @@
-fn main(){}
+mod cli;
+mod commands;
+mod render;
+
+fn main() -> std::process::ExitCode {
+    cli::main()
+}

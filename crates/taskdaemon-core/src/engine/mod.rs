@@ -378,6 +378,8 @@ async fn iteration(
         short.as_deref().map(|c| format!("commit {c}")).unwrap_or_else(|| "no commit".into()),
     );
     if let Some(last) = &parsed.last_text {
+        // Quoted tags would put promises into the next prompt: keep their text only.
+        let last = last.replace("<promise>", "[promise: ").replace("</promise>", "]");
         let last: String = last.trim().chars().take(160).collect();
         note.push_str(&format!(". Last words: \"{last}\""));
     }

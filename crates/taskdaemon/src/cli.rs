@@ -1,0 +1,109 @@
+//! Command-line parsing, dispatch, and the mapping of errors to exit codes (usage and
+//! configuration errors: 64; internal errors: 70; outcomes: `Outcome::exit_code`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use taskdaemon_core::engine::exit_code;
+
+use crate::commands;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "taskdaemon",
+    version,
+    about = "Run autonomous AI coding loops in git repositories, verified by evidence.",
+    long_about = "Run autonomous AI coding loops (\"Ralph Wiggum loops\") in git repositories.\n\n\
+Each iteration gives an agent a fresh prompt; the harness then decides from evidence (a validation \
+command, git) whether the work is done, blocked, stuck or must go on.\n\n\
+Exit codes: 0 complete, 1 limit reached, 2 blocked, 3 decision needed, 4 stuck, 5 failed, \
+64 usage or configuration error, 70 internal error, 130 interrupted (resumable).",
+    after_help = "Start with `taskdaemon demo` (no API key needed), then `taskdaemon init` in your repository."
+)]
+pub struct Cli {
+    /// Run as if started in DIR.
+    #[arg(short = 'C', long = "dir", global = true, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Settings file to use instead of the project's .taskdaemon/config.yaml; it must exist.
+    #[arg(long, global = true, value_name = "FILE", env = "TASKDAEMON_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a loop: an agent works on the task, iteration after iteration, until the evidence says done.
+    Run(commands::run::RunArgs),
+    /// Write .taskdaemon/config.yaml (commented defaults) and the .gitignore entries.
+    Init(commands::init::InitArgs),
+    /// List the loop types and where each was defined.
+    Loops(commands::loops::LoopsArgs),
+    /// Show why the loop is blocked and clear the block.
+    Unblock(commands::unblock::UnblockArgs),
+    /// Answer the agent's DECIDE question; the next run puts the answer in its prompt.
+    Answer(commands::answer::AnswerArgs),
+    /// Move the finished run's .ralph/ files into .ralph/archive/.
+    Archive(commands::archive::ArchiveArgs),
+    /// Make a scratch repository and run a scripted loop in it (no API key, no network).
+    Demo(commands::demo::DemoArgs),
+    /// Play a scripted-agent YAML script (used by `--agent script:FILE`).
+    #[command(name = "__script-agent", hide = true)]
+    ScriptAgent(commands::script_agent::ScriptAgentArgs),
+}
+
+/// An error that is the user's to fix (bad input, configuration, state): exit 64.
+#[derive(Debug)]
+pub struct UserError(pub String);
+
+impl std::fmt::Display for UserError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UserError {}
+
+/// Mark an error as the user's to fix.
+pub fn user(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::Error::new(UserError(e.to_string()))
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(match e.kind() {
+                clap::error::ErrorKind::DisplayHelp
+                | clap::error::ErrorKind::DisplayVersion
+                | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => 0,
+                _ => exit_code::USAGE as u8,
+            });
+        }
+    };
+    let code = match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            let user_fault = e.chain().any(|c| c.is::<UserError>());
+            eprintln!("error: {e:#}");
+            if user_fault { exit_code::USAGE } else { exit_code::INTERNAL }
+        }
+    };
+    ExitCode::from(u8::try_from(code).unwrap_or(exit_code::INTERNAL as u8))
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<i32> {
+    let ctx = commands::Ctx { dir: cli.dir, config: cli.config };
+    match cli.command {
+        Command::Run(a) => commands::run::run(a, &ctx),
+        Command::Init(a) => commands::init::run(a, &ctx),
+        Command::Loops(a) => commands::loops::run(a, &ctx),
+        Command::Unblock(a) => commands::unblock::run(a, &ctx),
+        Command::Answer(a) => commands::answer::run(a, &ctx),
+        Command::Archive(a) => commands::archive::run(a, &ctx),
+        Command::Demo(a) => commands::demo::run(a, &ctx),
+        Command::ScriptAgent(a) => commands::script_agent::run(a),
+    }
+}

@@ -1,0 +1,88 @@
+//! `taskdaemon init`: project settings with commented defaults, and .gitignore entries.
+
+use clap::Args;
+use taskdaemon_core::config::{DEFAULT_CONFIG_YAML, project_config_path};
+use taskdaemon_core::fsutil::{read_optional, write_atomic};
+use taskdaemon_core::workspace::IGNORED;
+
+use super::{Ctx, print_json};
+use crate::cli::user;
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Overwrite an existing .taskdaemon/config.yaml (the old one is kept as config.yaml.bak).
+    #[arg(long)]
+    pub force: bool,
+    /// Print what was done as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(serde::Serialize)]
+struct Report {
+    config: String,
+    config_written: bool,
+    gitignore: String,
+    gitignore_added: Vec<String>,
+}
+
+pub fn run(args: InitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
+    let dir = ctx.repo_dir()?;
+    let cfg = project_config_path(&dir);
+    let existing = read_optional(&cfg).map_err(user)?;
+    let config_written = match existing {
+        Some(old) if !args.force => {
+            let _ = old;
+            false
+        }
+        Some(old) => {
+            write_atomic(&cfg.with_extension("yaml.bak"), old.as_bytes()).map_err(user)?;
+            write_atomic(&cfg, DEFAULT_CONFIG_YAML.as_bytes()).map_err(user)?;
+            true
+        }
+        None => {
+            write_atomic(&cfg, DEFAULT_CONFIG_YAML.as_bytes()).map_err(user)?;
+            true
+        }
+    };
+    let gi = dir.join(".gitignore");
+    let text = read_optional(&gi).map_err(user)?.unwrap_or_default();
+    let added: Vec<String> = IGNORED
+        .iter()
+        .filter(|p| !text.lines().any(|l| l.trim() == **p))
+        .map(|p| p.to_string())
+        .collect();
+    if !added.is_empty() {
+        let mut new = text.clone();
+        if !new.is_empty() && !new.ends_with('\n') {
+            new.push('\n');
+        }
+        new.push_str("# taskdaemon: logs, escalations and runtime state\n");
+        for p in &added {
+            new.push_str(p);
+            new.push('\n');
+        }
+        write_atomic(&gi, new.as_bytes()).map_err(user)?;
+    }
+    if args.json {
+        print_json(&Report {
+            config: cfg.display().to_string(),
+            config_written,
+            gitignore: gi.display().to_string(),
+            gitignore_added: added,
+        })?;
+        return Ok(0);
+    }
+    if config_written {
+        println!("wrote {} (every setting commented at its default)", cfg.display());
+    } else {
+        println!("kept {} (use --force to replace it)", cfg.display());
+    }
+    if added.is_empty() {
+        println!("{} already ignores taskdaemon's runtime files", gi.display());
+    } else {
+        println!("added to {}: {}", gi.display(), added.join(" "));
+    }
+    println!("next: taskdaemon run \"your task\" --validate \"your test command\"");
+    Ok(0)
+}

@@ -1,0 +1,282 @@
+//! `taskdaemon run`: resolve settings, check the work tree, drive the engine, render events.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use clap::Args;
+use taskdaemon_core::config::{self, Dur, Settings};
+use taskdaemon_core::duration::parse_duration;
+use taskdaemon_core::engine::{
+    EngineContext, EventSink, Outcome, RunConfig, RunState, exit_code, run_loop,
+};
+use taskdaemon_core::git::Git;
+use taskdaemon_core::loops::Registry;
+use taskdaemon_core::telemetry::RunSummary;
+use taskdaemon_core::workspace::{IGNORED, Workspace};
+use taskdaemon_core::{agent, clock};
+use tokio_util::sync::CancellationToken;
+
+use super::Ctx;
+use crate::cli::user;
+use crate::render::Renderer;
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+taskdaemon run \"make the failing tests pass\" --agent claude --validate \"cargo test\"\n  \
+taskdaemon run -f task.md --agent 'cmd:./my-agent.sh' --max-iterations 5\n  \
+taskdaemon run --resume                 # continue the last run here\n\n\
+Every option can also be set in .taskdaemon/config.yaml or as TASKDAEMON_<NAME> (e.g. TASKDAEMON_MAX_ITERATIONS).")]
+pub struct RunArgs {
+    /// The task for the agent.
+    #[arg(value_name = "PROMPT")]
+    pub prompt: Option<String>,
+    /// Read the task from FILE (`-` for stdin).
+    #[arg(short = 'f', long, value_name = "FILE", conflicts_with = "prompt")]
+    pub prompt_file: Option<PathBuf>,
+    /// Loop type (see `taskdaemon loops`) [default: ralph].
+    #[arg(long = "loop", value_name = "TYPE", env = "TASKDAEMON_LOOP")]
+    pub loop_type: Option<String>,
+    /// claude, codex, gemini, opencode, amp, script:FILE or cmd:COMMAND [default: config, else the first installed CLI].
+    #[arg(long, value_name = "SPEC", env = "TASKDAEMON_AGENT")]
+    pub agent: Option<String>,
+    /// How to read the agent's output: text, claude-stream-json, codex-json [default: per agent].
+    #[arg(long, value_name = "FORMAT", env = "TASKDAEMON_AGENT_FORMAT")]
+    pub agent_format: Option<String>,
+    /// Validation command (sh -c) run after every iteration; its exit code decides completion.
+    #[arg(long, value_name = "CMD", env = "TASKDAEMON_VALIDATE")]
+    pub validate: Option<String>,
+    /// The validation exit code that means done [default: 0].
+    #[arg(long, value_name = "N", env = "TASKDAEMON_SUCCESS_EXIT_CODE")]
+    pub success_exit_code: Option<i32>,
+    /// Stop (exit 1) after N iterations [default: from the loop type, 20 for ralph].
+    #[arg(long, value_name = "N", env = "TASKDAEMON_MAX_ITERATIONS")]
+    pub max_iterations: Option<u32>,
+    /// Stop (exit 4) after N consecutive iterations without a new commit; 0 disables [default: 3].
+    #[arg(long, value_name = "N", env = "TASKDAEMON_MAX_STUCK")]
+    pub max_stuck: Option<u32>,
+    /// Stop an iteration's agent after DUR (90s, 15m, 2h) [default: 30m].
+    #[arg(long, value_name = "DUR", env = "TASKDAEMON_ITERATION_TIMEOUT", value_parser = dur)]
+    pub iteration_timeout: Option<Dur>,
+    /// Stop (exit 1) once the run has taken DUR.
+    #[arg(long, value_name = "DUR", env = "TASKDAEMON_MAX_RUNTIME", value_parser = dur)]
+    pub max_runtime: Option<Dur>,
+    /// Stop (exit 1) once the agent's reported cost reaches USD.
+    #[arg(long, value_name = "USD", env = "TASKDAEMON_MAX_COST")]
+    pub max_cost: Option<f64>,
+    /// Also require <promise>TEXT</promise> for completion (the agent says it; validation must pass too).
+    #[arg(long, value_name = "TEXT", env = "TASKDAEMON_COMPLETION_PROMISE")]
+    pub completion_promise: Option<String>,
+    /// Time between TERM and KILL when the agent is stopped [default: 5s].
+    #[arg(long, value_name = "DUR", env = "TASKDAEMON_KILL_GRACE", value_parser = dur)]
+    pub kill_grace: Option<Dur>,
+    /// Continue the last run in this directory at its next iteration, with its saved settings
+    /// (options given now override them).
+    #[arg(long)]
+    pub resume: bool,
+    /// One JSON event per line on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn dur(s: &str) -> Result<Dur, String> {
+    parse_duration(s).map(Dur)
+}
+
+impl RunArgs {
+    /// The options given on the command line or in TASKDAEMON_* variables, as a layer.
+    fn settings(&self) -> Settings {
+        Settings {
+            agent: self.agent.clone(),
+            agent_format: self.agent_format.clone(),
+            loop_type: self.loop_type.clone(),
+            validate: self.validate.clone(),
+            success_exit_code: self.success_exit_code,
+            max_iterations: self.max_iterations,
+            max_stuck: self.max_stuck,
+            iteration_timeout: self.iteration_timeout,
+            max_runtime: self.max_runtime,
+            max_cost: self.max_cost,
+            completion_promise: self.completion_promise.clone(),
+            kill_grace: self.kill_grace,
+        }
+    }
+
+    fn task(&self) -> anyhow::Result<Option<String>> {
+        if let Some(p) = &self.prompt {
+            return Ok(Some(p.clone()));
+        }
+        let Some(file) = &self.prompt_file else { return Ok(None) };
+        if file.as_os_str() == "-" {
+            let mut s = String::new();
+            std::io::stdin().read_to_string(&mut s).context("reading the task from stdin")?;
+            return Ok(Some(s));
+        }
+        std::fs::read_to_string(file)
+            .map(Some)
+            .map_err(|e| user(format!("cannot read prompt file {}: {e}", file.display())))
+    }
+}
+
+pub fn run(args: RunArgs, ctx: &Ctx) -> anyhow::Result<i32> {
+    let (dir, ws) = ctx.workspace()?;
+    if let Some(code) = refuse_if_waiting_for_a_human(&ws)? {
+        return Ok(code);
+    }
+    let _lock = ws.lock().map_err(user)?;
+    let flags = args.settings();
+
+    let (state, resumed) = if args.resume {
+        if args.prompt.is_some() || args.prompt_file.is_some() {
+            return Err(user("--resume continues the saved task; drop PROMPT / --prompt-file, or start a new run without --resume"));
+        }
+        (resume_state(&ws, &flags)?, true)
+    } else {
+        let task = args.task()?.ok_or_else(|| {
+            user("no task given\n  hint: `taskdaemon run \"what to do\"`, `taskdaemon run -f task.md`, or `taskdaemon run --resume`")
+        })?;
+        (new_state(&dir, &ws, task, &flags, ctx.config.as_deref())?, false)
+    };
+    let (_outcome, summary) = drive(&ws, state, resumed, args.json)?;
+    Ok(summary.exit_code)
+}
+
+/// BLOCKED and an unanswered DECIDE stop a run from starting, with what to do.
+fn refuse_if_waiting_for_a_human(ws: &Workspace) -> anyhow::Result<Option<i32>> {
+    if let Some(text) = ws.read_blocked().map_err(user)? {
+        eprintln!(
+            "taskdaemon: not starting: the loop is blocked ({}):\n{}\n  hint: resolve it, then `taskdaemon unblock` and `taskdaemon run --resume`",
+            ws.blocked_file().display(),
+            indent(text.trim())
+        );
+        return Ok(Some(exit_code::BLOCKED));
+    }
+    if let Some(d) = ws.read_decide().map_err(user)? {
+        if d.answer.is_none() {
+            eprintln!(
+                "taskdaemon: not starting: the agent asked a question that has no answer yet ({}):\n{}\n  hint: `taskdaemon answer \"your decision\"`, then `taskdaemon run --resume`",
+                ws.decide_file().display(),
+                indent(&d.question)
+            );
+            return Ok(Some(exit_code::DECIDE));
+        }
+    }
+    Ok(None)
+}
+
+fn indent(s: &str) -> String {
+    s.lines().map(|l| format!("    {l}")).collect::<Vec<_>>().join("\n")
+}
+
+fn resume_state(ws: &Workspace, flags: &Settings) -> anyhow::Result<RunState> {
+    let mut st = RunState::load(ws)
+        .map_err(user)?
+        .ok_or_else(|| user(format!("no run to resume in {}\n  hint: start one with `taskdaemon run \"task\"`", ws.root().display())))?;
+    if let Some(o) = &st.outcome {
+        if !o.resumable() {
+            return Err(user(format!(
+                "the last run here ended {} ({}); there is nothing to resume\n  hint: start a new run with `taskdaemon run \"task\"`",
+                o.label(),
+                o.detail()
+            )));
+        }
+        if matches!(o, Outcome::Stuck { .. }) {
+            st.stuck_count = 0;
+        }
+    }
+    st.config.apply(flags, true).map_err(user)?;
+    Ok(st)
+}
+
+fn new_state(dir: &Path, ws: &Workspace, task: String, flags: &Settings, explicit_config: Option<&Path>) -> anyhow::Result<RunState> {
+    let files = config::load_layers(dir, explicit_config).map_err(user)?;
+    let settings = files.merge(flags.clone());
+    let user_loops = config::user_config_dir().map(|d| d.join("loops"));
+    let registry = Registry::load(user_loops.as_deref(), &dir.join(".taskdaemon").join("loops")).map_err(user)?;
+    let cfg = RunConfig::resolve(dir, task, &settings, &registry).map_err(user)?;
+    let git = Git::new(dir);
+    let head = git.head().map_err(user)?;
+    // Keep the logs of an earlier run: they move under logs/<its run id>/.
+    if let Some(old) = RunState::load(ws).ok().flatten() {
+        keep_old_logs(ws, &old.run_id)?;
+        if old.outcome.is_none() || old.outcome.as_ref().is_some_and(Outcome::resumable) {
+            eprintln!(
+                "taskdaemon: starting a new run; the unfinished run {} is replaced (its logs are in {})",
+                old.run_id,
+                ws.logs_dir().join(&old.run_id).display()
+            );
+        }
+    }
+    let now = clock::now();
+    let run_id = format!("{}-{}", now.strftime("%Y%m%dT%H%M%S"), &uuid_suffix());
+    Ok(RunState::new(cfg, run_id, head, clock::rfc3339(now)))
+}
+
+fn uuid_suffix() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{:06x}", (nanos ^ std::process::id().rotate_left(16)) & 0xff_ffff)
+}
+
+fn keep_old_logs(ws: &Workspace, old_run: &str) -> anyhow::Result<()> {
+    let logs = ws.logs_dir();
+    let Ok(entries) = std::fs::read_dir(&logs) else { return Ok(()) };
+    let dest = logs.join(old_run);
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("iteration-") {
+            std::fs::create_dir_all(&dest).with_context(|| format!("creating {}", dest.display()))?;
+            std::fs::rename(e.path(), dest.join(&name)).with_context(|| format!("moving {name} to {}", dest.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Run the engine on a runtime, with Ctrl-C / SIGTERM handling and rendering.
+pub fn drive(ws: &Workspace, state: RunState, resumed: bool, json: bool) -> anyhow::Result<(Outcome, RunSummary)> {
+    agent::become_subreaper();
+    let git = Git::new(&state.config.workdir);
+    let added = git.ensure_excluded(IGNORED).map_err(user)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async {
+        let cancel = CancellationToken::new();
+        spawn_signal_handler(cancel.clone())?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let renderer = tokio::spawn(Renderer::new(json).run(rx));
+        let ctx = EngineContext {
+            script_runner: std::env::current_exe().context("finding the taskdaemon executable")?,
+            events: EventSink::new(tx),
+        };
+        if !added.is_empty() {
+            ctx.events.emit(taskdaemon_core::engine::EngineEvent::Warning {
+                message: format!("added {} to .git/info/exclude so runtime files are never committed (`taskdaemon init` puts them in .gitignore)", added.join(" ")),
+            });
+        }
+        let result = run_loop(state, ws, &ctx, &cancel, resumed).await;
+        drop(ctx);
+        let _ = renderer.await;
+        Ok(result?)
+    })
+}
+
+fn spawn_signal_handler(cancel: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+            _ = hup.recv() => {}
+        }
+        cancel.cancel();
+    });
+    Ok(())
+}

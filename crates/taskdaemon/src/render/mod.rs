@@ -1,0 +1,182 @@
+//! Rendering of engine events: for people (agent output on stdout, harness notes on stderr,
+//! a live status line when stderr is a terminal) or for machines (`--json`: one event per
+//! line on stdout). A closed pipe is not an error: output just stops.
+
+mod summary;
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use taskdaemon_core::agent::Activity;
+use taskdaemon_core::duration::format_duration;
+use taskdaemon_core::engine::EngineEvent;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+pub use summary::summary_block;
+
+pub struct Renderer {
+    json: bool,
+    tty: bool,
+    status: Status,
+    status_shown: bool,
+}
+
+#[derive(Default)]
+struct Status {
+    iteration: u32,
+    max: u32,
+    agent: String,
+    last: String,
+    cost: f64,
+    started: Option<Instant>,
+    active: bool,
+}
+
+impl Renderer {
+    pub fn new(json: bool) -> Renderer {
+        Renderer { json, tty: !json && std::io::stderr().is_terminal(), status: Status::default(), status_shown: false }
+    }
+
+    pub async fn run(mut self, mut rx: UnboundedReceiver<EngineEvent>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                ev = rx.recv() => match ev {
+                    Some(ev) => self.event(ev),
+                    None => break,
+                },
+                _ = tick.tick(), if self.tty && self.status.active => self.draw_status(),
+            }
+        }
+        self.clear_status();
+    }
+
+    fn event(&mut self, ev: EngineEvent) {
+        if self.json {
+            if let Ok(line) = serde_json::to_string(&ev) {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{line}");
+                let _ = out.flush();
+            }
+            return;
+        }
+        match ev {
+            EngineEvent::RunStarted { run_id, loop_type, agent, workdir, first_iteration, max_iterations, validate, resumed } => {
+                self.status.agent = agent.clone();
+                self.status.max = max_iterations;
+                self.status.started = Some(Instant::now());
+                let start = if resumed { format!("resuming at iteration {first_iteration}") } else { "starting".into() };
+                self.note(&format!(
+                    "run {run_id} {start} · loop {loop_type} · agent {agent} · {} · in {workdir}",
+                    validate.map(|v| format!("validate `{v}`")).unwrap_or_else(|| "no validation".into())
+                ));
+            }
+            EngineEvent::Warning { message } => self.note(&format!("warning: {message}")),
+            EngineEvent::IterationStarted { iteration, max_iterations, .. } => {
+                self.status.iteration = iteration;
+                self.status.max = max_iterations;
+                self.status.last.clear();
+                self.status.active = true;
+                self.note(&format!("── iteration {iteration}/{max_iterations} ──"));
+            }
+            EngineEvent::Agent { activity, .. } => match activity {
+                Activity::Text { text } => {
+                    self.status.last = text.lines().last().unwrap_or_default().chars().take(60).collect();
+                    self.out(&text);
+                }
+                Activity::ToolCall { name, detail } => {
+                    self.status.last = format!("{name} {detail}").chars().take(60).collect();
+                    self.out(&format!("  → {name}{}", if detail.is_empty() { String::new() } else { format!(": {detail}") }));
+                }
+                Activity::Other { text } => self.out(&text),
+            },
+            EngineEvent::AgentFinished { exit_code, timed_out, interrupted, duration_ms, tool_calls, cost_usd, .. } => {
+                if let Some(c) = cost_usd {
+                    self.status.cost += c;
+                }
+                let how = if timed_out {
+                    " (timed out: its process group was stopped)"
+                } else if interrupted {
+                    " (interrupted)"
+                } else {
+                    ""
+                };
+                self.note(&format!(
+                    "agent exited {exit_code}{how} after {}, {tool_calls} tool calls{}",
+                    format_duration(Duration::from_millis(duration_ms)),
+                    cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default()
+                ));
+            }
+            EngineEvent::Signal { signal, text, .. } => {
+                self.note(&format!("agent says {}{}", signal.to_uppercase(), text.map(|t| format!(": {t}")).unwrap_or_default()));
+            }
+            EngineEvent::ValidationStarted { command, .. } => {
+                self.status.last = format!("validating: {command}");
+                self.note(&format!("validating: $ {command}"));
+            }
+            EngineEvent::ValidationFinished { passed, exit_code, timed_out, duration_ms, .. } => self.note(&format!(
+                "validation {} (exit {exit_code}{}) in {}",
+                if passed { "passed" } else { "failed" },
+                if timed_out { ", timed out" } else { "" },
+                format_duration(Duration::from_millis(duration_ms))
+            )),
+            EngineEvent::CompletionRejected { reason, .. } => self.note(&format!("COMPLETE rejected: {reason}")),
+            EngineEvent::IterationFinished { iteration, outcome, commit, stuck_count, .. } => {
+                self.status.active = false;
+                self.note(&format!(
+                    "iteration {iteration}: {outcome} · {} · stuck count {stuck_count}",
+                    commit.map(|c| format!("commit {c}")).unwrap_or_else(|| "no new commit".into())
+                ));
+            }
+            EngineEvent::RunFinished { summary } => {
+                self.status.active = false;
+                self.clear_status();
+                self.out(&summary_block(&summary));
+            }
+        }
+    }
+
+    fn out(&mut self, text: &str) {
+        self.clear_status();
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{text}");
+        let _ = out.flush();
+        drop(out);
+        self.draw_status();
+    }
+
+    fn note(&mut self, text: &str) {
+        self.clear_status();
+        let _ = writeln!(std::io::stderr().lock(), "taskdaemon: {text}");
+        self.draw_status();
+    }
+
+    fn clear_status(&mut self) {
+        if self.status_shown {
+            let _ = write!(std::io::stderr().lock(), "\r\x1b[2K");
+            self.status_shown = false;
+        }
+    }
+
+    fn draw_status(&mut self) {
+        if !self.tty || !self.status.active {
+            return;
+        }
+        let s = &self.status;
+        let elapsed = s.started.map(|t| format_duration(t.elapsed())).unwrap_or_default();
+        let cost = if s.cost > 0.0 { format!(" · ${:.4}", s.cost) } else { String::new() };
+        let width = terminal_width();
+        let mut line = format!("⟳ iteration {}/{} · {elapsed} · {} · {}{cost}", s.iteration, s.max, s.agent, s.last);
+        if line.chars().count() > width {
+            line = line.chars().take(width.saturating_sub(1)).collect();
+        }
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "\r\x1b[2K\x1b[2m{line}\x1b[0m");
+        let _ = err.flush();
+        self.status_shown = true;
+    }
+}
+
+fn terminal_width() -> usize {
+    std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).unwrap_or(100)
+}

@@ -1,0 +1,39 @@
+//! The final summary block (spec 2 §3).
+
+use std::time::Duration;
+
+use taskdaemon_core::duration::format_duration;
+use taskdaemon_core::telemetry::RunSummary;
+
+pub fn summary_block(s: &RunSummary) -> String {
+    let d = |ms: u64| format_duration(Duration::from_millis(ms));
+    let stories = s.stories.map(|(c, t)| format!("{c}/{t} complete")).unwrap_or_else(|| "n/a (no prd.json or tasks.json)".into());
+    let cost = match s.cost_usd {
+        Some(c) => format!("${c:.4}"),
+        None => "not reported by this agent".into(),
+    };
+    format!(
+        "\ntaskdaemon summary\n──────────────────\n\
+Exit:        {} (code {}): {}\n\
+Iterations:  {} / {}\n\
+Duration:    {}\n\
+Stories:     {stories}\n\
+Avg/iter:    {}\n\
+Stuck iters: {}\n\
+Cost:        {cost} · tokens {} in / {} out\n\
+Log:         {}\n\
+Iter logs:   {}",
+        s.exit_label,
+        s.exit_code,
+        s.detail,
+        s.iterations,
+        s.max_iterations,
+        d(s.duration_ms),
+        d(s.avg_iteration_ms),
+        s.stuck_iterations,
+        s.tokens_in,
+        s.tokens_out,
+        s.summary_csv.display(),
+        s.logs_dir.display(),
+    )
+}
