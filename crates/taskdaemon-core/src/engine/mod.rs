@@ -82,6 +82,13 @@ pub async fn run_loop(
         validate: cfg.validate.clone(),
         resumed,
     });
+    let added = git.ensure_excluded(crate::workspace::IGNORED)?;
+    if !added.is_empty() {
+        warn(ctx, &format!(
+            "added {} to .git/info/exclude so runtime files are never committed (`taskdaemon init` puts them in .gitignore)",
+            added.join(" ")
+        ));
+    }
     if cfg.validate.is_none() {
         warn(ctx, "no validation command: the agent's COMPLETE promise will end the loop unverified (set --validate)");
     }

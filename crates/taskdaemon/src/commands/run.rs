@@ -13,7 +13,7 @@ use taskdaemon_core::engine::{
 use taskdaemon_core::git::Git;
 use taskdaemon_core::loops::Registry;
 use taskdaemon_core::telemetry::RunSummary;
-use taskdaemon_core::workspace::{IGNORED, Workspace};
+use taskdaemon_core::workspace::Workspace;
 use taskdaemon_core::{agent, clock};
 use tokio_util::sync::CancellationToken;
 
@@ -237,8 +237,6 @@ fn keep_old_logs(ws: &Workspace, old_run: &str) -> anyhow::Result<()> {
 /// Run the engine on a runtime, with Ctrl-C / SIGTERM handling and rendering.
 pub fn drive(ws: &Workspace, state: RunState, resumed: bool, json: bool) -> anyhow::Result<(Outcome, RunSummary)> {
     agent::become_subreaper();
-    let git = Git::new(&state.config.workdir);
-    let added = git.ensure_excluded(IGNORED).map_err(user)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -253,11 +251,6 @@ pub fn drive(ws: &Workspace, state: RunState, resumed: bool, json: bool) -> anyh
             script_runner: std::env::current_exe().context("finding the taskdaemon executable")?,
             events: EventSink::new(tx),
         };
-        if !added.is_empty() {
-            ctx.events.emit(taskdaemon_core::engine::EngineEvent::Warning {
-                message: format!("added {} to .git/info/exclude so runtime files are never committed (`taskdaemon init` puts them in .gitignore)", added.join(" ")),
-            });
-        }
         let result = run_loop(state, ws, &ctx, &cancel, resumed).await;
         drop(ctx);
         let _ = renderer.await;

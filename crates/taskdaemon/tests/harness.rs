@@ -1,0 +1,151 @@
+//! The hermetic test environment.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+pub struct Env {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("home")).unwrap();
+        std::fs::write(root.join("home/.gitconfig"), "[user]\n\tname = test\n\temail = test@example.com\n[init]\n\tdefaultBranch = main\n").unwrap();
+        let env = Env { _tmp: tmp, root };
+        std::fs::create_dir_all(&env.repo()).unwrap();
+        git(&env.repo(), &["init", "-q"]);
+        std::fs::write(&env.repo().join("README.md"), "hello\n").unwrap();
+        git(&env.repo(), &["add", "-A"]);
+        git(&env.repo(), &["commit", "-qm", "initial"]);
+        env
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    pub fn home(&self) -> PathBuf {
+        self.root.join("home")
+    }
+    pub fn repo(&self) -> PathBuf {
+        self.root.join("repo")
+    }
+
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_taskdaemon"));
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("TASKDAEMON_") {
+                c.env_remove(k);
+            }
+        }
+        hermetic(&mut c, &self.home());
+        c.env("TASKDAEMON_NOW", "2026-11-21T12:00:00Z").current_dir(self.repo());
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Run {
+        let out = self.cmd().args(args).output().unwrap();
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Write a scripted-agent script and return its agent spec.
+    pub fn script(&self, name: &str, yaml: &str) -> String {
+        let p = self.root.join(name);
+        std::fs::write(&p, yaml).unwrap();
+        format!("script:{}", p.display())
+    }
+}
+
+fn hermetic(c: &mut Command, home: &Path) {
+    c.env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("LC_ALL", "C")
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE");
+}
+
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let mut c = Command::new("git");
+    hermetic(&mut c, &dir.parent().unwrap().join("home"));
+    let out = c.arg("-C").arg(dir).args(args).output().unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../taskdaemon-core/tests/fixtures").join(rel)
+}
+
+pub fn csv_rows(dir: &Path) -> Vec<BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(dir.join(".ralph/logs/summary.csv")).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    lines
+        .map(|l| header.iter().map(|h| h.to_string()).zip(l.split(',').map(String::from)).collect())
+        .collect()
+}
+
+pub fn events(stdout: &str) -> Vec<serde_json::Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+pub fn wait_for(path: &Path, limit: Duration) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(start.elapsed() < limit, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn wait_timeout(child: &mut std::process::Child, limit: Duration) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("process did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn read_pid(p: &Path) -> i32 {
+    std::fs::read_to_string(p).unwrap().trim().parse().unwrap()
+}
+
+/// Alive and not a zombie.
+pub fn pid_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Whether any process at all (zombies included) is in the process group.
+pub fn group_exists(pgid: i32) -> bool {
+    !matches!(
+        nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None),
+        Err(nix::errno::Errno::ESRCH)
+    )
+}
