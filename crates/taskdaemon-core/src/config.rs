@@ -34,7 +34,9 @@ impl<'de> Deserialize<'de> for Dur {
         }
         match Raw::deserialize(d)? {
             Raw::Num(secs) => Ok(Dur(Duration::from_secs(secs))),
-            Raw::Text(s) => parse_duration(&s).map(Dur).map_err(serde::de::Error::custom),
+            Raw::Text(s) => parse_duration(&s)
+                .map(Dur)
+                .map_err(serde::de::Error::custom),
         }
     }
 }
@@ -86,7 +88,9 @@ impl Settings {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("config file {0} does not exist\n  hint: check the path, or run `taskdaemon init` to write one with commented defaults")]
+    #[error(
+        "config file {0} does not exist\n  hint: check the path, or run `taskdaemon init` to write one with commented defaults"
+    )]
     Missing(PathBuf),
     #[error("cannot read config file {path}: {source}")]
     Read {
@@ -178,25 +182,44 @@ mod tests {
         let uncommented: String = DEFAULT_CONFIG_YAML
             .lines()
             .filter_map(|l| l.strip_prefix("# "))
-            .filter(|r| r.split_once(": ").is_some_and(|(k, _)| k.chars().all(|c| c.is_ascii_lowercase() || c == '-')))
+            .filter(|r| {
+                r.split_once(": ")
+                    .is_some_and(|(k, _)| k.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+            })
             .map(|l| format!("{l}\n"))
             .collect();
-        let s = yaml::parse::<Settings>(Path::new("d"), &uncommented).unwrap().unwrap();
+        let s = yaml::parse::<Settings>(Path::new("d"), &uncommented)
+            .unwrap()
+            .unwrap();
         assert_eq!(s.max_stuck, Some(3));
         assert_eq!(s.iteration_timeout, Some(Dur(Duration::from_secs(1800))));
     }
 
     #[test]
     fn bad_duration_points_at_the_line() {
-        let e = yaml::parse::<Settings>(Path::new("c.yaml"), "max-stuck: 2\nmax-runtime: 5 parsecs\n").unwrap_err();
+        let e = yaml::parse::<Settings>(
+            Path::new("c.yaml"),
+            "max-stuck: 2\nmax-runtime: 5 parsecs\n",
+        )
+        .unwrap_err();
         assert_eq!(e.line, Some(2));
-        assert!(e.message.contains("parsecs") || e.message.contains("duration"), "{e}");
+        assert!(
+            e.message.contains("parsecs") || e.message.contains("duration"),
+            "{e}"
+        );
     }
 
     #[test]
     fn merge_prefers_the_upper_layer() {
-        let low = Settings { max_stuck: Some(3), agent: Some("claude".into()), ..Default::default() };
-        let high = Settings { max_stuck: Some(5), ..Default::default() };
+        let low = Settings {
+            max_stuck: Some(3),
+            agent: Some("claude".into()),
+            ..Default::default()
+        };
+        let high = Settings {
+            max_stuck: Some(5),
+            ..Default::default()
+        };
         let m = low.merge(high);
         assert_eq!(m.max_stuck, Some(5));
         assert_eq!(m.agent.as_deref(), Some("claude"));

@@ -15,15 +15,21 @@ pub fn parse_duration(input: &str) -> Result<Duration, String> {
     let mut total = Duration::ZERO;
     let mut rest = s;
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(rest.len());
         if digits == 0 {
-            return Err(format!("`{input}` is not a duration; write it like 90s, 15m or 2h"));
+            return Err(format!(
+                "`{input}` is not a duration; write it like 90s, 15m or 2h"
+            ));
         }
         let number: f64 = rest[..digits]
             .parse()
             .map_err(|_| format!("`{input}` is not a duration; write it like 90s, 15m or 2h"))?;
         rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let unit = &rest[..unit_len];
         rest = &rest[unit_len..];
         let factor = match unit {
@@ -32,9 +38,15 @@ pub fn parse_duration(input: &str) -> Result<Duration, String> {
             "m" | "min" | "mins" => 60.0,
             "h" | "hr" | "hrs" => 3600.0,
             "d" => 86400.0,
-            "" => return Err(format!("`{input}`: missing unit after {number}; use ms, s, m, h or d")),
+            "" => {
+                return Err(format!(
+                    "`{input}`: missing unit after {number}; use ms, s, m, h or d"
+                ));
+            }
             other => {
-                return Err(format!("`{input}`: unknown unit `{other}`; use ms, s, m, h or d"));
+                return Err(format!(
+                    "`{input}`: unknown unit `{other}`; use ms, s, m, h or d"
+                ));
             }
         };
         total += Duration::from_secs_f64(number * factor);
@@ -77,7 +89,10 @@ mod tests {
     fn rejects_garbage_with_a_hint() {
         for bad in ["", "abc", "10x", "s", "5 m"] {
             let e = parse_duration(bad).unwrap_err();
-            assert!(e.contains("ms, s, m, h") || e.contains("like 90s"), "{bad}: {e}");
+            assert!(
+                e.contains("ms, s, m, h") || e.contains("like 90s"),
+                "{bad}: {e}"
+            );
         }
     }
 

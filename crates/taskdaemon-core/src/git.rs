@@ -6,7 +6,9 @@ use std::process::{Command, Output, Stdio};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
-    #[error("{0} is not inside a git repository\n  hint: run `git init` there first (taskdaemon measures progress by commits)")]
+    #[error(
+        "{0} is not inside a git repository\n  hint: run `git init` there first (taskdaemon measures progress by commits)"
+    )]
     NotARepo(PathBuf),
     #[error("cannot run git: {0}\n  hint: install git and make sure it is on PATH")]
     Spawn(std::io::Error),
@@ -67,7 +69,9 @@ impl Git {
         if !out.status.success() {
             return Err(GitError::NotARepo(self.dir.clone()));
         }
-        Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim_end_matches('\n')))
+        Ok(PathBuf::from(
+            String::from_utf8_lossy(&out.stdout).trim_end_matches('\n'),
+        ))
     }
 
     /// The commit HEAD points at; `None` on an unborn branch.
@@ -105,18 +109,37 @@ impl Git {
             .dir
             .canonicalize()
             .ok()
-            .and_then(|d| d.strip_prefix(top.canonicalize().unwrap_or(top.clone())).ok().map(|p| p.to_path_buf()))
+            .and_then(|d| {
+                d.strip_prefix(top.canonicalize().unwrap_or(top.clone()))
+                    .ok()
+                    .map(|p| p.to_path_buf())
+            })
             .unwrap_or_default();
-        let exclude = PathBuf::from(self.run(&["rev-parse", "--path-format=absolute", "--git-path", "info/exclude"])?.trim_end());
+        let exclude = PathBuf::from(
+            self.run(&[
+                "rev-parse",
+                "--path-format=absolute",
+                "--git-path",
+                "info/exclude",
+            ])?
+            .trim_end(),
+        );
         let gitignore = std::fs::read_to_string(self.dir.join(".gitignore")).unwrap_or_default();
         let existing = std::fs::read_to_string(&exclude).unwrap_or_default();
         let anchored = |p: &str| {
-            let rel = prefix.join(p.trim_end_matches('/')).to_string_lossy().into_owned();
+            let rel = prefix
+                .join(p.trim_end_matches('/'))
+                .to_string_lossy()
+                .into_owned();
             format!("/{rel}{}", if p.ends_with('/') { "/" } else { "" })
         };
         let missing: Vec<String> = patterns
             .iter()
-            .filter(|p| !gitignore.lines().any(|l| l.trim() == **p || l.trim() == format!("/{p}")))
+            .filter(|p| {
+                !gitignore
+                    .lines()
+                    .any(|l| l.trim() == **p || l.trim() == format!("/{p}"))
+            })
             .map(|p| anchored(p))
             .filter(|a| !existing.lines().any(|l| l.trim() == a))
             .collect();
@@ -166,7 +189,12 @@ pub(crate) mod testrepo {
 
     pub fn commit_all(dir: &Path, msg: &str) {
         for args in [vec!["add", "-A"], vec!["commit", "-q", "-m", msg]] {
-            let s = Command::new("git").arg("-C").arg(dir).args(&args).status().unwrap();
+            let s = Command::new("git")
+                .arg("-C")
+                .arg(dir)
+                .args(&args)
+                .status()
+                .unwrap();
             assert!(s.success());
         }
     }
@@ -193,7 +221,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         testrepo::init(d.path());
         let g = Git::new(d.path());
-        let added = g.ensure_excluded(&[".ralph/logs/", ".ralph/run.json"]).unwrap();
+        let added = g
+            .ensure_excluded(&[".ralph/logs/", ".ralph/run.json"])
+            .unwrap();
         assert_eq!(added, ["/.ralph/logs/", "/.ralph/run.json"]);
         assert!(g.ensure_excluded(&[".ralph/logs/"]).unwrap().is_empty());
         std::fs::create_dir_all(d.path().join(".ralph/logs")).unwrap();

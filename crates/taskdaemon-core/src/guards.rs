@@ -5,7 +5,12 @@ use std::time::Duration;
 
 /// The stuck count after an iteration: reset by a new commit, raised otherwise. A timed-out
 /// iteration is no progress whatever it committed.
-pub fn next_stuck_count(current: u32, head_before: Option<&str>, head_after: Option<&str>, timed_out: bool) -> u32 {
+pub fn next_stuck_count(
+    current: u32,
+    head_before: Option<&str>,
+    head_after: Option<&str>,
+    timed_out: bool,
+) -> u32 {
     if !timed_out && head_after.is_some() && head_after != head_before {
         0
     } else {
@@ -88,9 +93,18 @@ mod tests {
     #[test]
     fn limits_in_order() {
         let d = Duration::from_secs;
-        assert_eq!(limit_reached(5, 5, d(0), None, 0.0, None), Some(Limit::MaxIterations));
-        assert_eq!(limit_reached(1, 5, d(10), Some(d(10)), 0.0, None), Some(Limit::MaxRuntime));
-        assert_eq!(limit_reached(1, 5, d(1), Some(d(10)), 2.0, Some(1.5)), Some(Limit::MaxCost));
+        assert_eq!(
+            limit_reached(5, 5, d(0), None, 0.0, None),
+            Some(Limit::MaxIterations)
+        );
+        assert_eq!(
+            limit_reached(1, 5, d(10), Some(d(10)), 0.0, None),
+            Some(Limit::MaxRuntime)
+        );
+        assert_eq!(
+            limit_reached(1, 5, d(1), Some(d(10)), 2.0, Some(1.5)),
+            Some(Limit::MaxCost)
+        );
         assert_eq!(limit_reached(1, 5, d(1), Some(d(10)), 1.0, Some(1.5)), None);
     }
 }

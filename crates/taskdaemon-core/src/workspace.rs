@@ -27,21 +27,33 @@ pub struct Workspace {
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("a loop is already running in {dir} (lock {lock} is held)\n  hint: wait for it, or stop it with Ctrl-C in its terminal")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "a loop is already running in {dir} (lock {lock} is held)\n  hint: wait for it, or stop it with Ctrl-C in its terminal"
+    )]
     Busy { dir: PathBuf, lock: PathBuf },
-    #[error("nothing to answer: {0} does not exist\n  hint: `taskdaemon answer` replies to a DECIDE question the agent asked")]
+    #[error(
+        "nothing to answer: {0} does not exist\n  hint: `taskdaemon answer` replies to a DECIDE question the agent asked"
+    )]
     NoQuestion(PathBuf),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError + '_ {
-    move |source| WorkspaceError::Io { path: path.to_path_buf(), source }
+    move |source| WorkspaceError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 impl Workspace {
     /// The workspace of the work tree at `dir`.
     pub fn new(dir: &Path) -> Workspace {
-        Workspace { root: dir.join(".ralph") }
+        Workspace {
+            root: dir.join(".ralph"),
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -120,7 +132,12 @@ impl Workspace {
         read_optional(&p).map_err(io(&p))
     }
 
-    pub fn write_blocked(&self, reason: &str, iteration: u32, at: &str) -> Result<(), WorkspaceError> {
+    pub fn write_blocked(
+        &self,
+        reason: &str,
+        iteration: u32,
+        at: &str,
+    ) -> Result<(), WorkspaceError> {
         let p = self.blocked_file();
         let text = format!(
             "BLOCKED (iteration {iteration}, {at})\nreason: {reason}\n\nResolve it, then run `taskdaemon unblock` and `taskdaemon run --resume`.\n"
@@ -139,13 +156,22 @@ impl Workspace {
 
     pub fn read_decide(&self) -> Result<Option<DecideFile>, WorkspaceError> {
         let p = self.decide_file();
-        Ok(read_optional(&p).map_err(io(&p))?.map(|t| DecideFile::parse(&t)))
+        Ok(read_optional(&p)
+            .map_err(io(&p))?
+            .map(|t| DecideFile::parse(&t)))
     }
 
     /// The question in spec 2's format, with an empty answer section below `---`.
-    pub fn write_decide(&self, question: &str, iteration: u32, at: &str) -> Result<(), WorkspaceError> {
+    pub fn write_decide(
+        &self,
+        question: &str,
+        iteration: u32,
+        at: &str,
+    ) -> Result<(), WorkspaceError> {
         let p = self.decide_file();
-        let text = format!("## Question (from iteration {iteration}, {at})\n{question}\n\n---\n## Answer\n");
+        let text = format!(
+            "## Question (from iteration {iteration}, {at})\n{question}\n\n---\n## Answer\n"
+        );
         write_atomic(&p, text.as_bytes()).map_err(io(&p))
     }
 
@@ -155,11 +181,18 @@ impl Workspace {
         let Some(text) = read_optional(&p).map_err(io(&p))? else {
             return Err(WorkspaceError::NoQuestion(p));
         };
-        let above = match text.find("\n---\n") {
+        let above = match text
+            .rfind("\n---\n## Answer")
+            .or_else(|| text.rfind("\n---\n"))
+        {
             Some(i) => &text[..i],
             None => text.trim_end(),
         };
-        let new = format!("{}\n\n---\n## Answer\n{}\n", above.trim_end(), answer.trim());
+        let new = format!(
+            "{}\n\n---\n## Answer\n{}\n",
+            above.trim_end(),
+            answer.trim()
+        );
         write_atomic(&p, new.as_bytes()).map_err(io(&p))?;
         Ok(DecideFile::parse(&new))
     }
@@ -167,7 +200,9 @@ impl Workspace {
     /// Move an answered decide.txt into `.ralph/decisions/` (kept, tracked by git).
     pub fn archive_decide(&self, stamp: &str) -> Result<Option<PathBuf>, WorkspaceError> {
         let p = self.decide_file();
-        let Some(text) = read_optional(&p).map_err(io(&p))? else { return Ok(None) };
+        let Some(text) = read_optional(&p).map_err(io(&p))? else {
+            return Ok(None);
+        };
         let dest = self.decisions_dir().join(format!("decide-{stamp}.md"));
         write_atomic(&dest, text.as_bytes()).map_err(io(&dest))?;
         std::fs::remove_file(&p).map_err(io(&p))?;
@@ -195,7 +230,12 @@ pub struct DecideFile {
 
 impl DecideFile {
     pub fn parse(text: &str) -> DecideFile {
-        let (above, below) = match text.find("\n---\n") {
+        // The question may contain `---` itself: split at the answer section the harness
+        // wrote, else at the last separator.
+        let split = text
+            .rfind("\n---\n## Answer")
+            .or_else(|| text.rfind("\n---\n"));
+        let (above, below) = match split {
             Some(i) => (&text[..i], Some(&text[i + 5..])),
             None => (text, None),
         };
@@ -228,7 +268,8 @@ mod tests {
     fn decide_round_trip() {
         let d = tempfile::tempdir().unwrap();
         let ws = Workspace::new(d.path());
-        ws.write_decide("WebSockets or polling?", 7, "2026-11-21T12:00:00Z").unwrap();
+        ws.write_decide("WebSockets or polling?", 7, "2026-11-21T12:00:00Z")
+            .unwrap();
         let f = ws.read_decide().unwrap().unwrap();
         assert_eq!(f.question, "WebSockets or polling?");
         assert_eq!(f.answer, None);
@@ -236,9 +277,30 @@ mod tests {
         let text = std::fs::read_to_string(ws.decide_file()).unwrap();
         assert!(text.starts_with("## Question (from iteration 7, 2026-11-21T12:00:00Z)\n"));
         assert!(text.contains("\n---\n## Answer\nPolling for now.\n"));
-        assert_eq!(ws.read_decide().unwrap().unwrap().answer.as_deref(), Some("Polling for now."));
+        assert_eq!(
+            ws.read_decide().unwrap().unwrap().answer.as_deref(),
+            Some("Polling for now.")
+        );
         let dest = ws.archive_decide("1").unwrap().unwrap();
         assert!(dest.exists() && !ws.decide_file().exists());
+    }
+
+    #[test]
+    fn a_question_with_a_rule_in_it_does_not_answer_itself() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(d.path());
+        ws.write_decide("Option A\n---\nOption B", 1, "t").unwrap();
+        let f = ws.read_decide().unwrap().unwrap();
+        assert_eq!(
+            (f.question.as_str(), f.answer),
+            ("Option A\n---\nOption B", None)
+        );
+        ws.answer("B").unwrap();
+        let f = ws.read_decide().unwrap().unwrap();
+        assert_eq!(
+            (f.question.as_str(), f.answer.as_deref()),
+            ("Option A\n---\nOption B", Some("B"))
+        );
     }
 
     #[test]

@@ -60,10 +60,10 @@ pub fn parse<T: DeserializeOwned>(file: &Path, text: &str) -> Result<Option<T>, 
 fn strip_location_prefix(line: &str) -> String {
     let line = line.strip_prefix("error: ").unwrap_or(line);
     // "line 3 column 19: invalid u32" -> "invalid u32"
-    if line.starts_with("line ") {
-        if let Some((_, rest)) = line.split_once(": ") {
-            return rest.to_string();
-        }
+    if line.starts_with("line ")
+        && let Some((_, rest)) = line.split_once(": ")
+    {
+        return rest.to_string();
     }
     line.to_string()
 }
@@ -83,7 +83,10 @@ fn hint_for(message: &str) -> Option<String> {
             })
             .unwrap_or_default();
         return Some(match nearest(field, &expected) {
-            Some(best) => format!("did you mean `{best}`? known fields: {}", expected.join(", ")),
+            Some(best) => format!(
+                "did you mean `{best}`? known fields: {}",
+                expected.join(", ")
+            ),
             None => format!("remove `{field}`; known fields: {}", expected.join(", ")),
         });
     }
@@ -135,10 +138,20 @@ mod tests {
 
     #[test]
     fn unknown_field_has_location_and_suggestion() {
-        let e = parse::<T>(Path::new("x.yaml"), "prompt-template: a\nmax-iteratons: 3\n").unwrap_err();
+        let e = parse::<T>(
+            Path::new("x.yaml"),
+            "prompt-template: a\nmax-iteratons: 3\n",
+        )
+        .unwrap_err();
         assert_eq!((e.line, e.column), (Some(2), Some(1)));
         assert!(e.message.contains("max-iteratons"), "{e}");
-        assert!(e.hint.as_deref().unwrap_or("").contains("did you mean `max-iterations`"), "{e}");
+        assert!(
+            e.hint
+                .as_deref()
+                .unwrap_or("")
+                .contains("did you mean `max-iterations`"),
+            "{e}"
+        );
         assert!(e.to_string().starts_with("x.yaml:2:1: "), "{e}");
     }
 

@@ -35,7 +35,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a loop: an agent works on the task, iteration after iteration, until the evidence says done.
-    Run(commands::run::RunArgs),
+    Run(Box<commands::run::RunArgs>),
     /// Write .taskdaemon/config.yaml (commented defaults) and the .gitignore entries.
     Init(commands::init::InitArgs),
     /// List the loop types and where each was defined.
@@ -88,16 +88,23 @@ pub fn main() -> ExitCode {
         Err(e) => {
             let user_fault = e.chain().any(|c| c.is::<UserError>());
             eprintln!("error: {e:#}");
-            if user_fault { exit_code::USAGE } else { exit_code::INTERNAL }
+            if user_fault {
+                exit_code::USAGE
+            } else {
+                exit_code::INTERNAL
+            }
         }
     };
     ExitCode::from(u8::try_from(code).unwrap_or(exit_code::INTERNAL as u8))
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<i32> {
-    let ctx = commands::Ctx { dir: cli.dir, config: cli.config };
+    let ctx = commands::Ctx {
+        dir: cli.dir,
+        config: cli.config,
+    };
     match cli.command {
-        Command::Run(a) => commands::run::run(a, &ctx),
+        Command::Run(a) => commands::run::run(*a, &ctx),
         Command::Init(a) => commands::init::run(a, &ctx),
         Command::Loops(a) => commands::loops::run(a, &ctx),
         Command::Unblock(a) => commands::unblock::run(a, &ctx),

@@ -16,16 +16,26 @@ pub struct Run {
     pub stderr: String,
 }
 
+impl Default for Env {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Env {
     pub fn new() -> Env {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().canonicalize().unwrap();
         std::fs::create_dir_all(root.join("home")).unwrap();
-        std::fs::write(root.join("home/.gitconfig"), "[user]\n\tname = test\n\temail = test@example.com\n[init]\n\tdefaultBranch = main\n").unwrap();
+        std::fs::write(
+            root.join("home/.gitconfig"),
+            "[user]\n\tname = test\n\temail = test@example.com\n[init]\n\tdefaultBranch = main\n",
+        )
+        .unwrap();
         let env = Env { _tmp: tmp, root };
-        std::fs::create_dir_all(&env.repo()).unwrap();
+        std::fs::create_dir_all(env.repo()).unwrap();
         git(&env.repo(), &["init", "-q"]);
-        std::fs::write(&env.repo().join("README.md"), "hello\n").unwrap();
+        std::fs::write(env.repo().join("README.md"), "hello\n").unwrap();
         git(&env.repo(), &["add", "-A"]);
         git(&env.repo(), &["commit", "-qm", "initial"]);
         env
@@ -49,7 +59,8 @@ impl Env {
             }
         }
         hermetic(&mut c, &self.home());
-        c.env("TASKDAEMON_NOW", "2026-11-21T12:00:00Z").current_dir(self.repo());
+        c.env("TASKDAEMON_NOW", "2026-11-21T12:00:00Z")
+            .current_dir(self.repo());
         c
     }
 
@@ -84,12 +95,18 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     let mut c = Command::new("git");
     hermetic(&mut c, &dir.parent().unwrap().join("home"));
     let out = c.arg("-C").arg(dir).args(args).output().unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 pub fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../taskdaemon-core/tests/fixtures").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../taskdaemon-core/tests/fixtures")
+        .join(rel)
 }
 
 pub fn csv_rows(dir: &Path) -> Vec<BTreeMap<String, String>> {
@@ -97,7 +114,13 @@ pub fn csv_rows(dir: &Path) -> Vec<BTreeMap<String, String>> {
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     lines
-        .map(|l| header.iter().map(|h| h.to_string()).zip(l.split(',').map(String::from)).collect())
+        .map(|l| {
+            header
+                .iter()
+                .map(|h| h.to_string())
+                .zip(l.split(',').map(String::from))
+                .collect()
+        })
         .collect()
 }
 
@@ -137,7 +160,9 @@ pub fn read_pid(p: &Path) -> i32 {
 /// Alive and not a zombie.
 pub fn pid_alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
         Err(_) => false,
     }
 }

@@ -83,18 +83,24 @@ impl OutputParser {
     /// Feed one line; returns what it showed the agent doing.
     pub fn line(&mut self, stream: Stream, line: &str) -> Vec<Activity> {
         if stream == Stream::Stderr {
-            return vec![Activity::Other { text: line.to_string() }];
+            return vec![Activity::Other {
+                text: line.to_string(),
+            }];
         }
         match self.format {
             OutputFormat::Text => {
                 self.say(line);
-                vec![Activity::Text { text: line.to_string() }]
+                vec![Activity::Text {
+                    text: line.to_string(),
+                }]
             }
             OutputFormat::ClaudeStreamJson | OutputFormat::CodexJson => {
                 match serde_json::from_str::<Value>(line) {
                     Ok(v) if self.format == OutputFormat::ClaudeStreamJson => self.claude(&v),
                     Ok(v) => self.codex(&v),
-                    Err(_) => vec![Activity::Other { text: line.to_string() }],
+                    Err(_) => vec![Activity::Other {
+                        text: line.to_string(),
+                    }],
                 }
             }
         }
@@ -109,7 +115,8 @@ impl OutputParser {
             self.out.words.push('\n');
         }
         self.out.words.push_str(text);
-        if self.out.words.len() > MAX_WORDS {
+        // Trim in batches: trimming on every line past the limit would copy ~1 MB per line.
+        if self.out.words.len() > 2 * MAX_WORDS {
             let mut cut = self.out.words.len() - MAX_WORDS;
             while !self.out.words.is_char_boundary(cut) {
                 cut += 1;
@@ -144,12 +151,19 @@ impl OutputParser {
                 for block in content.into_iter().flatten() {
                     match block.get("type").and_then(Value::as_str) {
                         Some("text") => {
-                            let text = block.get("text").and_then(Value::as_str).unwrap_or_default();
+                            let text = block
+                                .get("text")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default();
                             if from_subagent {
-                                acts.push(Activity::Other { text: text.to_string() });
+                                acts.push(Activity::Other {
+                                    text: text.to_string(),
+                                });
                             } else {
                                 self.say(text);
-                                acts.push(Activity::Text { text: text.to_string() });
+                                acts.push(Activity::Text {
+                                    text: text.to_string(),
+                                });
                             }
                         }
                         Some("tool_use") if !from_subagent => {
@@ -169,11 +183,16 @@ impl OutputParser {
                         self.say(r);
                     }
                 }
-                self.out.cost_usd = v.get("total_cost_usd").and_then(Value::as_f64).or(self.out.cost_usd);
+                self.out.cost_usd = v
+                    .get("total_cost_usd")
+                    .and_then(Value::as_f64)
+                    .or(self.out.cost_usd);
                 if let Some(u) = v.get("usage") {
                     let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
                     self.out.tokens_in = Some(
-                        n("input_tokens") + n("cache_creation_input_tokens") + n("cache_read_input_tokens"),
+                        n("input_tokens")
+                            + n("cache_creation_input_tokens")
+                            + n("cache_read_input_tokens"),
                     );
                     self.out.tokens_out = Some(n("output_tokens"));
                 }
@@ -188,13 +207,25 @@ impl OutputParser {
         let item_type = item.and_then(|i| i.get("type")).and_then(Value::as_str);
         match (v.get("type").and_then(Value::as_str), item_type) {
             (Some("item.completed"), Some("agent_message")) => {
-                let text = item.and_then(|i| i.get("text")).and_then(Value::as_str).unwrap_or_default();
+                let text = item
+                    .and_then(|i| i.get("text"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
                 self.say(text);
-                vec![Activity::Text { text: text.to_string() }]
+                vec![Activity::Text {
+                    text: text.to_string(),
+                }]
             }
-            (Some("item.started"), Some(t @ ("command_execution" | "mcp_tool_call" | "web_search" | "file_change"))) => {
+            (
+                Some("item.started"),
+                Some(t @ ("command_execution" | "mcp_tool_call" | "web_search" | "file_change")),
+            ) => {
                 let detail = item
-                    .and_then(|i| i.get("command").or_else(|| i.get("tool")).or_else(|| i.get("query")))
+                    .and_then(|i| {
+                        i.get("command")
+                            .or_else(|| i.get("tool"))
+                            .or_else(|| i.get("query"))
+                    })
                     .and_then(Value::as_str)
                     .map(one_line)
                     .unwrap_or_default();
@@ -205,14 +236,20 @@ impl OutputParser {
                 vec![self.tool("file_change", String::new())]
             }
             (Some("item.completed"), Some("error")) => {
-                let m = item.and_then(|i| i.get("message")).and_then(Value::as_str).unwrap_or_default();
-                vec![Activity::Other { text: format!("codex: {m}") }]
+                let m = item
+                    .and_then(|i| i.get("message"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                vec![Activity::Other {
+                    text: format!("codex: {m}"),
+                }]
             }
             (Some("turn.completed"), _) => {
                 if let Some(u) = v.get("usage") {
                     let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
                     self.out.tokens_in = Some(self.out.tokens_in.unwrap_or(0) + n("input_tokens"));
-                    self.out.tokens_out = Some(self.out.tokens_out.unwrap_or(0) + n("output_tokens"));
+                    self.out.tokens_out =
+                        Some(self.out.tokens_out.unwrap_or(0) + n("output_tokens"));
                 }
                 Vec::new()
             }
@@ -223,7 +260,14 @@ impl OutputParser {
 
 /// A short description of a tool's input: the command, the file, or the first string.
 fn tool_detail(input: &Value) -> String {
-    for key in ["command", "file_path", "path", "pattern", "url", "description"] {
+    for key in [
+        "command",
+        "file_path",
+        "path",
+        "pattern",
+        "url",
+        "description",
+    ] {
         if let Some(s) = input.get(key).and_then(Value::as_str) {
             return one_line(s);
         }
@@ -271,6 +315,11 @@ mod tests {
         p.line(Stream::Stdout, &big);
         p.line(Stream::Stdout, "the end");
         let o = p.finish();
-        assert!(o.words.len() <= MAX_WORDS && o.words.ends_with("the end"));
+        assert!(o.words.len() <= 2 * MAX_WORDS && o.words.ends_with("the end"));
+        let mut p = OutputParser::new(OutputFormat::Text);
+        for _ in 0..5 {
+            p.line(Stream::Stdout, &big);
+        }
+        assert!(p.finish().words.len() <= 2 * MAX_WORDS);
     }
 }

@@ -17,7 +17,13 @@ pub enum Preset {
 }
 
 impl Preset {
-    pub const ALL: [Preset; 5] = [Preset::Claude, Preset::Codex, Preset::Gemini, Preset::Opencode, Preset::Amp];
+    pub const ALL: [Preset; 5] = [
+        Preset::Claude,
+        Preset::Codex,
+        Preset::Gemini,
+        Preset::Opencode,
+        Preset::Amp,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -114,5 +120,7 @@ fn is_executable(p: &Path) -> bool {
 
 /// The first preset whose CLI is installed, in the order of [`Preset::ALL`].
 pub fn first_installed() -> Option<Preset> {
-    Preset::ALL.into_iter().find(|p| find_on_path(p.binary()).is_some())
+    Preset::ALL
+        .into_iter()
+        .find(|p| find_on_path(p.binary()).is_some())
 }

@@ -1,7 +1,8 @@
 //! Runs one child process in its own process group and never leaves anything behind.
 //!
-//! - The child leads a new process group, so a terminal's Ctrl-C reaches only the harness,
-//!   and the harness can signal everything the child started.
+//! - The child leads a new session and process group (setsid), so a terminal's Ctrl-C
+//!   reaches only the harness, the harness can signal everything the child started, and
+//!   nothing in it can be stopped by the terminal.
 //! - On timeout or cancellation the whole group gets TERM, then KILL after the grace time.
 //! - When the leader exits on its own, whatever it left running in its group (background
 //!   grandchildren) is ended the same way: an iteration owns nothing after it is over.
@@ -94,13 +95,26 @@ pub async fn run_process(
 ) -> std::io::Result<ProcessResult> {
     let start = Instant::now();
     let mut cmd = Command::new(&spec.program);
-    cmd.args(&spec.args)
-        .current_dir(&spec.cwd)
-        .process_group(0)
-        .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+    cmd.args(&spec.args).current_dir(&spec.cwd);
+    // A new session: the child leads its own process group (so the group can be signalled
+    // as a whole) and has no controlling terminal, so a tool that opens /dev/tty (a password
+    // prompt, pinentry) fails instead of being stopped by SIGTTIN until the timeout.
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid()
+                .map(|_| ())
+                .map_err(std::io::Error::from)
+        });
+    }
+    cmd.stdin(if spec.stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .kill_on_drop(true);
     for (k, v) in &spec.env {
         cmd.env(k, v);
     }
@@ -117,8 +131,14 @@ pub async fn run_process(
 
     let (tx, mut rx) = mpsc::channel::<(Stream, Vec<u8>)>(1024);
     let readers = [
-        child.stdout.take().map(|o| tokio::spawn(read_lines(o, Stream::Stdout, tx.clone()))),
-        child.stderr.take().map(|e| tokio::spawn(read_lines(e, Stream::Stderr, tx.clone()))),
+        child
+            .stdout
+            .take()
+            .map(|o| tokio::spawn(read_lines(o, Stream::Stdout, tx.clone()))),
+        child
+            .stderr
+            .take()
+            .map(|e| tokio::spawn(read_lines(e, Stream::Stderr, tx.clone()))),
     ];
     drop(tx);
 
@@ -230,7 +250,9 @@ async fn end_leftovers(
             return true;
         }
         // Keep the pipes flowing so a member blocked on a full pipe can see its signal.
-        if let Ok(Some((s, line))) = tokio::time::timeout(Duration::from_millis(10), rx.recv()).await {
+        if let Ok(Some((s, line))) =
+            tokio::time::timeout(Duration::from_millis(10), rx.recv()).await
+        {
             on_line(s, &line);
         }
     }
@@ -239,6 +261,10 @@ async fn end_leftovers(
 fn signal_group(pgid: i32, sig: Signal) {
     if pgid > 0 {
         let _ = killpg(Pid::from_raw(pgid), sig);
+        if sig == Signal::SIGTERM {
+            // A stopped process does not act on TERM until continued.
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGCONT);
+        }
     }
 }
 
@@ -297,7 +323,10 @@ pub struct LineSplitter {
 
 impl LineSplitter {
     pub fn new(max: usize) -> LineSplitter {
-        LineSplitter { buf: Vec::new(), max: max.max(1) }
+        LineSplitter {
+            buf: Vec::new(),
+            max: max.max(1),
+        }
     }
 
     pub fn push(&mut self, mut data: &[u8], mut emit: impl FnMut(&[u8])) {
@@ -355,7 +384,9 @@ mod tests {
         let mut s = LineSplitter::new(4);
         let mut out: Vec<String> = Vec::new();
         s.push(b"ab", |l| out.push(String::from_utf8_lossy(l).into()));
-        s.push(b"c\r\nabcdefgh\nxy", |l| out.push(String::from_utf8_lossy(l).into()));
+        s.push(b"c\r\nabcdefgh\nxy", |l| {
+            out.push(String::from_utf8_lossy(l).into())
+        });
         s.finish(|l| out.push(String::from_utf8_lossy(l).into()));
         assert_eq!(out, ["abc", "abcd", "efgh", "xy"]);
     }
@@ -363,9 +394,11 @@ mod tests {
     #[tokio::test]
     async fn reads_stdin_and_both_streams() {
         let mut lines = Vec::new();
-        let r = run_process(&sh("cat; echo err >&2; exit 7", None), &CancellationToken::new(), |s, l| {
-            lines.push((s, String::from_utf8_lossy(l).into_owned()))
-        })
+        let r = run_process(
+            &sh("cat; echo err >&2; exit 7", None),
+            &CancellationToken::new(),
+            |s, l| lines.push((s, String::from_utf8_lossy(l).into_owned())),
+        )
         .await
         .unwrap();
         assert_eq!(r.status, ExitStatus::Code(7));
@@ -381,15 +414,27 @@ mod tests {
             "trap '' TERM; (trap '' TERM; sleep 600) & echo $! > {}; sleep 600",
             pidfile.display()
         );
-        let r = run_process(&sh(&script, Some(Duration::from_millis(300))), &CancellationToken::new(), |_, _| {})
-            .await
-            .unwrap();
+        let r = run_process(
+            &sh(&script, Some(Duration::from_millis(300))),
+            &CancellationToken::new(),
+            |_, _| {},
+        )
+        .await
+        .unwrap();
         assert!(r.timed_out);
         assert_eq!(r.status, ExitStatus::Signal(9));
-        let gc: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        let gc: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         assert!(
-            matches!(nix::sys::signal::kill(Pid::from_raw(gc), None), Err(Errno::ESRCH))
-                || std::fs::read_to_string(format!("/proc/{gc}/stat")).map(|s| s.contains(") Z ")).unwrap_or(true),
+            matches!(
+                nix::sys::signal::kill(Pid::from_raw(gc), None),
+                Err(Errno::ESRCH)
+            ) || std::fs::read_to_string(format!("/proc/{gc}/stat"))
+                .map(|s| s.contains(") Z "))
+                .unwrap_or(true),
             "grandchild {gc} survived"
         );
     }
@@ -402,15 +447,21 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
             c2.cancel();
         });
-        let r = run_process(&sh("sleep 600", None), &cancel, |_, _| {}).await.unwrap();
+        let r = run_process(&sh("sleep 600", None), &cancel, |_, _| {})
+            .await
+            .unwrap();
         assert!(r.interrupted && !r.timed_out);
     }
 
     #[tokio::test]
     async fn background_leftovers_are_ended_when_the_leader_exits() {
-        let r = run_process(&sh("sleep 600 & echo started", None), &CancellationToken::new(), |_, _| {})
-            .await
-            .unwrap();
+        let r = run_process(
+            &sh("sleep 600 & echo started", None),
+            &CancellationToken::new(),
+            |_, _| {},
+        )
+        .await
+        .unwrap();
         assert_eq!(r.status, ExitStatus::Code(0));
         assert!(r.leftovers_ended);
     }

@@ -108,10 +108,15 @@ pub struct ToolCall {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScriptError {
-    #[error("script {0} does not exist\n  hint: pass the path of a YAML script (see `taskdaemon demo` for one)")]
+    #[error(
+        "script {0} does not exist\n  hint: pass the path of a YAML script (see `taskdaemon demo` for one)"
+    )]
     Missing(PathBuf),
     #[error("cannot read script {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{0}")]
     Invalid(YamlError),
     #[error("script {0} has no iterations\n  hint: add at least one entry under `iterations:`")]
@@ -124,7 +129,10 @@ impl Script {
             if source.kind() == std::io::ErrorKind::NotFound {
                 ScriptError::Missing(path.to_path_buf())
             } else {
-                ScriptError::Read { path: path.to_path_buf(), source }
+                ScriptError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                }
             }
         })?;
         let script = yaml::parse::<Script>(path, &text)
@@ -180,14 +188,20 @@ iterations:
 
     #[test]
     fn idle_after_the_last_entry_by_default() {
-        let s: Script = yaml::parse(Path::new("s"), "iterations:\n  - steps: [ { say: a } ]\n").unwrap().unwrap();
+        let s: Script = yaml::parse(Path::new("s"), "iterations:\n  - steps: [ { say: a } ]\n")
+            .unwrap()
+            .unwrap();
         assert!(s.steps_for(1).is_some() && s.steps_for(2).is_none());
         assert_eq!(s.after_last, AfterLast::Idle);
     }
 
     #[test]
     fn unknown_step_is_located() {
-        let e = yaml::parse::<Script>(Path::new("s.yaml"), "iterations:\n  - steps:\n      - shout: a\n").unwrap_err();
+        let e = yaml::parse::<Script>(
+            Path::new("s.yaml"),
+            "iterations:\n  - steps:\n      - shout: a\n",
+        )
+        .unwrap_err();
         assert_eq!(e.line, Some(3));
     }
 }

@@ -10,18 +10,28 @@ use super::presets::{Preset, find_on_path};
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum AgentSpec {
-    Preset { preset: Preset },
+    Preset {
+        preset: Preset,
+    },
     /// The built-in scripted agent playing a YAML script.
-    Script { file: PathBuf },
+    Script {
+        file: PathBuf,
+    },
     /// Any command, run with `sh -c`, prompt on stdin.
-    Cmd { command: String },
+    Cmd {
+        command: String,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    #[error("unknown agent `{0}`\n  hint: use one of claude, codex, gemini, opencode, amp, script:FILE or cmd:COMMAND")]
+    #[error(
+        "unknown agent `{0}`\n  hint: use one of claude, codex, gemini, opencode, amp, script:FILE or cmd:COMMAND"
+    )]
     Unknown(String),
-    #[error("`{0}` needs a value after the colon\n  hint: script:path/to/script.yaml or cmd:\"your command\"")]
+    #[error(
+        "`{0}` needs a value after the colon\n  hint: script:path/to/script.yaml or cmd:\"your command\""
+    )]
     Empty(String),
     #[error("agent `{name}` is not installed (no `{binary}` on PATH)\n  hint: {install}")]
     NotInstalled {
@@ -29,7 +39,9 @@ pub enum AgentError {
         binary: String,
         install: String,
     },
-    #[error("no agent given and none of claude, codex, gemini, opencode, amp is installed\n  hint: pass --agent or set `agent:` in .taskdaemon/config.yaml; install one with:\n{choices}\n  or use script:FILE (the built-in scripted agent) or cmd:COMMAND")]
+    #[error(
+        "no agent given and none of claude, codex, gemini, opencode, amp is installed\n  hint: pass --agent or set `agent:` in .taskdaemon/config.yaml; install one with:\n{choices}\n  or use script:FILE (the built-in scripted agent) or cmd:COMMAND"
+    )]
     NoneInstalled { choices: String },
 }
 
@@ -40,13 +52,17 @@ impl AgentSpec {
             if rest.trim().is_empty() {
                 return Err(AgentError::Empty(s.into()));
             }
-            return Ok(AgentSpec::Script { file: PathBuf::from(rest.trim()) });
+            return Ok(AgentSpec::Script {
+                file: PathBuf::from(rest.trim()),
+            });
         }
         if let Some(rest) = s.strip_prefix("cmd:") {
             if rest.trim().is_empty() {
                 return Err(AgentError::Empty(s.into()));
             }
-            return Ok(AgentSpec::Cmd { command: rest.to_string() });
+            return Ok(AgentSpec::Cmd {
+                command: rest.to_string(),
+            });
         }
         Preset::from_name(s)
             .map(|preset| AgentSpec::Preset { preset })
@@ -68,14 +84,14 @@ impl AgentSpec {
 
     /// Fails fast, before any state changes, when a preset's CLI is missing.
     pub fn check_installed(&self) -> Result<(), AgentError> {
-        if let AgentSpec::Preset { preset } = self {
-            if find_on_path(preset.binary()).is_none() {
-                return Err(AgentError::NotInstalled {
-                    name: preset.name().into(),
-                    binary: preset.binary().into(),
-                    install: preset.install_hint().into(),
-                });
-            }
+        if let AgentSpec::Preset { preset } = self
+            && find_on_path(preset.binary()).is_none()
+        {
+            return Err(AgentError::NotInstalled {
+                name: preset.name().into(),
+                binary: preset.binary().into(),
+                install: preset.install_hint().into(),
+            });
         }
         Ok(())
     }
@@ -91,7 +107,9 @@ impl AgentSpec {
     /// Resolve a relative script path against `base` (the directory the user ran in).
     pub fn absolutize(self, base: &Path) -> AgentSpec {
         match self {
-            AgentSpec::Script { file } if file.is_relative() => AgentSpec::Script { file: base.join(file) },
+            AgentSpec::Script { file } if file.is_relative() => AgentSpec::Script {
+                file: base.join(file),
+            },
             other => other,
         }
     }
@@ -105,7 +123,12 @@ impl AgentSpec {
 
     /// The command line for one iteration. `script_runner` is the executable that plays
     /// scripts (the taskdaemon binary itself).
-    pub fn invocation(&self, prompt: &str, system_prompt: Option<&str>, script_runner: &Path) -> Invocation {
+    pub fn invocation(
+        &self,
+        prompt: &str,
+        system_prompt: Option<&str>,
+        script_runner: &Path,
+    ) -> Invocation {
         let with_system = |p: &str| match system_prompt {
             Some(sp) if !sp.trim().is_empty() => format!("{sp}\n\n---\n\n{p}"),
             _ => p.to_string(),
@@ -113,9 +136,17 @@ impl AgentSpec {
         match self {
             AgentSpec::Preset { preset } => {
                 let sp = system_prompt.filter(|s| !s.trim().is_empty());
-                let prompt = if preset.takes_system_prompt_flag() { prompt.to_string() } else { with_system(prompt) };
+                let prompt = if preset.takes_system_prompt_flag() {
+                    prompt.to_string()
+                } else {
+                    with_system(prompt)
+                };
                 let args: Vec<OsString> = preset.args(sp).into_iter().map(OsString::from).collect();
-                Invocation { program: preset.binary().into(), args, stdin: Some(prompt) }
+                Invocation {
+                    program: preset.binary().into(),
+                    args,
+                    stdin: Some(prompt),
+                }
             }
             AgentSpec::Script { file } => Invocation {
                 program: script_runner.as_os_str().to_owned(),
@@ -146,26 +177,63 @@ mod tests {
 
     #[test]
     fn parses_all_forms() {
-        assert_eq!(AgentSpec::parse("claude").unwrap(), AgentSpec::Preset { preset: Preset::Claude });
-        assert_eq!(AgentSpec::parse("cmd:make fix").unwrap(), AgentSpec::Cmd { command: "make fix".into() });
-        assert_eq!(AgentSpec::parse("script:a.yaml").unwrap(), AgentSpec::Script { file: "a.yaml".into() });
-        assert!(matches!(AgentSpec::parse("cmd:").unwrap_err(), AgentError::Empty(_)));
+        assert_eq!(
+            AgentSpec::parse("claude").unwrap(),
+            AgentSpec::Preset {
+                preset: Preset::Claude
+            }
+        );
+        assert_eq!(
+            AgentSpec::parse("cmd:make fix").unwrap(),
+            AgentSpec::Cmd {
+                command: "make fix".into()
+            }
+        );
+        assert_eq!(
+            AgentSpec::parse("script:a.yaml").unwrap(),
+            AgentSpec::Script {
+                file: "a.yaml".into()
+            }
+        );
+        assert!(matches!(
+            AgentSpec::parse("cmd:").unwrap_err(),
+            AgentError::Empty(_)
+        ));
         let e = AgentSpec::parse("gpt").unwrap_err().to_string();
-        assert!(e.contains("claude, codex, gemini, opencode, amp, script:FILE or cmd:COMMAND"), "{e}");
+        assert!(
+            e.contains("claude, codex, gemini, opencode, amp, script:FILE or cmd:COMMAND"),
+            "{e}"
+        );
     }
 
     #[test]
     fn claude_gets_stream_json_and_system_prompt_flag() {
-        let inv = AgentSpec::Preset { preset: Preset::Claude }.invocation("do it", Some("be brief"), Path::new("td"));
-        let args: Vec<String> = inv.args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
-        assert!(args.windows(2).any(|w| w == ["--output-format", "stream-json"]));
-        assert!(args.windows(2).any(|w| w == ["--append-system-prompt", "be brief"]));
+        let inv = AgentSpec::Preset {
+            preset: Preset::Claude,
+        }
+        .invocation("do it", Some("be brief"), Path::new("td"));
+        let args: Vec<String> = inv
+            .args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            args.windows(2)
+                .any(|w| w == ["--output-format", "stream-json"])
+        );
+        assert!(
+            args.windows(2)
+                .any(|w| w == ["--append-system-prompt", "be brief"])
+        );
         assert_eq!(inv.stdin.as_deref(), Some("do it"));
     }
 
     #[test]
     fn cmd_gets_system_prompt_before_the_prompt() {
-        let inv = AgentSpec::Cmd { command: "cat".into() }.invocation("task", Some("sys"), Path::new("td"));
+        let inv = AgentSpec::Cmd {
+            command: "cat".into(),
+        }
+        .invocation("task", Some("sys"), Path::new("td"));
         assert_eq!(inv.stdin.as_deref(), Some("sys\n\n---\n\ntask"));
     }
 }

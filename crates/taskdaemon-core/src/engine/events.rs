@@ -68,7 +68,7 @@ pub enum EngineEvent {
     IterationFinished {
         iteration: u32,
         outcome: String,
-        duration_ms: u64,
+        duration_ms: f64,
         /// Harness time: the iteration minus the agent and validation processes.
         overhead_ms: f64,
         commit: Option<String>,

@@ -21,7 +21,7 @@ use crate::agent::{OutputFormat, OutputParser, ProcessSpec, run_process};
 use crate::clock;
 use crate::duration::format_duration;
 use crate::fsutil::write_atomic;
-use crate::gates::run_validation;
+use crate::gates::{Validation, run_validation};
 use crate::git::{Git, GitError};
 use crate::guards::{self, Limit};
 use crate::loops::{PromptTemplate, TemplateError};
@@ -42,7 +42,10 @@ pub enum EngineError {
     #[error(transparent)]
     Prompt(#[from] prompt::PromptError),
     #[error("{what}: {source}")]
-    Io { what: String, source: std::io::Error },
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> EngineError {
@@ -84,16 +87,25 @@ pub async fn run_loop(
     });
     let added = git.ensure_excluded(crate::workspace::IGNORED)?;
     if !added.is_empty() {
-        warn(ctx, &format!(
-            "added {} to .git/info/exclude so runtime files are never committed (`taskdaemon init` puts them in .gitignore)",
-            added.join(" ")
-        ));
+        warn(
+            ctx,
+            &format!(
+                "added {} to .git/info/exclude so runtime files are never committed (`taskdaemon init` puts them in .gitignore)",
+                added.join(" ")
+            ),
+        );
     }
     if cfg.validate.is_none() {
-        warn(ctx, "no validation command: the agent's COMPLETE promise will end the loop unverified (set --validate)");
+        warn(
+            ctx,
+            "no validation command: the agent's COMPLETE promise will end the loop unverified (set --validate)",
+        );
     }
     if cfg.max_cost.is_some() && cfg.agent_format == OutputFormat::Text {
-        warn(ctx, "--max-cost is set but this agent's plain-text output reports no cost; the limit cannot trigger");
+        warn(
+            ctx,
+            "--max-cost is set but this agent's plain-text output reports no cost; the limit cannot trigger",
+        );
     }
     st.save(ws)?;
 
@@ -102,7 +114,14 @@ pub async fn run_loop(
             break Outcome::Interrupted;
         }
         let elapsed = earlier + session.elapsed();
-        if let Some(limit) = guards::limit_reached(st.iterations_done, cfg.max_iterations, elapsed, cfg.max_runtime(), st.cost_usd, cfg.max_cost) {
+        if let Some(limit) = guards::limit_reached(
+            st.iterations_done,
+            cfg.max_iterations,
+            elapsed,
+            cfg.max_runtime(),
+            st.cost_usd,
+            cfg.max_cost,
+        ) {
             break Outcome::LimitReached { limit };
         }
         let n = st.iterations_done + 1;
@@ -121,12 +140,16 @@ pub async fn run_loop(
     st.updated_at = clock::now_rfc3339();
     st.save(ws)?;
     let summary = summarize(&st, &outcome, ws);
-    ctx.events.emit(EngineEvent::RunFinished { summary: summary.clone() });
+    ctx.events.emit(EngineEvent::RunFinished {
+        summary: summary.clone(),
+    });
     Ok((outcome, summary))
 }
 
 fn warn(ctx: &EngineContext, message: &str) {
-    ctx.events.emit(EngineEvent::Warning { message: message.to_string() });
+    ctx.events.emit(EngineEvent::Warning {
+        message: message.to_string(),
+    });
 }
 
 /// One iteration. Returns the loop's outcome when this iteration ends it.
@@ -148,15 +171,19 @@ async fn iteration(
     // A human's answer to an earlier DECIDE goes into this prompt.
     let decide = ws.read_decide()?;
     let decision = decide.as_ref().and_then(|d| {
-        d.answer.as_ref().map(|a| format!("Question: {}\nAnswer: {}", d.question, a))
+        d.answer
+            .as_ref()
+            .map(|a| format!("Question: {}\nAnswer: {}", d.question, a))
     });
     let vars = prompt::variables(template, st, n, decision.as_deref(), ws, git)?;
     let prompt = template.render(&vars)?;
     let prompt_path = ws.prompt_file(n);
-    write_atomic(&prompt_path, prompt.as_bytes()).map_err(io_err(format!("writing {}", prompt_path.display())))?;
+    write_atomic(&prompt_path, prompt.as_bytes())
+        .map_err(io_err(format!("writing {}", prompt_path.display())))?;
 
     let log_path = ws.iteration_log(n);
-    let mut log = IterationLog::create(&log_path).map_err(io_err(format!("creating {}", log_path.display())))?;
+    let mut log = IterationLog::create(&log_path)
+        .map_err(io_err(format!("creating {}", log_path.display())))?;
     log.note(&format!(
         "run {} iteration {n}/{} started {started_at}; agent {}; prompt {} ({} bytes)",
         st.run_id,
@@ -178,7 +205,11 @@ async fn iteration(
         (None, Some(r)) => (Some(r), true),
         (t, _) => (t, false),
     };
-    let inv = cfg.agent.invocation(&prompt, cfg.loop_def.system_prompt.as_deref(), &ctx.script_runner);
+    let inv = cfg.agent.invocation(
+        &prompt,
+        cfg.loop_def.system_prompt.as_deref(),
+        &ctx.script_runner,
+    );
     let env = agent_env(st, n, &prompt_path);
     let spec = ProcessSpec {
         program: inv.program,
@@ -194,7 +225,10 @@ async fn iteration(
     let agent = run_process(&spec, cancel, |stream, line| {
         log.output(stream, line);
         for activity in parser.line(stream, &String::from_utf8_lossy(line)) {
-            events.emit(EngineEvent::Agent { iteration: n, activity });
+            events.emit(EngineEvent::Agent {
+                iteration: n,
+                activity,
+            });
         }
     })
     .await
@@ -204,16 +238,28 @@ async fn iteration(
         st.cost_usd += c;
         st.cost_reported = true;
     }
-    st.tokens_in += parsed.tokens_in.unwrap_or(0);
-    st.tokens_out += parsed.tokens_out.unwrap_or(0);
+    st.tokens_in = st.tokens_in.saturating_add(parsed.tokens_in.unwrap_or(0));
+    st.tokens_out = st.tokens_out.saturating_add(parsed.tokens_out.unwrap_or(0));
     let agent_code = agent.status.code();
     log.note(&format!(
         "agent exited with {agent_code} after {}{}{}; {} tool calls{}",
         format_duration(agent.duration),
-        if agent.timed_out { " (timed out: process group stopped)" } else { "" },
-        if agent.interrupted { " (interrupted)" } else { "" },
+        if agent.timed_out {
+            " (timed out: process group stopped)"
+        } else {
+            ""
+        },
+        if agent.interrupted {
+            " (interrupted)"
+        } else {
+            ""
+        },
         parsed.tool_calls,
-        if agent.leftovers_ended { "; background processes it left were ended" } else { "" },
+        if agent.leftovers_ended {
+            "; background processes it left were ended"
+        } else {
+            ""
+        },
     ));
     ctx.events.emit(EngineEvent::AgentFinished {
         iteration: n,
@@ -224,10 +270,14 @@ async fn iteration(
         tool_calls: parsed.tool_calls,
         cost_usd: parsed.cost_usd,
     });
-    if decision.is_some() && !agent.interrupted {
-        if let Some(p) = ws.archive_decide(&clock::now().as_second().to_string())? {
-            log.note(&format!("the answered question was archived to {}", p.display()));
-        }
+    if decision.is_some()
+        && !agent.interrupted
+        && let Some(p) = ws.archive_decide(&clock::now().as_second().to_string())?
+    {
+        log.note(&format!(
+            "the answered question was archived to {}",
+            p.display()
+        ));
     }
 
     let head = git.head()?;
@@ -251,7 +301,9 @@ async fn iteration(
         ));
         note_extra.push_str("; timed out");
         if cut_by_runtime {
-            outcome = Some(Outcome::LimitReached { limit: Limit::MaxRuntime });
+            outcome = Some(Outcome::LimitReached {
+                limit: Limit::MaxRuntime,
+            });
         }
     } else {
         let words = match cfg.agent_format {
@@ -270,8 +322,17 @@ async fn iteration(
             None => ("", None),
         };
         if !kind.is_empty() {
-            log.note(&format!("promise: {kind}{}", text.as_deref().map(|t| format!(": {t}")).unwrap_or_default()));
-            ctx.events.emit(EngineEvent::Signal { iteration: n, signal: kind.into(), text });
+            log.note(&format!(
+                "promise: {kind}{}",
+                text.as_deref()
+                    .map(|t| format!(": {t}"))
+                    .unwrap_or_default()
+            ));
+            ctx.events.emit(EngineEvent::Signal {
+                iteration: n,
+                signal: kind.into(),
+                text,
+            });
         }
         match scan.signal {
             Some(Signal::Blocked(reason)) => {
@@ -288,15 +349,20 @@ async fn iteration(
                 let claimed = signal == Some(Signal::Complete);
                 match &cfg.validate {
                     Some(cmd) => {
-                        ctx.events.emit(EngineEvent::ValidationStarted { iteration: n, command: cmd.clone() });
+                        ctx.events.emit(EngineEvent::ValidationStarted {
+                            iteration: n,
+                            command: cmd.clone(),
+                        });
                         log.note(&format!("validation: $ {cmd}"));
                         let v = run_validation(
-                            cmd,
-                            &cfg.workdir,
-                            env,
-                            cfg.success_exit_code,
-                            cfg.iteration_timeout(),
-                            cfg.kill_grace(),
+                            Validation {
+                                command: cmd,
+                                dir: &cfg.workdir,
+                                env,
+                                success_exit_code: cfg.success_exit_code,
+                                timeout: cfg.iteration_timeout(),
+                                grace: cfg.kill_grace(),
+                            },
                             cancel,
                             |line| log.output(crate::agent::Stream::Stdout, line.as_bytes()),
                         )
@@ -326,7 +392,9 @@ async fn iteration(
                         } else if v.passed {
                             st.previous_errors = None;
                             if cfg.completion_promise.is_some() && !claimed {
-                                note_extra.push_str("; validation passes, waiting for the completion promise");
+                                note_extra.push_str(
+                                    "; validation passes, waiting for the completion promise",
+                                );
                             } else {
                                 label = "complete";
                                 outcome = Some(Outcome::Complete { verified: true });
@@ -346,7 +414,10 @@ async fn iteration(
                                     v.exit_code
                                 );
                                 log.note(&reason);
-                                ctx.events.emit(EngineEvent::CompletionRejected { iteration: n, reason });
+                                ctx.events.emit(EngineEvent::CompletionRejected {
+                                    iteration: n,
+                                    reason,
+                                });
                             }
                         }
                     }
@@ -362,15 +433,23 @@ async fn iteration(
 
     // Guards.
     if counts_for_stuck && outcome.is_none() {
-        st.stuck_count = guards::next_stuck_count(st.stuck_count, st.last_head.as_deref(), head.as_deref(), agent.timed_out);
+        st.stuck_count = guards::next_stuck_count(
+            st.stuck_count,
+            st.last_head.as_deref(),
+            head.as_deref(),
+            agent.timed_out,
+        );
         if st.stuck_count > 0 {
             st.stuck_iterations += 1;
         }
         if guards::is_stuck(st.stuck_count, cfg.max_stuck) {
             label = "stuck";
-            outcome = Some(Outcome::Stuck { iterations: st.stuck_count });
+            outcome = Some(Outcome::Stuck {
+                iterations: st.stuck_count,
+            });
         }
-    } else if counts_for_stuck && new_commit {
+    } else if new_commit && !agent.timed_out {
+        // An interrupted iteration that committed still made progress.
         st.stuck_count = 0;
     }
     st.last_head = head.clone();
@@ -382,11 +461,16 @@ async fn iteration(
         "- iteration {n} ({}): agent exit {agent_code}, {} tool calls, {}; {label}{note_extra}",
         format_duration(started.elapsed()),
         parsed.tool_calls,
-        short.as_deref().map(|c| format!("commit {c}")).unwrap_or_else(|| "no commit".into()),
+        short
+            .as_deref()
+            .map(|c| format!("commit {c}"))
+            .unwrap_or_else(|| "no commit".into()),
     );
     if let Some(last) = &parsed.last_text {
         // Quoted tags would put promises into the next prompt: keep their text only.
-        let last = last.replace("<promise>", "[promise: ").replace("</promise>", "]");
+        let last = last
+            .replace("<promise>", "[promise: ")
+            .replace("</promise>", "]");
         let last: String = last.trim().chars().take(160).collect();
         note.push_str(&format!(". Last words: \"{last}\""));
     }
@@ -417,23 +501,34 @@ async fn iteration(
     append_row(&csv, &row).map_err(io_err(format!("appending to {}", csv.display())))?;
 
     // Limits, after the evidence: a passing last iteration still completes.
-    if outcome.is_none() {
-        if let Some(limit) = guards::limit_reached(n, cfg.max_iterations, Duration::ZERO, None, st.cost_usd, cfg.max_cost) {
-            outcome = Some(Outcome::LimitReached { limit });
-        }
+    if outcome.is_none()
+        && let Some(limit) = guards::limit_reached(
+            n,
+            cfg.max_iterations,
+            Duration::ZERO,
+            None,
+            st.cost_usd,
+            cfg.max_cost,
+        )
+    {
+        outcome = Some(Outcome::LimitReached { limit });
     }
     log.note(&format!(
         "iteration {n} ended: {}{}",
         label,
-        outcome.as_ref().map(|o| format!(" → loop ends: {}", o.label())).unwrap_or_default()
+        outcome
+            .as_ref()
+            .map(|o| format!(" → loop ends: {}", o.label()))
+            .unwrap_or_default()
     ));
-    log.finish().map_err(io_err(format!("writing {}", log_path.display())))?;
+    log.finish()
+        .map_err(io_err(format!("writing {}", log_path.display())))?;
 
     let overhead = duration.saturating_sub(agent.duration + validation_time);
     ctx.events.emit(EngineEvent::IterationFinished {
         iteration: n,
         outcome: label.to_string(),
-        duration_ms: duration.as_millis() as u64,
+        duration_ms: duration.as_secs_f64() * 1000.0,
         overhead_ms: overhead.as_secs_f64() * 1000.0,
         commit: short,
         stuck_count: st.stuck_count,
@@ -445,11 +540,20 @@ async fn iteration(
 /// The environment of the agent and the validation command (DESIGN.md, contract).
 fn agent_env(st: &RunState, n: u32, prompt_file: &std::path::Path) -> Vec<(OsString, OsString)> {
     vec![
-        ("TASKDAEMON_PROMPT_FILE".into(), prompt_file.as_os_str().to_owned()),
+        (
+            "TASKDAEMON_PROMPT_FILE".into(),
+            prompt_file.as_os_str().to_owned(),
+        ),
         ("TASKDAEMON_ITERATION".into(), n.to_string().into()),
-        ("TASKDAEMON_MAX_ITERATIONS".into(), st.config.max_iterations.to_string().into()),
+        (
+            "TASKDAEMON_MAX_ITERATIONS".into(),
+            st.config.max_iterations.to_string().into(),
+        ),
         ("TASKDAEMON_RUN_ID".into(), st.run_id.clone().into()),
-        ("TASKDAEMON_WORKDIR".into(), st.config.workdir.as_os_str().to_owned()),
+        (
+            "TASKDAEMON_WORKDIR".into(),
+            st.config.workdir.as_os_str().to_owned(),
+        ),
     ]
 }
 
@@ -462,7 +566,10 @@ fn summarize(st: &RunState, outcome: &Outcome, ws: &Workspace) -> RunSummary {
         iterations: st.iterations_done,
         max_iterations: st.config.max_iterations,
         duration_ms: st.elapsed_ms,
-        avg_iteration_ms: st.elapsed_ms.checked_div(u64::from(st.iterations_done)).unwrap_or(0),
+        avg_iteration_ms: st
+            .elapsed_ms
+            .checked_div(u64::from(st.iterations_done))
+            .unwrap_or(0),
         stuck_iterations: st.stuck_iterations,
         stuck_count: st.stuck_count,
         stories: count_stories(&st.config.workdir),

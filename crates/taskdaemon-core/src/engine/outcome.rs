@@ -22,12 +22,24 @@ pub mod exit_code {
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
     /// Completion evidence verified (or, without validation, the promise alone).
-    Complete { verified: bool },
-    LimitReached { limit: Limit },
-    Blocked { reason: String },
-    Decide { question: String },
-    Stuck { iterations: u32 },
-    Failed { reason: String },
+    Complete {
+        verified: bool,
+    },
+    LimitReached {
+        limit: Limit,
+    },
+    Blocked {
+        reason: String,
+    },
+    Decide {
+        question: String,
+    },
+    Stuck {
+        iterations: u32,
+    },
+    Failed {
+        reason: String,
+    },
     Interrupted,
 }
 
@@ -61,7 +73,8 @@ impl Outcome {
         match self {
             Outcome::Complete { verified: true } => "validation passed".into(),
             Outcome::Complete { verified: false } => {
-                "the agent promised completion; no validation command verified it (set --validate)".into()
+                "the agent promised completion; no validation command verified it (set --validate)"
+                    .into()
             }
             Outcome::LimitReached { limit } => format!(
                 "{} reached before completion; continue with `taskdaemon run --resume {} N`",
@@ -78,7 +91,9 @@ impl Outcome {
                 "no new commit in {iterations} consecutive iterations; read the iteration logs, then `taskdaemon run --resume` (the stuck count restarts)"
             ),
             Outcome::Failed { reason } => reason.clone(),
-            Outcome::Interrupted => "interrupted; state saved. Continue with `taskdaemon run --resume`".into(),
+            Outcome::Interrupted => {
+                "interrupted; state saved. Continue with `taskdaemon run --resume`".into()
+            }
         }
     }
 

@@ -41,12 +41,20 @@ pub fn variables(
     set("iteration", json!(iteration));
     set("max-iterations", json!(cfg.max_iterations));
     set("task-description", json!(cfg.task));
-    set("working-directory", json!(cfg.workdir.display().to_string()));
+    set(
+        "working-directory",
+        json!(cfg.workdir.display().to_string()),
+    );
     set("completion-promise", json!(cfg.completion_text()));
     set("decision", json!(decision.unwrap_or_default()));
     set(
         "previous-errors",
-        json!(st.previous_errors.as_deref().map(|e| bound_text(e, MAX_ERRORS)).unwrap_or_default()),
+        json!(
+            st.previous_errors
+                .as_deref()
+                .map(|e| bound_text(e, MAX_ERRORS))
+                .unwrap_or_default()
+        ),
     );
     let progress = if t.uses("progress") {
         let skip = st.progress.len().saturating_sub(PROGRESS_NOTES);
@@ -56,14 +64,24 @@ pub fn variables(
     };
     set("progress", json!(progress));
     let state = if t.uses("current-state") {
-        ws.read_progress_notes()?.map(|s| bound_text(s.trim(), MAX_STATE)).unwrap_or_default()
+        ws.read_progress_notes()?
+            .map(|s| bound_text(s.trim(), MAX_STATE))
+            .unwrap_or_default()
     } else {
         String::new()
     };
     set("current-state", json!(state));
-    let status = if t.uses("git-status") { bound_text(&git.status_porcelain()?, MAX_STATUS) } else { String::new() };
+    let status = if t.uses("git-status") {
+        bound_text(&git.status_porcelain()?, MAX_STATUS)
+    } else {
+        String::new()
+    };
     set("git-status", json!(status));
-    let diff = if t.uses("git-diff") { bound_text(&git.diff_head()?, MAX_DIFF) } else { String::new() };
+    let diff = if t.uses("git-diff") {
+        bound_text(&git.diff_head()?, MAX_DIFF)
+    } else {
+        String::new()
+    };
     set("git-diff", json!(diff));
     Ok(Value::Object(m))
 }

@@ -54,23 +54,39 @@ pub enum ResolveError {
     #[error(transparent)]
     Script(#[from] ScriptError),
     #[error("invalid value for {field}: {message}")]
-    Value { field: &'static str, message: String },
-    #[error("no task given\n  hint: pass the task as an argument (`taskdaemon run \"fix the failing test\"`) or with -f FILE")]
+    Value {
+        field: &'static str,
+        message: String,
+    },
+    #[error(
+        "no task given\n  hint: pass the task as an argument (`taskdaemon run \"fix the failing test\"`) or with -f FILE"
+    )]
     NoTask,
 }
 
 fn value(field: &'static str, message: impl Into<String>) -> ResolveError {
-    ResolveError::Value { field, message: message.into() }
+    ResolveError::Value {
+        field,
+        message: message.into(),
+    }
 }
 
 impl RunConfig {
     /// Resolve the run's settings. Fails before any state changes when something is wrong:
     /// unknown loop, bad template, missing agent CLI, invalid script, bad values.
-    pub fn resolve(workdir: &Path, task: String, s: &Settings, registry: &Registry) -> Result<RunConfig, ResolveError> {
+    pub fn resolve(
+        workdir: &Path,
+        task: String,
+        s: &Settings,
+        registry: &Registry,
+    ) -> Result<RunConfig, ResolveError> {
         if task.trim().is_empty() {
             return Err(ResolveError::NoTask);
         }
-        let loop_name = s.loop_type.clone().unwrap_or_else(|| DEFAULT_LOOP.to_string());
+        let loop_name = s
+            .loop_type
+            .clone()
+            .unwrap_or_else(|| DEFAULT_LOOP.to_string());
         let entry = registry.get(&loop_name)?;
         PromptTemplate::compile(&loop_name, &entry.def.prompt_template)?;
         let def = entry.def.clone();
@@ -89,7 +105,8 @@ impl RunConfig {
             max_iterations: def.max_iterations,
             max_stuck: DEFAULT_MAX_STUCK,
             iteration_timeout_ms: Some(
-                def.iteration_timeout_ms.unwrap_or(DEFAULT_ITERATION_TIMEOUT.as_millis() as u64),
+                def.iteration_timeout_ms
+                    .unwrap_or(DEFAULT_ITERATION_TIMEOUT.as_millis() as u64),
             ),
             max_runtime_ms: None,
             max_cost: None,
@@ -104,14 +121,17 @@ impl RunConfig {
     /// Apply the values `s` sets (used for resume overrides too). `agent_set` tells whether
     /// the agent was already changed by the caller.
     pub fn apply(&mut self, s: &Settings, reparse_agent: bool) -> Result<(), ResolveError> {
-        if reparse_agent {
-            if let Some(a) = &s.agent {
-                self.agent = AgentSpec::parse(a)?;
-                self.agent_format = self.agent.default_format();
-            }
+        if reparse_agent && let Some(a) = &s.agent {
+            self.agent = AgentSpec::parse(a)?;
+            self.agent_format = self.agent.default_format();
         }
-        self.agent = std::mem::replace(&mut self.agent, AgentSpec::Cmd { command: String::new() })
-            .absolutize(&self.workdir);
+        self.agent = std::mem::replace(
+            &mut self.agent,
+            AgentSpec::Cmd {
+                command: String::new(),
+            },
+        )
+        .absolutize(&self.workdir);
         if let AgentSpec::Script { file } = &self.agent {
             let script = Script::load(file)?;
             if script.format == ScriptFormat::StreamJson {
@@ -125,12 +145,19 @@ impl RunConfig {
         if let Some(v) = &s.validate {
             self.validate = Some(v.clone());
         }
-        if self.validate.as_deref().is_some_and(|v| v.trim().is_empty()) {
+        if self
+            .validate
+            .as_deref()
+            .is_some_and(|v| v.trim().is_empty())
+        {
             self.validate = None;
         }
         if let Some(c) = s.success_exit_code {
             if !(0..=255).contains(&c) {
-                return Err(value("success-exit-code", format!("{c} is not an exit code; use 0-255")));
+                return Err(value(
+                    "success-exit-code",
+                    format!("{c} is not an exit code; use 0-255"),
+                ));
             }
             self.success_exit_code = c;
         }
@@ -157,13 +184,21 @@ impl RunConfig {
         }
         if let Some(c) = s.max_cost {
             if !(c.is_finite() && c > 0.0) {
-                return Err(value("max-cost", format!("{c} is not a positive amount of US dollars")));
+                return Err(value(
+                    "max-cost",
+                    format!("{c} is not a positive amount of US dollars"),
+                ));
             }
             self.max_cost = Some(c);
         }
         if let Some(p) = &s.completion_promise {
             let p = p.trim();
-            if p.is_empty() || p.contains('<') || p.contains('>') || p.starts_with("BLOCKED") || p.starts_with("DECIDE") {
+            if p.is_empty()
+                || p.contains('<')
+                || p.contains('>')
+                || p.starts_with("BLOCKED")
+                || p.starts_with("DECIDE")
+            {
                 return Err(value(
                     "completion-promise",
                     format!("`{p}` cannot be a promise text; use a word such as COMPLETE or DONE"),
@@ -178,7 +213,9 @@ impl RunConfig {
     }
 
     pub fn completion_text(&self) -> &str {
-        self.completion_promise.as_deref().unwrap_or(DEFAULT_COMPLETION_TEXT)
+        self.completion_promise
+            .as_deref()
+            .unwrap_or(DEFAULT_COMPLETION_TEXT)
     }
 
     pub fn iteration_timeout(&self) -> Option<Duration> {
@@ -223,11 +260,19 @@ pub struct RunState {
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
-    #[error("{path} is not a valid run state: {message}\n  hint: move it aside and start a new run")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} is not a valid run state: {message}\n  hint: move it aside and start a new run"
+    )]
     Corrupt { path: PathBuf, message: String },
     #[error("cannot write {path}: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 impl RunState {
@@ -262,7 +307,10 @@ impl RunState {
         };
         serde_json::from_str(&text)
             .map(Some)
-            .map_err(|e| StateError::Corrupt { path, message: e.to_string() })
+            .map_err(|e| StateError::Corrupt {
+                path,
+                message: e.to_string(),
+            })
     }
 
     pub fn save(&self, ws: &Workspace) -> Result<(), StateError> {

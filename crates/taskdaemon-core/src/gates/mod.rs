@@ -3,4 +3,4 @@
 
 mod validation;
 
-pub use validation::{ValidationResult, run_validation};
+pub use validation::{Validation, ValidationResult, run_validation};

@@ -23,25 +23,32 @@ pub struct ValidationResult {
     pub duration: Duration,
 }
 
-/// Run `command`; `on_line` sees every line (for the iteration log).
+/// What to run and what counts as success.
+#[derive(Debug, Clone)]
+pub struct Validation<'a> {
+    pub command: &'a str,
+    pub dir: &'a Path,
+    pub env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    pub success_exit_code: i32,
+    pub timeout: Option<Duration>,
+    pub grace: Duration,
+}
+
+/// Run the validation; `on_line` sees every line (for the iteration log).
 pub async fn run_validation(
-    command: &str,
-    dir: &Path,
-    env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
-    success_exit_code: i32,
-    timeout: Option<Duration>,
-    grace: Duration,
+    v: Validation<'_>,
     cancel: &CancellationToken,
     mut on_line: impl FnMut(&str),
 ) -> std::io::Result<ValidationResult> {
+    let success_exit_code = v.success_exit_code;
     let spec = ProcessSpec {
         program: "sh".into(),
-        args: vec!["-c".into(), command.into()],
-        cwd: dir.to_path_buf(),
-        env,
+        args: vec!["-c".into(), v.command.into()],
+        cwd: v.dir.to_path_buf(),
+        env: v.env,
         stdin: None,
-        timeout,
-        grace,
+        timeout: v.timeout,
+        grace: v.grace,
     };
     let mut output = String::new();
     let r = run_process(&spec, cancel, |_, line| {

@@ -50,17 +50,16 @@ pub enum LoopError {
         source: std::io::Error,
     },
     #[error("{file}: {source}")]
-    Template {
-        file: String,
-        source: TemplateError,
-    },
+    Template { file: String, source: TemplateError },
     #[error("{file}: loop `{name}`: {message}")]
     Invalid {
         file: String,
         name: String,
         message: String,
     },
-    #[error("unknown loop type `{name}`{suggestion}\n  hint: `taskdaemon loops` lists the loop types: {known}")]
+    #[error(
+        "unknown loop type `{name}`{suggestion}\n  hint: `taskdaemon loops` lists the loop types: {known}"
+    )]
     Unknown {
         name: String,
         suggestion: String,
@@ -189,9 +188,11 @@ pub fn parse_file(path: &Path, text: &str) -> Result<BTreeMap<String, LoopType>,
                 message: "field `max-iterations` must be at least 1".into(),
             });
         }
-        PromptTemplate::compile(name, &def.prompt_template).map_err(|source| LoopError::Template {
-            file: file.clone(),
-            source,
+        PromptTemplate::compile(name, &def.prompt_template).map_err(|source| {
+            LoopError::Template {
+                file: file.clone(),
+                source,
+            }
         })?;
     }
     Ok(defs)
@@ -214,7 +215,11 @@ mod tests {
         let r = Registry::builtin();
         let ralph = r.get("ralph").unwrap();
         assert_eq!(ralph.source, LoopSource::Builtin);
-        assert!(ralph.def.prompt_template.len() <= 3 * 1024, "{}", ralph.def.prompt_template.len());
+        assert!(
+            ralph.def.prompt_template.len() <= 3 * 1024,
+            "{}",
+            ralph.def.prompt_template.len()
+        );
         let t = PromptTemplate::compile("ralph", &ralph.def.prompt_template).unwrap();
         // The generic loop leaves git-status and git-diff to the agent: they cost time on large repositories.
         assert!(!t.uses("git-status") && !t.uses("git-diff"));
@@ -228,7 +233,11 @@ mod tests {
         let proj = d.path().join("proj");
         std::fs::create_dir_all(&user).unwrap();
         std::fs::create_dir_all(&proj).unwrap();
-        let def = |t: &str| format!("ralph:\n  prompt-template: \"{t} {{{{task-description}}}}\"\n  validation-command: \"true\"\n  success-exit-code: 0\n  max-iterations: 3\n");
+        let def = |t: &str| {
+            format!(
+                "ralph:\n  prompt-template: \"{t} {{{{task-description}}}}\"\n  validation-command: \"true\"\n  success-exit-code: 0\n  max-iterations: 3\n"
+            )
+        };
         std::fs::write(user.join("a.yaml"), def("user")).unwrap();
         std::fs::write(proj.join("b.yaml"), def("proj")).unwrap();
         let r = Registry::load(Some(&user), &proj).unwrap();

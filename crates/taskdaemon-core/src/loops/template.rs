@@ -30,16 +30,22 @@ const HELPERS: &[&str] = &[
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TemplateError {
-    #[error("template of loop `{loop_name}` does not parse: {message}\n  hint: check the {{{{…}}}} pairs; a literal brace is written \\{{{{")]
+    #[error(
+        "template of loop `{loop_name}` does not parse: {message}\n  hint: check the {{{{…}}}} pairs; a literal brace is written \\{{{{"
+    )]
     Syntax { loop_name: String, message: String },
-    #[error("template of loop `{loop_name}` uses unknown variable `{name}`{suggestion}\n  hint: known variables: {known}")]
+    #[error(
+        "template of loop `{loop_name}` uses unknown variable `{name}`{suggestion}\n  hint: known variables: {known}"
+    )]
     UnknownVariable {
         loop_name: String,
         name: String,
         suggestion: String,
         known: String,
     },
-    #[error("template of loop `{loop_name}` uses a partial (`{{{{> …}}}}`), which loop templates do not support")]
+    #[error(
+        "template of loop `{loop_name}` uses a partial (`{{{{> …}}}}`), which loop templates do not support"
+    )]
     Partial { loop_name: String },
     #[error("rendering the prompt of loop `{loop_name}` failed: {message}")]
     Render { loop_name: String, message: String },
@@ -103,14 +109,22 @@ impl PromptTemplate {
     }
 }
 
-fn collect(tpl: &Template, out: &mut BTreeSet<String>, loop_name: &str) -> Result<(), TemplateError> {
+fn collect(
+    tpl: &Template,
+    out: &mut BTreeSet<String>,
+    loop_name: &str,
+) -> Result<(), TemplateError> {
     for el in &tpl.elements {
         collect_element(el, out, loop_name)?;
     }
     Ok(())
 }
 
-fn collect_element(el: &TemplateElement, out: &mut BTreeSet<String>, loop_name: &str) -> Result<(), TemplateError> {
+fn collect_element(
+    el: &TemplateElement,
+    out: &mut BTreeSet<String>,
+    loop_name: &str,
+) -> Result<(), TemplateError> {
     {
         match el {
             TemplateElement::Expression(h) | TemplateElement::HtmlExpression(h) => {
@@ -132,10 +146,8 @@ fn collect_element(el: &TemplateElement, out: &mut BTreeSet<String>, loop_name: 
                 // Inside `each`/`with` names are relative to the item: not checked here.
                 let scoped = matches!(&h.name, Parameter::Name(n) if n == "each" || n == "with")
                     || h.block_param.is_some();
-                if !scoped {
-                    if let Some(t) = &h.template {
-                        collect(t, out, loop_name)?;
-                    }
+                if !scoped && let Some(t) = &h.template {
+                    collect(t, out, loop_name)?;
                 }
                 if let Some(t) = &h.inverse {
                     collect(t, out, loop_name)?;
@@ -155,10 +167,10 @@ fn collect_element(el: &TemplateElement, out: &mut BTreeSet<String>, loop_name: 
 fn param(p: &Parameter, out: &mut BTreeSet<String>, loop_name: &str) -> Result<(), TemplateError> {
     match p {
         Parameter::Path(Path::Relative((segs, _))) => {
-            if let Some(PathSeg::Named(n)) = segs.first() {
-                if n != "this" {
-                    out.insert(n.clone());
-                }
+            if let Some(PathSeg::Named(n)) = segs.first()
+                && n != "this"
+            {
+                out.insert(n.clone());
             }
         }
         Parameter::Subexpression(sub) => collect_element(&sub.element, out, loop_name)?,
@@ -174,25 +186,42 @@ mod tests {
 
     #[test]
     fn finds_variables_including_inside_if() {
-        let t = PromptTemplate::compile("t", "{{task-description}} {{#if previous-errors}}{{previous-errors}}{{/if}}").unwrap();
+        let t = PromptTemplate::compile(
+            "t",
+            "{{task-description}} {{#if previous-errors}}{{previous-errors}}{{/if}}",
+        )
+        .unwrap();
         assert!(t.uses("task-description") && t.uses("previous-errors"));
         assert!(!t.uses("git-diff"));
     }
 
     #[test]
     fn unknown_variable_is_named_even_inside_if() {
-        for src in ["{{nope}}", "{{#if git-dif}}x{{/if}}", "{{#unless x}}{{/unless}}"] {
+        for src in [
+            "{{nope}}",
+            "{{#if git-dif}}x{{/if}}",
+            "{{#unless x}}{{/unless}}",
+        ] {
             let e = PromptTemplate::compile("t", src).unwrap_err();
-            assert!(matches!(e, TemplateError::UnknownVariable { .. }), "{src}: {e}");
+            assert!(
+                matches!(e, TemplateError::UnknownVariable { .. }),
+                "{src}: {e}"
+            );
         }
         let e = PromptTemplate::compile("t", "{{#if git-dif}}x{{/if}}").unwrap_err();
-        assert!(e.to_string().contains("`git-dif`") && e.to_string().contains("did you mean `git-diff`"), "{e}");
+        assert!(
+            e.to_string().contains("`git-dif`")
+                && e.to_string().contains("did you mean `git-diff`"),
+            "{e}"
+        );
     }
 
     #[test]
     fn renders_without_html_escaping() {
         let t = PromptTemplate::compile("t", "{{task-description}} #{{iteration}}").unwrap();
-        let out = t.render(&json!({"task-description": "a < b && \"c\"", "iteration": 2})).unwrap();
+        let out = t
+            .render(&json!({"task-description": "a < b && \"c\"", "iteration": 2}))
+            .unwrap();
         assert_eq!(out, "a < b && \"c\" #2");
     }
 

@@ -15,7 +15,10 @@ pub enum ArchiveError {
     #[error("invalid label `{0}`\n  hint: use letters, digits, `-`, `_` and `.`")]
     Label(String),
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -25,14 +28,23 @@ pub struct ArchiveReport {
     pub logs_included: bool,
 }
 
-pub fn archive(ws: &Workspace, stamp: &str, label: Option<&str>, include_logs: bool) -> Result<ArchiveReport, ArchiveError> {
+pub fn archive(
+    ws: &Workspace,
+    stamp: &str,
+    label: Option<&str>,
+    include_logs: bool,
+) -> Result<ArchiveReport, ArchiveError> {
     if ws.is_locked() {
         return Err(ArchiveError::Running);
     }
-    if let Some(l) = label {
-        if l.is_empty() || !l.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) || l.starts_with('.') {
-            return Err(ArchiveError::Label(l.into()));
-        }
+    if let Some(l) = label
+        && (l.is_empty()
+            || !l
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            || l.starts_with('.'))
+    {
+        return Err(ArchiveError::Label(l.into()));
     }
     let root = ws.root();
     let entries = match std::fs::read_dir(root) {
@@ -58,13 +70,23 @@ pub fn archive(ws: &Workspace, stamp: &str, label: Option<&str>, include_logs: b
         dest = ws.archive_dir().join(format!("{name}-{n}"));
         n += 1;
     }
-    std::fs::create_dir_all(&dest).map_err(|source| ArchiveError::Io { path: dest.clone(), source })?;
+    std::fs::create_dir_all(&dest).map_err(|source| ArchiveError::Io {
+        path: dest.clone(),
+        source,
+    })?;
     for n in &names {
         let from = root.join(n);
         let to = dest.join(n);
-        move_path(&from, &to).map_err(|source| ArchiveError::Io { path: from.clone(), source })?;
+        move_path(&from, &to).map_err(|source| ArchiveError::Io {
+            path: from.clone(),
+            source,
+        })?;
     }
-    Ok(ArchiveReport { dir: dest, moved: names, logs_included: include_logs })
+    Ok(ArchiveReport {
+        dir: dest,
+        moved: names,
+        logs_included: include_logs,
+    })
 }
 
 /// Rename within the same file system (the archive is inside `.ralph/`).

@@ -50,13 +50,19 @@ pub struct SummaryRow {
 }
 
 pub fn append_row(path: &Path, row: &SummaryRow) -> std::io::Result<()> {
-    let needs_header = std::fs::metadata(path).map(|m| m.len() == 0).unwrap_or(true);
-    let mut w = csv::WriterBuilder::new().has_headers(false).from_writer(Vec::new());
+    let needs_header = std::fs::metadata(path)
+        .map(|m| m.len() == 0)
+        .unwrap_or(true);
+    let mut w = csv::WriterBuilder::new()
+        .has_headers(false)
+        .from_writer(Vec::new());
     if needs_header {
         w.write_record(CSV_COLUMNS).map_err(std::io::Error::other)?;
     }
     w.serialize(row).map_err(std::io::Error::other)?;
-    let bytes = w.into_inner().map_err(|e| std::io::Error::other(e.to_string()))?;
+    let bytes = w
+        .into_inner()
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
     append_record(path, &bytes, true)
 }
 
@@ -86,7 +92,14 @@ mod tests {
             cost_usd: "0.000000".into(),
         };
         append_row(&p, &row).unwrap();
-        append_row(&p, &SummaryRow { iteration: 2, ..row }).unwrap();
+        append_row(
+            &p,
+            &SummaryRow {
+                iteration: 2,
+                ..row
+            },
+        )
+        .unwrap();
         let text = std::fs::read_to_string(&p).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);

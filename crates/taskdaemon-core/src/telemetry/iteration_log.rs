@@ -18,8 +18,14 @@ impl IterationLog {
         if let Some(d) = path.parent() {
             std::fs::create_dir_all(d)?;
         }
-        let f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(IterationLog { path: path.to_path_buf(), out: BufWriter::new(f) })
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(IterationLog {
+            path: path.to_path_buf(),
+            out: BufWriter::new(f),
+        })
     }
 
     pub fn path(&self) -> &Path {

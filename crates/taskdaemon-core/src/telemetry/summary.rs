@@ -29,9 +29,18 @@ pub struct RunSummary {
 /// Stories complete/total from a `prd.json` or `tasks.json` in `.ralph/` or the work tree
 /// (`{"userStories": [...]}` or a list; a story with `"passes": true` is complete).
 pub fn count_stories(dir: &Path) -> Option<(u32, u32)> {
-    for rel in [".ralph/tasks.json", ".ralph/prd.json", "tasks.json", "prd.json"] {
-        let Ok(text) = std::fs::read_to_string(dir.join(rel)) else { continue };
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else { continue };
+    for rel in [
+        ".ralph/tasks.json",
+        ".ralph/prd.json",
+        "tasks.json",
+        "prd.json",
+    ] {
+        let Ok(text) = std::fs::read_to_string(dir.join(rel)) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+            continue;
+        };
         let list = v
             .get("userStories")
             .or_else(|| v.get("stories"))
@@ -55,7 +64,11 @@ mod tests {
     fn counts_passing_stories() {
         let d = tempfile::tempdir().unwrap();
         assert_eq!(count_stories(d.path()), None);
-        std::fs::write(d.path().join("prd.json"), r#"{"userStories":[{"passes":true},{"passes":false},{}]}"#).unwrap();
+        std::fs::write(
+            d.path().join("prd.json"),
+            r#"{"userStories":[{"passes":true},{"passes":false},{}]}"#,
+        )
+        .unwrap();
         assert_eq!(count_stories(d.path()), Some((1, 3)));
     }
 }

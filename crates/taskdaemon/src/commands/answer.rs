@@ -21,21 +21,30 @@ pub fn run(args: AnswerArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let (_, ws) = ctx.workspace()?;
     let text = if args.text == "-" {
         let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).context("reading the answer from stdin")?;
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("reading the answer from stdin")?;
         s
     } else {
         args.text
     };
     if text.trim().is_empty() {
-        return Err(user("the answer is empty\n  hint: `taskdaemon answer \"use polling for now\"`"));
+        return Err(user(
+            "the answer is empty\n  hint: `taskdaemon answer \"use polling for now\"`",
+        ));
     }
     let d = ws.answer(&text).map_err(user)?;
     if args.json {
-        print_json(&serde_json::json!({ "question": d.question, "answer": d.answer, "file": ws.decide_file() }))?;
+        print_json(
+            &serde_json::json!({ "question": d.question, "answer": d.answer, "file": ws.decide_file() }),
+        )?;
         return Ok(0);
     }
     println!("question: {}", d.question);
     println!("answer:   {}", d.answer.unwrap_or_default());
-    println!("\nwritten to {}. Continue with `taskdaemon run --resume`: the answer goes into the next prompt.", ws.decide_file().display());
+    println!(
+        "\nwritten to {}. Continue with `taskdaemon run --resume`: the answer goes into the next prompt.",
+        ws.decide_file().display()
+    );
     Ok(0)
 }

@@ -28,9 +28,16 @@ pub fn run(args: ArchiveArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         print_json(&report)?;
         return Ok(0);
     }
-    println!("archived to {}: {}", report.dir.display(), report.moved.join(", "));
+    println!(
+        "archived to {}: {}",
+        report.dir.display(),
+        report.moved.join(", ")
+    );
     if !report.logs_included {
-        println!("logs stay in {} (use --include-logs to move them too)", ws.logs_dir().display());
+        println!(
+            "logs stay in {} (use --include-logs to move them too)",
+            ws.logs_dir().display()
+        );
     }
     Ok(0)
 }

@@ -16,7 +16,8 @@ use taskdaemon_core::{clock, fsutil::write_atomic};
 use super::Ctx;
 use crate::cli::user;
 
-const CALC: &str = "#!/bin/sh\n# usage: sh calc.sh add|mul A B\necho \"not implemented\" >&2\nexit 1\n";
+const CALC: &str =
+    "#!/bin/sh\n# usage: sh calc.sh add|mul A B\necho \"not implemented\" >&2\nexit 1\n";
 const TEST: &str = include_str!("demo/test.sh");
 const SCRIPT: &str = include_str!("demo/agent.yaml");
 const TASK: &str = "Implement calc.sh so that `sh test.sh` passes: `sh calc.sh add A B` prints A+B and `sh calc.sh mul A B` prints A*B.";
@@ -34,15 +35,23 @@ pub struct DemoArgs {
 pub fn run(args: DemoArgs, _ctx: &Ctx) -> anyhow::Result<i32> {
     let dir = match args.dir {
         Some(d) => {
-            if d.exists() && std::fs::read_dir(&d).map(|mut r| r.next().is_some()).unwrap_or(true) {
-                return Err(user(format!("{} exists and is not empty\n  hint: pass a new directory with --dir, or leave --dir out", d.display())));
+            if d.exists()
+                && std::fs::read_dir(&d)
+                    .map(|mut r| r.next().is_some())
+                    .unwrap_or(true)
+            {
+                return Err(user(format!(
+                    "{} exists and is not empty\n  hint: pass a new directory with --dir, or leave --dir out",
+                    d.display()
+                )));
             }
             std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
             d
         }
         None => {
             let stamp = clock::now().strftime("%Y%m%d-%H%M%S");
-            let d = std::env::temp_dir().join(format!("taskdaemon-demo-{stamp}-{}", std::process::id()));
+            let d = std::env::temp_dir()
+                .join(format!("taskdaemon-demo-{stamp}-{}", std::process::id()));
             std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
             d
         }
@@ -58,32 +67,59 @@ pub fn run(args: DemoArgs, _ctx: &Ctx) -> anyhow::Result<i32> {
         max_iterations: Some(5),
         ..Settings::default()
     };
-    let cfg = RunConfig::resolve(&dir, TASK.into(), &settings, &Registry::builtin()).map_err(user)?;
+    let cfg =
+        RunConfig::resolve(&dir, TASK.into(), &settings, &Registry::builtin()).map_err(user)?;
     let ws = Workspace::new(&dir);
     let _lock = ws.lock().map_err(user)?;
     let head = taskdaemon_core::git::Git::new(&dir).head()?;
-    let state = RunState::new(cfg, format!("demo-{}", clock::now().as_second()), head, clock::now_rfc3339());
+    let state = RunState::new(
+        cfg,
+        format!("demo-{}", clock::now().as_second()),
+        head,
+        clock::now_rfc3339(),
+    );
     if !args.json {
         eprintln!("taskdaemon demo: a scratch repository in {}", dir.display());
         eprintln!("taskdaemon demo: task: {TASK}");
-        eprintln!("taskdaemon demo: agent: the built-in scripted agent playing {}\n", script.display());
+        eprintln!(
+            "taskdaemon demo: agent: the built-in scripted agent playing {}\n",
+            script.display()
+        );
     }
     let (_, summary) = super::run::drive(&ws, state, false, args.json)?;
     if !args.json {
         println!("\nThe demo's record:");
-        println!("  per-iteration logs: {}/iteration-*.log", ws.logs_dir().display());
+        println!(
+            "  per-iteration logs: {}/iteration-*.log",
+            ws.logs_dir().display()
+        );
         println!("  telemetry:          {}", ws.summary_csv().display());
-        println!("  prompts sent:       {}/iteration-*.prompt.md (the second carries the validation errors)", ws.logs_dir().display());
-        println!("  the repository:     git -C {} log --oneline", dir.display());
+        println!(
+            "  prompts sent:       {}/iteration-*.prompt.md (the second carries the validation errors)",
+            ws.logs_dir().display()
+        );
+        println!(
+            "  the repository:     git -C {} log --oneline",
+            dir.display()
+        );
     }
     Ok(summary.exit_code)
 }
 
 fn make_project(dir: &Path) -> anyhow::Result<()> {
     let git = |args: &[&str]| -> anyhow::Result<()> {
-        let out = Command::new("git").arg("-C").arg(dir).args(args).output().context("running git (is it installed?)")?;
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .context("running git (is it installed?)")?;
         if !out.status.success() {
-            bail!("git {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+            bail!(
+                "git {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
         }
         Ok(())
     };
@@ -93,8 +129,14 @@ fn make_project(dir: &Path) -> anyhow::Result<()> {
     git(&["config", "user.email", "demo@taskdaemon.invalid"])?;
     write_atomic(&dir.join("calc.sh"), CALC.as_bytes())?;
     write_atomic(&dir.join("test.sh"), TEST.as_bytes())?;
-    write_atomic(&dir.join("README.md"), b"# calc\n\nA tiny calculator for the taskdaemon demo. `sh test.sh` checks it.\n")?;
-    write_atomic(&dir.join(".gitignore"), taskdaemon_core::workspace::IGNORED.join("\n").as_bytes())?;
+    write_atomic(
+        &dir.join("README.md"),
+        b"# calc\n\nA tiny calculator for the taskdaemon demo. `sh test.sh` checks it.\n",
+    )?;
+    write_atomic(
+        &dir.join(".gitignore"),
+        taskdaemon_core::workspace::IGNORED.join("\n").as_bytes(),
+    )?;
     git(&["add", "-A"])?;
     git(&["commit", "-q", "-m", "calc: a stub and its failing test"])?;
     Ok(())

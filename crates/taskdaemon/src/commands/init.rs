@@ -74,12 +74,18 @@ pub fn run(args: InitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         return Ok(0);
     }
     if config_written {
-        println!("wrote {} (every setting commented at its default)", cfg.display());
+        println!(
+            "wrote {} (every setting commented at its default)",
+            cfg.display()
+        );
     } else {
         println!("kept {} (use --force to replace it)", cfg.display());
     }
     if added.is_empty() {
-        println!("{} already ignores taskdaemon's runtime files", gi.display());
+        println!(
+            "{} already ignores taskdaemon's runtime files",
+            gi.display()
+        );
     } else {
         println!("added to {}: {}", gi.display(), added.join(" "));
     }

@@ -36,7 +36,11 @@ struct Row<'a> {
 pub fn run(args: LoopsArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let dir = ctx.workdir()?;
     let user_loops = user_config_dir().map(|d| d.join("loops"));
-    let reg = Registry::load(user_loops.as_deref(), &dir.join(".taskdaemon").join("loops")).map_err(user)?;
+    let reg = Registry::load(
+        user_loops.as_deref(),
+        &dir.join(".taskdaemon").join("loops"),
+    )
+    .map_err(user)?;
     if let Some(name) = &args.name {
         let e = reg.get(name).map_err(user)?;
         if args.json {

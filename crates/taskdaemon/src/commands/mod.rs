@@ -32,7 +32,10 @@ impl Ctx {
             None => std::env::current_dir().context("cannot read the current directory")?,
         };
         std::fs::canonicalize(&dir).map_err(|e| {
-            user(format!("directory {} is not usable: {e}\n  hint: check the path given with -C", dir.display()))
+            user(format!(
+                "directory {} is not usable: {e}\n  hint: check the path given with -C",
+                dir.display()
+            ))
         })
     }
 

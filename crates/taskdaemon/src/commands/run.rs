@@ -106,10 +106,14 @@ impl RunArgs {
         if let Some(p) = &self.prompt {
             return Ok(Some(p.clone()));
         }
-        let Some(file) = &self.prompt_file else { return Ok(None) };
+        let Some(file) = &self.prompt_file else {
+            return Ok(None);
+        };
         if file.as_os_str() == "-" {
             let mut s = String::new();
-            std::io::stdin().read_to_string(&mut s).context("reading the task from stdin")?;
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .context("reading the task from stdin")?;
             return Ok(Some(s));
         }
         std::fs::read_to_string(file)
@@ -128,14 +132,19 @@ pub fn run(args: RunArgs, ctx: &Ctx) -> anyhow::Result<i32> {
 
     let (state, resumed) = if args.resume {
         if args.prompt.is_some() || args.prompt_file.is_some() {
-            return Err(user("--resume continues the saved task; drop PROMPT / --prompt-file, or start a new run without --resume"));
+            return Err(user(
+                "--resume continues the saved task; drop PROMPT / --prompt-file, or start a new run without --resume",
+            ));
         }
         (resume_state(&ws, &flags)?, true)
     } else {
         let task = args.task()?.ok_or_else(|| {
             user("no task given\n  hint: `taskdaemon run \"what to do\"`, `taskdaemon run -f task.md`, or `taskdaemon run --resume`")
         })?;
-        (new_state(&dir, &ws, task, &flags, ctx.config.as_deref())?, false)
+        (
+            new_state(&dir, &ws, task, &flags, ctx.config.as_deref())?,
+            false,
+        )
     };
     let (_outcome, summary) = drive(&ws, state, resumed, args.json)?;
     Ok(summary.exit_code)
@@ -151,27 +160,33 @@ fn refuse_if_waiting_for_a_human(ws: &Workspace) -> anyhow::Result<Option<i32>> 
         );
         return Ok(Some(exit_code::BLOCKED));
     }
-    if let Some(d) = ws.read_decide().map_err(user)? {
-        if d.answer.is_none() {
-            eprintln!(
-                "taskdaemon: not starting: the agent asked a question that has no answer yet ({}):\n{}\n  hint: `taskdaemon answer \"your decision\"`, then `taskdaemon run --resume`",
-                ws.decide_file().display(),
-                indent(&d.question)
-            );
-            return Ok(Some(exit_code::DECIDE));
-        }
+    if let Some(d) = ws.read_decide().map_err(user)?
+        && d.answer.is_none()
+    {
+        eprintln!(
+            "taskdaemon: not starting: the agent asked a question that has no answer yet ({}):\n{}\n  hint: `taskdaemon answer \"your decision\"`, then `taskdaemon run --resume`",
+            ws.decide_file().display(),
+            indent(&d.question)
+        );
+        return Ok(Some(exit_code::DECIDE));
     }
     Ok(None)
 }
 
 fn indent(s: &str) -> String {
-    s.lines().map(|l| format!("    {l}")).collect::<Vec<_>>().join("\n")
+    s.lines()
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn resume_state(ws: &Workspace, flags: &Settings) -> anyhow::Result<RunState> {
-    let mut st = RunState::load(ws)
-        .map_err(user)?
-        .ok_or_else(|| user(format!("no run to resume in {}\n  hint: start one with `taskdaemon run \"task\"`", ws.root().display())))?;
+    let mut st = RunState::load(ws).map_err(user)?.ok_or_else(|| {
+        user(format!(
+            "no run to resume in {}\n  hint: start one with `taskdaemon run \"task\"`",
+            ws.root().display()
+        ))
+    })?;
     if let Some(o) = &st.outcome {
         if !o.resumable() {
             return Err(user(format!(
@@ -188,11 +203,21 @@ fn resume_state(ws: &Workspace, flags: &Settings) -> anyhow::Result<RunState> {
     Ok(st)
 }
 
-fn new_state(dir: &Path, ws: &Workspace, task: String, flags: &Settings, explicit_config: Option<&Path>) -> anyhow::Result<RunState> {
+fn new_state(
+    dir: &Path,
+    ws: &Workspace,
+    task: String,
+    flags: &Settings,
+    explicit_config: Option<&Path>,
+) -> anyhow::Result<RunState> {
     let files = config::load_layers(dir, explicit_config).map_err(user)?;
     let settings = files.merge(flags.clone());
     let user_loops = config::user_config_dir().map(|d| d.join("loops"));
-    let registry = Registry::load(user_loops.as_deref(), &dir.join(".taskdaemon").join("loops")).map_err(user)?;
+    let registry = Registry::load(
+        user_loops.as_deref(),
+        &dir.join(".taskdaemon").join("loops"),
+    )
+    .map_err(user)?;
     let cfg = RunConfig::resolve(dir, task, &settings, &registry).map_err(user)?;
     let git = Git::new(dir);
     let head = git.head().map_err(user)?;
@@ -217,25 +242,37 @@ fn uuid_suffix() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    format!("{:06x}", (nanos ^ std::process::id().rotate_left(16)) & 0xff_ffff)
+    format!(
+        "{:06x}",
+        (nanos ^ std::process::id().rotate_left(16)) & 0xff_ffff
+    )
 }
 
 fn keep_old_logs(ws: &Workspace, old_run: &str) -> anyhow::Result<()> {
     let logs = ws.logs_dir();
-    let Ok(entries) = std::fs::read_dir(&logs) else { return Ok(()) };
+    let Ok(entries) = std::fs::read_dir(&logs) else {
+        return Ok(());
+    };
     let dest = logs.join(old_run);
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         if name.starts_with("iteration-") {
-            std::fs::create_dir_all(&dest).with_context(|| format!("creating {}", dest.display()))?;
-            std::fs::rename(e.path(), dest.join(&name)).with_context(|| format!("moving {name} to {}", dest.display()))?;
+            std::fs::create_dir_all(&dest)
+                .with_context(|| format!("creating {}", dest.display()))?;
+            std::fs::rename(e.path(), dest.join(&name))
+                .with_context(|| format!("moving {name} to {}", dest.display()))?;
         }
     }
     Ok(())
 }
 
 /// Run the engine on a runtime, with Ctrl-C / SIGTERM handling and rendering.
-pub fn drive(ws: &Workspace, state: RunState, resumed: bool, json: bool) -> anyhow::Result<(Outcome, RunSummary)> {
+pub fn drive(
+    ws: &Workspace,
+    state: RunState,
+    resumed: bool,
+    json: bool,
+) -> anyhow::Result<(Outcome, RunSummary)> {
     agent::become_subreaper();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -24,17 +24,29 @@ pub fn run(args: ScriptAgentArgs) -> anyhow::Result<i32> {
     // Read the prompt like a real agent would (and so the harness never blocks writing it).
     let mut prompt = String::new();
     let _ = std::io::stdin().read_to_string(&mut prompt);
-    let iteration: u32 = std::env::var("TASKDAEMON_ITERATION").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
-    let mut p = Player { stream: script.format == ScriptFormat::StreamJson, cost: 0.0, last_said: String::new(), tool_id: 0 };
+    let iteration: u32 = std::env::var("TASKDAEMON_ITERATION")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let mut p = Player {
+        stream: script.format == ScriptFormat::StreamJson,
+        cost: 0.0,
+        last_said: String::new(),
+        tool_id: 0,
+    };
     p.init();
     let Some(it) = script.steps_for(iteration) else {
         return Ok(match script.after_last {
             AfterLast::Fail => {
-                eprintln!("scripted agent: the script has no iteration {iteration} (after-last: fail)");
+                eprintln!(
+                    "scripted agent: the script has no iteration {iteration} (after-last: fail)"
+                );
                 1
             }
             _ => {
-                p.say(&format!("scripted agent: the script has no iteration {iteration}; nothing to do."));
+                p.say(&format!(
+                    "scripted agent: the script has no iteration {iteration}; nothing to do."
+                ));
                 p.result();
                 0
             }
@@ -58,24 +70,50 @@ pub fn run(args: ScriptAgentArgs) -> anyhow::Result<i32> {
                 if w.executable {
                     f.set_permissions(std::fs::Permissions::from_mode(0o755))?;
                 }
-                let name = if matches!(step, Step::Write(_)) { "Write" } else { "Edit" };
-                p.tool(name, json!({ "file_path": w.path }), &format!("wrote {}", w.path.display()));
+                let name = if matches!(step, Step::Write(_)) {
+                    "Write"
+                } else {
+                    "Edit"
+                };
+                p.tool(
+                    name,
+                    json!({ "file_path": w.path }),
+                    &format!("wrote {}", w.path.display()),
+                );
             }
             Step::Delete(path) => {
-                let r = if path.is_dir() { std::fs::remove_dir_all(path) } else { std::fs::remove_file(path) };
-                p.tool("Bash", json!({ "command": format!("rm -rf {}", path.display()) }), &r.map(|_| String::new()).unwrap_or_else(|e| e.to_string()));
+                let r = if path.is_dir() {
+                    std::fs::remove_dir_all(path)
+                } else {
+                    std::fs::remove_file(path)
+                };
+                p.tool(
+                    "Bash",
+                    json!({ "command": format!("rm -rf {}", path.display()) }),
+                    &r.map(|_| String::new()).unwrap_or_else(|e| e.to_string()),
+                );
             }
             Step::Run(cmd) => {
                 let out = Command::new("sh").arg("-c").arg(cmd).output()?;
-                let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+                let text = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
                 p.tool("Bash", json!({ "command": cmd }), text.trim_end());
             }
             Step::Commit(msg) => {
                 let text = commit(msg)?;
-                p.tool("Bash", json!({ "command": format!("git add -A && git commit -m {msg:?}") }), text.trim_end());
+                p.tool(
+                    "Bash",
+                    json!({ "command": format!("git add -A && git commit -m {msg:?}") }),
+                    text.trim_end(),
+                );
             }
             Step::Tool(t) => p.tool(&t.name, t.input.clone(), &t.output),
-            Step::Sleep(secs) => std::thread::sleep(std::time::Duration::from_secs_f64(secs.max(0.0))),
+            Step::Sleep(secs) => {
+                std::thread::sleep(std::time::Duration::from_secs_f64(secs.max(0.0)))
+            }
             Step::Cost(c) => p.cost += c,
             Step::Exit(code) => {
                 p.result();
@@ -89,11 +127,20 @@ pub fn run(args: ScriptAgentArgs) -> anyhow::Result<i32> {
 
 /// `git add -A && git commit`, with a stand-in identity when none is configured.
 fn commit(msg: &str) -> anyhow::Result<String> {
-    let has_identity = Command::new("git").args(["config", "user.email"]).output().map(|o| o.status.success()).unwrap_or(false);
+    let has_identity = Command::new("git")
+        .args(["config", "user.email"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
     let git = |args: &[&str]| -> anyhow::Result<std::process::Output> {
         let mut c = Command::new("git");
         if !has_identity {
-            c.args(["-c", "user.name=taskdaemon scripted agent", "-c", "user.email=script@taskdaemon.invalid"]);
+            c.args([
+                "-c",
+                "user.name=taskdaemon scripted agent",
+                "-c",
+                "user.email=script@taskdaemon.invalid",
+            ]);
         }
         Ok(c.args(args).output()?)
     };
@@ -102,7 +149,10 @@ fn commit(msg: &str) -> anyhow::Result<String> {
     Ok(if out.status.success() {
         format!("committed: {msg}")
     } else {
-        format!("nothing committed: {}", String::from_utf8_lossy(&out.stdout).trim())
+        format!(
+            "nothing committed: {}",
+            String::from_utf8_lossy(&out.stdout).trim()
+        )
     })
 }
 

@@ -22,9 +22,15 @@ pub fn run(args: UnblockArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     match removed {
         Some(text) => {
             println!("{}", text.trim());
-            println!("\nunblocked: removed {}. Continue with `taskdaemon run --resume`.", ws.blocked_file().display());
+            println!(
+                "\nunblocked: removed {}. Continue with `taskdaemon run --resume`.",
+                ws.blocked_file().display()
+            );
         }
-        None => println!("nothing is blocked here ({} does not exist)", ws.blocked_file().display()),
+        None => println!(
+            "nothing is blocked here ({} does not exist)",
+            ws.blocked_file().display()
+        ),
     }
     Ok(0)
 }

@@ -34,7 +34,12 @@ struct Status {
 
 impl Renderer {
     pub fn new(json: bool) -> Renderer {
-        Renderer { json, tty: !json && std::io::stderr().is_terminal(), status: Status::default(), status_shown: false }
+        Renderer {
+            json,
+            tty: !json && std::io::stderr().is_terminal(),
+            status: Status::default(),
+            status_shown: false,
+        }
     }
 
     pub async fn run(mut self, mut rx: UnboundedReceiver<EngineEvent>) {
@@ -61,18 +66,37 @@ impl Renderer {
             return;
         }
         match ev {
-            EngineEvent::RunStarted { run_id, loop_type, agent, workdir, first_iteration, max_iterations, validate, resumed } => {
+            EngineEvent::RunStarted {
+                run_id,
+                loop_type,
+                agent,
+                workdir,
+                first_iteration,
+                max_iterations,
+                validate,
+                resumed,
+            } => {
                 self.status.agent = agent.clone();
                 self.status.max = max_iterations;
                 self.status.started = Some(Instant::now());
-                let start = if resumed { format!("resuming at iteration {first_iteration}") } else { "starting".into() };
+                let start = if resumed {
+                    format!("resuming at iteration {first_iteration}")
+                } else {
+                    "starting".into()
+                };
                 self.note(&format!(
                     "run {run_id} {start} · loop {loop_type} · agent {agent} · {} · in {workdir}",
-                    validate.map(|v| format!("validate `{v}`")).unwrap_or_else(|| "no validation".into())
+                    validate
+                        .map(|v| format!("validate `{v}`"))
+                        .unwrap_or_else(|| "no validation".into())
                 ));
             }
             EngineEvent::Warning { message } => self.note(&format!("warning: {message}")),
-            EngineEvent::IterationStarted { iteration, max_iterations, .. } => {
+            EngineEvent::IterationStarted {
+                iteration,
+                max_iterations,
+                ..
+            } => {
                 self.status.iteration = iteration;
                 self.status.max = max_iterations;
                 self.status.last.clear();
@@ -81,16 +105,37 @@ impl Renderer {
             }
             EngineEvent::Agent { activity, .. } => match activity {
                 Activity::Text { text } => {
-                    self.status.last = text.lines().last().unwrap_or_default().chars().take(60).collect();
+                    self.status.last = text
+                        .lines()
+                        .last()
+                        .unwrap_or_default()
+                        .chars()
+                        .take(60)
+                        .collect();
                     self.out(&text);
                 }
                 Activity::ToolCall { name, detail } => {
                     self.status.last = format!("{name} {detail}").chars().take(60).collect();
-                    self.out(&format!("  → {name}{}", if detail.is_empty() { String::new() } else { format!(": {detail}") }));
+                    self.out(&format!(
+                        "  → {name}{}",
+                        if detail.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {detail}")
+                        }
+                    ));
                 }
                 Activity::Other { text } => self.out(&text),
             },
-            EngineEvent::AgentFinished { exit_code, timed_out, interrupted, duration_ms, tool_calls, cost_usd, .. } => {
+            EngineEvent::AgentFinished {
+                exit_code,
+                timed_out,
+                interrupted,
+                duration_ms,
+                tool_calls,
+                cost_usd,
+                ..
+            } => {
                 if let Some(c) = cost_usd {
                     self.status.cost += c;
                 }
@@ -108,24 +153,44 @@ impl Renderer {
                 ));
             }
             EngineEvent::Signal { signal, text, .. } => {
-                self.note(&format!("agent says {}{}", signal.to_uppercase(), text.map(|t| format!(": {t}")).unwrap_or_default()));
+                self.note(&format!(
+                    "agent says {}{}",
+                    signal.to_uppercase(),
+                    text.map(|t| format!(": {t}")).unwrap_or_default()
+                ));
             }
             EngineEvent::ValidationStarted { command, .. } => {
                 self.status.last = format!("validating: {command}");
                 self.note(&format!("validating: $ {command}"));
             }
-            EngineEvent::ValidationFinished { passed, exit_code, timed_out, duration_ms, .. } => self.note(&format!(
+            EngineEvent::ValidationFinished {
+                passed,
+                exit_code,
+                timed_out,
+                duration_ms,
+                ..
+            } => self.note(&format!(
                 "validation {} (exit {exit_code}{}) in {}",
                 if passed { "passed" } else { "failed" },
                 if timed_out { ", timed out" } else { "" },
                 format_duration(Duration::from_millis(duration_ms))
             )),
-            EngineEvent::CompletionRejected { reason, .. } => self.note(&format!("COMPLETE rejected: {reason}")),
-            EngineEvent::IterationFinished { iteration, outcome, commit, stuck_count, .. } => {
+            EngineEvent::CompletionRejected { reason, .. } => {
+                self.note(&format!("COMPLETE rejected: {reason}"))
+            }
+            EngineEvent::IterationFinished {
+                iteration,
+                outcome,
+                commit,
+                stuck_count,
+                ..
+            } => {
                 self.status.active = false;
                 self.note(&format!(
                     "iteration {iteration}: {outcome} · {} · stuck count {stuck_count}",
-                    commit.map(|c| format!("commit {c}")).unwrap_or_else(|| "no new commit".into())
+                    commit
+                        .map(|c| format!("commit {c}"))
+                        .unwrap_or_else(|| "no new commit".into())
                 ));
             }
             EngineEvent::RunFinished { summary } => {
@@ -163,10 +228,20 @@ impl Renderer {
             return;
         }
         let s = &self.status;
-        let elapsed = s.started.map(|t| format_duration(t.elapsed())).unwrap_or_default();
-        let cost = if s.cost > 0.0 { format!(" · ${:.4}", s.cost) } else { String::new() };
+        let elapsed = s
+            .started
+            .map(|t| format_duration(t.elapsed()))
+            .unwrap_or_default();
+        let cost = if s.cost > 0.0 {
+            format!(" · ${:.4}", s.cost)
+        } else {
+            String::new()
+        };
         let width = terminal_width();
-        let mut line = format!("⟳ iteration {}/{} · {elapsed} · {} · {}{cost}", s.iteration, s.max, s.agent, s.last);
+        let mut line = format!(
+            "⟳ iteration {}/{} · {elapsed} · {} · {}{cost}",
+            s.iteration, s.max, s.agent, s.last
+        );
         if line.chars().count() > width {
             line = line.chars().take(width.saturating_sub(1)).collect();
         }
@@ -178,5 +253,8 @@ impl Renderer {
 }
 
 fn terminal_width() -> usize {
-    std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).unwrap_or(100)
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(100)
 }

@@ -7,7 +7,10 @@ use taskdaemon_core::telemetry::RunSummary;
 
 pub fn summary_block(s: &RunSummary) -> String {
     let d = |ms: u64| format_duration(Duration::from_millis(ms));
-    let stories = s.stories.map(|(c, t)| format!("{c}/{t} complete")).unwrap_or_else(|| "n/a (no prd.json or tasks.json)".into());
+    let stories = s
+        .stories
+        .map(|(c, t)| format!("{c}/{t} complete"))
+        .unwrap_or_else(|| "n/a (no prd.json or tasks.json)".into());
     let cost = match s.cost_usd {
         Some(c) => format!("${c:.4}"),
         None => "not reported by this agent".into(),

@@ -1,0 +1,130 @@
+//! Harness overhead per iteration: `taskdaemon run` with a no-op agent (`cmd:true`) and a
+//! no-op validation (`true`) on a repository of 10,000 files. Prints figures; asserts
+//! nothing (machines here are shared and noisy).
+//!
+//! `cargo bench -p taskdaemon --bench iteration_overhead` (env: BENCH_FILES, BENCH_ITERATIONS)
+//!
+//! Validation passes from the first iteration, so the run requires a completion promise the
+//! no-op agent never says: every iteration then goes through the whole pipeline (prompt,
+//! agent, signals, validation, stuck check, CSV row, state save) until max-iterations.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+fn main() {
+    let files: usize = env_or("BENCH_FILES", 10_000);
+    let iterations: usize = env_or("BENCH_ITERATIONS", 100);
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let home = tmp.path().join("home");
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        home.join(".gitconfig"),
+        "[user]\n\tname = bench\n\temail = bench@example.com\n",
+    )
+    .unwrap();
+    make_repo(&repo, &home, files);
+
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_taskdaemon"))
+        .args([
+            "run",
+            "benchmark task",
+            "--agent",
+            "cmd:true",
+            "--validate",
+            "true",
+        ])
+        .args([
+            "--completion-promise",
+            "NEVER",
+            "--max-stuck",
+            "0",
+            "--json",
+        ])
+        .args(["--max-iterations", &iterations.to_string()])
+        .current_dir(&repo)
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .expect("run taskdaemon");
+    let total = started.elapsed();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let mut wall = Vec::new();
+    let mut overhead = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("json event");
+        if v["event"] == "iteration_finished" {
+            wall.push(v["duration_ms"].as_f64().unwrap_or(0.0));
+            overhead.push(v["overhead_ms"].as_f64().unwrap_or(0.0));
+        }
+    }
+    println!(
+        "iteration overhead: {files} files, {} iterations, agent cmd:true, validation `true`",
+        wall.len()
+    );
+    report(
+        "whole iteration (harness + spawning agent and validation)",
+        &mut wall,
+    );
+    report(
+        "harness only (iteration minus agent and validation processes)",
+        &mut overhead,
+    );
+    println!(
+        "  whole run incl. start-up: {:.1} ms",
+        total.as_secs_f64() * 1000.0
+    );
+}
+
+fn report(what: &str, v: &mut [f64]) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+    println!(
+        "  {what}: median {:.2} ms, p10 {:.2} ms, p90 {:.2} ms, max {:.2} ms",
+        q(0.5),
+        q(0.1),
+        q(0.9),
+        q(1.0)
+    );
+}
+
+fn make_repo(repo: &Path, home: &Path, files: usize) {
+    for i in 0..files {
+        let dir = repo.join(format!("src/d{:03}", i / 100));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("f{i:05}.txt")), format!("file {i}\n")).unwrap();
+    }
+    for args in [
+        &["init", "-q"][..],
+        &["add", "-A"],
+        &["commit", "-qm", "10k files"],
+    ] {
+        let ok = Command::new("git")
+            .arg("-C")
+            .arg(repo)
+            .args(args)
+            .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"))
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    }
+}
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
