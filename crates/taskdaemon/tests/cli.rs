@@ -792,3 +792,84 @@ fn a_second_run_in_the_same_tree_is_refused_while_one_runs() {
         Some(130)
     );
 }
+
+#[test]
+fn no_agent_installed_lists_each_choice_with_its_install_command() {
+    let env = Env::new();
+    // A PATH with git and sh only.
+    let bin = env.root().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for tool in ["git", "sh"] {
+        let real = harness::which(tool);
+        std::os::unix::fs::symlink(real, bin.join(tool)).unwrap();
+    }
+    let out = env
+        .cmd()
+        .env("PATH", &bin)
+        .args(["run", "task"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    for hint in [
+        "npm install -g @anthropic-ai/claude-code",
+        "npm install -g @openai/codex",
+        "npm install -g @google/gemini-cli",
+        "npm install -g opencode-ai",
+        "npm install -g @sourcegraph/amp",
+        "script:FILE",
+    ] {
+        assert!(stderr.contains(hint), "{hint}: {stderr}");
+    }
+    let out = env
+        .cmd()
+        .env("PATH", &bin)
+        .args(["run", "task", "--agent", "codex"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("agent `codex` is not installed"));
+}
+
+#[test]
+fn a_new_run_keeps_the_previous_runs_logs() {
+    let env = Env::new();
+    assert_eq!(
+        env.run(&[
+            "run",
+            "one",
+            "--agent",
+            "cmd:echo first",
+            "--max-iterations",
+            "1"
+        ])
+        .code,
+        1
+    );
+    std::fs::remove_file(env.repo().join(".ralph/run.json")).unwrap();
+    assert_eq!(
+        env.run(&[
+            "run",
+            "two",
+            "--agent",
+            "cmd:echo second",
+            "--max-iterations",
+            "1"
+        ])
+        .code,
+        1
+    );
+    let log = std::fs::read_to_string(env.repo().join(".ralph/logs/iteration-001.log")).unwrap();
+    assert!(log.contains("second") && !log.contains("first"), "{log}");
+    let kept: Vec<_> = std::fs::read_dir(env.repo().join(".ralph/logs"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("previous-"))
+        .collect();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(
+        csv_rows(&env.repo()).len(),
+        2,
+        "summary.csv accumulates across runs"
+    );
+}

@@ -174,3 +174,11 @@ pub fn group_exists(pgid: i32) -> bool {
         Err(nix::errno::Errno::ESRCH)
     )
 }
+
+/// The absolute path of a tool on the test's own PATH.
+pub fn which(tool: &str) -> PathBuf {
+    std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{tool} not on PATH"))
+}

@@ -221,16 +221,27 @@ fn new_state(
     let cfg = RunConfig::resolve(dir, task, &settings, &registry).map_err(user)?;
     let git = Git::new(dir);
     let head = git.head().map_err(user)?;
-    // Keep the logs of an earlier run: they move under logs/<its run id>/.
-    if let Some(old) = RunState::load(ws).ok().flatten() {
-        keep_old_logs(ws, &old.run_id)?;
-        if old.outcome.is_none() || old.outcome.as_ref().is_some_and(Outcome::resumable) {
-            eprintln!(
-                "taskdaemon: starting a new run; the unfinished run {} is replaced (its logs are in {})",
-                old.run_id,
-                ws.logs_dir().join(&old.run_id).display()
-            );
-        }
+    // Keep the logs of an earlier run: they move under logs/<its run id>/ (or
+    // logs/previous-<time>/ when its state is gone), so this run's logs start fresh.
+    let old = RunState::load(ws).ok().flatten();
+    let old_name = old
+        .as_ref()
+        .map(|o| o.run_id.clone())
+        .unwrap_or_else(|| format!("previous-{}", clock::now().strftime("%Y%m%dT%H%M%S")));
+    let moved = keep_old_logs(ws, &old_name)?;
+    if let Some(old) = old.filter(|o| o.outcome.as_ref().is_none_or(Outcome::resumable)) {
+        eprintln!(
+            "taskdaemon: starting a new run; the unfinished run {} is replaced{}",
+            old.run_id,
+            if moved {
+                format!(
+                    " (its logs are in {})",
+                    ws.logs_dir().join(&old_name).display()
+                )
+            } else {
+                String::new()
+            }
+        );
     }
     let now = clock::now();
     let run_id = format!("{}-{}", now.strftime("%Y%m%dT%H%M%S"), &uuid_suffix());
@@ -248,12 +259,14 @@ fn uuid_suffix() -> String {
     )
 }
 
-fn keep_old_logs(ws: &Workspace, old_run: &str) -> anyhow::Result<()> {
+/// Move `iteration-*` files of an earlier run into `logs/<old_run>/`; whether any moved.
+fn keep_old_logs(ws: &Workspace, old_run: &str) -> anyhow::Result<bool> {
     let logs = ws.logs_dir();
     let Ok(entries) = std::fs::read_dir(&logs) else {
-        return Ok(());
+        return Ok(false);
     };
     let dest = logs.join(old_run);
+    let mut moved = false;
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         if name.starts_with("iteration-") {
@@ -261,9 +274,10 @@ fn keep_old_logs(ws: &Workspace, old_run: &str) -> anyhow::Result<()> {
                 .with_context(|| format!("creating {}", dest.display()))?;
             std::fs::rename(e.path(), dest.join(&name))
                 .with_context(|| format!("moving {name} to {}", dest.display()))?;
+            moved = true;
         }
     }
-    Ok(())
+    Ok(moved)
 }
 
 /// Run the engine on a runtime, with Ctrl-C / SIGTERM handling and rendering.

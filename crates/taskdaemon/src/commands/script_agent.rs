@@ -207,7 +207,7 @@ impl Player {
     fn result(&self) {
         if self.stream {
             self.emit(json!({ "type": "result", "subtype": "success", "is_error": false, "result": self.last_said,
-                "total_cost_usd": self.cost, "usage": { "input_tokens": 1000, "output_tokens": 100 } }));
+                "total_cost_usd": self.cost, "usage": { "input_tokens": 0, "output_tokens": 0 } }));
         }
     }
 }
