@@ -146,15 +146,7 @@ impl Git {
         if missing.is_empty() {
             return Ok(missing);
         }
-        let mut text = existing;
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-        text.push_str("# taskdaemon runtime files\n");
-        for m in &missing {
-            text.push_str(m);
-            text.push('\n');
-        }
+        let text = with_ignore_block(&existing, "taskdaemon runtime files", &missing);
         crate::fsutil::write_atomic(&exclude, text.as_bytes()).map_err(|e| GitError::Failed {
             args: "write info/exclude".into(),
             dir: exclude.clone(),
@@ -162,6 +154,20 @@ impl Git {
         })?;
         Ok(missing)
     }
+}
+
+/// `text` (an ignore file) with a commented block of `entries` appended.
+pub fn with_ignore_block(text: &str, header: &str, entries: &[String]) -> String {
+    let mut out = text.to_string();
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str(&format!("# {header}\n"));
+    for e in entries {
+        out.push_str(e);
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 use clap::Args;
 use taskdaemon_core::config::{DEFAULT_CONFIG_YAML, project_config_path};
 use taskdaemon_core::fsutil::{read_optional, write_atomic};
+use taskdaemon_core::git::with_ignore_block;
 use taskdaemon_core::workspace::IGNORED;
 
 use super::{Ctx, print_json};
@@ -53,15 +54,11 @@ pub fn run(args: InitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         .map(|p| p.to_string())
         .collect();
     if !added.is_empty() {
-        let mut new = text.clone();
-        if !new.is_empty() && !new.ends_with('\n') {
-            new.push('\n');
-        }
-        new.push_str("# taskdaemon: logs, escalations and runtime state\n");
-        for p in &added {
-            new.push_str(p);
-            new.push('\n');
-        }
+        let new = with_ignore_block(
+            &text,
+            "taskdaemon: logs, escalations and runtime state",
+            &added,
+        );
         write_atomic(&gi, new.as_bytes()).map_err(user)?;
     }
     if args.json {
