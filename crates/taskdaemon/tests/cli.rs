@@ -257,13 +257,14 @@ fn exit_4_when_no_commit_for_max_stuck_iterations() {
         "1",
     ]);
     assert_eq!(r.code, 4);
+    // The --max-stuck 1 run stopped after its first iteration: one more row, of a new run.
+    let rows = csv_rows(&env.repo());
+    assert_eq!(rows.len(), 4);
     assert_eq!(
-        csv_rows(&env.repo())
-            .iter()
-            .filter(|r| !r["run_id"].is_empty())
-            .count(),
-        4
+        (rows[3]["iteration"].as_str(), rows[3]["outcome"].as_str()),
+        ("1", "stuck")
     );
+    assert_ne!(rows[3]["run_id"], rows[0]["run_id"]);
 }
 
 #[test]

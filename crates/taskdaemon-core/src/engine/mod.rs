@@ -126,7 +126,11 @@ pub async fn run_loop(
         }
         let n = st.iterations_done + 1;
         let remaining = cfg.max_runtime().map(|m| m.saturating_sub(elapsed));
-        if let Some(o) = iteration(&mut st, n, remaining, &template, ws, &git, ctx, cancel).await? {
+        if let Some(o) = iteration(
+            &mut st, &cfg, n, remaining, &template, ws, &git, ctx, cancel,
+        )
+        .await?
+        {
             st.elapsed_ms = (earlier + session.elapsed()).as_millis() as u64;
             st.save(ws)?;
             break o;
@@ -156,6 +160,7 @@ fn warn(ctx: &EngineContext, message: &str) {
 #[allow(clippy::too_many_arguments)]
 async fn iteration(
     st: &mut RunState,
+    cfg: &RunConfig,
     n: u32,
     remaining_runtime: Option<Duration>,
     template: &PromptTemplate,
@@ -164,7 +169,6 @@ async fn iteration(
     ctx: &EngineContext,
     cancel: &CancellationToken,
 ) -> Result<Option<Outcome>, EngineError> {
-    let cfg = st.config.clone();
     let started = Instant::now();
     let started_at = clock::now_rfc3339();
 

@@ -125,13 +125,7 @@ impl RunConfig {
             self.agent = AgentSpec::parse(a)?;
             self.agent_format = self.agent.default_format();
         }
-        self.agent = std::mem::replace(
-            &mut self.agent,
-            AgentSpec::Cmd {
-                command: String::new(),
-            },
-        )
-        .absolutize(&self.workdir);
+        self.agent = self.agent.clone().absolutize(&self.workdir);
         if let AgentSpec::Script { file } = &self.agent {
             let script = Script::load(file)?;
             if script.format == ScriptFormat::StreamJson {
@@ -276,6 +270,17 @@ pub enum StateError {
 }
 
 impl RunState {
+    /// A run id that sorts by start time and is unique: `20261121T120000-1a2b3c4d`
+    /// (the time, then random bits of a UUIDv7).
+    pub fn new_id(now: jiff::Timestamp) -> String {
+        let uuid = uuid::Uuid::now_v7().simple().to_string();
+        format!(
+            "{}-{}",
+            now.strftime("%Y%m%dT%H%M%S"),
+            &uuid[uuid.len() - 8..]
+        )
+    }
+
     pub fn new(config: RunConfig, run_id: String, head: Option<String>, now: String) -> RunState {
         RunState {
             version: STATE_VERSION,

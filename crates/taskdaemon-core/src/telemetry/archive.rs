@@ -2,7 +2,7 @@
 //! `.ralph/archive/<time>[-label]/`, so the next run starts clean. Logs move only with
 //! `--include-logs`; otherwise they stay where they are. Nothing is deleted.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::workspace::Workspace;
 
@@ -77,7 +77,8 @@ pub fn archive(
     for n in &names {
         let from = root.join(n);
         let to = dest.join(n);
-        move_path(&from, &to).map_err(|source| ArchiveError::Io {
+        // A rename: the archive is inside `.ralph/`, on the same file system.
+        std::fs::rename(&from, &to).map_err(|source| ArchiveError::Io {
             path: from.clone(),
             source,
         })?;
@@ -87,9 +88,4 @@ pub fn archive(
         moved: names,
         logs_included: include_logs,
     })
-}
-
-/// Rename within the same file system (the archive is inside `.ralph/`).
-fn move_path(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::rename(from, to)
 }

@@ -72,12 +72,8 @@ pub fn run(args: DemoArgs, _ctx: &Ctx) -> anyhow::Result<i32> {
     let ws = Workspace::new(&dir);
     let _lock = ws.lock().map_err(user)?;
     let head = taskdaemon_core::git::Git::new(&dir).head()?;
-    let state = RunState::new(
-        cfg,
-        format!("demo-{}", clock::now().as_second()),
-        head,
-        clock::now_rfc3339(),
-    );
+    let now = clock::now();
+    let state = RunState::new(cfg, RunState::new_id(now), head, clock::rfc3339(now));
     if !args.json {
         eprintln!("taskdaemon demo: a scratch repository in {}", dir.display());
         eprintln!("taskdaemon demo: task: {TASK}");

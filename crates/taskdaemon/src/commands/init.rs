@@ -32,10 +32,7 @@ pub fn run(args: InitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let cfg = project_config_path(&dir);
     let existing = read_optional(&cfg).map_err(user)?;
     let config_written = match existing {
-        Some(old) if !args.force => {
-            let _ = old;
-            false
-        }
+        Some(_) if !args.force => false,
         Some(old) => {
             write_atomic(&cfg.with_extension("yaml.bak"), old.as_bytes()).map_err(user)?;
             write_atomic(&cfg, DEFAULT_CONFIG_YAML.as_bytes()).map_err(user)?;

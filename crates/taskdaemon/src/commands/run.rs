@@ -244,19 +244,12 @@ fn new_state(
         );
     }
     let now = clock::now();
-    let run_id = format!("{}-{}", now.strftime("%Y%m%dT%H%M%S"), &uuid_suffix());
-    Ok(RunState::new(cfg, run_id, head, clock::rfc3339(now)))
-}
-
-fn uuid_suffix() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!(
-        "{:06x}",
-        (nanos ^ std::process::id().rotate_left(16)) & 0xff_ffff
-    )
+    Ok(RunState::new(
+        cfg,
+        RunState::new_id(now),
+        head,
+        clock::rfc3339(now),
+    ))
 }
 
 /// Move `iteration-*` files of an earlier run into `logs/<old_run>/`; whether any moved.
