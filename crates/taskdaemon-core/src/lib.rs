@@ -10,6 +10,7 @@ pub mod fsutil;
 pub mod gates;
 pub mod git;
 pub mod guards;
+pub mod lifecycle;
 pub mod loops;
 pub mod signals;
 pub mod telemetry;

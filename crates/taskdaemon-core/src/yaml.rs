@@ -103,13 +103,14 @@ fn hint_for(message: &str) -> Option<String> {
 pub fn nearest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
     candidates
         .iter()
-        .map(|c| (levenshtein(word, c), *c))
+        .map(|c| (distance(word, c), *c))
         .filter(|(d, c)| *d <= (c.len().max(word.len()) / 3).max(2))
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
 }
 
-fn levenshtein(a: &str, b: &str) -> usize {
+/// Edit distance (Levenshtein) in characters.
+pub fn distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

@@ -36,6 +36,10 @@ pub struct Cli {
 pub enum Command {
     /// Run a loop: an agent works on the task, iteration after iteration, until the evidence says done.
     Run(Box<commands::run::RunArgs>),
+    /// Start a new task on this project: snapshot task-N-pre, run the loop, snapshot task-N-post.
+    Task(Box<commands::task::TaskArgs>),
+    /// Save, list, diff and roll back snapshots of the whole work tree.
+    Snapshot(commands::snapshot::SnapshotArgs),
     /// Write .taskdaemon/config.yaml (commented defaults) and the .gitignore entries.
     Init(commands::init::InitArgs),
     /// List the loop types and where each was defined.
@@ -105,6 +109,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     };
     match cli.command {
         Command::Run(a) => commands::run::run(*a, &ctx),
+        Command::Task(a) => commands::task::run(*a, &ctx),
+        Command::Snapshot(a) => commands::snapshot::run(a, &ctx),
         Command::Init(a) => commands::init::run(a, &ctx),
         Command::Loops(a) => commands::loops::run(a, &ctx),
         Command::Unblock(a) => commands::unblock::run(a, &ctx),

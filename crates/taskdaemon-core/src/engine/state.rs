@@ -249,6 +249,10 @@ pub struct RunState {
     pub updated_at: String,
     /// `None` while running (or after a crash): resumable.
     pub outcome: Option<Outcome>,
+    /// The task number when `taskdaemon task` started this run: its completion takes the
+    /// `task-N-post` snapshot, also after a resume.
+    #[serde(default)]
+    pub task: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -300,6 +304,7 @@ impl RunState {
             started_at: now.clone(),
             updated_at: now,
             outcome: None,
+            task: None,
         }
     }
 

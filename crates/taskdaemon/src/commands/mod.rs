@@ -7,6 +7,8 @@ pub mod init;
 pub mod loops;
 pub mod run;
 pub mod script_agent;
+pub mod snapshot;
+pub mod task;
 pub mod unblock;
 
 use std::path::PathBuf;

@@ -34,6 +34,20 @@ pub struct RunArgs {
     /// Read the task from FILE (`-` for stdin).
     #[arg(short = 'f', long, value_name = "FILE", conflicts_with = "prompt")]
     pub prompt_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub flags: RunFlags,
+    /// Continue the last run in this directory at its next iteration, with its saved settings
+    /// (options given now override them).
+    #[arg(long)]
+    pub resume: bool,
+    /// One JSON event per line on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The options of a run, shared by `run` and `task`.
+#[derive(Debug, Args)]
+pub struct RunFlags {
     /// Loop type (see `taskdaemon loops`) [default: ralph].
     #[arg(long = "loop", value_name = "TYPE", env = "TASKDAEMON_LOOP")]
     pub loop_type: Option<String>,
@@ -70,22 +84,15 @@ pub struct RunArgs {
     /// Time between TERM and KILL when the agent is stopped [default: 5s].
     #[arg(long, value_name = "DUR", env = "TASKDAEMON_KILL_GRACE", value_parser = dur)]
     pub kill_grace: Option<Dur>,
-    /// Continue the last run in this directory at its next iteration, with its saved settings
-    /// (options given now override them).
-    #[arg(long)]
-    pub resume: bool,
-    /// One JSON event per line on stdout.
-    #[arg(long)]
-    pub json: bool,
 }
 
 fn dur(s: &str) -> Result<Dur, String> {
     parse_duration(s).map(Dur)
 }
 
-impl RunArgs {
+impl RunFlags {
     /// The options given on the command line or in TASKDAEMON_* variables, as a layer.
-    fn settings(&self) -> Settings {
+    pub fn settings(&self) -> Settings {
         Settings {
             agent: self.agent.clone(),
             agent_format: self.agent_format.clone(),
@@ -101,7 +108,9 @@ impl RunArgs {
             kill_grace: self.kill_grace,
         }
     }
+}
 
+impl RunArgs {
     fn task(&self) -> anyhow::Result<Option<String>> {
         if let Some(p) = &self.prompt {
             return Ok(Some(p.clone()));
@@ -128,7 +137,7 @@ pub fn run(args: RunArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         return Ok(code);
     }
     let _lock = ws.lock().map_err(user)?;
-    let flags = args.settings();
+    let flags = args.flags.settings();
 
     let (state, resumed) = if args.resume {
         if args.prompt.is_some() || args.prompt_file.is_some() {
@@ -146,12 +155,16 @@ pub fn run(args: RunArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             false,
         )
     };
-    let (_outcome, summary) = drive(&ws, state, resumed, args.json)?;
+    let task = state.task;
+    let (outcome, summary) = drive(&ws, state, resumed, args.json)?;
+    if let Some(number) = task {
+        super::task::finish(&dir, &ws, number, &outcome, &summary, args.json)?;
+    }
     Ok(summary.exit_code)
 }
 
 /// BLOCKED and an unanswered DECIDE stop a run from starting, with what to do.
-fn refuse_if_waiting_for_a_human(ws: &Workspace) -> anyhow::Result<Option<i32>> {
+pub(crate) fn refuse_if_waiting_for_a_human(ws: &Workspace) -> anyhow::Result<Option<i32>> {
     if let Some(text) = ws.read_blocked().map_err(user)? {
         eprintln!(
             "taskdaemon: not starting: the loop is blocked ({}):\n{}\n  hint: resolve it, then `taskdaemon unblock` and `taskdaemon run --resume`",
@@ -203,7 +216,7 @@ fn resume_state(ws: &Workspace, flags: &Settings) -> anyhow::Result<RunState> {
     Ok(st)
 }
 
-fn new_state(
+pub(crate) fn new_state(
     dir: &Path,
     ws: &Workspace,
     task: String,

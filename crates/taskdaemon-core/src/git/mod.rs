@@ -1,6 +1,10 @@
 //! One wrapper over the `git` CLI. Always `LC_ALL=C`, never prompts, never takes optional
 //! locks (a status from the harness must not fight the agent's own git for `index.lock`).
 
+pub mod snapshot;
+
+use std::ffi::{OsStr, OsString};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -63,6 +67,16 @@ impl Git {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// A git invocation with extra environment or input; see [`Call`].
+    pub fn call<S: AsRef<OsStr>>(&self, args: &[S]) -> Call<'_> {
+        Call {
+            git: self,
+            args: args.iter().map(|a| a.as_ref().to_os_string()).collect(),
+            env: Vec::new(),
+            input: None,
+        }
+    }
+
     /// The top of the work tree containing `dir`.
     pub fn toplevel(&self) -> Result<PathBuf, GitError> {
         let out = self.output(&["rev-parse", "--show-toplevel"])?;
@@ -96,6 +110,85 @@ impl Git {
             return self.run(&["diff", "--cached", "--stat", "--patch"]);
         }
         self.run(&["diff", "HEAD", "--stat", "--patch"])
+    }
+}
+
+/// One git invocation being built: arguments, environment, bytes for stdin.
+pub struct Call<'a> {
+    git: &'a Git,
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    input: Option<Vec<u8>>,
+}
+
+impl Call<'_> {
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.env
+            .push((key.as_ref().to_os_string(), value.as_ref().to_os_string()));
+        self
+    }
+
+    pub fn input(mut self, bytes: Vec<u8>) -> Self {
+        self.input = Some(bytes);
+        self
+    }
+
+    fn describe(&self) -> String {
+        self.args
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Run to completion; the exit status is the caller's to judge.
+    pub fn output(self) -> Result<Output, GitError> {
+        let mut c = self.git.command(&[]);
+        c.args(&self.args);
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        let Some(input) = self.input else {
+            return c.output().map_err(GitError::Spawn);
+        };
+        c.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().map_err(GitError::Spawn)?;
+        let stdin = child.stdin.take();
+        // A thread feeds stdin so a git that writes before it has read everything cannot
+        // deadlock against us.
+        let feeder = std::thread::spawn(move || {
+            if let Some(mut s) = stdin {
+                let _ = s.write_all(&input);
+            }
+        });
+        let out = child.wait_with_output().map_err(GitError::Spawn)?;
+        let _ = feeder.join();
+        Ok(out)
+    }
+
+    /// Run; stdout on success, an error with stderr otherwise.
+    pub fn bytes(self) -> Result<Vec<u8>, GitError> {
+        let args = self.describe();
+        let dir = self.git.dir.clone();
+        let out = self.output()?;
+        if !out.status.success() {
+            return Err(GitError::Failed {
+                args,
+                dir,
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(out.stdout)
+    }
+
+    /// Run; stdout as text without its trailing newline.
+    pub fn text(self) -> Result<String, GitError> {
+        let b = self.bytes()?;
+        Ok(String::from_utf8_lossy(&b)
+            .trim_end_matches('\n')
+            .to_string())
     }
 }
 

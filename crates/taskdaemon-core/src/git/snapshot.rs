@@ -1,0 +1,1023 @@
+//! Snapshots: the whole non-ignored work tree, the index and HEAD, captured as commits that
+//! only an annotated tag reaches, and restored exactly by a rollback.
+//!
+//! A snapshot is shaped like a `git stash` entry:
+//!
+//! ```text
+//! tag task-2-pre ──► W  tree: the work tree (tracked, modified, untracked; not ignored)
+//!                    ├─ parent 1: HEAD at save time (absent on an unborn branch)
+//!                    ├─ parent 2: I  tree: the index (what was staged), parent: HEAD
+//!                    └─ more parents: branch tips a rollback moved (kept reachable)
+//! ```
+//!
+//! The tag's message carries the user's message and `Snapshot-*` trailers (kind, task,
+//! branch, head, time, sequence). Saving never touches the user's index, HEAD or branch:
+//! the work tree is read through a private index kept in `<git-dir>/taskdaemon/`, whose
+//! stat cache means a repeated save rehashes only the files that changed.
+//!
+//! Rollback first saves the current state as `pre-rollback-<seconds>`, then switches the
+//! work tree with `read-tree --reset -u` on the private index (which matches the work tree
+//! exactly at that moment, so only changed files are written and files created since are
+//! removed), moves the branch back, and installs the saved index with the stat data of the
+//! fresh checkout.
+
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::{Git, GitError};
+
+/// Kinds of snapshot, each with its tag name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// `task-N-pre`: before task N starts.
+    TaskPre,
+    /// `task-N-post`: task N completed with its evidence verified.
+    TaskPost,
+    /// `manual-<unix seconds>`: asked for by a person or the agent.
+    Manual,
+    /// `stall-N-recovery`: before stall recovery in task N.
+    Stall,
+    /// `pre-rollback-<unix seconds>`: the state a rollback replaced.
+    PreRollback,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::TaskPre => "task-pre",
+            Kind::TaskPost => "task-post",
+            Kind::Manual => "manual",
+            Kind::Stall => "stall",
+            Kind::PreRollback => "pre-rollback",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Kind> {
+        [
+            Kind::TaskPre,
+            Kind::TaskPost,
+            Kind::Manual,
+            Kind::Stall,
+            Kind::PreRollback,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+
+    /// The tag name before de-duplication.
+    fn base_name(self, task: Option<u32>, unix_secs: i64) -> String {
+        let n = task.unwrap_or(0);
+        match self {
+            Kind::TaskPre => format!("task-{n}-pre"),
+            Kind::TaskPost => format!("task-{n}-post"),
+            Kind::Manual => format!("manual-{unix_secs}"),
+            Kind::Stall => format!("stall-{n}-recovery"),
+            Kind::PreRollback => format!("pre-rollback-{unix_secs}"),
+        }
+    }
+}
+
+/// Tag patterns that may hold snapshots.
+const TAG_PATTERNS: &[&str] = &[
+    "refs/tags/task-*",
+    "refs/tags/manual-*",
+    "refs/tags/stall-*",
+    "refs/tags/pre-rollback-*",
+];
+
+/// Who made snapshot commits and tags: the harness, not the user.
+const IDENT_NAME: &str = "taskdaemon";
+const IDENT_EMAIL: &str = "taskdaemon@localhost";
+
+/// One saved snapshot, as its tag describes it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Snapshot {
+    pub tag: String,
+    pub kind: Kind,
+    /// The task number (`.ralph/task-counter.txt`) when it was saved.
+    pub task: Option<u32>,
+    pub message: String,
+    /// Unix milliseconds.
+    pub time_ms: i64,
+    /// Order among snapshots of this repository (ties of `time_ms` under a fixed clock).
+    pub seq: u64,
+    /// The branch checked out (`refs/heads/…`); `None` for a detached HEAD.
+    pub branch: Option<String>,
+    /// HEAD's commit; `None` on an unborn branch.
+    pub head: Option<String>,
+    /// The snapshot commit the tag points at.
+    pub commit: String,
+}
+
+/// What `save` is asked to record.
+#[derive(Debug, Clone)]
+pub struct SaveRequest<'a> {
+    pub kind: Kind,
+    pub task: Option<u32>,
+    pub message: &'a str,
+    /// Unix milliseconds (from [`crate::clock`], so tests can fix it).
+    pub time_ms: i64,
+}
+
+/// File-level differences between a snapshot and the current state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TreeDiff {
+    pub added: Vec<String>,
+    pub modified: Vec<String>,
+    pub deleted: Vec<String>,
+}
+
+impl TreeDiff {
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.modified.is_empty() && self.deleted.is_empty()
+    }
+    pub fn len(&self) -> usize {
+        self.added.len() + self.modified.len() + self.deleted.len()
+    }
+}
+
+/// Where the repository stands against its snapshots.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// The newest snapshot.
+    pub last: Option<Snapshot>,
+    /// Files that differ from it (work tree, committed or not).
+    pub changed_since_last: Option<TreeDiff>,
+    /// Entries of `git status` (staged, unstaged, untracked).
+    pub uncommitted: usize,
+}
+
+/// The result of a rollback.
+#[derive(Debug, Clone, Serialize)]
+pub struct Rollback {
+    pub restored: Snapshot,
+    /// The state that was replaced; roll back to it to undo this rollback.
+    pub saved: Snapshot,
+    /// Files the rollback changed in the work tree.
+    pub changed: TreeDiff,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("no snapshot named `{tag}`{}\n  hint: `taskdaemon snapshot list` shows every snapshot", closest(.nearest))]
+    NotFound { tag: String, nearest: Vec<String> },
+    #[error(
+        "`{0}` is a tag but not a taskdaemon snapshot\n  hint: snapshots are tags made by `taskdaemon snapshot save` or `taskdaemon task`; see `taskdaemon snapshot list`"
+    )]
+    NotASnapshot(String),
+    #[error("snapshot `{tag}` is damaged: {why}")]
+    Damaged { tag: String, why: String },
+    #[error(
+        "cannot roll back: a {what} is in progress in {dir}\n  hint: finish it or run `git {abort}`, then roll back"
+    )]
+    InProgress {
+        what: &'static str,
+        abort: &'static str,
+        dir: PathBuf,
+    },
+    #[error(
+        "cannot snapshot: these paths have unresolved conflicts: {paths}\n  hint: resolve them and `git add` them, or abort the merge (`git merge --abort`)"
+    )]
+    Unmerged { paths: String },
+    #[error(
+        "cannot roll back: branch {branch} is checked out in another worktree ({worktree})\n  hint: switch that worktree to another branch first"
+    )]
+    BranchElsewhere { branch: String, worktree: String },
+    #[error(
+        "git is busy: {0} exists\n  hint: wait for the other git command to finish; if none is running, delete that file"
+    )]
+    IndexLocked(PathBuf),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn closest(nearest: &[String]) -> String {
+    if nearest.is_empty() {
+        String::new()
+    } else {
+        format!("; closest: {}", nearest.join(", "))
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SnapshotError + '_ {
+    move |source| SnapshotError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The work tree, index and HEAD of a repository, captured as git objects.
+#[derive(Debug, Clone)]
+struct Captured {
+    head: Option<String>,
+    branch: Option<String>,
+    index_tree: String,
+    work_tree: String,
+}
+
+/// Snapshots of one work tree (a repository or one of its linked worktrees).
+#[derive(Debug, Clone)]
+pub struct Snapshots {
+    git: Git,
+    top: PathBuf,
+    git_dir: PathBuf,
+    common_dir: PathBuf,
+    index: PathBuf,
+}
+
+impl Snapshots {
+    /// The snapshots of the work tree containing `dir`.
+    pub fn open(dir: &Path) -> Result<Snapshots, SnapshotError> {
+        let top = Git::new(dir).toplevel()?;
+        let git = Git::new(&top);
+        let out = git.run(&[
+            "rev-parse",
+            "--path-format=absolute",
+            "--git-dir",
+            "--git-common-dir",
+            "--git-path",
+            "index",
+        ])?;
+        let mut lines = out.lines().map(PathBuf::from);
+        let (Some(git_dir), Some(common_dir), Some(index)) =
+            (lines.next(), lines.next(), lines.next())
+        else {
+            return Err(GitError::Failed {
+                args: "rev-parse --git-dir".into(),
+                dir: top,
+                stderr: format!("unexpected output: {out:?}"),
+            }
+            .into());
+        };
+        Ok(Snapshots {
+            git,
+            top,
+            git_dir,
+            common_dir,
+            index,
+        })
+    }
+
+    pub fn top(&self) -> &Path {
+        &self.top
+    }
+
+    fn private_dir(&self) -> PathBuf {
+        self.git_dir.join("taskdaemon")
+    }
+    /// The private index that mirrors the work tree (its stat cache makes saves cheap).
+    fn work_index(&self) -> PathBuf {
+        self.private_dir().join("snapshot.index")
+    }
+
+    /// Serialize snapshot operations on this work tree (they share the private index).
+    fn lock(&self) -> Result<File, SnapshotError> {
+        let dir = self.private_dir();
+        fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let path = dir.join("snapshot.lock");
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io(&path))?;
+        f.lock().map_err(io(&path))?;
+        Ok(f)
+    }
+
+    /// Save the current state under a new tag.
+    pub fn save(&self, req: &SaveRequest<'_>) -> Result<Snapshot, SnapshotError> {
+        let _lock = self.lock()?;
+        let cap = self.capture(&[])?;
+        self.commit_and_tag(req, &cap, &[])
+    }
+
+    /// Every snapshot, oldest first.
+    pub fn list(&self) -> Result<Vec<Snapshot>, SnapshotError> {
+        let mut args = vec![
+            "for-each-ref",
+            "--format=%(refname:lstrip=2)%00%(*objectname)%00%(contents)%00",
+        ];
+        args.extend_from_slice(TAG_PATTERNS);
+        let out = self.git.call(&args).bytes()?;
+        let text = String::from_utf8_lossy(&out);
+        let fields: Vec<&str> = text.split('\0').collect();
+        let mut snaps: Vec<Snapshot> = fields
+            .chunks_exact(3)
+            .filter_map(|c| {
+                let tag = c[0].trim_start_matches('\n');
+                parse_tag(tag, c[1], c[2])
+            })
+            .collect();
+        snaps.sort_by(|a, b| (a.time_ms, a.seq, &a.tag).cmp(&(b.time_ms, b.seq, &b.tag)));
+        Ok(snaps)
+    }
+
+    /// The snapshot named `tag`, or an error naming the closest snapshots.
+    pub fn find(&self, tag: &str) -> Result<Snapshot, SnapshotError> {
+        let all = self.list()?;
+        if let Some(s) = all.iter().find(|s| s.tag == tag) {
+            return Ok(s.clone());
+        }
+        let exists = self
+            .git
+            .call(&["rev-parse", "-q", "--verify", &format!("refs/tags/{tag}")])
+            .output()?
+            .status
+            .success();
+        if exists {
+            return Err(SnapshotError::NotASnapshot(tag.to_string()));
+        }
+        Err(SnapshotError::NotFound {
+            tag: tag.to_string(),
+            nearest: nearest_tags(tag, &all),
+        })
+    }
+
+    /// File-level changes from snapshot `tag` to the current state.
+    pub fn diff(&self, tag: &str) -> Result<TreeDiff, SnapshotError> {
+        let snap = self.find(tag)?;
+        let _lock = self.lock()?;
+        let now = self.capture(&[])?;
+        self.diff_trees(&format!("{}^{{tree}}", snap.commit), &now.work_tree)
+    }
+
+    pub fn status(&self) -> Result<Status, SnapshotError> {
+        let last = self.list()?.pop();
+        let changed_since_last = match &last {
+            Some(s) => Some(self.diff(&s.tag)?),
+            None => None,
+        };
+        let out = self
+            .git
+            .call(&["status", "--porcelain", "-z", "--untracked-files=all"])
+            .bytes()?;
+        let uncommitted = porcelain_entries(&out);
+        Ok(Status {
+            last,
+            changed_since_last,
+            uncommitted,
+        })
+    }
+
+    /// Restore the state saved as `tag`, after saving the current one as `pre-rollback-*`.
+    /// `time_ms` dates that safety snapshot.
+    pub fn rollback(&self, tag: &str, time_ms: i64) -> Result<Rollback, SnapshotError> {
+        self.refuse_if_in_progress()?;
+        let target = self.find(tag)?;
+        let _lock = self.lock()?;
+        let index_parent = if target.head.is_some() { 2 } else { 1 };
+        let damaged = |why: &str| SnapshotError::Damaged {
+            tag: tag.to_string(),
+            why: why.to_string(),
+        };
+        let work_tree = self
+            .rev(&format!("{}^{{tree}}", target.commit))?
+            .ok_or_else(|| damaged("its commit is missing"))?;
+        let index_tree = self
+            .rev(&format!("{}^{index_parent}^{{tree}}", target.commit))?
+            .ok_or_else(|| damaged("its commit has no index parent"))?;
+        let (work_tree, index_tree) = (work_tree.as_str(), index_tree.as_str());
+        if let Some(b) = &target.branch {
+            self.refuse_if_checked_out_elsewhere(b)?;
+        }
+
+        // 1. Save what is here now. Ignored files where the snapshot has a file would be
+        //    overwritten: they go into this safety snapshot too.
+        let mut cap = self.capture(&[])?;
+        let collide = self.ignored_in_the_way(&cap.work_tree, work_tree)?;
+        if !collide.is_empty() {
+            cap = self.capture(&collide)?;
+        }
+        let keep = self.tips_a_rollback_moves(&target, &cap)?;
+        let saved = self.commit_and_tag(
+            &SaveRequest {
+                kind: Kind::PreRollback,
+                task: target.task,
+                message: &format!("before rollback to {tag}"),
+                time_ms,
+            },
+            &cap,
+            &keep,
+        )?;
+        let changed = self.diff_trees(&cap.work_tree, work_tree)?;
+
+        // 2. The work tree: the private index matches it exactly, so this writes only what
+        //    differs and removes files created since the snapshot.
+        self.git
+            .call(&["read-tree", "--reset", "-u", work_tree])
+            .env("GIT_INDEX_FILE", self.work_index())
+            .bytes()?;
+
+        // 3. HEAD and the branch.
+        let why = format!("taskdaemon: rollback to {tag}");
+        match (&target.branch, &target.head) {
+            (Some(branch), Some(head)) => {
+                self.git
+                    .run(&["update-ref", "-m", &why, branch, head])
+                    .map(drop)?;
+                self.git
+                    .run(&["symbolic-ref", "-m", &why, "HEAD", branch])
+                    .map(drop)?;
+            }
+            (None, Some(head)) => {
+                self.git
+                    .run(&["update-ref", "-m", &why, "--no-deref", "HEAD", head])
+                    .map(drop)?;
+            }
+            (Some(branch), None) => {
+                self.git
+                    .run(&["symbolic-ref", "-m", &why, "HEAD", branch])
+                    .map(drop)?;
+                if self.rev(branch)?.is_some() {
+                    self.git.run(&["update-ref", "-d", branch]).map(drop)?;
+                }
+            }
+            (None, None) => {
+                return Err(SnapshotError::Damaged {
+                    tag: tag.to_string(),
+                    why: "it records neither a branch nor a HEAD".into(),
+                });
+            }
+        }
+
+        // 4. The index, with the stat data of the fresh work tree where entries agree.
+        self.install_index(index_tree)?;
+        Ok(Rollback {
+            restored: target,
+            saved,
+            changed,
+        })
+    }
+
+    /// Capture work tree and index as trees (objects only; no refs, no user index write).
+    /// `force` names ignored paths to include anyway.
+    fn capture(&self, force: &[PathBuf]) -> Result<Captured, SnapshotError> {
+        let head = self.rev("HEAD^{commit}")?;
+        let sym = self.git.call(&["symbolic-ref", "-q", "HEAD"]).output()?;
+        let branch = sym
+            .status
+            .success()
+            .then(|| String::from_utf8_lossy(&sym.stdout).trim().to_string());
+
+        // The user's index, read through a copy: even `write-tree` would rewrite its
+        // cache-tree extension in place.
+        let dir = self.private_dir();
+        fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let user_copy = dir.join("index.user");
+        let has_index = copy_if_exists(&self.index, &user_copy)?;
+        let idx = self
+            .git
+            .call(&["write-tree"])
+            .env("GIT_INDEX_FILE", &user_copy)
+            .output()?;
+        if !idx.status.success() {
+            let stderr = String::from_utf8_lossy(&idx.stderr);
+            if stderr.contains("unmerged") || stderr.contains("needs merge") {
+                return Err(SnapshotError::Unmerged {
+                    paths: self.unmerged_paths()?,
+                });
+            }
+            return Err(GitError::Failed {
+                args: "write-tree".into(),
+                dir: self.top.clone(),
+                stderr: stderr.trim().to_string(),
+            }
+            .into());
+        }
+        let index_tree = String::from_utf8_lossy(&idx.stdout).trim().to_string();
+
+        // The work tree, through the private index.
+        let work_index = self.work_index();
+        if !work_index.exists() && has_index {
+            fs::copy(&user_copy, &work_index).map_err(io(&work_index))?;
+        }
+        self.track_as_the_user_does(&user_copy, has_index, force)?;
+        self.git
+            .call(&["add", "-A"])
+            .env("GIT_INDEX_FILE", &work_index)
+            .bytes()?;
+        let work_tree = self
+            .git
+            .call(&["write-tree"])
+            .env("GIT_INDEX_FILE", &work_index)
+            .text()?;
+        Ok(Captured {
+            head,
+            branch,
+            index_tree,
+            work_tree,
+        })
+    }
+
+    /// `add -A` skips ignored files unless the index tracks them, so the private index must
+    /// track the same ignored files as the user's index (plus `force`).
+    fn track_as_the_user_does(
+        &self,
+        user_copy: &Path,
+        has_index: bool,
+        force: &[PathBuf],
+    ) -> Result<(), SnapshotError> {
+        let work_index = self.work_index();
+        let ignored_tracked = |index: &Path| -> Result<BTreeSet<Vec<u8>>, SnapshotError> {
+            let out = self
+                .git
+                .call(&["ls-files", "-z", "-c", "-i", "--exclude-standard"])
+                .env("GIT_INDEX_FILE", index)
+                .bytes()?;
+            Ok(split_z(&out).map(<[u8]>::to_vec).collect())
+        };
+        let user: BTreeSet<Vec<u8>> = if has_index {
+            ignored_tracked(user_copy)?
+        } else {
+            BTreeSet::new()
+        };
+        let ours = if work_index.exists() {
+            ignored_tracked(&work_index)?
+        } else {
+            BTreeSet::new()
+        };
+        let drop: Vec<&Vec<u8>> = ours.difference(&user).collect();
+        if !drop.is_empty() {
+            self.git
+                .call(&[
+                    "rm",
+                    "-q",
+                    "--cached",
+                    "--pathspec-from-file=-",
+                    "--pathspec-file-nul",
+                ])
+                .env("GIT_INDEX_FILE", &work_index)
+                .env("GIT_LITERAL_PATHSPECS", "1")
+                .input(join_z(drop.iter().map(|p| p.as_slice())))
+                .bytes()?;
+        }
+        let add: Vec<Vec<u8>> = user
+            .difference(&ours)
+            .cloned()
+            .chain(force.iter().map(|p| p.as_os_str().as_bytes().to_vec()))
+            .filter(|p| fs::symlink_metadata(self.top.join(OsStr::from_bytes(p))).is_ok())
+            .collect();
+        if !add.is_empty() {
+            self.git
+                .call(&[
+                    "add",
+                    "-f",
+                    "-A",
+                    "--pathspec-from-file=-",
+                    "--pathspec-file-nul",
+                ])
+                .env("GIT_INDEX_FILE", &work_index)
+                .env("GIT_LITERAL_PATHSPECS", "1")
+                .input(join_z(add.iter().map(Vec::as_slice)))
+                .bytes()?;
+        }
+        Ok(())
+    }
+
+    fn commit_and_tag(
+        &self,
+        req: &SaveRequest<'_>,
+        cap: &Captured,
+        keep: &[String],
+    ) -> Result<Snapshot, SnapshotError> {
+        let secs = req.time_ms.div_euclid(1000);
+        let date = format!("@{secs} +0000");
+        let commit = |tree: &str, parents: &[&str], msg: &str| -> Result<String, SnapshotError> {
+            let mut args = vec!["commit-tree", "--no-gpg-sign", tree];
+            for p in parents {
+                args.extend(["-p", p]);
+            }
+            Ok(self
+                .git
+                .call(&args)
+                .env("GIT_AUTHOR_NAME", IDENT_NAME)
+                .env("GIT_AUTHOR_EMAIL", IDENT_EMAIL)
+                .env("GIT_COMMITTER_NAME", IDENT_NAME)
+                .env("GIT_COMMITTER_EMAIL", IDENT_EMAIL)
+                .env("GIT_AUTHOR_DATE", &date)
+                .env("GIT_COMMITTER_DATE", &date)
+                .input(msg.as_bytes().to_vec())
+                .text()?)
+        };
+        let existing = self.list()?;
+        let seq = existing.iter().map(|s| s.seq).max().unwrap_or(0) + 1;
+        let message = clean_message(req.message, req.kind);
+        let mut snap = Snapshot {
+            tag: String::new(),
+            kind: req.kind,
+            task: req.task,
+            message,
+            time_ms: req.time_ms,
+            seq,
+            branch: cap.branch.clone(),
+            head: cap.head.clone(),
+            commit: String::new(),
+        };
+        let text = tag_message(&snap);
+        let head: Vec<&str> = cap.head.iter().map(String::as_str).collect();
+        let index_commit = commit(&cap.index_tree, &head, "taskdaemon snapshot: the index\n")?;
+        let mut parents = head.clone();
+        parents.push(&index_commit);
+        parents.extend(keep.iter().map(String::as_str));
+        snap.commit = commit(&cap.work_tree, &parents, &text)?;
+
+        let taken: BTreeSet<String> = self
+            .git
+            .run(&["tag", "--list"])?
+            .lines()
+            .map(str::to_string)
+            .collect();
+        let base = req.kind.base_name(req.task, secs);
+        for n in 1.. {
+            let name = if n == 1 {
+                base.clone()
+            } else {
+                format!("{base}-{n}")
+            };
+            if taken.contains(&name) {
+                continue;
+            }
+            let out = self
+                .git
+                .call(&[
+                    "-c",
+                    "tag.gpgSign=false",
+                    "tag",
+                    "-a",
+                    "--cleanup=verbatim",
+                    "-F",
+                    "-",
+                    &name,
+                    &snap.commit,
+                ])
+                .env("GIT_COMMITTER_NAME", IDENT_NAME)
+                .env("GIT_COMMITTER_EMAIL", IDENT_EMAIL)
+                .env("GIT_COMMITTER_DATE", &date)
+                .input(text.as_bytes().to_vec())
+                .output()?;
+            if out.status.success() {
+                snap.tag = name;
+                return Ok(snap);
+            }
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            // Made by someone else since we listed: take the next name.
+            if !stderr.contains("already exists") || n > 1000 {
+                return Err(GitError::Failed {
+                    args: format!("tag -a {name}"),
+                    dir: self.top.clone(),
+                    stderr: stderr.trim().to_string(),
+                }
+                .into());
+            }
+        }
+        unreachable!("the loop above returns")
+    }
+
+    fn rev(&self, spec: &str) -> Result<Option<String>, SnapshotError> {
+        let out = self
+            .git
+            .call(&["rev-parse", "-q", "--verify", "--end-of-options", spec])
+            .output()?;
+        Ok(out
+            .status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string()))
+    }
+
+    fn diff_trees(&self, from: &str, to: &str) -> Result<TreeDiff, SnapshotError> {
+        let out = self
+            .git
+            .call(&[
+                "diff-tree",
+                "-r",
+                "-z",
+                "--no-renames",
+                "--name-status",
+                from,
+                to,
+            ])
+            .bytes()?;
+        let mut d = TreeDiff::default();
+        let mut it = split_z(&out);
+        while let (Some(status), Some(path)) = (it.next(), it.next()) {
+            let path = String::from_utf8_lossy(path).into_owned();
+            match status.first() {
+                Some(b'A') => d.added.push(path),
+                Some(b'D') => d.deleted.push(path),
+                _ => d.modified.push(path),
+            }
+        }
+        Ok(d)
+    }
+
+    /// Paths the snapshot has, the current state lacks, yet exist on disk: ignored files
+    /// (or directories) a rollback would overwrite.
+    fn ignored_in_the_way(&self, now: &str, target: &str) -> Result<Vec<PathBuf>, SnapshotError> {
+        let out = self
+            .git
+            .call(&[
+                "diff-tree",
+                "-r",
+                "-z",
+                "--no-renames",
+                "--diff-filter=A",
+                "--name-only",
+                now,
+                target,
+            ])
+            .bytes()?;
+        let mut found = BTreeSet::new();
+        for p in split_z(&out) {
+            // The path itself, or a parent directory of it, may be the ignored thing.
+            let mut path = PathBuf::from(OsStr::from_bytes(p));
+            loop {
+                if fs::symlink_metadata(self.top.join(&path)).is_ok() {
+                    found.insert(path.clone());
+                    break;
+                }
+                if !path.pop() || path.as_os_str().is_empty() {
+                    break;
+                }
+            }
+        }
+        Ok(found.into_iter().collect())
+    }
+
+    /// Branch tips that would become unreachable when the rollback moves or deletes the
+    /// snapshot's branch while another is checked out.
+    fn tips_a_rollback_moves(
+        &self,
+        target: &Snapshot,
+        now: &Captured,
+    ) -> Result<Vec<String>, SnapshotError> {
+        let Some(branch) = &target.branch else {
+            return Ok(Vec::new());
+        };
+        if now.branch.as_ref() == Some(branch) {
+            return Ok(Vec::new()); // its tip is the safety snapshot's first parent
+        }
+        Ok(self
+            .rev(&format!("{branch}^{{commit}}"))?
+            .filter(|tip| Some(tip) != target.head.as_ref())
+            .into_iter()
+            .collect())
+    }
+
+    fn refuse_if_in_progress(&self) -> Result<(), SnapshotError> {
+        let checks: [(&str, &'static str, &'static str); 6] = [
+            ("MERGE_HEAD", "merge", "merge --abort"),
+            ("rebase-merge", "rebase", "rebase --abort"),
+            (
+                "rebase-apply",
+                "rebase or am",
+                "rebase --abort` or `git am --abort",
+            ),
+            ("CHERRY_PICK_HEAD", "cherry-pick", "cherry-pick --abort"),
+            ("REVERT_HEAD", "revert", "revert --abort"),
+            ("BISECT_LOG", "bisect", "bisect reset"),
+        ];
+        for (file, what, abort) in checks {
+            if self.git_dir.join(file).exists() {
+                return Err(SnapshotError::InProgress {
+                    what,
+                    abort,
+                    dir: self.top.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn refuse_if_checked_out_elsewhere(&self, branch: &str) -> Result<(), SnapshotError> {
+        if !self.common_dir.join("worktrees").is_dir() {
+            return Ok(());
+        }
+        let out = self.git.run(&["worktree", "list", "--porcelain"])?;
+        let here = self.top.canonicalize().unwrap_or(self.top.clone());
+        let mut path = "";
+        for line in out.lines() {
+            if let Some(p) = line.strip_prefix("worktree ") {
+                path = p;
+            } else if line.strip_prefix("branch ") == Some(branch) {
+                let there = Path::new(path);
+                if there.canonicalize().unwrap_or(there.to_path_buf()) != here {
+                    return Err(SnapshotError::BranchElsewhere {
+                        branch: branch.trim_start_matches("refs/heads/").to_string(),
+                        worktree: path.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn unmerged_paths(&self) -> Result<String, SnapshotError> {
+        let out = self
+            .git
+            .call(&["diff", "--name-only", "-z", "--diff-filter=U"])
+            .bytes()?;
+        let paths: Vec<String> = split_z(&out)
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        Ok(paths.join(", "))
+    }
+
+    /// Make the user's index the snapshot's, reusing the stat data of the private index
+    /// (fresh after the checkout) for every entry whose content agrees.
+    fn install_index(&self, index_tree: &str) -> Result<(), SnapshotError> {
+        let fresh = self.private_dir().join("index.new");
+        fs::copy(self.work_index(), &fresh).map_err(io(&fresh))?;
+        self.git
+            .call(&["read-tree", "-m", index_tree])
+            .env("GIT_INDEX_FILE", &fresh)
+            .bytes()?;
+        // git's own protocol: whoever holds `index.lock` may replace the index.
+        let mut lock_name = self.index.clone().into_os_string();
+        lock_name.push(".lock");
+        let lock = PathBuf::from(lock_name);
+        match OpenOptions::new().write(true).create_new(true).open(&lock) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(SnapshotError::IndexLocked(lock));
+            }
+            Err(e) => return Err(io(&lock)(e)),
+        }
+        let moved = File::open(&fresh)
+            .and_then(|f| f.sync_all())
+            .and_then(|()| fs::rename(&fresh, &self.index));
+        let _ = fs::remove_file(&lock);
+        moved.map_err(io(&self.index))
+    }
+}
+
+fn copy_if_exists(from: &Path, to: &Path) -> Result<bool, SnapshotError> {
+    match fs::copy(from, to) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            match fs::remove_file(to) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(to)(e)),
+            }
+            Ok(false)
+        }
+        Err(e) => Err(io(from)(e)),
+    }
+}
+
+fn split_z(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    bytes.split(|b| *b == 0).filter(|p| !p.is_empty())
+}
+
+fn join_z<'a>(paths: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for p in paths {
+        out.extend_from_slice(p);
+        out.push(0);
+    }
+    out
+}
+
+/// Entries of `git status --porcelain -z` (a rename carries its old path as an extra field).
+fn porcelain_entries(out: &[u8]) -> usize {
+    let mut n = 0;
+    let mut it = split_z(out);
+    while let Some(entry) = it.next() {
+        n += 1;
+        if matches!(entry.first(), Some(b'R' | b'C')) {
+            it.next();
+        }
+    }
+    n
+}
+
+/// The message as stored: no NUL bytes, no trailing blank lines, never empty.
+fn clean_message(message: &str, kind: Kind) -> String {
+    let m = message.replace('\0', "").trim_end().to_string();
+    if m.trim().is_empty() {
+        format!("{} snapshot", kind.as_str())
+    } else {
+        m
+    }
+}
+
+fn tag_message(s: &Snapshot) -> String {
+    let mut t = format!("{}\n\nSnapshot-Kind: {}\n", s.message, s.kind.as_str());
+    if let Some(n) = s.task {
+        t.push_str(&format!("Snapshot-Task: {n}\n"));
+    }
+    t.push_str(&format!(
+        "Snapshot-Branch: {}\nSnapshot-Head: {}\nSnapshot-Time: {}\nSnapshot-Seq: {}\n",
+        s.branch.as_deref().unwrap_or("detached"),
+        s.head.as_deref().unwrap_or("unborn"),
+        s.time_ms,
+        s.seq
+    ));
+    t
+}
+
+/// A snapshot from its tag's name, target and message; `None` for other tags.
+fn parse_tag(tag: &str, commit: &str, contents: &str) -> Option<Snapshot> {
+    if commit.is_empty() {
+        return None; // a lightweight tag
+    }
+    let at = contents.rfind("\n\nSnapshot-Kind: ")?;
+    let message = contents[..at].to_string();
+    let mut s = Snapshot {
+        tag: tag.to_string(),
+        kind: Kind::Manual,
+        task: None,
+        message,
+        time_ms: 0,
+        seq: 0,
+        branch: None,
+        head: None,
+        commit: commit.to_string(),
+    };
+    let mut kind = None;
+    for line in contents[at + 2..].lines() {
+        let Some((key, value)) = line.split_once(": ") else {
+            continue;
+        };
+        match key {
+            "Snapshot-Kind" => kind = Kind::parse(value),
+            "Snapshot-Task" => s.task = value.parse().ok(),
+            "Snapshot-Branch" => s.branch = (value != "detached").then(|| value.to_string()),
+            "Snapshot-Head" => s.head = (value != "unborn").then(|| value.to_string()),
+            "Snapshot-Time" => s.time_ms = value.parse().ok()?,
+            "Snapshot-Seq" => s.seq = value.parse().ok()?,
+            _ => {}
+        }
+    }
+    s.kind = kind?;
+    Some(s)
+}
+
+/// Up to three snapshot names closest to `tag` by edit distance.
+fn nearest_tags(tag: &str, all: &[Snapshot]) -> Vec<String> {
+    let mut scored: Vec<(usize, &str)> = all
+        .iter()
+        .map(|s| (crate::yaml::distance(tag, &s.tag), s.tag.as_str()))
+        .filter(|(d, t)| *d <= (t.len().max(tag.len()) / 2).max(3))
+        .collect();
+    scored.sort();
+    scored
+        .into_iter()
+        .take(3)
+        .map(|(_, t)| t.to_string())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_messages_round_trip() {
+        let s = Snapshot {
+            tag: "task-2-pre".into(),
+            kind: Kind::TaskPre,
+            task: Some(2),
+            message: "pre-task 2: add mul\n\nwith a body".into(),
+            time_ms: 1_763_726_400_123,
+            seq: 7,
+            branch: Some("refs/heads/main".into()),
+            head: None,
+            commit: "abc".into(),
+        };
+        let parsed = parse_tag("task-2-pre", "abc", &tag_message(&s)).unwrap();
+        assert_eq!(parsed, s);
+        assert!(parse_tag("v1", "abc", "release 1\n").is_none());
+        assert!(parse_tag("task-2-pre", "", &tag_message(&s)).is_none());
+    }
+
+    #[test]
+    fn porcelain_counts_renames_once() {
+        assert_eq!(porcelain_entries(b"R  new\0old\0?? x\0 M y\0"), 3);
+        assert_eq!(porcelain_entries(b""), 0);
+    }
+
+    #[test]
+    fn names_for_each_kind() {
+        assert_eq!(Kind::TaskPre.base_name(Some(3), 9), "task-3-pre");
+        assert_eq!(Kind::TaskPost.base_name(Some(3), 9), "task-3-post");
+        assert_eq!(
+            Kind::Manual.base_name(None, 1708123456),
+            "manual-1708123456"
+        );
+        assert_eq!(Kind::Stall.base_name(Some(3), 9), "stall-3-recovery");
+        assert_eq!(Kind::PreRollback.base_name(None, 5), "pre-rollback-5");
+    }
+}

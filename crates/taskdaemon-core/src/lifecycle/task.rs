@@ -1,0 +1,273 @@
+//! Starting and finishing a task, and the snapshot operations that must respect a running
+//! loop.
+
+use std::path::PathBuf;
+
+use crate::clock;
+use crate::engine::Outcome;
+use crate::git::snapshot::{Kind, Rollback, SaveRequest, Snapshot, SnapshotError, Snapshots};
+use crate::git::{Git, GitError};
+use crate::workspace::Workspace;
+
+use super::TaskFiles;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LifecycleError {
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path}: expected the task number, found {text:?}\n  hint: put the number of the last task there (0 if none), or delete the file"
+    )]
+    BadCounter { path: PathBuf, text: String },
+    #[error(
+        "cannot roll back: a loop is running in {0} (its run lock is held)\n  hint: stop it first (Ctrl-C in its terminal), then roll back"
+    )]
+    LoopRunning(PathBuf),
+    #[error("the task message is empty\n  hint: `taskdaemon task \"what to do next\"`")]
+    EmptyMessage,
+}
+
+/// What `begin_task` did.
+#[derive(Debug, Clone)]
+pub struct TaskStart {
+    pub number: u32,
+    /// `task-N-pre`; `None` for the first task of an empty project.
+    pub pre: Option<Snapshot>,
+    /// The line appended to `task-history.md` for the previous task.
+    pub history_line: Option<String>,
+    /// What was written to `task.md` (the loop's task description).
+    pub task_text: String,
+}
+
+fn now_ms() -> i64 {
+    clock::now().as_millisecond()
+}
+
+/// The first line of a text, shortened for a tag message or a history line.
+fn headline(text: &str) -> String {
+    let line = text
+        .lines()
+        .map(|l| l.trim().trim_start_matches('#').trim())
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    let mut out: String = line.chars().take(100).collect();
+    if line.chars().count() > 100 {
+        out.push('…');
+    }
+    out
+}
+
+/// `taskdaemon snapshot save`: a `manual-<seconds>` snapshot, numbered with the current task.
+pub fn save_manual(
+    snaps: &Snapshots,
+    ws: &Workspace,
+    message: &str,
+) -> Result<Snapshot, LifecycleError> {
+    let task = TaskFiles::new(ws).read_counter()?;
+    Ok(snaps.save(&SaveRequest {
+        kind: Kind::Manual,
+        task: (task > 0).then_some(task),
+        message,
+        time_ms: now_ms(),
+    })?)
+}
+
+/// Roll back to `tag`, refusing while a loop runs in this work tree.
+pub fn rollback(snaps: &Snapshots, ws: &Workspace, tag: &str) -> Result<Rollback, LifecycleError> {
+    for w in [ws.clone(), Workspace::new(snaps.top())] {
+        if w.is_locked() {
+            let dir = w.root().parent().unwrap_or(w.root()).to_path_buf();
+            return Err(LifecycleError::LoopRunning(dir));
+        }
+    }
+    Ok(snaps.rollback(tag, now_ms())?)
+}
+
+/// Whether the project has nothing yet: no commit and no file outside `.ralph/`.
+fn is_empty_project(snaps: &Snapshots) -> Result<bool, LifecycleError> {
+    let git = Git::new(snaps.top());
+    if git.head()?.is_some() {
+        return Ok(false);
+    }
+    let files = git
+        .call(&["ls-files", "-z", "-c", "-o", "--exclude-standard"])
+        .bytes()?;
+    Ok(files
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .all(|p| p.starts_with(b".ralph/")))
+}
+
+/// Start a new task (spec 1 §3 phase 0 and §5 "State Cleanup at Task Start"): snapshot
+/// `task-N-pre`, count, record the previous task in the history, reset the task files and
+/// write `task.md`.
+pub fn begin_task(
+    snaps: &Snapshots,
+    ws: &Workspace,
+    message: &str,
+) -> Result<TaskStart, LifecycleError> {
+    if message.trim().is_empty() {
+        return Err(LifecycleError::EmptyMessage);
+    }
+    let files = TaskFiles::new(ws);
+    let previous = files.read_counter()?;
+    let known = snaps.list()?;
+    // Numbers are never reused: after a rollback the counter file goes back, the tags stay.
+    let highest_tagged = known
+        .iter()
+        .filter(|s| matches!(s.kind, Kind::TaskPre | Kind::TaskPost))
+        .filter_map(|s| s.task)
+        .max()
+        .unwrap_or(0);
+    let number = previous.max(highest_tagged) + 1;
+
+    let pre = if previous == 0 && is_empty_project(snaps)? {
+        None
+    } else {
+        Some(snaps.save(&SaveRequest {
+            kind: Kind::TaskPre,
+            task: Some(number),
+            message: &format!("before task {number}: {}", headline(message)),
+            time_ms: now_ms(),
+        })?)
+    };
+
+    let history_line = if previous > 0 {
+        let summary = files.read(&files.summary())?.unwrap_or_default();
+        let status = files.read(&files.status())?.unwrap_or_default();
+        let what = match headline(&summary) {
+            s if !s.is_empty() => s,
+            _ => headline(&task_message(
+                &files.read(&files.task())?.unwrap_or_default(),
+            )),
+        };
+        let status = status.trim();
+        let line = format!(
+            "- Task {previous}: {}{}\n",
+            if what.is_empty() {
+                "(no summary)"
+            } else {
+                &what
+            },
+            if status.is_empty() {
+                String::new()
+            } else {
+                format!(" ({status})")
+            }
+        );
+        files.append(&files.history(), &line)?;
+        Some(line.trim_end().to_string())
+    } else {
+        None
+    };
+
+    files.write(&files.summary(), "")?;
+    files.write(&files.feedback(), "")?;
+    files.write(&files.status(), "running\n")?;
+    files.write(&files.iteration(), "0\n")?;
+    files.write(&files.counter(), &format!("{number}\n"))?;
+    let previous_ref = if previous == 0 {
+        "none".to_string()
+    } else if known
+        .iter()
+        .any(|s| s.tag == format!("task-{previous}-post"))
+    {
+        format!("task-{previous}-post")
+    } else {
+        format!("task {previous} (it did not complete)")
+    };
+    let task_text = task_template(number, &previous_ref, message);
+    files.write(&files.task(), &task_text)?;
+    if files.read(&files.origin())?.is_none() {
+        files.write(
+            &files.origin(),
+            &format!("# Origin\n\n{}\n", message.trim_end()),
+        )?;
+    }
+    Ok(TaskStart {
+        number,
+        pre,
+        history_line,
+        task_text,
+    })
+}
+
+/// The template form of `task.md` (spec 1 §5, option B): the raw message with empty
+/// structure the agent fills in while planning.
+fn task_template(number: u32, previous: &str, message: &str) -> String {
+    let quoted: String = message
+        .trim_end()
+        .lines()
+        .map(|l| format!("> {l}\n"))
+        .collect();
+    format!(
+        "# Task\nType: pending\nPrevious: {previous}\nCounter: {number}\n\n## Raw Message\n{quoted}\n\
+## Requirements (fill these in during planning)\n- [ ] ...\n\n\
+## Scope (declare what's preserved)\n- PRESERVE: ...\n- AFFECTED FILES: ...\n"
+    )
+}
+
+/// The raw message quoted in a `task.md` (for the history line when there is no summary).
+fn task_message(task_md: &str) -> String {
+    task_md
+        .lines()
+        .filter_map(|l| l.strip_prefix("> ").or_else(|| l.strip_prefix('>')))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// End task `number`: record its status and, when its evidence was verified, snapshot
+/// `task-N-post`. Other outcomes take no post snapshot: `task-N-pre` is the way back.
+pub fn finish_task(
+    snaps: &Snapshots,
+    ws: &Workspace,
+    number: u32,
+    outcome: &Outcome,
+    iterations: u32,
+) -> Result<Option<Snapshot>, LifecycleError> {
+    let files = TaskFiles::new(ws);
+    let status = match outcome {
+        Outcome::Complete { .. } => "complete",
+        Outcome::LimitReached { .. } => "limit",
+        Outcome::Blocked { .. } => "blocked",
+        Outcome::Decide { .. } => "decide",
+        Outcome::Stuck { .. } => "stuck",
+        Outcome::Failed { .. } => "failed",
+        Outcome::Interrupted => "interrupted",
+    };
+    files.write(&files.status(), &format!("{status}\n"))?;
+    files.write(&files.iteration(), &format!("{iterations}\n"))?;
+    if !matches!(outcome, Outcome::Complete { .. }) {
+        return Ok(None);
+    }
+    let task = files.read(&files.task())?.unwrap_or_default();
+    let what = headline(&task_message(&task));
+    Ok(Some(snaps.save(&SaveRequest {
+        kind: Kind::TaskPost,
+        task: Some(number),
+        message: &format!("task {number} complete: {what}"),
+        time_ms: now_ms(),
+    })?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_quotes_the_message_and_history_reads_it_back() {
+        let t = task_template(3, "task-2-post", "refine copy\nadd 2 drinks\n");
+        assert!(t.contains("Counter: 3\n"));
+        assert!(t.contains("Previous: task-2-post\n"));
+        assert!(t.contains("> refine copy\n> add 2 drinks\n"));
+        assert_eq!(task_message(&t), "refine copy\nadd 2 drinks");
+        assert_eq!(headline("\n# Done: added mul\nmore"), "Done: added mul");
+    }
+}

@@ -1,0 +1,192 @@
+//! `taskdaemon snapshot save|list|rollback|diff|status`: rollback points of the whole work
+//! tree (spec 1 §4).
+
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use taskdaemon_core::clock;
+use taskdaemon_core::duration::format_duration;
+use taskdaemon_core::git::snapshot::{Snapshot, Snapshots, TreeDiff};
+use taskdaemon_core::lifecycle;
+
+use super::{Ctx, print_json};
+use crate::cli::user;
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+taskdaemon snapshot save \"before CTA redesign\"\n  \
+taskdaemon snapshot list\n  \
+taskdaemon snapshot diff task-2-post\n  \
+taskdaemon snapshot rollback task-2-pre\n\n\
+A snapshot records the whole work tree (tracked, modified and untracked files; not ignored ones), \
+the index and HEAD, as a commit only its tag reaches: your branch and staging area are not touched. \
+A rollback first saves the current state as pre-rollback-<seconds>, so it can itself be undone.")]
+pub struct SnapshotArgs {
+    #[command(subcommand)]
+    pub action: Action,
+    /// Print as JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Action {
+    /// Save the current state as manual-<unix seconds>.
+    Save {
+        /// What this snapshot is for.
+        message: Option<String>,
+    },
+    /// All snapshots, oldest first: task, manual, stall and pre-rollback.
+    List,
+    /// Restore the work tree, index, HEAD and branch exactly as saved in TAG.
+    Rollback {
+        /// A snapshot's tag (see `taskdaemon snapshot list`).
+        tag: String,
+    },
+    /// Files added, modified and deleted since TAG (committed or not).
+    Diff {
+        /// A snapshot's tag.
+        tag: String,
+    },
+    /// The last snapshot, whether the work tree differs from it, and uncommitted changes.
+    Status,
+}
+
+pub fn run(args: SnapshotArgs, ctx: &Ctx) -> anyhow::Result<i32> {
+    let (dir, ws) = ctx.workspace()?;
+    let snaps = Snapshots::open(&dir).map_err(user)?;
+    let json = args.json;
+    match args.action {
+        Action::Save { message } => {
+            let s = lifecycle::save_manual(&snaps, &ws, message.as_deref().unwrap_or(""))
+                .map_err(user)?;
+            if json {
+                print_json(&s)?;
+            } else {
+                println!("saved {} ({})", s.tag, short(&s.commit));
+                println!("  undo later with: taskdaemon snapshot rollback {}", s.tag);
+            }
+        }
+        Action::List => {
+            let all = snaps.list().map_err(user)?;
+            if json {
+                print_json(&all)?;
+            } else if all.is_empty() {
+                println!(
+                    "no snapshots yet\n  hint: `taskdaemon snapshot save \"message\"`, or start a task with `taskdaemon task \"…\"`"
+                );
+            } else {
+                let width = all.iter().map(|s| s.tag.len()).max().unwrap_or(0);
+                for s in &all {
+                    println!(
+                        "{:width$}  {}  {:>7}  {}",
+                        s.tag,
+                        when(s.time_ms),
+                        s.task.map(|n| format!("task {n}")).unwrap_or_default(),
+                        s.message.lines().next().unwrap_or(""),
+                    );
+                }
+            }
+        }
+        Action::Rollback { tag } => {
+            let r = lifecycle::rollback(&snaps, &ws, &tag).map_err(user)?;
+            if json {
+                print_json(&r)?;
+            } else {
+                let at = match (&r.restored.branch, &r.restored.head) {
+                    (Some(b), Some(h)) => format!(
+                        "branch {} at {}",
+                        b.trim_start_matches("refs/heads/"),
+                        short(h)
+                    ),
+                    (None, Some(h)) => format!("detached HEAD at {}", short(h)),
+                    (Some(b), None) => {
+                        format!("unborn branch {}", b.trim_start_matches("refs/heads/"))
+                    }
+                    (None, None) => "HEAD".into(),
+                };
+                println!(
+                    "rolled back to {} ({at}); {} file(s) changed",
+                    r.restored.tag,
+                    r.changed.len()
+                );
+                println!(
+                    "the state before was saved as {}\n  undo this rollback with: taskdaemon snapshot rollback {}",
+                    r.saved.tag, r.saved.tag
+                );
+            }
+        }
+        Action::Diff { tag } => {
+            let d = snaps.diff(&tag).map_err(user)?;
+            if json {
+                print_json(&d)?;
+            } else {
+                print_diff(&d);
+                println!(
+                    "{} added, {} modified, {} deleted since {tag}",
+                    d.added.len(),
+                    d.modified.len(),
+                    d.deleted.len()
+                );
+            }
+        }
+        Action::Status => {
+            let st = snaps.status().map_err(user)?;
+            if json {
+                print_json(&st)?;
+            } else {
+                match &st.last {
+                    None => println!("last snapshot: none yet"),
+                    Some(s) => println!("last snapshot: {}", describe(s)),
+                }
+                if let Some(d) = &st.changed_since_last {
+                    if d.is_empty() {
+                        println!("work tree:     same as the last snapshot");
+                    } else {
+                        println!(
+                            "work tree:     {} file(s) differ from it (see `taskdaemon snapshot diff {}`)",
+                            d.len(),
+                            st.last.as_ref().map(|s| s.tag.as_str()).unwrap_or("")
+                        );
+                    }
+                }
+                println!("uncommitted:   {} change(s) (git status)", st.uncommitted);
+            }
+        }
+    }
+    Ok(0)
+}
+
+fn short(commit: &str) -> &str {
+    commit.get(..10).unwrap_or(commit)
+}
+
+fn when(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms)
+        .map(|t| t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string())
+        .unwrap_or_else(|_| ms.to_string())
+}
+
+fn describe(s: &Snapshot) -> String {
+    let ago = clock::now()
+        .as_millisecond()
+        .saturating_sub(s.time_ms)
+        .max(0);
+    let ago = format_duration(Duration::from_millis(u64::try_from(ago).unwrap_or(0)));
+    format!(
+        "{} ({}{} ago, {}) \"{}\"",
+        s.tag,
+        s.task.map(|n| format!("task {n}, ")).unwrap_or_default(),
+        ago,
+        when(s.time_ms),
+        s.message.lines().next().unwrap_or("")
+    )
+}
+
+fn print_diff(d: &TreeDiff) {
+    for (mark, paths) in [("A", &d.added), ("M", &d.modified), ("D", &d.deleted)] {
+        for p in paths {
+            println!("{mark} {p}");
+        }
+    }
+}
