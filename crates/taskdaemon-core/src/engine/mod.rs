@@ -214,7 +214,7 @@ async fn iteration(
         cfg.loop_def.system_prompt.as_deref(),
         &ctx.script_runner,
     );
-    let env = agent_env(st, n, &prompt_path);
+    let env = agent_env(st, n, &prompt_path, &ctx.script_runner);
     let spec = ProcessSpec {
         program: inv.program,
         args: inv.args,
@@ -541,9 +541,15 @@ async fn iteration(
     Ok(outcome)
 }
 
-/// The environment of the agent and the validation command (DESIGN.md, contract).
-fn agent_env(st: &RunState, n: u32, prompt_file: &std::path::Path) -> Vec<(OsString, OsString)> {
-    vec![
+/// The environment of the agent and the validation command (DESIGN.md, contract). The
+/// harness's own directory leads `PATH`, so the agent can call `taskdaemon snapshot save`.
+fn agent_env(
+    st: &RunState,
+    n: u32,
+    prompt_file: &std::path::Path,
+    harness: &std::path::Path,
+) -> Vec<(OsString, OsString)> {
+    let mut env = vec![
         (
             "TASKDAEMON_PROMPT_FILE".into(),
             prompt_file.as_os_str().to_owned(),
@@ -558,7 +564,18 @@ fn agent_env(st: &RunState, n: u32, prompt_file: &std::path::Path) -> Vec<(OsStr
             "TASKDAEMON_WORKDIR".into(),
             st.config.workdir.as_os_str().to_owned(),
         ),
-    ]
+        ("TASKDAEMON_BIN".into(), harness.as_os_str().to_owned()),
+    ];
+    if let Some(dir) = harness.parent() {
+        let mut dirs = vec![dir.to_path_buf()];
+        if let Some(path) = std::env::var_os("PATH") {
+            dirs.extend(std::env::split_paths(&path));
+        }
+        if let Ok(path) = std::env::join_paths(dirs) {
+            env.push(("PATH".into(), path));
+        }
+    }
+    env
 }
 
 fn summarize(st: &RunState, outcome: &Outcome, ws: &Workspace) -> RunSummary {

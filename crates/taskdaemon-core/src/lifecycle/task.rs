@@ -70,10 +70,11 @@ pub fn save_manual(
     ws: &Workspace,
     message: &str,
 ) -> Result<Snapshot, LifecycleError> {
-    let task = TaskFiles::new(ws).read_counter()?;
+    // Saving is a safety net: a damaged counter file only leaves the task number out.
+    let task = TaskFiles::new(ws).read_counter().ok().filter(|n| *n > 0);
     Ok(snaps.save(&SaveRequest {
         kind: Kind::Manual,
-        task: (task > 0).then_some(task),
+        task,
         message,
         time_ms: now_ms(),
     })?)

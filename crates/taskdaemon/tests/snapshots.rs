@@ -1,0 +1,743 @@
+//! Snapshots and task boundaries, end to end: the real binary on real repositories.
+//! The property test drives random edits, stagings, commits, branch moves, saves and
+//! rollbacks, and checks after every rollback that the work tree, index, HEAD and branch
+//! are byte for byte what was saved.
+
+#[allow(dead_code)]
+mod harness;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use harness::{Env, git};
+use proptest::prelude::*;
+use serde_json::Value;
+
+/// Everything a rollback must restore, plus the ignored files it must leave alone.
+#[derive(Debug, Clone, PartialEq)]
+struct State {
+    head: String,
+    branch: String,
+    index: String,
+    files: BTreeMap<PathBuf, Entry>,
+    ignored: BTreeMap<PathBuf, Entry>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Entry {
+    File { bytes: Vec<u8>, exec: bool },
+    Link(PathBuf),
+}
+
+fn walk(root: &Path, rel: &Path, out: &mut BTreeMap<PathBuf, Entry>) {
+    let Ok(rd) = std::fs::read_dir(root.join(rel)) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        if rel.as_os_str().is_empty() && name == ".git" {
+            continue;
+        }
+        let r = rel.join(&name);
+        let meta = std::fs::symlink_metadata(root.join(&r)).unwrap();
+        if meta.file_type().is_symlink() {
+            out.insert(
+                r.clone(),
+                Entry::Link(std::fs::read_link(root.join(&r)).unwrap()),
+            );
+        } else if meta.is_dir() {
+            walk(root, &r, out);
+        } else {
+            out.insert(
+                r.clone(),
+                Entry::File {
+                    bytes: std::fs::read(root.join(&r)).unwrap(),
+                    exec: meta.permissions().mode() & 0o100 != 0,
+                },
+            );
+        }
+    }
+}
+
+fn git_ok(dir: &Path, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env(
+            "GIT_CONFIG_GLOBAL",
+            dir.parent().unwrap().join("home/.gitconfig"),
+        )
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir.parent().unwrap().join("home"))
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn state(repo: &Path) -> State {
+    let mut all = BTreeMap::new();
+    walk(repo, Path::new(""), &mut all);
+    let (ignored, files) = all
+        .into_iter()
+        .partition(|(p, _)| p.to_string_lossy().ends_with(".log"));
+    State {
+        head: git_ok(repo, &["rev-parse", "-q", "--verify", "HEAD"]).unwrap_or_default(),
+        branch: git_ok(repo, &["symbolic-ref", "-q", "HEAD"]).unwrap_or_default(),
+        index: git(repo, &["ls-files", "-s", "-z"]) + &git(repo, &["diff", "--cached"]),
+        files,
+        ignored,
+    }
+}
+
+fn json(env: &Env, args: &[&str]) -> Value {
+    let r = env.run(args);
+    assert_eq!(r.code, 0, "{args:?}: {}{}", r.stdout, r.stderr);
+    serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", r.stdout))
+}
+
+const NAMES: &[&str] = &[
+    "a.txt",
+    "dir/b c.txt",
+    "é.txt",
+    "nl\nname",
+    "sub/deep/x.rs",
+    "tab\tq\"uote",
+    "dir/run.sh",
+    ".ralph/task-counter.txt",
+];
+const CONTENTS: &[&[u8]] = &[b"one\n", b"two\n", b"", b"\x00\x01binary\xff", b"x\r\ny\n"];
+
+#[derive(Debug, Clone)]
+enum Op {
+    Write(usize, usize),
+    Delete(usize),
+    Rename(usize, usize),
+    Chmod(usize),
+    Symlink(usize, usize),
+    Stage(usize),
+    StageAll,
+    Commit,
+    Switch(usize),
+    Detach,
+    WriteIgnored(usize),
+    Save,
+    Rollback(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let n = NAMES.len();
+    prop_oneof![
+        6 => (0..n, 0..CONTENTS.len()).prop_map(|(a, b)| Op::Write(a, b)),
+        2 => (0..n).prop_map(Op::Delete),
+        2 => (0..n, 0..n).prop_map(|(a, b)| Op::Rename(a, b)),
+        1 => (0..n).prop_map(Op::Chmod),
+        1 => (0..n, 0..n).prop_map(|(a, b)| Op::Symlink(a, b)),
+        2 => (0..n).prop_map(Op::Stage),
+        1 => Just(Op::StageAll),
+        2 => Just(Op::Commit),
+        1 => (0..3usize).prop_map(Op::Switch),
+        1 => Just(Op::Detach),
+        1 => (0..CONTENTS.len()).prop_map(Op::WriteIgnored),
+        3 => Just(Op::Save),
+        3 => (0..8usize).prop_map(Op::Rollback),
+    ]
+}
+
+fn remove_any(p: &Path) {
+    if let Ok(m) = std::fs::symlink_metadata(p) {
+        if m.is_dir() {
+            std::fs::remove_dir_all(p).unwrap();
+        } else {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+}
+
+/// Make room for a file at `p`: a file in place of a parent directory goes away.
+fn prepare(repo: &Path, rel: &str) -> PathBuf {
+    let p = repo.join(rel);
+    let mut parent = p.parent().map(Path::to_path_buf);
+    let mut chain = Vec::new();
+    while let Some(d) = parent {
+        if d == repo {
+            break;
+        }
+        chain.push(d.clone());
+        parent = d.parent().map(Path::to_path_buf);
+    }
+    for d in chain.iter().rev() {
+        if std::fs::symlink_metadata(d).is_ok_and(|m| !m.is_dir()) {
+            std::fs::remove_file(d).unwrap();
+        }
+    }
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+        std::fs::remove_dir_all(&p).unwrap();
+    }
+    p
+}
+
+fn apply(env: &Env, op: &Op, saved: &mut Vec<(String, State)>) {
+    let repo = env.repo();
+    match op {
+        Op::Write(f, c) => {
+            let p = prepare(&repo, NAMES[*f]);
+            remove_any(&p);
+            std::fs::write(&p, CONTENTS[*c]).unwrap();
+        }
+        Op::Delete(f) => remove_any(&repo.join(NAMES[*f])),
+        Op::Rename(a, b) => {
+            let from = repo.join(NAMES[*a]);
+            if a != b && std::fs::symlink_metadata(&from).is_ok_and(|m| !m.is_dir()) {
+                let to = prepare(&repo, NAMES[*b]);
+                if std::fs::symlink_metadata(&from).is_ok() {
+                    std::fs::rename(&from, &to).unwrap();
+                }
+            }
+        }
+        Op::Chmod(f) => {
+            let p = repo.join(NAMES[*f]);
+            if let Ok(m) = std::fs::symlink_metadata(&p)
+                && m.is_file()
+            {
+                let mode = m.permissions().mode() ^ 0o111;
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            }
+        }
+        Op::Symlink(f, t) => {
+            let p = prepare(&repo, NAMES[*f]);
+            remove_any(&p);
+            std::os::unix::fs::symlink(NAMES[*t], &p).unwrap();
+        }
+        Op::Stage(f) => {
+            let _ = git_ok(
+                &repo,
+                &["add", "-A", "--", &format!(":(literal){}", NAMES[*f])],
+            );
+        }
+        Op::StageAll => {
+            git(&repo, &["add", "-A"]);
+        }
+        Op::Commit => {
+            let _ = git_ok(&repo, &["commit", "-q", "--allow-empty", "-m", "c"]);
+        }
+        Op::Switch(b) => {
+            let name = format!("b{b}");
+            if git_ok(&repo, &["switch", "-q", &name]).is_none() {
+                let _ = git_ok(&repo, &["switch", "-q", "-c", &name]);
+            }
+        }
+        Op::Detach => {
+            let _ = git_ok(&repo, &["switch", "-q", "--detach"]);
+        }
+        Op::WriteIgnored(c) => {
+            std::fs::write(repo.join("build.log"), CONTENTS[*c]).unwrap();
+        }
+        Op::Save => {
+            let before = state(&repo);
+            let s = json(env, &["snapshot", "save", "prop", "--json"]);
+            assert_eq!(state(&repo), before, "save changed the repository");
+            saved.push((s["tag"].as_str().unwrap().to_string(), before));
+        }
+        Op::Rollback(k) => {
+            if saved.is_empty() {
+                return;
+            }
+            let (tag, want) = saved[k % saved.len()].clone();
+            rollback_and_check(env, &tag, &want, saved);
+        }
+    }
+}
+
+fn rollback_and_check(env: &Env, tag: &str, want: &State, saved: &mut Vec<(String, State)>) {
+    let repo = env.repo();
+    let before = state(&repo);
+    let r = json(env, &["snapshot", "rollback", tag, "--json"]);
+    let after = state(&repo);
+    assert_eq!(after.files, want.files, "work tree after rollback to {tag}");
+    assert_eq!(after.index, want.index, "index after rollback to {tag}");
+    assert_eq!(after.head, want.head, "HEAD after rollback to {tag}");
+    assert_eq!(after.branch, want.branch, "branch after rollback to {tag}");
+    assert_eq!(after.ignored, before.ignored, "ignored files were touched");
+    let mut was = before;
+    was.ignored.clear();
+    saved.push((r["saved"]["tag"].as_str().unwrap().to_string(), was));
+}
+
+fn check_all_reachable(env: &Env, saved: &mut Vec<(String, State)>) {
+    // Every state ever saved is still there: roll back to each (newest first) and compare.
+    let all = saved.clone();
+    for (tag, want) in all.iter().rev() {
+        let mut want = want.clone();
+        let repo = env.repo();
+        want.ignored = state(&repo).ignored;
+        rollback_and_check(env, tag, &want, saved);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("SNAPSHOT_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24),
+        max_shrink_iters: 200,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn rollback_restores_every_saved_state_exactly(ops in proptest::collection::vec(op(), 1..28)) {
+        let env = Env::new();
+        std::fs::write(env.repo().join(".gitignore"), "*.log\n").unwrap();
+        let mut saved = Vec::new();
+        for op in &ops {
+            apply(&env, op, &mut saved);
+        }
+        check_all_reachable(&env, &mut saved);
+    }
+}
+
+#[test]
+fn save_leaves_a_partly_staged_index_byte_for_byte() {
+    let env = Env::new();
+    let repo = env.repo();
+    std::fs::write(repo.join("README.md"), "staged\n").unwrap();
+    git(&repo, &["add", "README.md"]);
+    std::fs::write(repo.join("README.md"), "staged\nthen more\n").unwrap();
+    std::fs::write(repo.join("new.txt"), "new\n").unwrap();
+    git(&repo, &["add", "-N", "new.txt"]);
+    let ls = git(&repo, &["ls-files", "-s"]);
+    let cached = git(&repo, &["diff", "--cached"]);
+    let raw = std::fs::read(repo.join(".git/index")).unwrap();
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    let s = json(&env, &["snapshot", "save", "x", "--json"]);
+    assert_eq!(git(&repo, &["ls-files", "-s"]), ls);
+    assert_eq!(git(&repo, &["diff", "--cached"]), cached);
+    assert_eq!(std::fs::read(repo.join(".git/index")).unwrap(), raw);
+    assert_eq!(git(&repo, &["rev-parse", "HEAD"]), head);
+    // The snapshot commit is only reachable from its tag.
+    let tag = s["tag"].as_str().unwrap();
+    assert!(
+        git(
+            &repo,
+            &["branch", "--contains", &format!("{tag}^{{commit}}")]
+        )
+        .is_empty()
+    );
+    assert_eq!(
+        git(&repo, &["rev-parse", &format!("{tag}^{{commit}}^1")]),
+        head
+    );
+}
+
+#[test]
+fn rollback_of_a_dirty_tree_can_be_undone_exactly() {
+    let env = Env::new();
+    let repo = env.repo();
+    let s = json(&env, &["snapshot", "save", "clean", "--json"]);
+    std::fs::write(repo.join("README.md"), "edited, not staged\n").unwrap();
+    std::fs::write(repo.join("staged.txt"), "staged\n").unwrap();
+    git(&repo, &["add", "staged.txt"]);
+    std::fs::write(repo.join("untracked.txt"), "untracked\n").unwrap();
+    git(&repo, &["switch", "-q", "-c", "feature"]);
+    let dirty = state(&repo);
+    let r = json(
+        &env,
+        &["snapshot", "rollback", s["tag"].as_str().unwrap(), "--json"],
+    );
+    assert!(!repo.join("untracked.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(repo.join("README.md")).unwrap(),
+        "hello\n"
+    );
+    assert_eq!(
+        git(&repo, &["symbolic-ref", "HEAD"]).trim(),
+        "refs/heads/main"
+    );
+    let pre = r["saved"]["tag"].as_str().unwrap();
+    assert!(pre.starts_with("pre-rollback-"), "{pre}");
+    json(&env, &["snapshot", "rollback", pre, "--json"]);
+    assert_eq!(state(&repo), dirty);
+}
+
+#[test]
+fn rollback_works_on_unborn_and_detached_heads() {
+    let env = Env::new();
+    let repo = env.root().join("empty");
+    std::fs::create_dir_all(&repo).unwrap();
+    git_ok(&repo, &["init", "-q", "-b", "main"]).unwrap();
+    let td = |args: &[&str]| {
+        let out = env.cmd().current_dir(&repo).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    std::fs::write(repo.join("draft.txt"), "draft\n").unwrap();
+    let s = td(&["snapshot", "save", "--json"]);
+    assert_eq!(s["head"], Value::Null);
+    git_ok(&repo, &["add", "-A"]).unwrap();
+    git_ok(&repo, &["commit", "-qm", "first"]).unwrap();
+    std::fs::write(repo.join("later.txt"), "later\n").unwrap();
+    td(&["snapshot", "rollback", s["tag"].as_str().unwrap(), "--json"]);
+    assert!(git_ok(&repo, &["rev-parse", "-q", "--verify", "HEAD"]).is_none());
+    assert_eq!(
+        git_ok(&repo, &["symbolic-ref", "HEAD"]).unwrap().trim(),
+        "refs/heads/main"
+    );
+    assert!(!repo.join("later.txt").exists());
+    assert_eq!(
+        git_ok(&repo, &["status", "--porcelain"]).unwrap(),
+        "?? draft.txt\n"
+    );
+
+    // Detached: saved detached, comes back detached at the same commit.
+    let env = Env::new();
+    let repo = env.repo();
+    git(&repo, &["switch", "-q", "--detach"]);
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    let s = json(&env, &["snapshot", "save", "--json"]);
+    git(&repo, &["switch", "-q", "main"]);
+    std::fs::write(repo.join("x"), "x").unwrap();
+    git(&repo, &["add", "x"]);
+    git(&repo, &["commit", "-qm", "x"]);
+    json(
+        &env,
+        &["snapshot", "rollback", s["tag"].as_str().unwrap(), "--json"],
+    );
+    assert!(git_ok(&repo, &["symbolic-ref", "-q", "HEAD"]).is_none());
+    assert_eq!(git(&repo, &["rev-parse", "HEAD"]), head);
+    // main kept its commit.
+    assert_ne!(git(&repo, &["rev-parse", "main"]), head);
+}
+
+#[test]
+fn submodules_are_recorded_as_their_commit() {
+    let env = Env::new();
+    let sub = env.root().join("lib");
+    std::fs::create_dir_all(&sub).unwrap();
+    git_ok(&sub, &["init", "-q", "-b", "main"]).unwrap();
+    std::fs::write(sub.join("l.txt"), "1").unwrap();
+    git_ok(&sub, &["add", "-A"]).unwrap();
+    git_ok(&sub, &["commit", "-qm", "l1"]).unwrap();
+    let repo = env.repo();
+    git(
+        &repo,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            sub.to_str().unwrap(),
+            "lib",
+        ],
+    );
+    git(&repo, &["commit", "-qm", "add lib"]);
+    let s = json(&env, &["snapshot", "save", "with sub", "--json"]);
+    let tree = git(
+        &repo,
+        &[
+            "ls-tree",
+            &format!("{}^{{commit}}", s["tag"].as_str().unwrap()),
+            "lib",
+        ],
+    );
+    assert!(tree.starts_with("160000 commit "), "{tree}");
+    std::fs::write(repo.join("README.md"), "changed\n").unwrap();
+    json(
+        &env,
+        &["snapshot", "rollback", s["tag"].as_str().unwrap(), "--json"],
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("README.md")).unwrap(),
+        "hello\n"
+    );
+    assert!(
+        repo.join("lib/l.txt").exists(),
+        "the submodule's files are not touched"
+    );
+}
+
+#[test]
+fn diff_list_and_status_report_file_level_changes() {
+    let env = Env::new();
+    let repo = env.repo();
+    std::fs::write(repo.join("old.txt"), "old\n").unwrap();
+    std::fs::write(repo.join("mode.sh"), "#!/bin/sh\n").unwrap();
+    let s = json(&env, &["snapshot", "save", "base", "--json"]);
+    let tag = s["tag"].as_str().unwrap().to_string();
+    assert_eq!(tag, "manual-1795262400");
+    std::fs::rename(repo.join("old.txt"), repo.join("new name.txt")).unwrap();
+    std::fs::set_permissions(repo.join("mode.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(repo.join("README.md"), "changed\n").unwrap();
+    git(&repo, &["add", "README.md"]);
+    git(&repo, &["commit", "-qm", "commit some"]);
+    let d = json(&env, &["snapshot", "diff", &tag, "--json"]);
+    assert_eq!(d["added"], serde_json::json!(["new name.txt"]));
+    assert_eq!(d["modified"], serde_json::json!(["README.md", "mode.sh"]));
+    assert_eq!(d["deleted"], serde_json::json!(["old.txt"]));
+    let human = env.run(&["snapshot", "diff", &tag]);
+    assert!(
+        human
+            .stdout
+            .contains("A new name.txt\nM README.md\nM mode.sh\nD old.txt\n"),
+        "{}",
+        human.stdout
+    );
+    assert!(
+        human
+            .stdout
+            .contains("1 added, 2 modified, 1 deleted since manual-1795262400")
+    );
+
+    // Same second, fixed clock: a second manual save gets a distinct name.
+    let s2 = json(&env, &["snapshot", "save", "again", "--json"]);
+    assert_eq!(s2["tag"], "manual-1795262400-2");
+    let list = json(&env, &["snapshot", "list", "--json"]);
+    let tags: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["tag"].as_str().unwrap())
+        .collect();
+    assert_eq!(tags, ["manual-1795262400", "manual-1795262400-2"]);
+    assert_eq!(list[0]["message"], "base");
+    let st = json(&env, &["snapshot", "status", "--json"]);
+    assert_eq!(st["last"]["tag"], "manual-1795262400-2");
+    assert_eq!(st["changed_since_last"]["added"], serde_json::json!([]));
+    assert_eq!(st["uncommitted"], 2); // untracked: mode.sh, new name.txt
+}
+
+#[test]
+fn clear_errors_for_bad_tags_and_refused_rollbacks() {
+    let env = Env::new();
+    let repo = env.repo();
+    json(&env, &["snapshot", "save", "one", "--json"]);
+    let r = env.run(&["snapshot", "rollback", "manual-179526240"]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("no snapshot named `manual-179526240`; closest: manual-1795262400"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("hint: `taskdaemon snapshot list`"),
+        "{}",
+        r.stderr
+    );
+    git(&repo, &["tag", "v1"]);
+    let r = env.run(&["snapshot", "diff", "v1"]);
+    assert_eq!(r.code, 64);
+    assert!(
+        r.stderr
+            .contains("`v1` is a tag but not a taskdaemon snapshot"),
+        "{}",
+        r.stderr
+    );
+
+    let outside = env.root().join("plain");
+    std::fs::create_dir_all(&outside).unwrap();
+    let out = env
+        .cmd()
+        .current_dir(&outside)
+        .args(["snapshot", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not inside a git repository"));
+
+    // A merge in progress.
+    git(&repo, &["switch", "-q", "-c", "other"]);
+    std::fs::write(repo.join("README.md"), "other\n").unwrap();
+    git(&repo, &["commit", "-qam", "other"]);
+    git(&repo, &["switch", "-q", "main"]);
+    std::fs::write(repo.join("README.md"), "main\n").unwrap();
+    git(&repo, &["commit", "-qam", "main"]);
+    assert!(git_ok(&repo, &["merge", "-q", "other"]).is_none());
+    let r = env.run(&["snapshot", "rollback", "manual-1795262400"]);
+    assert_eq!(r.code, 64);
+    assert!(r.stderr.contains("a merge is in progress"), "{}", r.stderr);
+    assert!(r.stderr.contains("git merge --abort"), "{}", r.stderr);
+    let r = env.run(&["snapshot", "save"]);
+    assert_eq!(r.code, 64);
+    assert!(
+        r.stderr.contains("unresolved conflicts: README.md"),
+        "{}",
+        r.stderr
+    );
+    git(&repo, &["merge", "--abort"]);
+
+    // A loop running in this work tree.
+    let mut child = env
+        .cmd()
+        .args([
+            "run",
+            "wait",
+            "--agent",
+            "cmd:sleep 30",
+            "--max-iterations",
+            "1",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    harness::wait_for(
+        &repo.join(".ralph/logs/iteration-001.prompt.md"),
+        std::time::Duration::from_secs(20),
+    );
+    let r = env.run(&["snapshot", "rollback", "manual-1795262400"]);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    );
+    let _ = child.wait();
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("a loop is running"), "{}", r.stderr);
+}
+
+#[test]
+fn two_tasks_snapshot_their_boundaries_and_a_failed_one_rolls_back() {
+    let env = Env::new();
+    let repo = env.repo();
+    let done = env.script(
+        "done.yaml",
+        "iterations:\n  - steps:\n      - write: { path: a.txt, content: \"task one\\n\" }\n      - write: { path: .ralph/summary.md, content: \"Added a.txt\\n\" }\n      - commit: add a\n      - say: \"<promise>COMPLETE</promise>\"\n",
+    );
+    let r = env.run(&[
+        "task",
+        "add a.txt",
+        "--agent",
+        &done,
+        "--validate",
+        "test -f a.txt",
+    ]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains("task 1: saved the project as task-1-pre"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("task 1 complete: saved as task-1-post"),
+        "{}",
+        r.stderr
+    );
+    let read = |p: &str| std::fs::read_to_string(repo.join(p)).unwrap();
+    assert_eq!(read(".ralph/task-counter.txt"), "1\n");
+    assert_eq!(read(".ralph/status.txt"), "complete\n");
+    assert!(read(".ralph/task.md").contains("Counter: 1\n"));
+    assert!(read(".ralph/task.md").contains("> add a.txt\n"));
+    assert_eq!(read(".ralph/origin.md"), "# Origin\n\nadd a.txt\n");
+    let task1_head = git(&repo, &["rev-parse", "HEAD"]);
+    // The prompt carried task.md.
+    assert!(read(".ralph/logs/iteration-001.prompt.md").contains("Counter: 1"));
+
+    std::fs::write(repo.join(".ralph/feedback.md"), "stale feedback\n").unwrap();
+    let fail = env.script(
+        "fail.yaml",
+        "iterations:\n  - steps:\n      - write: { path: b.txt, content: \"half done\\n\" }\n      - write: { path: a.txt, content: \"broken\\n\" }\n      - commit: break a\n      - say: \"<promise>COMPLETE</promise>\"\n",
+    );
+    let r = env.run(&[
+        "task",
+        "add b.txt without breaking a.txt",
+        "--agent",
+        &fail,
+        "--validate",
+        "grep -q 'task one' a.txt",
+        "--max-iterations",
+        "1",
+    ]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("task 2 did not complete"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("taskdaemon snapshot rollback task-2-pre"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        read(".ralph/task-history.md"),
+        "- Task 1: Added a.txt (complete)\n"
+    );
+    assert_eq!(read(".ralph/feedback.md"), "");
+    assert_eq!(read(".ralph/summary.md"), "");
+    assert_eq!(read(".ralph/status.txt"), "limit\n");
+    assert_eq!(read(".ralph/origin.md"), "# Origin\n\nadd a.txt\n");
+    assert!(read(".ralph/task.md").contains("Previous: task-1-post\n"));
+    let tags = git(&repo, &["tag", "--list"]);
+    assert_eq!(tags, "task-1-post\ntask-1-pre\ntask-2-pre\n");
+
+    let r = env.run(&["snapshot", "rollback", "task-2-pre"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(read("a.txt"), "task one\n");
+    assert!(!repo.join("b.txt").exists());
+    assert_eq!(read(".ralph/task-counter.txt"), "1\n");
+    assert_eq!(read(".ralph/status.txt"), "complete\n");
+    assert_eq!(read(".ralph/feedback.md"), "stale feedback\n");
+    assert_eq!(git(&repo, &["rev-parse", "HEAD"]), task1_head);
+    // Exactly as it was: the harness's status files were written after the agent's commit.
+    assert_eq!(
+        git(&repo, &["status", "--porcelain"]),
+        " M .ralph/feedback.md\n M .ralph/iteration.txt\n M .ralph/status.txt\n"
+    );
+
+    // The next task after the rollback gets a new number: tags are never reused.
+    let r = env.run(&[
+        "task",
+        "again",
+        "--agent",
+        &done,
+        "--validate",
+        "true",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let started = harness::events(&r.stdout);
+    assert_eq!(started[0]["event"], "task_started");
+    assert_eq!(started[0]["task"], 3);
+    assert_eq!(started[0]["pre_snapshot"], "task-3-pre");
+    let last = started.last().unwrap();
+    assert_eq!(last["event"], "task_finished");
+    assert_eq!(last["post_snapshot"], "task-3-post");
+    assert_eq!(read(".ralph/task-counter.txt"), "3\n");
+}
+
+#[test]
+fn the_first_task_of_an_empty_project_takes_no_pre_snapshot() {
+    let env = Env::new();
+    let repo = env.root().join("fresh");
+    std::fs::create_dir_all(&repo).unwrap();
+    git_ok(&repo, &["init", "-q", "-b", "main"]).unwrap();
+    let agent = env.script(
+        "a.yaml",
+        "iterations:\n  - steps:\n      - write: { path: hello.txt, content: hi }\n      - commit: hello\n      - say: \"<promise>COMPLETE</promise>\"\n",
+    );
+    let out = env
+        .cmd()
+        .current_dir(&repo)
+        .args([
+            "task",
+            "say hi",
+            "--agent",
+            &agent,
+            "--validate",
+            "test -f hello.txt",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("empty project, no pre-task snapshot"),
+        "{stderr}"
+    );
+    assert_eq!(git_ok(&repo, &["tag", "--list"]).unwrap(), "task-1-post\n");
+    // task-1-post holds the committed .ralph/ state with status complete.
+    let status = git_ok(&repo, &["show", "task-1-post^{commit}:.ralph/status.txt"]).unwrap();
+    assert_eq!(status, "complete\n");
+}
