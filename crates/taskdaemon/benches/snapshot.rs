@@ -1,0 +1,179 @@
+//! Snapshot save and rollback on a 10,000-file (~45 MB) repository, next to the naive
+//! `git add -A && git commit && git tag`. Each round modifies 20 files and adds 1, then
+//! times one operation through the real binary (process start included).
+//!
+//! `cargo bench -p taskdaemon --bench snapshot` (ROUNDS=N to change the number of rounds).
+//! Goals (issue 3): save ≤ 150 ms, rollback ≤ 300 ms.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const FILES: usize = 10_000;
+const FILE_BYTES: usize = 4_600;
+const MODIFY: usize = 20;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn content(rng: &mut Rng) -> String {
+    let mut s = String::with_capacity(FILE_BYTES + 80);
+    while s.len() < FILE_BYTES {
+        s.push_str(&format!(
+            "{:016x} {:016x} {:016x}\n",
+            rng.next(),
+            rng.next(),
+            rng.next()
+        ));
+    }
+    s
+}
+
+fn path_of(i: usize) -> String {
+    format!("src/m{:03}/f{:05}.txt", i % 100, i)
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let s = hermetic(Command::new("git"), dir)
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .status()
+        .expect("git runs");
+    assert!(s.success(), "git {args:?}");
+}
+
+fn hermetic(mut c: Command, dir: &Path) -> Command {
+    let home = dir.parent().expect("repo has a parent").join("home");
+    c.env("HOME", &home)
+        .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"))
+        .env("GIT_CONFIG_NOSYSTEM", "1");
+    c
+}
+
+fn build(root: &Path) -> PathBuf {
+    let home = root.join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    std::fs::write(
+        home.join(".gitconfig"),
+        "[user]\n\tname = bench\n\temail = bench@example.com\n",
+    )
+    .expect("gitconfig");
+    let repo = root.join("repo");
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut bytes = 0;
+    for i in 0..FILES {
+        let p = repo.join(path_of(i));
+        std::fs::create_dir_all(p.parent().expect("dir")).expect("mkdir");
+        let c = content(&mut rng);
+        bytes += c.len();
+        std::fs::write(p, c).expect("write");
+    }
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "initial"]);
+    eprintln!(
+        "repository: {FILES} files, {:.1} MB",
+        bytes as f64 / 1_000_000.0
+    );
+    repo
+}
+
+/// Modify 20 files and add 1, different ones each round.
+fn churn(repo: &Path, round: usize, rng: &mut Rng) {
+    for k in 0..MODIFY {
+        let i = (round * 397 + k * 491) % FILES;
+        std::fs::write(repo.join(path_of(i)), content(rng)).expect("modify");
+    }
+    std::fs::write(repo.join(format!("new-{round}.txt")), content(rng)).expect("add");
+}
+
+fn timed(mut c: Command) -> Duration {
+    let t = Instant::now();
+    let out = c.output().expect("runs");
+    let d = t.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    d
+}
+
+fn td(repo: &Path, args: &[&str]) -> Command {
+    let mut c = hermetic(Command::new(env!("CARGO_BIN_EXE_taskdaemon")), repo);
+    c.current_dir(repo).args(args);
+    c
+}
+
+fn report(name: &str, mut v: Vec<Duration>) {
+    v.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "{name:<38} median {:7.1} ms   min {:7.1} ms   max {:7.1} ms   (n={})",
+        ms(v[v.len() / 2]),
+        ms(v[0]),
+        ms(v[v.len() - 1]),
+        v.len()
+    );
+}
+
+fn main() {
+    let rounds: usize = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(15);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let repo = build(tmp.path());
+    let naive = tmp.path().join("naive");
+    let s = Command::new("cp")
+        .args(["-a"])
+        .arg(&repo)
+        .arg(&naive)
+        .status()
+        .expect("cp");
+    assert!(s.success());
+    let mut rng = Rng(42);
+
+    let first = timed(td(&repo, &["snapshot", "save", "first"]));
+    let (mut save, mut rollback, mut naive_t) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..rounds {
+        churn(&repo, r, &mut rng);
+        let tag = format!("bench-{r}");
+        save.push(timed(td(&repo, &["snapshot", "save", &tag])));
+        let listed = td(&repo, &["snapshot", "list", "--json"])
+            .output()
+            .expect("list");
+        let list: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("json");
+        let saved = list
+            .as_array()
+            .and_then(|a| a.iter().rev().find(|s| s["message"] == tag.as_str()))
+            .and_then(|s| s["tag"].as_str())
+            .expect("saved tag")
+            .to_string();
+        churn(&repo, r + 1000, &mut rng);
+        rollback.push(timed(td(&repo, &["snapshot", "rollback", &saved])));
+
+        churn(&naive, r, &mut rng);
+        let mut c = hermetic(Command::new("sh"), &naive);
+        c.current_dir(&naive).args([
+            "-c",
+            &format!("git add -A && git commit -qm r{r} && git tag naive-{r}"),
+        ]);
+        naive_t.push(timed(c));
+    }
+    println!(
+        "first save (no private index yet)      {:7.1} ms",
+        first.as_secs_f64() * 1000.0
+    );
+    report("taskdaemon snapshot save", save);
+    report("taskdaemon snapshot rollback", rollback);
+    report("git add -A && git commit && git tag", naive_t);
+}
