@@ -460,6 +460,22 @@ fn submodules_are_recorded_as_their_commit() {
         repo.join("lib/l.txt").exists(),
         "the submodule's files are not touched"
     );
+
+    // An embedded repository without a commit cannot be recorded: saved without it, said so,
+    // and a rollback leaves it alone.
+    std::fs::create_dir_all(repo.join("scratch")).unwrap();
+    git_ok(&repo.join("scratch"), &["init", "-q"]).unwrap();
+    std::fs::write(repo.join("scratch/notes"), "keep").unwrap();
+    let s = json(&env, &["snapshot", "save", "--json"]);
+    assert_eq!(s["skipped"], serde_json::json!(["scratch/"]));
+    json(
+        &env,
+        &["snapshot", "rollback", s["tag"].as_str().unwrap(), "--json"],
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("scratch/notes")).unwrap(),
+        "keep"
+    );
 }
 
 #[test]

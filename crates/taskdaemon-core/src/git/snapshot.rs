@@ -113,6 +113,9 @@ pub struct Snapshot {
     pub head: Option<String>,
     /// The snapshot commit the tag points at.
     pub commit: String,
+    /// Paths this save could not record (embedded repositories without a commit).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
 }
 
 /// What `save` is asked to record.
@@ -224,6 +227,8 @@ struct Captured {
     branch: Option<String>,
     index_tree: String,
     work_tree: String,
+    /// Embedded repositories without a commit: not in the snapshot.
+    skipped: Vec<String>,
 }
 
 /// Snapshots of one work tree (a repository or one of its linked worktrees).
@@ -504,10 +509,35 @@ impl Snapshots {
             fs::copy(&user_copy, &work_index).map_err(io(&work_index))?;
         }
         self.track_as_the_user_does(&user_copy, has_index, force)?;
-        self.git
-            .call(&["add", "-A"])
+        let add = self
+            .git
+            .call(&["add", "-A", "--ignore-errors"])
             .env("GIT_INDEX_FILE", &work_index)
-            .bytes()?;
+            .output()?;
+        let mut skipped = Vec::new();
+        if !add.status.success() {
+            // An embedded repository without a commit has nothing git can record; it is
+            // left out (and left alone by a rollback). Any other error stops the save.
+            let stderr = String::from_utf8_lossy(&add.stderr);
+            for line in stderr.lines() {
+                match line
+                    .strip_prefix("error: '")
+                    .and_then(|l| l.strip_suffix("' does not have a commit checked out"))
+                {
+                    Some(p) => skipped.push(p.to_string()),
+                    None if line.starts_with("fatal: adding files failed") => {}
+                    None if line.starts_with("warning:") || line.starts_with("hint:") => {}
+                    None => {
+                        return Err(GitError::Failed {
+                            args: "add -A".into(),
+                            dir: self.top.clone(),
+                            stderr: stderr.trim().to_string(),
+                        }
+                        .into());
+                    }
+                }
+            }
+        }
         let work_tree = self
             .git
             .call(&["write-tree"])
@@ -518,6 +548,7 @@ impl Snapshots {
             branch,
             index_tree,
             work_tree,
+            skipped,
         })
     }
 
@@ -624,6 +655,7 @@ impl Snapshots {
             branch: cap.branch.clone(),
             head: cap.head.clone(),
             commit: String::new(),
+            skipped: cap.skipped.clone(),
         };
         let text = tag_message(&snap);
         let head: Vec<&str> = cap.head.iter().map(String::as_str).collect();
@@ -945,6 +977,7 @@ fn parse_tag(tag: &str, commit: &str, contents: &str) -> Option<Snapshot> {
         branch: None,
         head: None,
         commit: commit.to_string(),
+        skipped: Vec::new(),
     };
     let mut kind = None;
     for line in contents[at + 2..].lines() {
@@ -996,6 +1029,7 @@ mod tests {
             branch: Some("refs/heads/main".into()),
             head: None,
             commit: "abc".into(),
+            skipped: Vec::new(),
         };
         let parsed = parse_tag("task-2-pre", "abc", &tag_message(&s)).unwrap();
         assert_eq!(parsed, s);

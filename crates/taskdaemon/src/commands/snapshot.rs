@@ -64,6 +64,11 @@ pub fn run(args: SnapshotArgs, ctx: &Ctx) -> anyhow::Result<i32> {
                 print_json(&s)?;
             } else {
                 println!("saved {} ({})", s.tag, short(&s.commit));
+                for p in &s.skipped {
+                    eprintln!(
+                        "taskdaemon: warning: {p} is a git repository without a commit: not in the snapshot (commit in it, or add it to .gitignore)"
+                    );
+                }
                 println!("  undo later with: taskdaemon snapshot rollback {}", s.tag);
             }
         }
