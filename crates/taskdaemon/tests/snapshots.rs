@@ -757,3 +757,42 @@ fn the_first_task_of_an_empty_project_takes_no_pre_snapshot() {
     let status = git_ok(&repo, &["show", "task-1-post^{commit}:.ralph/status.txt"]).unwrap();
     assert_eq!(status, "complete\n");
 }
+
+#[test]
+fn a_task_finished_by_run_resume_still_gets_its_post_snapshot() {
+    let env = Env::new();
+    let agent = env.script(
+        "a.yaml",
+        "iterations:\n  - steps:\n      - say: \"<promise>BLOCKED:need a token</promise>\"\n  - steps:\n      - write: { path: t.txt, content: ok }\n      - commit: t\n      - say: \"<promise>COMPLETE</promise>\"\n",
+    );
+    let r = env.run(&[
+        "task",
+        "use the token",
+        "--agent",
+        &agent,
+        "--validate",
+        "test -f t.txt",
+    ]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("task 1 did not complete (BLOCKED)"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.repo().join(".ralph/status.txt")).unwrap(),
+        "blocked\n"
+    );
+    assert_eq!(env.run(&["unblock"]).code, 0);
+    let r = env.run(&["run", "--resume"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("task 1 complete: saved as task-1-post"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        git(&env.repo(), &["tag", "--list"]),
+        "task-1-post\ntask-1-pre\n"
+    );
+}
