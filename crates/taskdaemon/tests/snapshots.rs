@@ -796,3 +796,259 @@ fn a_task_finished_by_run_resume_still_gets_its_post_snapshot() {
         "task-1-post\ntask-1-pre\n"
     );
 }
+
+/// The reviewer's reproductions of data loss and broken states, each now handled.
+#[test]
+fn rollback_refuses_to_delete_a_nested_repository_in_the_way() {
+    let env = Env::new();
+    let repo = env.repo();
+    std::fs::write(repo.join("tool"), "v1\n").unwrap();
+    git(&repo, &["add", "tool"]);
+    git(&repo, &["commit", "-qm", "tool file"]);
+    let s = json(&env, &["snapshot", "save", "--json"]);
+    std::fs::remove_file(repo.join("tool")).unwrap();
+    std::fs::create_dir_all(repo.join("tool")).unwrap();
+    git_ok(&repo.join("tool"), &["init", "-q"]).unwrap();
+    std::fs::write(repo.join("tool/main.c"), "code\n").unwrap();
+    git_ok(&repo.join("tool"), &["add", "-A"]).unwrap();
+    git_ok(
+        &repo.join("tool"),
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@e",
+            "commit",
+            "-qm",
+            "work",
+        ],
+    )
+    .unwrap();
+    std::fs::write(repo.join("tool/main.c"), "code\nwip\n").unwrap();
+    let r = env.run(&["snapshot", "rollback", s["tag"].as_str().unwrap()]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("tool is a git repository"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("tool/main.c")).unwrap(),
+        "code\nwip\n"
+    );
+    // Nothing was changed, not even a safety snapshot taken.
+    assert!(!git(&repo, &["tag", "--list"]).contains("pre-rollback"));
+}
+
+#[test]
+fn ignored_directories_and_untracked_ignored_files_survive_a_rollback() {
+    let env = Env::new();
+    let repo = env.repo();
+    std::fs::create_dir_all(repo.join("build")).unwrap();
+    std::fs::write(repo.join("build/out.txt"), "out\n").unwrap();
+    let s = json(&env, &["snapshot", "save", "--json"]);
+    std::fs::write(repo.join(".gitignore"), "build/\n").unwrap();
+    git(&repo, &["add", ".gitignore"]);
+    git(&repo, &["commit", "-qm", "ignore build"]);
+    std::fs::remove_file(repo.join("build/out.txt")).unwrap();
+    std::fs::create_dir_all(repo.join("build/deep")).unwrap();
+    std::fs::write(repo.join("build/c.o"), "obj").unwrap();
+    std::fs::write(repo.join("build/deep/x"), "d").unwrap();
+    json(
+        &env,
+        &["snapshot", "rollback", s["tag"].as_str().unwrap(), "--json"],
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("build/out.txt")).unwrap(),
+        "out\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("build/c.o")).unwrap(),
+        "obj"
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("build/deep/x")).unwrap(),
+        "d"
+    );
+
+    // An ignored file where the snapshot has a file: overwritten, but kept in the safety
+    // snapshot, so undoing the rollback brings it back.
+    let env = Env::new();
+    let repo = env.repo();
+    std::fs::write(repo.join("app.cfg"), "saved\n").unwrap();
+    let s = json(&env, &["snapshot", "save", "--json"]);
+    std::fs::remove_file(repo.join("app.cfg")).unwrap();
+    std::fs::write(repo.join(".git/info/exclude"), "*.cfg\n").unwrap();
+    std::fs::write(repo.join("app.cfg"), "local secret\n").unwrap();
+    let r = json(
+        &env,
+        &["snapshot", "rollback", s["tag"].as_str().unwrap(), "--json"],
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("app.cfg")).unwrap(),
+        "saved\n"
+    );
+    json(
+        &env,
+        &[
+            "snapshot",
+            "rollback",
+            r["saved"]["tag"].as_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("app.cfg")).unwrap(),
+        "local secret\n"
+    );
+}
+
+#[test]
+fn snapshots_keep_working_after_untracking_a_forced_file_and_after_gc() {
+    let env = Env::new();
+    let repo = env.repo();
+    std::fs::write(repo.join(".gitignore"), "*.cfg\n").unwrap();
+    std::fs::write(repo.join("app.cfg"), "v1\n").unwrap();
+    git(&repo, &["add", ".gitignore"]);
+    git(&repo, &["add", "-f", "app.cfg"]);
+    git(&repo, &["commit", "-qm", "forced"]);
+    std::fs::write(repo.join("app.cfg"), "v2\n").unwrap();
+    let s1 = json(&env, &["snapshot", "save", "--json"]);
+    assert!(
+        git(
+            &repo,
+            &[
+                "show",
+                &format!("{}^{{commit}}:app.cfg", s1["tag"].as_str().unwrap())
+            ]
+        ) == "v2\n"
+    );
+    std::fs::write(repo.join("app.cfg"), "v3\n").unwrap();
+    git(&repo, &["rm", "-q", "--cached", "app.cfg"]);
+    let s2 = json(&env, &["snapshot", "save", "--json"]);
+    // Now ignored and untracked: not in the snapshot.
+    assert!(
+        git_ok(
+            &repo,
+            &[
+                "show",
+                &format!("{}^{{commit}}:app.cfg", s2["tag"].as_str().unwrap())
+            ]
+        )
+        .is_none()
+    );
+
+    // Blobs only the private index knew of are pruned by gc; snapshots recover.
+    std::fs::write(repo.join("notes.txt"), "notes\n").unwrap();
+    json(&env, &["snapshot", "status", "--json"]);
+    git(
+        &repo,
+        &["-c", "gc.pruneExpire=now", "gc", "-q", "--prune=now"],
+    );
+    let s3 = json(&env, &["snapshot", "save", "--json"]);
+    assert_eq!(
+        git(
+            &repo,
+            &[
+                "show",
+                &format!("{}^{{commit}}:notes.txt", s3["tag"].as_str().unwrap())
+            ]
+        ),
+        "notes\n"
+    );
+}
+
+#[test]
+fn line_endings_and_filters_do_not_change_saved_bytes() {
+    let env = Env::new();
+    let repo = env.repo();
+    git(&repo, &["config", "core.autocrlf", "input"]);
+    git(&repo, &["config", "core.safecrlf", "true"]);
+    std::fs::write(repo.join("win.txt"), "l1\r\nl2\r\n").unwrap();
+    std::fs::write(repo.join("mixed.txt"), "a\r\nb\n").unwrap();
+    let s = json(&env, &["snapshot", "save", "--json"]);
+    std::fs::remove_file(repo.join("win.txt")).unwrap();
+    std::fs::remove_file(repo.join("mixed.txt")).unwrap();
+    json(
+        &env,
+        &["snapshot", "rollback", s["tag"].as_str().unwrap(), "--json"],
+    );
+    assert_eq!(
+        std::fs::read(repo.join("win.txt")).unwrap(),
+        b"l1\r\nl2\r\n"
+    );
+    assert_eq!(std::fs::read(repo.join("mixed.txt")).unwrap(), b"a\r\nb\n");
+}
+
+#[test]
+fn a_ref_the_rollback_cannot_write_stops_it_before_any_change() {
+    let env = Env::new();
+    let repo = env.repo();
+    git(&repo, &["switch", "-q", "-c", "feat"]);
+    let s = json(&env, &["snapshot", "save", "--json"]);
+    git(&repo, &["switch", "-q", "main"]);
+    git(&repo, &["branch", "-q", "-D", "feat"]);
+    git(&repo, &["branch", "feat/sub"]);
+    std::fs::write(repo.join("README.md"), "wip\n").unwrap();
+    let r = env.run(&["snapshot", "rollback", s["tag"].as_str().unwrap()]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("refs/heads/feat"), "{}", r.stderr);
+    assert_eq!(
+        std::fs::read_to_string(repo.join("README.md")).unwrap(),
+        "wip\n"
+    );
+    assert!(!git(&repo, &["tag", "--list"]).contains("pre-rollback"));
+
+    // index.lock held by someone else: stopped half way, and the message says how back.
+    git(&repo, &["branch", "-q", "-D", "feat/sub"]);
+    std::fs::write(repo.join(".git/index.lock"), "").unwrap();
+    let r = env.run(&["snapshot", "rollback", s["tag"].as_str().unwrap()]);
+    std::fs::remove_file(repo.join(".git/index.lock")).unwrap();
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("git is busy"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("taskdaemon snapshot rollback pre-rollback-"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("README.md")).unwrap(),
+        "wip\n"
+    );
+}
+
+#[test]
+fn a_loop_in_a_subdirectory_blocks_a_rollback_from_the_top() {
+    let env = Env::new();
+    let repo = env.repo();
+    let s = json(&env, &["snapshot", "save", "--json"]);
+    std::fs::create_dir_all(repo.join("app")).unwrap();
+    let mut child = env
+        .cmd()
+        .current_dir(repo.join("app"))
+        .args([
+            "run",
+            "wait",
+            "--agent",
+            "cmd:sleep 30",
+            "--max-iterations",
+            "1",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    harness::wait_for(
+        &repo.join("app/.ralph/logs/iteration-001.prompt.md"),
+        std::time::Duration::from_secs(20),
+    );
+    let r = env.run(&["snapshot", "rollback", s["tag"].as_str().unwrap()]);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    );
+    let _ = child.wait();
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("a loop is running"), "{}", r.stderr);
+}

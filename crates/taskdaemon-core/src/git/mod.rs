@@ -27,11 +27,26 @@ pub enum GitError {
 #[derive(Debug, Clone)]
 pub struct Git {
     dir: PathBuf,
+    /// `-c key=value` settings and environment given to every invocation.
+    config: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl Git {
     pub fn new(dir: impl Into<PathBuf>) -> Git {
-        Git { dir: dir.into() }
+        Git {
+            dir: dir.into(),
+            config: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+
+    /// The same wrapper with `-c` settings and environment for every invocation.
+    pub fn with(mut self, config: &[&str], env: &[(&str, &str)]) -> Git {
+        self.config.extend(config.iter().map(|c| c.to_string()));
+        self.env
+            .extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        self
     }
 
     pub fn dir(&self) -> &Path {
@@ -40,9 +55,12 @@ impl Git {
 
     fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new("git");
-        c.arg("-C")
-            .arg(&self.dir)
-            .args(args)
+        c.arg("-C").arg(&self.dir);
+        for kv in &self.config {
+            c.arg("-c").arg(kv);
+        }
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
+        c.args(args)
             .env("LC_ALL", "C")
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_OPTIONAL_LOCKS", "0")

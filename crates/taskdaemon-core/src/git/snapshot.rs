@@ -198,6 +198,21 @@ pub enum SnapshotError {
         "git is busy: {0} exists\n  hint: wait for the other git command to finish; if none is running, delete that file"
     )]
     IndexLocked(PathBuf),
+    #[error(
+        "cannot roll back: {path} is a git repository (a submodule or a nested repository) and the snapshot has files where it is; rolling back would delete it\n  hint: move it out of the way (or commit and push its work elsewhere), then roll back"
+    )]
+    RepositoryInTheWay { path: String },
+    #[error(
+        "cannot roll back: a loop is running in this work tree\n  hint: stop it first (Ctrl-C in its terminal), then roll back"
+    )]
+    LoopRunning,
+    #[error(
+        "the rollback stopped half way: {source}\n  nothing is lost: the state before the rollback is saved as {saved}; `taskdaemon snapshot rollback {saved}` brings it back"
+    )]
+    HalfWay {
+        saved: String,
+        source: Box<SnapshotError>,
+    },
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -234,7 +249,11 @@ struct Captured {
 /// Snapshots of one work tree (a repository or one of its linked worktrees).
 #[derive(Debug, Clone)]
 pub struct Snapshots {
+    /// For the snapshot's own work: no filters, no line-ending conversion, no submodule
+    /// recursion, so what is saved and restored is the bytes on disk.
     git: Git,
+    /// For what the user sees (`git status`): their own settings.
+    plain: Git,
     top: PathBuf,
     git_dir: PathBuf,
     common_dir: PathBuf,
@@ -245,18 +264,19 @@ impl Snapshots {
     /// The snapshots of the work tree containing `dir`.
     pub fn open(dir: &Path) -> Result<Snapshots, SnapshotError> {
         let top = Git::new(dir).toplevel()?;
-        let git = Git::new(&top);
-        let out = git.run(&[
+        let plain = Git::new(&top);
+        let out = plain.run(&[
             "rev-parse",
+            "--show-object-format",
             "--path-format=absolute",
             "--git-dir",
             "--git-common-dir",
             "--git-path",
             "index",
         ])?;
-        let mut lines = out.lines().map(PathBuf::from);
-        let (Some(git_dir), Some(common_dir), Some(index)) =
-            (lines.next(), lines.next(), lines.next())
+        let mut lines = out.lines();
+        let (Some(format), Some(git_dir), Some(common_dir), Some(index)) =
+            (lines.next(), lines.next(), lines.next(), lines.next())
         else {
             return Err(GitError::Failed {
                 args: "rev-parse --git-dir".into(),
@@ -265,12 +285,28 @@ impl Snapshots {
             }
             .into());
         };
+        let empty_tree = if format == "sha256" {
+            EMPTY_TREE_SHA256
+        } else {
+            EMPTY_TREE_SHA1
+        };
+        let git = plain.clone().with(
+            &[
+                "submodule.recurse=false",
+                "core.autocrlf=false",
+                "core.safecrlf=false",
+                "core.fsmonitor=false",
+            ],
+            // No attributes: no clean/smudge filters, no eol conversion.
+            &[("GIT_ATTR_SOURCE", empty_tree)],
+        );
         Ok(Snapshots {
             git,
+            plain,
             top,
-            git_dir,
-            common_dir,
-            index,
+            git_dir: PathBuf::from(git_dir),
+            common_dir: PathBuf::from(common_dir),
+            index: PathBuf::from(index),
         })
     }
 
@@ -286,19 +322,41 @@ impl Snapshots {
         self.private_dir().join("snapshot.index")
     }
 
-    /// Serialize snapshot operations on this work tree (they share the private index).
-    fn lock(&self) -> Result<File, SnapshotError> {
+    fn open_lock_file(&self, name: &str) -> Result<(File, PathBuf), SnapshotError> {
         let dir = self.private_dir();
         fs::create_dir_all(&dir).map_err(io(&dir))?;
-        let path = dir.join("snapshot.lock");
+        let path = dir.join(name);
         let f = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&path)
             .map_err(io(&path))?;
+        Ok((f, path))
+    }
+
+    /// Serialize snapshot operations on this work tree (they share the private index).
+    fn lock(&self) -> Result<File, SnapshotError> {
+        let (f, path) = self.open_lock_file("snapshot.lock")?;
         f.lock().map_err(io(&path))?;
         Ok(f)
+    }
+
+    /// Held (shared) by every loop running anywhere in this work tree, whatever its
+    /// directory; a rollback needs it exclusively.
+    pub fn hold_for_loop(&self) -> Result<File, SnapshotError> {
+        let (f, path) = self.open_lock_file("loops.lock")?;
+        f.lock_shared().map_err(io(&path))?;
+        Ok(f)
+    }
+
+    fn refuse_if_loop_running(&self) -> Result<File, SnapshotError> {
+        let (f, path) = self.open_lock_file("loops.lock")?;
+        match f.try_lock() {
+            Ok(()) => Ok(f),
+            Err(std::fs::TryLockError::WouldBlock) => Err(SnapshotError::LoopRunning),
+            Err(std::fs::TryLockError::Error(e)) => Err(io(&path)(e)),
+        }
     }
 
     /// Save the current state under a new tag.
@@ -325,7 +383,8 @@ impl Snapshots {
                 parse_tag(tag, c[1], c[2])
             })
             .collect();
-        snaps.sort_by(|a, b| (a.time_ms, a.seq, &a.tag).cmp(&(b.time_ms, b.seq, &b.tag)));
+        // The sequence number is taken under the save lock: it is the order of saving.
+        snaps.sort_by(|a, b| (a.seq, a.time_ms, &a.tag).cmp(&(b.seq, b.time_ms, &b.tag)));
         Ok(snaps)
     }
 
@@ -335,13 +394,7 @@ impl Snapshots {
         if let Some(s) = all.iter().find(|s| s.tag == tag) {
             return Ok(s.clone());
         }
-        let exists = self
-            .git
-            .call(&["rev-parse", "-q", "--verify", &format!("refs/tags/{tag}")])
-            .output()?
-            .status
-            .success();
-        if exists {
+        if self.rev(&format!("refs/tags/{tag}"))?.is_some() {
             return Err(SnapshotError::NotASnapshot(tag.to_string()));
         }
         Err(SnapshotError::NotFound {
@@ -355,7 +408,8 @@ impl Snapshots {
         let snap = self.find(tag)?;
         let _lock = self.lock()?;
         let now = self.capture(&[])?;
-        self.diff_trees(&format!("{}^{{tree}}", snap.commit), &now.work_tree)
+        let raw = self.raw_diff(&format!("{}^{{tree}}", snap.commit), &now.work_tree)?;
+        Ok(tree_diff(&raw))
     }
 
     pub fn status(&self) -> Result<Status, SnapshotError> {
@@ -365,7 +419,7 @@ impl Snapshots {
             None => None,
         };
         let out = self
-            .git
+            .plain
             .call(&["status", "--porcelain", "-z", "--untracked-files=all"])
             .bytes()?;
         let uncommitted = porcelain_entries(&out);
@@ -380,31 +434,39 @@ impl Snapshots {
     /// `time_ms` dates that safety snapshot.
     pub fn rollback(&self, tag: &str, time_ms: i64) -> Result<Rollback, SnapshotError> {
         self.refuse_if_in_progress()?;
+        let _no_loop = self.refuse_if_loop_running()?;
         let target = self.find(tag)?;
         let _lock = self.lock()?;
-        let index_parent = if target.head.is_some() { 2 } else { 1 };
         let damaged = |why: &str| SnapshotError::Damaged {
             tag: tag.to_string(),
             why: why.to_string(),
         };
+        if target.branch.is_none() && target.head.is_none() {
+            return Err(damaged("it records neither a branch nor a HEAD"));
+        }
+        let index_parent = if target.head.is_some() { 2 } else { 1 };
         let work_tree = self
             .rev(&format!("{}^{{tree}}", target.commit))?
             .ok_or_else(|| damaged("its commit is missing"))?;
         let index_tree = self
             .rev(&format!("{}^{index_parent}^{{tree}}", target.commit))?
             .ok_or_else(|| damaged("its commit has no index parent"))?;
-        let (work_tree, index_tree) = (work_tree.as_str(), index_tree.as_str());
         if let Some(b) = &target.branch {
             self.refuse_if_checked_out_elsewhere(b)?;
         }
 
-        // 1. Save what is here now. Ignored files where the snapshot has a file would be
-        //    overwritten: they go into this safety snapshot too.
+        // 1. What is here now, and what the rollback would do to it.
         let mut cap = self.capture(&[])?;
-        let collide = self.ignored_in_the_way(&cap.work_tree, work_tree)?;
+        let mut raw = self.raw_diff(&cap.work_tree, &work_tree)?;
+        self.refuse_if_repository_in_the_way(&raw, &cap.skipped)?;
+        // Ignored files where the snapshot has a file would be overwritten: they go into
+        // the safety snapshot too.
+        let collide = self.ignored_in_the_way(&raw);
         if !collide.is_empty() {
             cap = self.capture(&collide)?;
+            raw = self.raw_diff(&cap.work_tree, &work_tree)?;
         }
+        self.check_refs(&target)?;
         let keep = self.tips_a_rollback_moves(&target, &cap)?;
         let saved = self.commit_and_tag(
             &SaveRequest {
@@ -416,59 +478,86 @@ impl Snapshots {
             &cap,
             &keep,
         )?;
-        let changed = self.diff_trees(&cap.work_tree, work_tree)?;
+        let half_way = |e: SnapshotError| SnapshotError::HalfWay {
+            saved: saved.tag.clone(),
+            source: Box::new(e),
+        };
+        let index_lock = self.lock_user_index().map_err(half_way)?;
+        self.restore(&target, &work_tree, &index_tree, &index_lock)
+            .map_err(half_way)?;
+        Ok(Rollback {
+            restored: target,
+            saved,
+            changed: tree_diff(&raw),
+        })
+    }
 
+    /// Steps 2–4 of a rollback, after the safety snapshot.
+    fn restore(
+        &self,
+        target: &Snapshot,
+        work_tree: &str,
+        index_tree: &str,
+        index_lock: &IndexLock,
+    ) -> Result<(), SnapshotError> {
         // 2. The work tree: the private index matches it exactly, so this writes only what
         //    differs and removes files created since the snapshot.
         self.git
-            .call(&["read-tree", "--reset", "-u", work_tree])
+            .call(&[
+                "read-tree",
+                "--reset",
+                "-u",
+                "--no-recurse-submodules",
+                work_tree,
+            ])
             .env("GIT_INDEX_FILE", self.work_index())
             .bytes()?;
 
         // 3. HEAD and the branch.
-        let why = format!("taskdaemon: rollback to {tag}");
+        let why = format!("taskdaemon: rollback to {}", target.tag);
         match (&target.branch, &target.head) {
             (Some(branch), Some(head)) => {
+                self.git.run(&["update-ref", "-m", &why, branch, head])?;
                 self.git
-                    .run(&["update-ref", "-m", &why, branch, head])
-                    .map(drop)?;
-                self.git
-                    .run(&["symbolic-ref", "-m", &why, "HEAD", branch])
-                    .map(drop)?;
+                    .run(&["symbolic-ref", "-m", &why, "HEAD", branch])?;
             }
             (None, Some(head)) => {
                 self.git
-                    .run(&["update-ref", "-m", &why, "--no-deref", "HEAD", head])
-                    .map(drop)?;
+                    .run(&["update-ref", "-m", &why, "--no-deref", "HEAD", head])?;
             }
             (Some(branch), None) => {
                 self.git
-                    .run(&["symbolic-ref", "-m", &why, "HEAD", branch])
-                    .map(drop)?;
+                    .run(&["symbolic-ref", "-m", &why, "HEAD", branch])?;
                 if self.rev(branch)?.is_some() {
-                    self.git.run(&["update-ref", "-d", branch]).map(drop)?;
+                    self.git.run(&["update-ref", "-m", &why, "-d", branch])?;
                 }
             }
-            (None, None) => {
-                return Err(SnapshotError::Damaged {
-                    tag: tag.to_string(),
-                    why: "it records neither a branch nor a HEAD".into(),
-                });
-            }
+            (None, None) => {}
         }
 
         // 4. The index, with the stat data of the fresh work tree where entries agree.
-        self.install_index(index_tree)?;
-        Ok(Rollback {
-            restored: target,
-            saved,
-            changed,
-        })
+        self.install_index(index_tree, index_lock)
     }
 
     /// Capture work tree and index as trees (objects only; no refs, no user index write).
-    /// `force` names ignored paths to include anyway.
+    /// `force` names ignored paths to include anyway. If objects the private index names
+    /// were pruned (`git gc` only keeps what refs and real indexes reach), it is rebuilt.
     fn capture(&self, force: &[PathBuf]) -> Result<Captured, SnapshotError> {
+        match self.capture_once(force) {
+            Err(SnapshotError::Git(GitError::Failed { stderr, .. }))
+                if stderr.contains("invalid object")
+                    || stderr.contains("unable to read")
+                    || stderr.contains("missing") =>
+            {
+                let p = self.work_index();
+                fs::remove_file(&p).map_err(io(&p))?;
+                self.capture_once(force)
+            }
+            other => other,
+        }
+    }
+
+    fn capture_once(&self, force: &[PathBuf]) -> Result<Captured, SnapshotError> {
         let head = self.rev("HEAD^{commit}")?;
         let sym = self.git.call(&["symbolic-ref", "-q", "HEAD"]).output()?;
         let branch = sym
@@ -506,7 +595,7 @@ impl Snapshots {
         // The work tree, through the private index.
         let work_index = self.work_index();
         if !work_index.exists() && has_index {
-            fs::copy(&user_copy, &work_index).map_err(io(&work_index))?;
+            self.seed_work_index(&user_copy)?;
         }
         self.track_as_the_user_does(&user_copy, has_index, force)?;
         let add = self
@@ -517,7 +606,7 @@ impl Snapshots {
         let mut skipped = Vec::new();
         if !add.status.success() {
             // An embedded repository without a commit has nothing git can record; it is
-            // left out (and left alone by a rollback). Any other error stops the save.
+            // left out (and a rollback refuses to replace it). Any other error stops.
             let stderr = String::from_utf8_lossy(&add.stderr);
             for line in stderr.lines() {
                 match line
@@ -552,6 +641,47 @@ impl Snapshots {
         })
     }
 
+    /// Start the private index from the user's: its stat data saves hashing every file on
+    /// the first save. The copy keeps the index's time (so git still re-checks entries
+    /// written in the same second, "racy git"), and drops assume-unchanged, and
+    /// skip-worktree where the file is on disk: a snapshot must see every edit.
+    fn seed_work_index(&self, user_copy: &Path) -> Result<(), SnapshotError> {
+        let work_index = self.work_index();
+        copy_keeping_mtime(user_copy, &self.index, &work_index)?;
+        let out = self
+            .git
+            .call(&["ls-files", "-v", "-z"])
+            .env("GIT_INDEX_FILE", &work_index)
+            .bytes()?;
+        let (mut assumed, mut skipped) = (Vec::new(), Vec::new());
+        for e in split_z(&out) {
+            let (Some(tag), Some(path)) = (e.first(), e.get(2..)) else {
+                continue;
+            };
+            if tag.is_ascii_lowercase() {
+                assumed.push(path);
+            }
+            if tag.eq_ignore_ascii_case(&b'S')
+                && fs::symlink_metadata(self.top.join(OsStr::from_bytes(path))).is_ok()
+            {
+                skipped.push(path);
+            }
+        }
+        for (flag, paths) in [
+            ("--no-assume-unchanged", assumed),
+            ("--no-skip-worktree", skipped),
+        ] {
+            if !paths.is_empty() {
+                self.git
+                    .call(&["update-index", flag, "-z", "--stdin"])
+                    .env("GIT_INDEX_FILE", &work_index)
+                    .input(join_z(paths.into_iter()))
+                    .bytes()?;
+            }
+        }
+        Ok(())
+    }
+
     /// `add -A` skips ignored files unless the index tracks them, so the private index must
     /// track the same ignored files as the user's index (plus `force`).
     fn track_as_the_user_does(
@@ -582,15 +712,8 @@ impl Snapshots {
         let drop: Vec<&Vec<u8>> = ours.difference(&user).collect();
         if !drop.is_empty() {
             self.git
-                .call(&[
-                    "rm",
-                    "-q",
-                    "--cached",
-                    "--pathspec-from-file=-",
-                    "--pathspec-file-nul",
-                ])
+                .call(&["update-index", "--force-remove", "-z", "--stdin"])
                 .env("GIT_INDEX_FILE", &work_index)
-                .env("GIT_LITERAL_PATHSPECS", "1")
                 .input(join_z(drop.iter().map(|p| p.as_slice())))
                 .bytes()?;
         }
@@ -728,63 +851,108 @@ impl Snapshots {
             .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string()))
     }
 
-    fn diff_trees(&self, from: &str, to: &str) -> Result<TreeDiff, SnapshotError> {
+    /// `diff-tree --raw` between two trees: modes, status and path of each change.
+    fn raw_diff(&self, from: &str, to: &str) -> Result<Vec<RawChange>, SnapshotError> {
         let out = self
             .git
-            .call(&[
-                "diff-tree",
-                "-r",
-                "-z",
-                "--no-renames",
-                "--name-status",
-                from,
-                to,
-            ])
+            .call(&["diff-tree", "-r", "-z", "--no-renames", "--raw", from, to])
             .bytes()?;
-        let mut d = TreeDiff::default();
-        let mut it = split_z(&out);
-        while let (Some(status), Some(path)) = (it.next(), it.next()) {
-            let path = String::from_utf8_lossy(path).into_owned();
-            match status.first() {
-                Some(b'A') => d.added.push(path),
-                Some(b'D') => d.deleted.push(path),
-                _ => d.modified.push(path),
-            }
+        let mut changes = Vec::new();
+        let mut it = out.split(|b| *b == 0);
+        while let (Some(meta), Some(path)) = (it.next(), it.next()) {
+            let meta = String::from_utf8_lossy(meta);
+            let mut f = meta.trim_start_matches(':').split(' ');
+            let (Some(src_mode), Some(dst_mode), _, _, Some(status)) =
+                (f.next(), f.next(), f.next(), f.next(), f.next())
+            else {
+                continue;
+            };
+            changes.push(RawChange {
+                src_mode: src_mode.to_string(),
+                dst_mode: dst_mode.to_string(),
+                status: status.chars().next().unwrap_or('M'),
+                path: path.to_vec(),
+            });
         }
-        Ok(d)
+        Ok(changes)
     }
 
-    /// Paths the snapshot has, the current state lacks, yet exist on disk: ignored files
-    /// (or directories) a rollback would overwrite.
-    fn ignored_in_the_way(&self, now: &str, target: &str) -> Result<Vec<PathBuf>, SnapshotError> {
-        let out = self
-            .git
-            .call(&[
-                "diff-tree",
-                "-r",
-                "-z",
-                "--no-renames",
-                "--diff-filter=A",
-                "--name-only",
-                now,
-                target,
-            ])
-            .bytes()?;
+    /// Paths the snapshot adds that exist on disk although the current state lacks them:
+    /// ignored files or directories a rollback would overwrite. Also an ignored file
+    /// standing where the snapshot needs a directory. An existing directory on the way is
+    /// no collision: the rollback only adds to it.
+    fn ignored_in_the_way(&self, raw: &[RawChange]) -> Vec<PathBuf> {
         let mut found = BTreeSet::new();
-        for p in split_z(&out) {
-            // The path itself, or a parent directory of it, may be the ignored thing.
-            let mut path = PathBuf::from(OsStr::from_bytes(p));
-            loop {
-                if fs::symlink_metadata(self.top.join(&path)).is_ok() {
-                    found.insert(path.clone());
-                    break;
-                }
-                if !path.pop() || path.as_os_str().is_empty() {
-                    break;
+        for c in raw.iter().filter(|c| c.status == 'A') {
+            let path = PathBuf::from(OsStr::from_bytes(&c.path));
+            if fs::symlink_metadata(self.top.join(&path)).is_ok() {
+                found.insert(path);
+                continue;
+            }
+            let mut up = path.clone();
+            while up.pop() && !up.as_os_str().is_empty() {
+                match fs::symlink_metadata(self.top.join(&up)) {
+                    Ok(m) if m.is_dir() => break,
+                    Ok(_) => {
+                        found.insert(up.clone());
+                        break;
+                    }
+                    Err(_) => {}
                 }
             }
         }
-        Ok(found.into_iter().collect())
+        found.into_iter().collect()
+    }
+
+    /// A submodule or nested repository (recorded as a gitlink, or skipped because it has
+    /// no commit) would be deleted if the snapshot has a file at its path or below it.
+    fn refuse_if_repository_in_the_way(
+        &self,
+        raw: &[RawChange],
+        skipped: &[String],
+    ) -> Result<(), SnapshotError> {
+        let mut repos: Vec<Vec<u8>> = raw
+            .iter()
+            .filter(|c| c.src_mode == "160000" && c.dst_mode != "160000")
+            .map(|c| c.path.clone())
+            .collect();
+        repos.extend(
+            skipped
+                .iter()
+                .map(|s| s.trim_end_matches('/').as_bytes().to_vec()),
+        );
+        for repo in &repos {
+            let below = |p: &[u8]| {
+                p == repo.as_slice() || (p.starts_with(repo) && p.get(repo.len()) == Some(&b'/'))
+            };
+            if raw
+                .iter()
+                .any(|c| c.dst_mode != "000000" && c.dst_mode != "160000" && below(&c.path))
+            {
+                return Err(SnapshotError::RepositoryInTheWay {
+                    path: String::from_utf8_lossy(repo).into_owned(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Lock and release the refs the rollback will move, so a ref it cannot write (a lock
+    /// left behind, a name conflict) stops it before anything changed.
+    fn check_refs(&self, target: &Snapshot) -> Result<(), SnapshotError> {
+        let zero = "0".repeat(target.commit.len());
+        let line = match (&target.branch, &target.head) {
+            (Some(b), Some(h)) => format!("update {b} {h}\n"),
+            (None, Some(h)) => format!("option no-deref\nupdate HEAD {h}\n"),
+            (Some(b), None) if self.rev(b)?.is_some() => format!("delete {b}\n"),
+            (Some(b), None) => format!("verify {b} {zero}\n"),
+            (None, None) => return Ok(()),
+        };
+        self.git
+            .call(&["update-ref", "--stdin"])
+            .input(format!("start\n{line}prepare\nabort\n").into_bytes())
+            .bytes()?;
+        Ok(())
     }
 
     /// Branch tips that would become unreachable when the rollback moves or deletes the
@@ -866,32 +1034,81 @@ impl Snapshots {
         Ok(paths.join(", "))
     }
 
+    /// Take `index.lock` (git's own protocol: whoever holds it may replace the index).
+    fn lock_user_index(&self) -> Result<IndexLock, SnapshotError> {
+        let mut name = self.index.clone().into_os_string();
+        name.push(".lock");
+        let path = PathBuf::from(name);
+        match OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(_) => Ok(IndexLock(path)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Err(SnapshotError::IndexLocked(path))
+            }
+            Err(e) => Err(io(&path)(e)),
+        }
+    }
+
     /// Make the user's index the snapshot's, reusing the stat data of the private index
     /// (fresh after the checkout) for every entry whose content agrees.
-    fn install_index(&self, index_tree: &str) -> Result<(), SnapshotError> {
+    fn install_index(&self, index_tree: &str, _lock: &IndexLock) -> Result<(), SnapshotError> {
         let fresh = self.private_dir().join("index.new");
-        fs::copy(self.work_index(), &fresh).map_err(io(&fresh))?;
+        copy_keeping_mtime(&self.work_index(), &self.work_index(), &fresh)?;
         self.git
             .call(&["read-tree", "-m", index_tree])
             .env("GIT_INDEX_FILE", &fresh)
             .bytes()?;
-        // git's own protocol: whoever holds `index.lock` may replace the index.
-        let mut lock_name = self.index.clone().into_os_string();
-        lock_name.push(".lock");
-        let lock = PathBuf::from(lock_name);
-        match OpenOptions::new().write(true).create_new(true).open(&lock) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(SnapshotError::IndexLocked(lock));
-            }
-            Err(e) => return Err(io(&lock)(e)),
-        }
-        let moved = File::open(&fresh)
+        File::open(&fresh)
             .and_then(|f| f.sync_all())
-            .and_then(|()| fs::rename(&fresh, &self.index));
-        let _ = fs::remove_file(&lock);
-        moved.map_err(io(&self.index))
+            .and_then(|()| fs::rename(&fresh, &self.index))
+            .map_err(io(&self.index))
     }
+}
+
+/// `index.lock`, removed when dropped.
+struct IndexLock(PathBuf);
+
+impl Drop for IndexLock {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+/// One line of `diff-tree --raw`.
+#[derive(Debug, Clone)]
+struct RawChange {
+    src_mode: String,
+    dst_mode: String,
+    status: char,
+    path: Vec<u8>,
+}
+
+fn tree_diff(raw: &[RawChange]) -> TreeDiff {
+    let mut d = TreeDiff::default();
+    for c in raw {
+        let path = String::from_utf8_lossy(&c.path).into_owned();
+        match c.status {
+            'A' => d.added.push(path),
+            'D' => d.deleted.push(path),
+            _ => d.modified.push(path),
+        }
+    }
+    d
+}
+
+const EMPTY_TREE_SHA1: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+const EMPTY_TREE_SHA256: &str = "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321";
+
+/// Copy `from` to `to`, giving the copy the modification time of `time_of`.
+fn copy_keeping_mtime(from: &Path, time_of: &Path, to: &Path) -> Result<(), SnapshotError> {
+    fs::copy(from, to).map_err(io(to))?;
+    let mtime = fs::metadata(time_of)
+        .and_then(|m| m.modified())
+        .map_err(io(time_of))?;
+    File::options()
+        .write(true)
+        .open(to)
+        .and_then(|f| f.set_modified(mtime))
+        .map_err(io(to))
 }
 
 fn copy_if_exists(from: &Path, to: &Path) -> Result<bool, SnapshotError> {

@@ -11,6 +11,7 @@ use taskdaemon_core::engine::{
     EngineContext, EventSink, Outcome, RunConfig, RunState, exit_code, run_loop,
 };
 use taskdaemon_core::git::Git;
+use taskdaemon_core::git::snapshot::Snapshots;
 use taskdaemon_core::loops::Registry;
 use taskdaemon_core::telemetry::RunSummary;
 use taskdaemon_core::workspace::Workspace;
@@ -137,6 +138,7 @@ pub fn run(args: RunArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         return Ok(code);
     }
     let _lock = ws.lock().map_err(user)?;
+    let _no_rollback = hold_for_loop(&dir)?;
     let flags = args.flags.settings();
 
     let (state, resumed) = if args.resume {
@@ -161,6 +163,14 @@ pub fn run(args: RunArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         super::task::finish(&dir, &ws, number, &outcome, &summary, args.json)?;
     }
     Ok(summary.exit_code)
+}
+
+/// While a loop runs, no rollback may change its work tree (wherever the loop's directory
+/// is in it).
+pub(crate) fn hold_for_loop(dir: &Path) -> anyhow::Result<std::fs::File> {
+    Snapshots::open(dir)
+        .and_then(|s| s.hold_for_loop())
+        .map_err(user)
 }
 
 /// BLOCKED and an unanswered DECIDE stop a run from starting, with what to do.

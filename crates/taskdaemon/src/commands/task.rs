@@ -9,12 +9,12 @@ use anyhow::Context as _;
 use clap::Args;
 use taskdaemon_core::engine::Outcome;
 use taskdaemon_core::git::Git;
-use taskdaemon_core::git::snapshot::Snapshots;
+use taskdaemon_core::git::snapshot::{Kind, Snapshots};
 use taskdaemon_core::lifecycle;
 use taskdaemon_core::telemetry::RunSummary;
 use taskdaemon_core::workspace::{IGNORED, Workspace};
 
-use super::run::{RunFlags, drive, new_state, refuse_if_waiting_for_a_human};
+use super::run::{RunFlags, drive, hold_for_loop, new_state, refuse_if_waiting_for_a_human};
 use super::{Ctx, print_json};
 use crate::cli::user;
 
@@ -70,6 +70,7 @@ pub fn run(args: TaskArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     }
     let message = args.message()?;
     let _lock = ws.lock().map_err(user)?;
+    let _no_rollback = hold_for_loop(&dir)?;
     // Settings are checked before anything changes on disk.
     let mut state = new_state(
         &dir,
@@ -120,8 +121,15 @@ pub fn finish(
     let snaps = Snapshots::open(dir).map_err(user)?;
     let post =
         lifecycle::finish_task(&snaps, ws, number, outcome, summary.iterations).map_err(user)?;
-    let pre = format!("task-{number}-pre");
-    let has_pre = snaps.find(&pre).is_ok();
+    // The pre snapshot is `task-N-pre` unless that name was taken (then `task-N-pre-2`…).
+    let pre = snaps
+        .list()
+        .map_err(user)?
+        .into_iter()
+        .rfind(|s| s.kind == Kind::TaskPre && s.task == Some(number))
+        .map(|s| s.tag);
+    let has_pre = pre.is_some();
+    let pre = pre.unwrap_or_default();
     if json {
         return print_json(&serde_json::json!({
             "event": "task_finished",
