@@ -58,6 +58,8 @@ pub struct Settings {
     pub max_iterations: Option<u32>,
     /// Consecutive iterations without a new commit before giving up; 0 disables.
     pub max_stuck: Option<u32>,
+    /// Consecutive iterations with identical tool calls before stall recovery; 0 disables.
+    pub max_stall: Option<u32>,
     pub iteration_timeout: Option<Dur>,
     pub max_runtime: Option<Dur>,
     pub max_cost: Option<f64>,
@@ -77,6 +79,7 @@ impl Settings {
             success_exit_code: over.success_exit_code.or(self.success_exit_code),
             max_iterations: over.max_iterations.or(self.max_iterations),
             max_stuck: over.max_stuck.or(self.max_stuck),
+            max_stall: over.max_stall.or(self.max_stall),
             iteration_timeout: over.iteration_timeout.or(self.iteration_timeout),
             max_runtime: over.max_runtime.or(self.max_runtime),
             max_cost: over.max_cost.or(self.max_cost),

@@ -3,6 +3,16 @@
 
 use std::time::Duration;
 
+/// Consecutive iterations with the same tool-call signature, after one with `signature`
+/// (`None`: no tool calls, which never counts as a stall).
+pub fn next_stall_count(previous: Option<&str>, count: u32, signature: Option<&str>) -> u32 {
+    match signature {
+        None => 0,
+        Some(s) if previous == Some(s) => count + 1,
+        Some(_) => 1,
+    }
+}
+
 /// The stuck count after an iteration: reset by a new commit, raised otherwise. A timed-out
 /// iteration is no progress whatever it committed.
 pub fn next_stuck_count(
@@ -106,5 +116,13 @@ mod tests {
             Some(Limit::MaxCost)
         );
         assert_eq!(limit_reached(1, 5, d(1), Some(d(10)), 1.0, Some(1.5)), None);
+    }
+
+    #[test]
+    fn stall_counts_identical_signatures_in_a_row() {
+        assert_eq!(next_stall_count(None, 0, Some("a")), 1);
+        assert_eq!(next_stall_count(Some("a"), 1, Some("a")), 2);
+        assert_eq!(next_stall_count(Some("a"), 2, Some("b")), 1);
+        assert_eq!(next_stall_count(Some("a"), 2, None), 0);
     }
 }

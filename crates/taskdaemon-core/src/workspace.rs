@@ -90,6 +90,18 @@ impl Workspace {
     pub fn progress_notes(&self) -> PathBuf {
         self.root.join("progress.md")
     }
+    /// The harness's feedback to the agent (gates, stall recovery).
+    pub fn feedback_file(&self) -> PathBuf {
+        self.root.join("feedback.md")
+    }
+    pub fn read_feedback(&self) -> Result<Option<String>, WorkspaceError> {
+        let p = self.feedback_file();
+        read_optional(&p).map_err(io(&p))
+    }
+    pub fn write_feedback(&self, text: &str) -> Result<(), WorkspaceError> {
+        let p = self.feedback_file();
+        write_atomic(&p, text.as_bytes()).map_err(io(&p))
+    }
     pub fn archive_dir(&self) -> PathBuf {
         self.root.join("archive")
     }

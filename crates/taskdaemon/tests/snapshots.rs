@@ -1052,3 +1052,85 @@ fn a_loop_in_a_subdirectory_blocks_a_rollback_from_the_top() {
     assert_eq!(r.code, 64, "{}", r.stderr);
     assert!(r.stderr.contains("a loop is running"), "{}", r.stderr);
 }
+
+#[test]
+fn a_stalling_agent_is_recovered_once_then_the_task_fails_and_rolls_back() {
+    let env = Env::new();
+    let repo = env.repo();
+    let done = env.script(
+        "done.yaml",
+        "iterations:\n  - steps:\n      - write: { path: a.txt, content: \"one\\n\" }\n      - commit: a\n      - say: \"<promise>COMPLETE</promise>\"\n",
+    );
+    assert_eq!(
+        env.run(&["task", "a", "--agent", &done, "--validate", "true"])
+            .code,
+        0
+    );
+    let task1_head = git(&repo, &["rev-parse", "HEAD"]);
+    let stall = env.script(
+        "stall.yaml",
+        "format: stream-json\nafter-last: repeat-last\niterations:\n  - steps:\n      - tool: { name: Read, input: { file_path: a.txt }, output: one }\n      - write: { path: b.txt, content: half }\n      - commit: b\n  - steps:\n      - tool: { name: Bash, input: { command: npm test }, output: FAIL }\n      - say: trying again\n",
+    );
+    let r = env.run(&["task", "b", "--agent", &stall, "--validate", "false"]);
+    assert_eq!(r.code, 5, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains(
+            "iteration 4: stalled (3 iterations of the same tool calls): saved stall-2-recovery"
+        ),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("iteration 7: stalled again"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("task 2 failed: stalled twice"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("rolled back to task-2-pre"),
+        "{}",
+        r.stderr
+    );
+    // The recovery guidance reached the next prompt.
+    let p5 = std::fs::read_to_string(repo.join(".ralph/logs/iteration-005.prompt.md")).unwrap();
+    assert!(p5.contains("## Stall Recovery (iteration 4)"), "{p5}");
+    assert!(p5.contains("`Bash: npm test`"), "{p5}");
+    let rows = harness::csv_rows(&repo);
+    let outcomes: Vec<&str> = rows[rows.len() - 7..]
+        .iter()
+        .map(|r| r["outcome"].as_str())
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            "continue",
+            "continue",
+            "continue",
+            "stall-recovery",
+            "continue",
+            "continue",
+            "failed"
+        ]
+    );
+    // The tree is task-2-pre's again, apart from the status and feedback of the failure.
+    assert_eq!(git(&repo, &["rev-parse", "HEAD"]), task1_head);
+    assert!(!repo.join("b.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(repo.join(".ralph/status.txt")).unwrap(),
+        "failed\n"
+    );
+    let feedback = std::fs::read_to_string(repo.join(".ralph/feedback.md")).unwrap();
+    assert!(
+        feedback.contains("Task 2 failed after 2 stall recoveries"),
+        "{feedback}"
+    );
+    let tags = git(&repo, &["tag", "--list"]);
+    assert!(
+        tags.contains("stall-2-recovery\n") && tags.contains("pre-rollback-"),
+        "{tags}"
+    );
+}

@@ -64,12 +64,30 @@ pub struct ParsedOutput {
     pub cost_usd: Option<f64>,
     pub tokens_in: Option<u64>,
     pub tokens_out: Option<u64>,
+    /// A fingerprint of every tool call with its full input, in order (`None` without
+    /// tool calls). Identical fingerprints in a row mean the agent repeats itself: a stall.
+    pub tool_signature: Option<String>,
+    /// The last few tool calls, `name: detail`, oldest first.
+    pub recent_tools: Vec<String>,
 }
+
+/// FNV-1a, 64 bit: a stable fingerprint (saved in run.json across versions).
+fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+const RECENT_TOOLS: usize = 8;
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
 #[derive(Debug)]
 pub struct OutputParser {
     format: OutputFormat,
     out: ParsedOutput,
+    signature: u64,
 }
 
 impl OutputParser {
@@ -77,6 +95,7 @@ impl OutputParser {
         OutputParser {
             format,
             out: ParsedOutput::default(),
+            signature: FNV_OFFSET,
         }
     }
 
@@ -106,7 +125,11 @@ impl OutputParser {
         }
     }
 
-    pub fn finish(self) -> ParsedOutput {
+    pub fn finish(mut self) -> ParsedOutput {
+        if self.out.tool_calls > 0 {
+            self.out.tool_signature =
+                Some(format!("{:016x}-{}", self.signature, self.out.tool_calls));
+        }
         self.out
     }
 
@@ -128,13 +151,23 @@ impl OutputParser {
         }
     }
 
-    fn tool(&mut self, name: &str, detail: String) -> Activity {
+    /// A tool call: `key` is its full input (for the stall signature), `detail` a one-line
+    /// summary for people.
+    fn tool(&mut self, name: &str, key: &str, detail: String) -> Activity {
+        for part in [name.as_bytes(), b"\0", key.as_bytes(), b"\0"] {
+            self.signature = fnv1a(self.signature, part);
+        }
         self.out.tool_calls += 1;
-        self.out.last_tool = Some(if detail.is_empty() {
+        let line = if detail.is_empty() {
             name.to_string()
         } else {
             format!("{name}: {detail}")
-        });
+        };
+        if self.out.recent_tools.len() == RECENT_TOOLS {
+            self.out.recent_tools.remove(0);
+        }
+        self.out.recent_tools.push(line.clone());
+        self.out.last_tool = Some(line);
         Activity::ToolCall {
             name: name.to_string(),
             detail,
@@ -168,8 +201,10 @@ impl OutputParser {
                         }
                         Some("tool_use") if !from_subagent => {
                             let name = block.get("name").and_then(Value::as_str).unwrap_or("tool");
-                            let detail = block.get("input").map(tool_detail).unwrap_or_default();
-                            acts.push(self.tool(name, detail));
+                            let input = block.get("input");
+                            let detail = input.map(tool_detail).unwrap_or_default();
+                            let key = input.map(Value::to_string).unwrap_or_default();
+                            acts.push(self.tool(name, &key, detail));
                         }
                         _ => {}
                     }
@@ -220,20 +255,25 @@ impl OutputParser {
                 Some("item.started"),
                 Some(t @ ("command_execution" | "mcp_tool_call" | "web_search" | "file_change")),
             ) => {
-                let detail = item
+                let key = item
                     .and_then(|i| {
                         i.get("command")
                             .or_else(|| i.get("tool"))
                             .or_else(|| i.get("query"))
                     })
                     .and_then(Value::as_str)
-                    .map(one_line)
-                    .unwrap_or_default();
-                vec![self.tool(t, detail)]
+                    .unwrap_or_default()
+                    .to_string();
+                let detail = one_line(&key);
+                vec![self.tool(t, &key, detail)]
             }
             (Some("item.completed"), Some("file_change")) => {
                 // file_change is reported completed without a started event.
-                vec![self.tool("file_change", String::new())]
+                let key = item
+                    .and_then(|i| i.get("changes"))
+                    .map(Value::to_string)
+                    .unwrap_or_default();
+                vec![self.tool("file_change", &key, String::new())]
             }
             (Some("item.completed"), Some("error")) => {
                 let m = item
@@ -321,5 +361,29 @@ mod tests {
             p.line(Stream::Stdout, &big);
         }
         assert!(p.finish().words.len() <= 2 * MAX_WORDS);
+    }
+
+    #[test]
+    fn tool_signature_depends_on_every_call_and_its_full_input() {
+        let sig = |lines: &[&str]| {
+            let mut p = OutputParser::new(OutputFormat::ClaudeStreamJson);
+            for l in lines {
+                p.line(Stream::Stdout, l);
+            }
+            p.finish().tool_signature
+        };
+        let call = |cmd: &str| {
+            format!(
+                r#"{{"type":"assistant","message":{{"content":[{{"type":"tool_use","name":"Bash","input":{{"command":"{cmd}"}}}}]}}}}"#
+            )
+        };
+        let (a, b) = (call("npm test"), call("npm test -- --watch=false"));
+        assert_eq!(sig(&[&a]), sig(&[&a]));
+        assert_ne!(sig(&[&a]), sig(&[&b]));
+        assert_ne!(sig(&[&a]), sig(&[&a, &a]));
+        assert_eq!(
+            sig(&[r#"{"type":"assistant","message":{"content":[{"type":"text","text":"hi"}]}}"#]),
+            None
+        );
     }
 }

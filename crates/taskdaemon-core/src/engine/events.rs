@@ -23,6 +23,15 @@ pub enum EngineEvent {
     Warning {
         message: String,
     },
+    /// The same tool calls `repeats` iterations in a row. Recovery 1 saved `snapshot` and
+    /// wrote guidance to feedback.md; recovery 2 failed the run (`rolled_back_to`).
+    Stall {
+        iteration: u32,
+        repeats: u32,
+        recovery: u32,
+        snapshot: Option<String>,
+        rolled_back_to: Option<String>,
+    },
     IterationStarted {
         iteration: u32,
         max_iterations: u32,

@@ -22,8 +22,10 @@ use crate::clock;
 use crate::duration::format_duration;
 use crate::fsutil::write_atomic;
 use crate::gates::{Validation, run_validation};
+use crate::git::snapshot::Snapshots;
 use crate::git::{Git, GitError};
 use crate::guards::{self, Limit};
+use crate::lifecycle::stall;
 use crate::loops::{PromptTemplate, TemplateError};
 use crate::signals::{self, Signal};
 use crate::telemetry::{IterationLog, RunSummary, SummaryRow, append_row, count_stories};
@@ -41,6 +43,10 @@ pub enum EngineError {
     Workspace(#[from] WorkspaceError),
     #[error(transparent)]
     Prompt(#[from] prompt::PromptError),
+    #[error(transparent)]
+    Lifecycle(#[from] crate::lifecycle::LifecycleError),
+    #[error(transparent)]
+    Snapshot(#[from] crate::git::snapshot::SnapshotError),
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -435,8 +441,63 @@ async fn iteration(
         }
     }
 
-    // Guards.
+    // Guards. A stall (the same tool calls again and again) comes first: its recovery
+    // gives the agent a fresh start, so it also clears the stuck count.
+    let mut recovered = false;
     if counts_for_stuck && outcome.is_none() {
+        st.stall_count = guards::next_stall_count(
+            st.last_signature.as_deref(),
+            st.stall_count,
+            parsed.tool_signature.as_deref(),
+        );
+        st.last_signature = parsed.tool_signature.clone();
+        if cfg.max_stall > 0 && st.stall_count >= cfg.max_stall {
+            let repeats = st.stall_count;
+            st.stall_count = 0;
+            st.stall_recoveries += 1;
+            let snaps = Snapshots::open(&cfg.workdir)?;
+            if st.stall_recoveries == 1 {
+                let snap = stall::recover(&snaps, ws, st.task, n, repeats, &parsed.recent_tools)?;
+                log.note(&format!(
+                    "stall: the same tool calls {repeats} iterations in a row; saved {}, recovery guidance in .ralph/feedback.md",
+                    snap.tag
+                ));
+                ctx.events.emit(EngineEvent::Stall {
+                    iteration: n,
+                    repeats,
+                    recovery: 1,
+                    snapshot: Some(snap.tag.clone()),
+                    rolled_back_to: None,
+                });
+                label = "stall-recovery";
+                note_extra.push_str(&format!("; stalled, saved {}", snap.tag));
+                st.stuck_count = 0;
+                recovered = true;
+            } else {
+                let rb = stall::fail(&snaps, ws, st.task, st.stall_recoveries)?;
+                let reason = match &rb {
+                    Some(r) => format!(
+                        "stalled twice (the same tool calls {repeats} iterations in a row after a recovery); rolled back to {} (the stalled state is saved as {})",
+                        r.restored.tag, r.saved.tag
+                    ),
+                    None => format!(
+                        "stalled twice (the same tool calls {repeats} iterations in a row after a recovery); not a task, so nothing was rolled back"
+                    ),
+                };
+                log.note(&reason);
+                ctx.events.emit(EngineEvent::Stall {
+                    iteration: n,
+                    repeats,
+                    recovery: st.stall_recoveries,
+                    snapshot: rb.as_ref().map(|r| r.saved.tag.clone()),
+                    rolled_back_to: rb.as_ref().map(|r| r.restored.tag.clone()),
+                });
+                label = "failed";
+                outcome = Some(Outcome::Failed { reason });
+            }
+        }
+    }
+    if !recovered && counts_for_stuck && outcome.is_none() {
         st.stuck_count = guards::next_stuck_count(
             st.stuck_count,
             st.last_head.as_deref(),

@@ -71,6 +71,14 @@ pub fn variables(
         String::new()
     };
     set("current-state", json!(state));
+    let feedback = if t.uses("feedback") {
+        ws.read_feedback()?
+            .map(|s| bound_text(s.trim(), MAX_ERRORS))
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
+    set("feedback", json!(feedback));
     let status = if t.uses("git-status") {
         bound_text(&git.status_porcelain()?, MAX_STATUS)
     } else {

@@ -16,6 +16,7 @@ use crate::workspace::Workspace;
 
 pub const DEFAULT_LOOP: &str = "ralph";
 pub const DEFAULT_MAX_STUCK: u32 = 3;
+pub const DEFAULT_MAX_STALL: u32 = 3;
 pub const DEFAULT_ITERATION_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 pub const DEFAULT_COMPLETION_TEXT: &str = "COMPLETE";
@@ -35,6 +36,8 @@ pub struct RunConfig {
     pub success_exit_code: i32,
     pub max_iterations: u32,
     pub max_stuck: u32,
+    #[serde(default = "default_max_stall")]
+    pub max_stall: u32,
     pub iteration_timeout_ms: Option<u64>,
     pub max_runtime_ms: Option<u64>,
     pub max_cost: Option<f64>,
@@ -104,6 +107,7 @@ impl RunConfig {
             success_exit_code: def.success_exit_code,
             max_iterations: def.max_iterations,
             max_stuck: DEFAULT_MAX_STUCK,
+            max_stall: DEFAULT_MAX_STALL,
             iteration_timeout_ms: Some(
                 def.iteration_timeout_ms
                     .unwrap_or(DEFAULT_ITERATION_TIMEOUT.as_millis() as u64),
@@ -163,6 +167,9 @@ impl RunConfig {
         }
         if let Some(n) = s.max_stuck {
             self.max_stuck = n;
+        }
+        if let Some(n) = s.max_stall {
+            self.max_stall = n;
         }
         if let Some(d) = s.iteration_timeout {
             if d.0.is_zero() {
@@ -249,6 +256,14 @@ pub struct RunState {
     pub updated_at: String,
     /// `None` while running (or after a crash): resumable.
     pub outcome: Option<Outcome>,
+    /// Consecutive iterations with the same tool-call signature, and that signature.
+    #[serde(default)]
+    pub stall_count: u32,
+    #[serde(default)]
+    pub last_signature: Option<String>,
+    /// Stall recoveries in this run; the second fails it.
+    #[serde(default)]
+    pub stall_recoveries: u32,
     /// The task number when `taskdaemon task` started this run: its completion takes the
     /// `task-N-post` snapshot, also after a resume.
     #[serde(default)]
@@ -305,6 +320,9 @@ impl RunState {
             updated_at: now,
             outcome: None,
             task: None,
+            stall_count: 0,
+            last_signature: None,
+            stall_recoveries: 0,
         }
     }
 
@@ -331,4 +349,8 @@ impl RunState {
         })?;
         write_atomic(&path, &json).map_err(|source| StateError::Write { path, source })
     }
+}
+
+fn default_max_stall() -> u32 {
+    DEFAULT_MAX_STALL
 }

@@ -433,8 +433,18 @@ impl Snapshots {
     /// Restore the state saved as `tag`, after saving the current one as `pre-rollback-*`.
     /// `time_ms` dates that safety snapshot.
     pub fn rollback(&self, tag: &str, time_ms: i64) -> Result<Rollback, SnapshotError> {
-        self.refuse_if_in_progress()?;
         let _no_loop = self.refuse_if_loop_running()?;
+        self.rollback_unguarded(tag, time_ms)
+    }
+
+    /// A rollback by the loop running in this work tree itself (stall recovery, aborted
+    /// gates): the loop's own hold on `loops.lock` does not stop it.
+    pub fn rollback_from_loop(&self, tag: &str, time_ms: i64) -> Result<Rollback, SnapshotError> {
+        self.rollback_unguarded(tag, time_ms)
+    }
+
+    fn rollback_unguarded(&self, tag: &str, time_ms: i64) -> Result<Rollback, SnapshotError> {
+        self.refuse_if_in_progress()?;
         let target = self.find(tag)?;
         let _lock = self.lock()?;
         let damaged = |why: &str| SnapshotError::Damaged {

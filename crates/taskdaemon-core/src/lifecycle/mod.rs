@@ -3,6 +3,7 @@
 //! between tasks and a one-line history is kept.
 
 mod files;
+pub mod stall;
 mod task;
 
 pub use files::TaskFiles;

@@ -17,6 +17,8 @@ pub enum LifecycleError {
     Snapshot(#[from] SnapshotError),
     #[error(transparent)]
     Git(#[from] GitError),
+    #[error(transparent)]
+    Workspace(#[from] crate::workspace::WorkspaceError),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,

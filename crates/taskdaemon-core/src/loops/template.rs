@@ -20,6 +20,7 @@ pub const VARIABLES: &[&str] = &[
     "working-directory",
     "decision",
     "completion-promise",
+    "feedback",
 ];
 
 /// Helpers Handlebars ships; a name in this list is not a variable.

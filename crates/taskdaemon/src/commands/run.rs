@@ -70,6 +70,9 @@ pub struct RunFlags {
     /// Stop (exit 4) after N consecutive iterations without a new commit; 0 disables [default: 3].
     #[arg(long, value_name = "N", env = "TASKDAEMON_MAX_STUCK")]
     pub max_stuck: Option<u32>,
+    /// Stall recovery after N consecutive iterations with the same tool calls; a second stall fails the task (exit 5); 0 disables [default: 3].
+    #[arg(long, value_name = "N", env = "TASKDAEMON_MAX_STALL")]
+    pub max_stall: Option<u32>,
     /// Stop an iteration's agent after DUR (90s, 15m, 2h) [default: 30m].
     #[arg(long, value_name = "DUR", env = "TASKDAEMON_ITERATION_TIMEOUT", value_parser = dur)]
     pub iteration_timeout: Option<Dur>,
@@ -102,6 +105,7 @@ impl RunFlags {
             success_exit_code: self.success_exit_code,
             max_iterations: self.max_iterations,
             max_stuck: self.max_stuck,
+            max_stall: self.max_stall,
             iteration_timeout: self.iteration_timeout,
             max_runtime: self.max_runtime,
             max_cost: self.max_cost,

@@ -141,6 +141,9 @@ pub fn finish(
     }
     match (&post, has_pre) {
         (Some(s), _) => eprintln!("taskdaemon: task {number} complete: saved as {}", s.tag),
+        (None, _) if matches!(outcome, Outcome::Failed { .. }) => {
+            eprintln!("taskdaemon: task {number} failed: {}", outcome.detail())
+        }
         (None, true) => eprintln!(
             "taskdaemon: task {number} did not complete ({}); no post snapshot.\n  to undo it: taskdaemon snapshot rollback {pre}",
             outcome.label()

@@ -92,6 +92,21 @@ impl Renderer {
                 ));
             }
             EngineEvent::Warning { message } => self.note(&format!("warning: {message}")),
+            EngineEvent::Stall {
+                iteration,
+                repeats,
+                snapshot,
+                rolled_back_to,
+                ..
+            } => match rolled_back_to {
+                Some(to) => self.note(&format!(
+                    "iteration {iteration}: stalled again ({repeats} iterations of the same tool calls): rolled back to {to}"
+                )),
+                None => self.note(&format!(
+                    "iteration {iteration}: stalled ({repeats} iterations of the same tool calls): saved {}, recovery guidance in .ralph/feedback.md",
+                    snapshot.as_deref().unwrap_or("a snapshot")
+                )),
+            },
             EngineEvent::IterationStarted {
                 iteration,
                 max_iterations,

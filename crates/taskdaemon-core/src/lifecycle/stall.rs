@@ -1,0 +1,87 @@
+//! Stall recovery (spec 1 §8): when the agent makes the very same tool calls iteration after
+//! iteration, save the stalled state, tell the agent in `feedback.md` what it keeps doing
+//! and to change approach; the second stall in a task fails it and rolls back to
+//! `task-N-pre`.
+
+use crate::clock;
+use crate::git::snapshot::{Kind, Rollback, SaveRequest, Snapshot, Snapshots};
+use crate::workspace::Workspace;
+
+use super::{LifecycleError, TaskFiles};
+
+/// The task number a stall snapshot is filed under: the run's task, else the counter.
+fn task_number(ws: &Workspace, task: Option<u32>) -> Option<u32> {
+    task.or_else(|| TaskFiles::new(ws).read_counter().ok().filter(|n| *n > 0))
+}
+
+/// The first stall of a task: snapshot `stall-N-recovery` and write the recovery guidance.
+pub fn recover(
+    snaps: &Snapshots,
+    ws: &Workspace,
+    task: Option<u32>,
+    iteration: u32,
+    repeats: u32,
+    recent_tools: &[String],
+) -> Result<Snapshot, LifecycleError> {
+    let number = task_number(ws, task);
+    let snap = snaps.save(&SaveRequest {
+        kind: Kind::Stall,
+        task: number,
+        message: &format!(
+            "stalled at iteration {iteration}: the same tool calls {repeats} times in a row"
+        ),
+        time_ms: clock::now().as_millisecond(),
+    })?;
+    let actions: String = recent_tools.iter().map(|t| format!("- `{t}`\n")).collect();
+    let text = format!(
+        "## Stall Recovery (iteration {iteration})\n\n\
+The last {repeats} iterations made exactly the same tool calls and got nowhere. Your last actions:\n\n\
+{actions}\n\
+Do not repeat them. Change approach:\n\
+1. Re-read `.ralph/task.md` and the latest validation output; say in one sentence what is actually failing.\n\
+2. If a command keeps failing the same way, read the code it exercises instead of rerunning it.\n\
+3. If an edit does not stick, rewrite the whole section or file fresh instead of patching lines.\n\
+4. Take one different, small step and commit it.\n\n\
+This is the first stall of this task; a second one ends the task and rolls the project back.\n\
+The stalled state is saved as snapshot `{}`.\n",
+        snap.tag
+    );
+    ws.write_feedback(&text)?;
+    Ok(snap)
+}
+
+/// The second stall: roll back to `task-N-pre` (when the run is a task with one), mark the
+/// task failed and say why in `feedback.md`. Returns the rollback, if one happened.
+pub fn fail(
+    snaps: &Snapshots,
+    ws: &Workspace,
+    task: Option<u32>,
+    recoveries: u32,
+) -> Result<Option<Rollback>, LifecycleError> {
+    let pre = match task {
+        Some(n) => snaps
+            .list()?
+            .into_iter()
+            .rfind(|s| s.kind == Kind::TaskPre && s.task == Some(n)),
+        None => None,
+    };
+    let rollback = match &pre {
+        Some(p) => Some(snaps.rollback_from_loop(&p.tag, clock::now().as_millisecond())?),
+        None => None,
+    };
+    let files = TaskFiles::new(ws);
+    files.write(&files.status(), "failed\n")?;
+    let what = match (&rollback, task) {
+        (Some(r), Some(n)) => format!(
+            "Task {n} failed after {recoveries} stall recoveries.\nProject rolled back to {} (the state it replaced is saved as {}).\n",
+            r.restored.tag, r.saved.tag
+        ),
+        _ => format!(
+            "The run failed after {recoveries} stall recoveries. It was not started with `taskdaemon task`, so there is no task-N-pre snapshot to roll back to; nothing was rolled back.\n"
+        ),
+    };
+    ws.write_feedback(&format!(
+        "{what}Consider simplifying the task or breaking it into smaller requests.\n"
+    ))?;
+    Ok(rollback)
+}
