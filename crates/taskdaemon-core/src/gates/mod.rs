@@ -1,6 +1,8 @@
-//! Evidence that work is done. This part has the validation command; phase and scope gates
-//! and verification layers join here later.
+//! Evidence that work is done: the validation command, item counts, and the scope gates
+//! of the plan's markers.
 
+pub mod count;
+pub mod scope;
 mod validation;
 
 pub use validation::{Validation, ValidationResult, run_validation};

@@ -3,6 +3,7 @@
 //! between tasks and a one-line history is kept.
 
 mod files;
+pub mod plan;
 pub mod stall;
 mod task;
 
