@@ -23,6 +23,14 @@ pub enum EngineEvent {
     Warning {
         message: String,
     },
+    /// A gate's verdict: `phase` (plan validated / claim swallowed) or `scope:SECTION:MARKER`.
+    Gate {
+        iteration: u32,
+        gate: String,
+        passed: bool,
+        severity: crate::gates::scope::Severity,
+        message: String,
+    },
     /// The same tool calls `repeats` iterations in a row. Recovery 1 saved `snapshot` and
     /// wrote guidance to feedback.md; recovery 2 failed the run (`rolled_back_to`).
     Stall {

@@ -5,6 +5,7 @@ mod outcome;
 mod prompt;
 mod state;
 
+mod completion;
 pub mod events;
 
 use std::ffi::OsString;
@@ -178,6 +179,40 @@ async fn iteration(
     let started = Instant::now();
     let started_at = clock::now_rfc3339();
 
+    // Spec 4: in the plan phase a plan with content is validated first; valid → build.
+    let phase_note = match crate::gates::phase::at_iteration_top(&cfg.workdir, &ws.feedback_file())
+        .map_err(io_err(
+            "checking the plan phase (.ralph/phase.txt, the plan)",
+        ))? {
+        crate::gates::phase::PhaseStep::Inert => None,
+        crate::gates::phase::PhaseStep::Flipped { plan } => {
+            let message = format!("{} is valid: the phase is now build", plan.display());
+            ctx.events.emit(EngineEvent::Gate {
+                iteration: n,
+                gate: "phase".into(),
+                passed: true,
+                severity: crate::gates::scope::Severity::Hard,
+                message: message.clone(),
+            });
+            Some(message)
+        }
+        crate::gates::phase::PhaseStep::Invalid { plan, problems } => {
+            let message = format!(
+                "{} has {} problem(s): still in the plan phase (see .ralph/feedback.md)",
+                plan.display(),
+                problems.len()
+            );
+            ctx.events.emit(EngineEvent::Gate {
+                iteration: n,
+                gate: "phase".into(),
+                passed: false,
+                severity: crate::gates::scope::Severity::Soft,
+                message: message.clone(),
+            });
+            Some(message)
+        }
+    };
+
     // A human's answer to an earlier DECIDE goes into this prompt.
     let decide = ws.read_decide()?;
     let decision = decide.as_ref().and_then(|d| {
@@ -202,6 +237,9 @@ async fn iteration(
         prompt_path.display(),
         prompt.len()
     ));
+    if let Some(note) = &phase_note {
+        log.note(note);
+    }
     ctx.events.emit(EngineEvent::IterationStarted {
         iteration: n,
         max_iterations: cfg.max_iterations,
@@ -298,6 +336,8 @@ async fn iteration(
     let mut validation_time = Duration::ZERO;
     let mut note_extra = String::new();
     let mut counts_for_stuck = true;
+    // The evidence says done; the gate pipeline has the last word.
+    let mut completing: Option<bool> = None;
 
     if agent.interrupted {
         outcome = Some(Outcome::Interrupted);
@@ -406,8 +446,7 @@ async fn iteration(
                                     "; validation passes, waiting for the completion promise",
                                 );
                             } else {
-                                label = "complete";
-                                outcome = Some(Outcome::Complete { verified: true });
+                                completing = Some(true);
                             }
                         } else {
                             st.previous_errors = Some(format!(
@@ -431,12 +470,40 @@ async fn iteration(
                             }
                         }
                     }
-                    None if claimed => {
-                        label = "complete";
-                        outcome = Some(Outcome::Complete { verified: false });
-                    }
+                    None if claimed => completing = Some(false),
                     None => {}
                 }
+            }
+        }
+    }
+
+    if let Some(verified) = completing {
+        match completion::gates(st, cfg, n, ws, ctx, cancel).await? {
+            completion::Verdict::Complete => {
+                label = "complete";
+                outcome = Some(Outcome::Complete { verified });
+            }
+            completion::Verdict::Swallowed => {
+                label = "plan-phase";
+                log.note("completion claimed in the plan phase: ignored (spec 4)");
+                note_extra.push_str("; completion ignored in the plan phase");
+            }
+            completion::Verdict::Rejected { attempt } => {
+                label = "rejected";
+                let reason = format!(
+                    "the plan's scope gates rejected the completion (attempt {attempt} of {}); see .ralph/feedback.md",
+                    completion::MAX_GATE_FAILURES
+                );
+                log.note(&reason);
+                ctx.events.emit(EngineEvent::CompletionRejected {
+                    iteration: n,
+                    reason,
+                });
+            }
+            completion::Verdict::Abort { reason } => {
+                label = "failed";
+                log.note(&reason);
+                outcome = Some(Outcome::Failed { reason });
             }
         }
     }
@@ -474,7 +541,8 @@ async fn iteration(
                 st.stuck_count = 0;
                 recovered = true;
             } else {
-                let rb = stall::fail(&snaps, ws, st.task, st.stall_recoveries)?;
+                let cause = format!("{} stall recoveries", st.stall_recoveries);
+                let rb = crate::lifecycle::fail_task(&snaps, ws, st.task, &cause)?;
                 let reason = match &rb {
                     Some(r) => format!(
                         "stalled twice (the same tool calls {repeats} iterations in a row after a recovery); rolled back to {} (the stalled state is saved as {})",

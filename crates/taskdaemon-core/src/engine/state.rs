@@ -264,6 +264,9 @@ pub struct RunState {
     /// Stall recoveries in this run; the second fails it.
     #[serde(default)]
     pub stall_recoveries: u32,
+    /// Completions rejected by hard gates in a row; the fifth aborts the task.
+    #[serde(default)]
+    pub gate_failures: u32,
     /// The task number when `taskdaemon task` started this run: its completion takes the
     /// `task-N-post` snapshot, also after a resume.
     #[serde(default)]
@@ -323,6 +326,7 @@ impl RunState {
             stall_count: 0,
             last_signature: None,
             stall_recoveries: 0,
+            gate_failures: 0,
         }
     }
 

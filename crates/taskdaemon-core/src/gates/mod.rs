@@ -2,6 +2,7 @@
 //! of the plan's markers.
 
 pub mod count;
+pub mod phase;
 pub mod scope;
 mod validation;
 

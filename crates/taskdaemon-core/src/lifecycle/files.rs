@@ -27,6 +27,9 @@ impl TaskFiles {
         }
     }
 
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
     pub fn task(&self) -> PathBuf {
         self.root.join("task.md")
     }

@@ -8,4 +8,6 @@ pub mod stall;
 mod task;
 
 pub use files::TaskFiles;
-pub use task::{LifecycleError, TaskStart, begin_task, finish_task, rollback, save_manual};
+pub use task::{
+    LifecycleError, TaskStart, begin_task, fail_task, finish_task, rollback, save_manual,
+};

@@ -4,7 +4,7 @@
 //! `task-N-pre`.
 
 use crate::clock;
-use crate::git::snapshot::{Kind, Rollback, SaveRequest, Snapshot, Snapshots};
+use crate::git::snapshot::{Kind, SaveRequest, Snapshot, Snapshots};
 use crate::workspace::Workspace;
 
 use super::{LifecycleError, TaskFiles};
@@ -48,40 +48,4 @@ The stalled state is saved as snapshot `{}`.\n",
     );
     ws.write_feedback(&text)?;
     Ok(snap)
-}
-
-/// The second stall: roll back to `task-N-pre` (when the run is a task with one), mark the
-/// task failed and say why in `feedback.md`. Returns the rollback, if one happened.
-pub fn fail(
-    snaps: &Snapshots,
-    ws: &Workspace,
-    task: Option<u32>,
-    recoveries: u32,
-) -> Result<Option<Rollback>, LifecycleError> {
-    let pre = match task {
-        Some(n) => snaps
-            .list()?
-            .into_iter()
-            .rfind(|s| s.kind == Kind::TaskPre && s.task == Some(n)),
-        None => None,
-    };
-    let rollback = match &pre {
-        Some(p) => Some(snaps.rollback_from_loop(&p.tag, clock::now().as_millisecond())?),
-        None => None,
-    };
-    let files = TaskFiles::new(ws);
-    files.write(&files.status(), "failed\n")?;
-    let what = match (&rollback, task) {
-        (Some(r), Some(n)) => format!(
-            "Task {n} failed after {recoveries} stall recoveries.\nProject rolled back to {} (the state it replaced is saved as {}).\n",
-            r.restored.tag, r.saved.tag
-        ),
-        _ => format!(
-            "The run failed after {recoveries} stall recoveries. It was not started with `taskdaemon task`, so there is no task-N-pre snapshot to roll back to; nothing was rolled back.\n"
-        ),
-    };
-    ws.write_feedback(&format!(
-        "{what}Consider simplifying the task or breaking it into smaller requests.\n"
-    ))?;
-    Ok(rollback)
 }

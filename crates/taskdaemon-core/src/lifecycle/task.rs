@@ -175,6 +175,8 @@ pub fn begin_task(
     files.write(&files.feedback(), "")?;
     files.write(&files.status(), "running\n")?;
     files.write(&files.iteration(), "0\n")?;
+    // Spec 4: every task starts in the plan phase (inert when it has no plan).
+    files.write(&files.root().join("phase.txt"), "plan\n")?;
     files.write(&files.counter(), &format!("{number}\n"))?;
     let previous_ref = if previous == 0 {
         "none".to_string()
@@ -258,6 +260,44 @@ pub fn finish_task(
         message: &format!("task {number} complete: {what}"),
         time_ms: now_ms(),
     })?))
+}
+
+/// Abort the task the loop works on (a second stall, gates failing again and again): roll
+/// back to `task-N-pre` when there is one, mark it failed, and say why in `feedback.md`.
+/// `cause` completes "failed after …". Returns the rollback, if one happened.
+pub fn fail_task(
+    snaps: &Snapshots,
+    ws: &Workspace,
+    task: Option<u32>,
+    cause: &str,
+) -> Result<Option<Rollback>, LifecycleError> {
+    let pre = match task {
+        Some(n) => snaps
+            .list()?
+            .into_iter()
+            .rfind(|s| s.kind == Kind::TaskPre && s.task == Some(n)),
+        None => None,
+    };
+    let rollback = match &pre {
+        Some(p) => Some(snaps.rollback_from_loop(&p.tag, now_ms())?),
+        None => None,
+    };
+    let files = TaskFiles::new(ws);
+    files.write(&files.status(), "failed\n")?;
+    let what = match (&rollback, task) {
+        (Some(r), Some(n)) => format!(
+            "Task {n} failed after {cause}.\nProject rolled back to {} (the state it replaced is saved as {}).\n",
+            r.restored.tag, r.saved.tag
+        ),
+        _ => format!(
+            "The run failed after {cause}. It was not started with `taskdaemon task`, so there is no task-N-pre snapshot to roll back to; nothing was rolled back.\n"
+        ),
+    };
+    files.write(
+        &files.feedback(),
+        &format!("{what}Consider simplifying the task or breaking it into smaller requests.\n"),
+    )?;
+    Ok(rollback)
 }
 
 #[cfg(test)]

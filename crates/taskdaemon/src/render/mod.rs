@@ -92,6 +92,16 @@ impl Renderer {
                 ));
             }
             EngineEvent::Warning { message } => self.note(&format!("warning: {message}")),
+            EngineEvent::Gate {
+                iteration,
+                gate,
+                passed,
+                message,
+                ..
+            } => self.note(&format!(
+                "iteration {iteration}: gate {gate}: {}{message}",
+                if passed { "" } else { "not met: " }
+            )),
             EngineEvent::Stall {
                 iteration,
                 repeats,

@@ -1,0 +1,203 @@
+//! Phase gating and scope gates, end to end: spec 1 §2's VIBRANT ENERGY failure with a
+//! scripted agent on a real repository.
+
+#[allow(dead_code)]
+mod harness;
+
+use harness::{Env, csv_rows, git};
+
+fn flavors(names: &[&str]) -> String {
+    let items: Vec<String> = names
+        .iter()
+        .map(|n| format!("  {{ name: \"{n}\" }},"))
+        .collect();
+    format!("export const flavors = [\n{}\n];\n", items.join("\n"))
+}
+
+const EIGHT: &[&str] = &[
+    "Volt", "Chrome", "Surge", "Blaze", "Frost", "Storm", "Pulse", "Flux",
+];
+
+/// The plan the agent writes in its first iteration (with a premature COMPLETE).
+const PLAN: &str = "# Plan: VIBRANT ENERGY\n\n## features\nFiles: src/flavors.ts\n<!-- TASK-1 [ADD]: 2 nighttime drink flavors (Moonlit Calm, Deep Rest) -->\n<!-- EXISTING 8 flavors PRESERVED — do not remove or convert -->\n\n## store\nFiles: src/store.ts\n<!-- NO CHANGES for task-1 -->\n";
+
+fn project() -> Env {
+    let env = Env::new();
+    let repo = env.repo();
+    std::fs::create_dir_all(repo.join("src")).unwrap();
+    std::fs::write(repo.join("src/flavors.ts"), flavors(EIGHT)).unwrap();
+    std::fs::write(repo.join("src/store.ts"), "export const store = 1;\n").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "eight flavors"]);
+    env
+}
+
+/// An agent: iteration 1 writes the plan and claims COMPLETE; later iterations write
+/// `flavors` and claim COMPLETE again.
+fn agent(env: &Env, name: &str, flavors_ts: &str) -> String {
+    let yaml = format!(
+        "after-last: repeat-last\niterations:\n  - steps:\n      - write: {{ path: .ralph/plan.md, content: {plan:?} }}\n      - commit: plan\n      - say: \"<promise>COMPLETE</promise>\"\n  - steps:\n      - write: {{ path: src/flavors.ts, content: {fl:?} }}\n      - commit: flavors\n      - say: \"<promise>COMPLETE</promise>\"\n",
+        plan = PLAN,
+        fl = flavors_ts
+    );
+    env.script(name, &yaml)
+}
+
+#[test]
+fn converting_four_of_eight_fails_the_scope_gate_and_adding_two_passes() {
+    let env = project();
+    let repo = env.repo();
+    let mut converted = EIGHT.to_vec();
+    converted[4..].copy_from_slice(&["Moonlit Calm", "Deep Rest", "Night", "Dream"]);
+    let bad = agent(&env, "bad.yaml", &flavors(&converted));
+    let r = env.run(&[
+        "task",
+        "add 2 nighttime drinks",
+        "--agent",
+        &bad,
+        "--validate",
+        "true",
+        "--max-iterations",
+        "3",
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("gate phase: not met: completion claimed in the plan phase"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr
+            .contains("plan.md is valid: the phase is now build"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr
+            .contains("ADD 2 in `features`: expected 10 items (8 + 2) in src/flavors.ts, found 8"),
+        "{}",
+        r.stderr
+    );
+    let outcomes: Vec<String> = csv_rows(&repo)
+        .iter()
+        .map(|r| r["outcome"].clone())
+        .collect();
+    assert_eq!(outcomes, ["plan-phase", "rejected", "rejected"]);
+    assert_eq!(
+        std::fs::read_to_string(repo.join(".ralph/phase.txt")).unwrap(),
+        "build\n"
+    );
+    let feedback = std::fs::read_to_string(repo.join(".ralph/feedback.md")).unwrap();
+    assert!(
+        feedback.contains("Gate failures (attempt 2 of 5)"),
+        "{feedback}"
+    );
+    // The prompt of iteration 3 told the agent.
+    let p3 = std::fs::read_to_string(repo.join(".ralph/logs/iteration-003.prompt.md")).unwrap();
+    assert!(p3.contains("expected 10 items (8 + 2)"), "{p3}");
+    assert!(!git(&repo, &["tag", "--list"]).contains("task-1-post"));
+
+    let env = project();
+    let mut ten = EIGHT.to_vec();
+    ten.extend(["Moonlit Calm", "Deep Rest"]);
+    let good = agent(&env, "good.yaml", &flavors(&ten));
+    let r = env.run(&[
+        "task",
+        "add 2 nighttime drinks",
+        "--agent",
+        &good,
+        "--validate",
+        "true",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("gate scope:features:add: ADD 2 in `features`: 8 + 2 = 10 items"),
+        "{}",
+        r.stderr
+    );
+    let outcomes: Vec<String> = csv_rows(&env.repo())
+        .iter()
+        .map(|r| r["outcome"].clone())
+        .collect();
+    assert_eq!(outcomes, ["plan-phase", "complete"]);
+    assert!(git(&env.repo(), &["tag", "--list"]).contains("task-1-post"));
+}
+
+#[test]
+fn five_rejected_completions_abort_the_task_and_roll_back() {
+    let env = project();
+    let repo = env.repo();
+    let pre_head = git(&repo, &["rev-parse", "HEAD"]);
+    let bad = agent(&env, "bad.yaml", &flavors(&EIGHT[..6]));
+    let r = env.run(&[
+        "task",
+        "add 2 nighttime drinks",
+        "--agent",
+        &bad,
+        "--validate",
+        "true",
+        "--max-stuck",
+        "0",
+    ]);
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("PRESERVED violation in `features`: had 8 items"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr
+            .contains("task 1 failed: 5 consecutive rejected completions"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("rolled back to task-1-pre"),
+        "{}",
+        r.stderr
+    );
+    let outcomes: Vec<String> = csv_rows(&repo)
+        .iter()
+        .map(|r| r["outcome"].clone())
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            "plan-phase",
+            "rejected",
+            "rejected",
+            "rejected",
+            "rejected",
+            "failed"
+        ]
+    );
+    assert_eq!(git(&repo, &["rev-parse", "HEAD"]), pre_head);
+    assert_eq!(
+        std::fs::read_to_string(repo.join("src/flavors.ts")).unwrap(),
+        flavors(EIGHT)
+    );
+    assert!(!repo.join(".ralph/plan.md").exists());
+    assert_eq!(
+        std::fs::read_to_string(repo.join(".ralph/status.txt")).unwrap(),
+        "failed\n"
+    );
+}
+
+#[test]
+fn tasks_without_a_plan_pass_straight_through() {
+    let env = project();
+    let agent = env.script(
+        "a.yaml",
+        "iterations:\n  - steps:\n      - write: { path: src/x.ts, content: x }\n      - commit: x\n      - say: \"<promise>COMPLETE</promise>\"\n",
+    );
+    let r = env.run(&["task", "add x", "--agent", &agent, "--validate", "true"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let outcomes: Vec<String> = csv_rows(&env.repo())
+        .iter()
+        .map(|r| r["outcome"].clone())
+        .collect();
+    assert_eq!(outcomes, ["complete"]);
+}
