@@ -201,3 +201,60 @@ fn tasks_without_a_plan_pass_straight_through() {
         .collect();
     assert_eq!(outcomes, ["complete"]);
 }
+
+/// Spec 4 "Scenarios Traced", row by row (rows 4 and 5 are the tests above).
+#[test]
+fn scenarios_traced_in_spec_4() {
+    let plan = "## bug\n<!-- TASK-1 [FIX]: the toggle -->\n";
+    let outcomes = |env: &Env| -> Vec<String> {
+        csv_rows(&env.repo())
+            .iter()
+            .map(|r| r["outcome"].clone())
+            .collect()
+    };
+    // Rows 1–2: iteration 1 researches (no plan, phase plan); iteration 2 writes the plan;
+    // iteration 3's top validates it and flips to build; its completion is honored.
+    let env = project();
+    let a = env.script(
+        "a.yaml",
+        &format!("iterations:\n  - steps: [ {{ say: researching }} ]\n  - steps:\n      - write: {{ path: .ralph/plan.md, content: {plan:?} }}\n      - commit: plan\n  - steps:\n      - write: {{ path: src/fix.ts, content: fixed }}\n      - commit: fix\n      - say: \"<promise>COMPLETE</promise>\"\n"),
+    );
+    let r = env.run(&[
+        "task",
+        "fix the toggle",
+        "--agent",
+        &a,
+        "--validate",
+        "test -f src/fix.ts",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let flips: Vec<u64> = harness::events(&r.stdout)
+        .iter()
+        .filter(|e| e["event"] == "gate" && e["gate"] == "phase" && e["passed"] == true)
+        .map(|e| e["iteration"].as_u64().unwrap())
+        .collect();
+    assert_eq!(flips, [3], "{}", r.stdout);
+    assert_eq!(outcomes(&env), ["continue", "continue", "complete"]);
+
+    // Row 7: a completion without validation (the promise alone) in the plan phase with a
+    // plan is deferred; the next iteration flips to build and honors it.
+    let env = project();
+    let a = env.script(
+        "a.yaml",
+        &format!("after-last: repeat-last\niterations:\n  - steps:\n      - write: {{ path: .ralph/plan.md, content: {plan:?} }}\n      - commit: plan\n      - say: \"<promise>COMPLETE</promise>\"\n  - steps: [ {{ say: \"<promise>COMPLETE</promise>\" }} ]\n"),
+    );
+    let r = env.run(&["task", "fix the toggle", "--agent", &a]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(outcomes(&env), ["plan-phase", "complete"]);
+
+    // Row 8: no plan, no validation: the promise is honored at once.
+    let env = project();
+    let a = env.script(
+        "a.yaml",
+        "iterations:\n  - steps: [ { say: \"<promise>COMPLETE</promise>\" } ]\n",
+    );
+    let r = env.run(&["task", "fix the toggle", "--agent", &a]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(outcomes(&env), ["complete"]);
+}
