@@ -12,6 +12,7 @@ pub mod git;
 pub mod guards;
 pub mod loops;
 pub mod signals;
+pub mod store;
 pub mod telemetry;
 pub mod workspace;
 pub mod yaml;
