@@ -275,6 +275,7 @@ fn resolution_against_the_store() {
     assert_eq!(r.resolve(ids::split(&ep).unwrap().0).unwrap(), ep);
     assert_eq!(r.resolve(&tests).unwrap(), tests);
     let e = r.resolve("oauth").unwrap_err();
+    // Oldest first (all made at T0 here, so then by id).
     let mut all = [p.clone(), db.clone(), ep.clone(), tests.clone()];
     all.sort();
     assert_eq!(

@@ -6,6 +6,7 @@
 //! the files, checks the rules (parent and deps exist, no dependency cycle, unique hex),
 //! then writes: two processes cannot both pass the checks on a stale view.
 
+pub mod check;
 pub mod ids;
 pub mod manager;
 pub mod paths;
@@ -293,14 +294,26 @@ impl Records {
         )
     }
 
-    /// The id a reference names; not found and ambiguous are errors that list ids.
+    /// The id a reference names; not found and ambiguous are errors that list ids (the
+    /// candidates oldest first; at most 50, then how many more).
     pub fn resolve(&self, reference: &str) -> Result<String> {
         match self.resolution(reference) {
             Resolution::Found(id) => Ok(id),
-            Resolution::Ambiguous(candidates) => Err(StoreError::Ambiguous {
-                reference: reference.to_string(),
-                candidates,
-            }),
+            Resolution::Ambiguous(mut candidates) => {
+                const SHOWN: usize = 50;
+                let more = candidates.len().saturating_sub(SHOWN);
+                if more == 0 {
+                    let created = |id: &str| self.get(id).ok().flatten().map(|r| r.created_at());
+                    candidates.sort_by_cached_key(|id| (created(id), id.clone()));
+                } else {
+                    candidates.truncate(SHOWN);
+                    candidates.push(format!("… and {more} more"));
+                }
+                Err(StoreError::Ambiguous {
+                    reference: reference.to_string(),
+                    candidates,
+                })
+            }
             Resolution::NotFound { nearest } => Err(StoreError::NotFound {
                 reference: reference.to_string(),
                 nearest,
