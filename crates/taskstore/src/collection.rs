@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::file::{FileId, Locked, open_locked, read_range};
 use crate::filter::{Filter, FilterOp, matches};
-use crate::line::{IndexValue, excerpt, is_conflict_marker, parse_meta};
+use crate::line::{IndexValue, LineMeta, excerpt, is_conflict_marker, parse_meta};
 use crate::record::CollectionDef;
 use crate::store::StoreOptions;
 
@@ -76,6 +76,7 @@ pub struct Change {
 
 #[derive(Debug, Clone)]
 pub(crate) struct Slot {
+    pub id: Arc<str>,
     pub updated_at: i64,
     pub deleted: bool,
     seg: usize,
@@ -85,16 +86,33 @@ pub(crate) struct Slot {
     pub values: Box<[IndexValue]>,
 }
 
-/// The ids under one index key; most keys of a unique-ish field have one.
+/// The records (slot numbers) under one index key; most keys of a unique-ish field have one.
 #[derive(Debug, Clone)]
 enum Ids {
-    One(Arc<str>),
-    Many(BTreeSet<Arc<str>>),
+    One(u32),
+    Many(BTreeSet<u32>),
 }
 
 type Index = BTreeMap<IndexValue, Ids>;
 
 const TAIL: usize = 64;
+/// Loads bigger than this are parsed on several threads.
+const PARALLEL_BYTES: usize = 8 << 20;
+
+/// One line, parsed (possibly on another thread) before it is applied in file order.
+enum Parsed {
+    Record(LineMeta),
+    Marker,
+    Bad(String),
+}
+
+struct ParsedLine {
+    /// Line number within the parsed region, from 1.
+    rel: u64,
+    start: usize,
+    end: usize,
+    what: Parsed,
+}
 
 pub(crate) struct Collection {
     pub def: CollectionDef,
@@ -107,7 +125,13 @@ pub(crate) struct Collection {
     /// Lines consumed so far (the last one may lack its newline: `mid_line`).
     lines: u64,
     mid_line: bool,
-    pub records: BTreeMap<Arc<str>, Slot>,
+    /// Every id ever seen (deleted ones too), in order of first appearance.
+    slots: Vec<Slot>,
+    by_id: BTreeMap<Arc<str>, u32>,
+    /// All ids of `slots`, one after the other, for substring search; `id_at[n]` is where
+    /// slot n's id starts.
+    id_text: Vec<u8>,
+    id_at: Vec<usize>,
     indexes: Vec<Index>,
     pub issues: Vec<LineIssue>,
     /// An incomplete last line, not consumed: a writer will terminate it.
@@ -130,7 +154,10 @@ impl Collection {
             tail: Vec::new(),
             lines: 0,
             mid_line: false,
-            records: BTreeMap::new(),
+            slots: Vec::new(),
+            by_id: BTreeMap::new(),
+            id_text: Vec::new(),
+            id_at: Vec::new(),
             indexes: vec![Index::new(); n],
             issues: Vec::new(),
             pending: None,
@@ -145,6 +172,56 @@ impl Collection {
 
     pub fn line_count(&self) -> u64 {
         self.lines
+    }
+
+    /// The latest version of an id (live or a tombstone).
+    pub fn slot(&self, id: &str) -> Option<&Slot> {
+        self.by_id.get(id).map(|n| &self.slots[*n as usize])
+    }
+
+    /// Every id (live and deleted) in id order.
+    pub fn sorted(&self) -> impl Iterator<Item = &Slot> {
+        self.by_id.values().map(|n| &self.slots[*n as usize])
+    }
+
+    /// Ids starting with `prefix`, in id order.
+    pub fn with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a Slot> + 'a {
+        self.by_id
+            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+            .take_while(move |(k, _)| k.starts_with(prefix))
+            .map(|(_, n)| &self.slots[*n as usize])
+    }
+
+    pub fn count(&self) -> (usize, usize) {
+        let dead = self.slots.iter().filter(|s| s.deleted).count();
+        (self.slots.len() - dead, dead)
+    }
+
+    /// Live ids containing `needle`, with every byte offset where it occurs in the id.
+    pub fn search_ids(&self, needle: &str) -> Vec<(&str, Vec<usize>)> {
+        let mut out: Vec<(&str, Vec<usize>)> = Vec::new();
+        if needle.is_empty() {
+            return out;
+        }
+        let mut last: Option<usize> = None;
+        for hit in memchr::memmem::find_iter(&self.id_text, needle.as_bytes()) {
+            // The slot whose id starts at or before the hit.
+            let n = self.id_at.partition_point(|at| *at <= hit) - 1;
+            let slot = &self.slots[n];
+            let offset = hit - self.id_at[n];
+            if slot.deleted || offset + needle.len() > slot.id.len() {
+                continue;
+            }
+            if last == Some(n) {
+                if let Some(e) = out.last_mut() {
+                    e.1.push(offset);
+                }
+            } else {
+                out.push((&slot.id, vec![offset]));
+                last = Some(n);
+            }
+        }
+        out
     }
 
     /// Catch up with the file: read it under a shared lock (unless `held` is a lock we
@@ -165,7 +242,7 @@ impl Collection {
                 }
                 None => {
                     // No file (never written, or removed by git): the collection is empty.
-                    if self.file_id.is_some() || !self.records.is_empty() {
+                    if self.file_id.is_some() || !self.slots.is_empty() {
                         let fresh = Collection::new(self.def.clone(), self.dir());
                         let old = std::mem::replace(self, fresh);
                         self.diff_from(&old, changes);
@@ -181,8 +258,6 @@ impl Collection {
                 let bytes =
                     read_range(&locked.file, self.known_len, len).map_err(Error::io(&self.path))?;
                 self.ingest(bytes, Some(changes));
-            } else {
-                // Nothing new; a pending torn tail stays pending.
             }
             return Ok(());
         }
@@ -224,12 +299,9 @@ impl Collection {
         let old = std::mem::replace(self, fresh);
         self.file_id = Some(locked.id);
         self.large = (len > opts.warn_bytes).then_some(len);
-        match changes {
-            Some(changes) => {
-                self.ingest(bytes, None);
-                self.diff_from(&old, changes);
-            }
-            None => self.ingest(bytes, None),
+        self.ingest(bytes, None);
+        if let Some(changes) = changes {
+            self.diff_from(&old, changes);
         }
         Ok(())
     }
@@ -250,14 +322,13 @@ impl Collection {
 
     /// Record what differs between `old` and the current state (after a reload).
     fn diff_from(&self, old: &Collection, changes: &mut Vec<Change>) {
-        let live = |c: &Collection, id: &str| -> Option<Vec<u8>> {
-            c.records
-                .get(id)
+        let live = |c: &'_ Collection, id: &str| -> Option<Vec<u8>> {
+            c.slot(id)
                 .filter(|s| !s.deleted)
                 .map(|s| c.bytes(s).to_vec())
         };
-        let mut ids: BTreeSet<&Arc<str>> = self.records.keys().collect();
-        ids.extend(old.records.keys());
+        let mut ids: BTreeSet<&Arc<str>> = self.by_id.keys().collect();
+        ids.extend(old.by_id.keys());
         for id in ids {
             let kind = match (live(old, id), live(self, id)) {
                 (None, Some(_)) => ChangeKind::Created,
@@ -284,7 +355,7 @@ impl Collection {
         let mut pos = 0;
         if self.mid_line {
             // Bytes after a last line that had no newline: normally just that newline.
-            let end = memchr(b'\n', &data).unwrap_or(data.len());
+            let end = memchr::memchr(b'\n', &data).unwrap_or(data.len());
             if !trim(&data[..end]).is_empty() {
                 let raw = data[..end].to_vec();
                 self.issue(
@@ -302,11 +373,35 @@ impl Collection {
                 pos = end;
             }
         }
-        while let Some(nl) = memchr(b'\n', &data[pos..]) {
-            let end = pos + nl;
-            self.lines += 1;
-            self.line(&data, seg, pos, end, changes.as_deref_mut());
-            pos = end + 1;
+        // Complete lines: parsed (in parallel when there are many), applied in order.
+        let complete_end = memchr::memrchr(b'\n', &data[pos..]).map(|i| pos + i + 1);
+        if let Some(end) = complete_end {
+            let (parsed, count) = parse_region(&data, pos, end, &self.def.indexed);
+            let base = self.lines;
+            for p in parsed {
+                let line = base + p.rel;
+                self.lines = line;
+                match p.what {
+                    Parsed::Record(meta) => {
+                        self.apply(meta, seg, p.start, p.end, changes.as_deref_mut())
+                    }
+                    Parsed::Marker => {
+                        let raw = trim(&data[p.start..p.end]).to_vec();
+                        self.issue(
+                            line,
+                            IssueKind::ConflictMarker,
+                            "merge conflict marker: keep one version of the record between the markers, delete the rest".into(),
+                            raw,
+                        );
+                    }
+                    Parsed::Bad(reason) => {
+                        let raw = trim(&data[p.start..p.end]).to_vec();
+                        self.issue(line, IssueKind::Corrupt, reason, raw);
+                    }
+                }
+            }
+            self.lines = base + count;
+            pos = end;
         }
         let mut consumed = pos;
         self.pending = None;
@@ -352,33 +447,6 @@ impl Collection {
         self.segs.push(data);
     }
 
-    fn line(
-        &mut self,
-        data: &[u8],
-        seg: usize,
-        start: usize,
-        end: usize,
-        changes: Option<&mut Vec<Change>>,
-    ) {
-        let text = trim(&data[start..end]);
-        if text.is_empty() {
-            return;
-        }
-        if is_conflict_marker(text) {
-            self.issue(
-                self.lines,
-                IssueKind::ConflictMarker,
-                "merge conflict marker: keep one version of the record between the markers, delete the rest".into(),
-                text.to_vec(),
-            );
-            return;
-        }
-        match parse_meta(text, &self.def.indexed) {
-            Ok(meta) => self.apply(meta, seg, start, end, changes),
-            Err(reason) => self.issue(self.lines, IssueKind::Corrupt, reason, text.to_vec()),
-        }
-    }
-
     fn issue(&mut self, line: u64, kind: IssueKind, message: String, raw: Vec<u8>) {
         self.issues.push(LineIssue {
             file: self.path.clone(),
@@ -392,53 +460,80 @@ impl Collection {
 
     fn apply(
         &mut self,
-        meta: crate::line::LineMeta,
+        meta: LineMeta,
         seg: usize,
         start: usize,
         end: usize,
         changes: Option<&mut Vec<Change>>,
     ) {
-        let (key, was_live) = match self.records.get_key_value(meta.id.as_str()) {
-            Some((_, old)) if meta.updated_at < old.updated_at => {
-                // An older version arriving later (a merge, clock skew): the newer stays.
+        // One walk of the id map: most lines of a load are new ids.
+        let next = self.slots.len();
+        let Ok(next) = u32::try_from(next) else {
+            return;
+        };
+        let id: Arc<str> = Arc::from(meta.id);
+        let (n, was_live) = match self.by_id.entry(id) {
+            std::collections::btree_map::Entry::Occupied(e) => {
+                let n = *e.get();
+                let old = &self.slots[n as usize];
                 self.superseded += 1;
-                return;
+                if meta.updated_at < old.updated_at {
+                    // An older version arriving later (a merge, clock skew): the newer stays.
+                    return;
+                }
+                (n, Some(!old.deleted))
             }
-            Some((k, old)) => (k.clone(), !old.deleted),
-            None => (Arc::from(meta.id.as_str()), false),
-        };
-        let slot = Slot {
-            updated_at: meta.updated_at,
-            deleted: meta.deleted,
-            seg,
-            start,
-            end,
-            line: self.lines,
-            values: meta.values,
-        };
-        if !slot.deleted {
-            self.index(&key, &slot.values, true);
-        }
-        if let Some(old) = self.records.insert(key.clone(), slot) {
-            self.superseded += 1;
-            if !old.deleted {
-                self.index(&key, &old.values, false);
+            std::collections::btree_map::Entry::Vacant(e) => {
+                let id = e.key().clone();
+                e.insert(next);
+                self.id_at.push(self.id_text.len());
+                self.id_text.extend_from_slice(id.as_bytes());
+                self.id_text.push(b'\n');
+                self.slots.push(Slot {
+                    id,
+                    updated_at: meta.updated_at,
+                    deleted: true,
+                    seg,
+                    start,
+                    end,
+                    line: self.lines,
+                    values: Box::new([]),
+                });
+                (next, None)
             }
-        }
+        };
         let now_live = !meta.deleted;
-        let kind = match (was_live, now_live) {
+        if was_live == Some(true) {
+            let old = std::mem::take(&mut self.slots[n as usize].values);
+            self.index(n, &old, false);
+        }
+        let slot = &mut self.slots[n as usize];
+        slot.updated_at = meta.updated_at;
+        slot.deleted = meta.deleted;
+        slot.seg = seg;
+        slot.start = start;
+        slot.end = end;
+        slot.line = self.lines;
+        slot.values = meta.values;
+        if now_live {
+            let values = std::mem::take(&mut self.slots[n as usize].values);
+            self.index(n, &values, true);
+            self.slots[n as usize].values = values;
+        }
+        let kind = match (was_live.unwrap_or(false), now_live) {
             (false, true) => ChangeKind::Created,
             (true, true) => ChangeKind::Updated,
             (true, false) => ChangeKind::Deleted,
             (false, false) => return,
         };
         if let Some(c) = changes {
-            c.push(self.change(&key, kind));
+            let id = self.slots[n as usize].id.clone();
+            c.push(self.change(&id, kind));
         }
     }
 
-    /// Add (or remove) `id` under each key of each indexed value.
-    fn index(&mut self, id: &Arc<str>, values: &[IndexValue], add: bool) {
+    /// Add (or remove) record `n` under each key of each indexed value.
+    fn index(&mut self, n: u32, values: &[IndexValue], add: bool) {
         for (idx, value) in self.indexes.iter_mut().zip(values) {
             let keys: &[IndexValue] = match value {
                 IndexValue::List(items) => items,
@@ -448,29 +543,23 @@ impl Collection {
                 if add {
                     match idx.get_mut(k) {
                         None => {
-                            idx.insert(k.clone(), Ids::One(id.clone()));
+                            idx.insert(k.clone(), Ids::One(n));
                         }
-                        Some(Ids::One(one)) if one == id => {}
+                        Some(Ids::One(one)) if *one == n => {}
                         Some(entry @ Ids::One(_)) => {
-                            let Ids::One(first) =
-                                std::mem::replace(entry, Ids::Many(BTreeSet::new()))
-                            else {
-                                unreachable!()
-                            };
-                            if let Ids::Many(set) = entry {
-                                set.insert(first);
-                                set.insert(id.clone());
+                            if let Ids::One(first) = *entry {
+                                *entry = Ids::Many(BTreeSet::from([first, n]));
                             }
                         }
                         Some(Ids::Many(set)) => {
-                            set.insert(id.clone());
+                            set.insert(n);
                         }
                     }
                 } else {
                     let empty = match idx.get_mut(k) {
-                        Some(Ids::One(one)) => one == id,
+                        Some(Ids::One(one)) => *one == n,
                         Some(Ids::Many(set)) => {
-                            set.remove(id);
+                            set.remove(&n);
                             set.is_empty()
                         }
                         None => false,
@@ -489,8 +578,7 @@ impl Collection {
 
     /// The latest line of a live record.
     pub fn get(&self, id: &str) -> Option<(&[u8], &Slot)> {
-        self.records
-            .get(id)
+        self.slot(id)
             .filter(|s| !s.deleted)
             .map(|s| (self.bytes(s), s))
     }
@@ -511,8 +599,8 @@ impl Collection {
             })
     }
 
-    /// Live records passing every filter, in id order.
-    pub fn list(&self, filters: &[Filter]) -> Result<Vec<(&Arc<str>, &Slot)>> {
+    /// Live records passing every filter, in the order they first appeared in the file.
+    pub fn list(&self, filters: &[Filter]) -> Result<Vec<&Slot>> {
         let mut resolved = Vec::with_capacity(filters.len());
         for f in filters {
             resolved.push((
@@ -528,26 +616,26 @@ impl Collection {
                     .all(|(i, op, t)| matches(&slot.values[*i], *op, t))
         };
         let out = match self.candidates(&resolved) {
-            Some(ids) => ids
+            Some(ns) => ns
                 .into_iter()
-                .filter_map(|id| self.records.get_key_value(&*id))
-                .filter(|(_, s)| passes(s))
+                .map(|n| &self.slots[n as usize])
+                .filter(|s| passes(s))
                 .collect(),
-            None => self.records.iter().filter(|(_, s)| passes(s)).collect(),
+            None => self.slots.iter().filter(|s| passes(s)).collect(),
         };
         Ok(out)
     }
 
-    /// The ids the most selective usable filter allows (a superset of the answer), sorted;
-    /// `None` when no index helps.
-    fn candidates(&self, filters: &[(usize, FilterOp, IndexValue)]) -> Option<Vec<Arc<str>>> {
+    /// The records the most selective usable filter allows (a superset of the answer), in
+    /// slot order; `None` when no index helps.
+    fn candidates(&self, filters: &[(usize, FilterOp, IndexValue)]) -> Option<Vec<u32>> {
         let pick = |want: &dyn Fn(FilterOp, &IndexValue) -> bool| {
             filters.iter().find(|(_, op, t)| want(*op, t))
         };
-        let mut out: Vec<Arc<str>> = Vec::new();
+        let mut out: Vec<u32> = Vec::new();
         let mut push = |ids: &Ids| match ids {
-            Ids::One(id) => out.push(id.clone()),
-            Ids::Many(set) => out.extend(set.iter().cloned()),
+            Ids::One(n) => out.push(*n),
+            Ids::Many(set) => out.extend(set.iter().copied()),
         };
         if let Some((i, _, t)) =
             pick(&|op, t| op == FilterOp::Eq && !matches!(t, IndexValue::List(_)))
@@ -593,6 +681,81 @@ impl Collection {
     }
 }
 
+/// Parse the complete lines of `data[from..to]` (`to` just after a newline): on several
+/// threads when it is big, in file order either way. Returns the parsed non-empty lines
+/// and the number of lines.
+fn parse_region(data: &[u8], from: usize, to: usize, indexed: &[String]) -> (Vec<ParsedLine>, u64) {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(8);
+    if to - from < PARALLEL_BYTES || threads < 2 {
+        return parse_lines(data, from, to, indexed);
+    }
+    // Cut at newlines into roughly equal chunks.
+    let mut cuts = vec![from];
+    for t in 1..threads {
+        let guess = from + (to - from) * t / threads;
+        let at = memchr::memchr(b'\n', &data[guess..to]).map_or(to, |i| guess + i + 1);
+        if at > *cuts.last().unwrap_or(&from) && at < to {
+            cuts.push(at);
+        }
+    }
+    cuts.push(to);
+    let parts: Vec<(Vec<ParsedLine>, u64)> = std::thread::scope(|s| {
+        let handles: Vec<_> = cuts
+            .windows(2)
+            .map(|w| {
+                let (a, b) = (w[0], w[1]);
+                s.spawn(move || parse_lines(data, a, b, indexed))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    let mut all = Vec::new();
+    let mut lines = 0;
+    for (part, count) in parts {
+        all.extend(part.into_iter().map(|mut p| {
+            p.rel += lines;
+            p
+        }));
+        lines += count;
+    }
+    (all, lines)
+}
+
+fn parse_lines(data: &[u8], from: usize, to: usize, indexed: &[String]) -> (Vec<ParsedLine>, u64) {
+    let mut out = Vec::new();
+    let mut start = from;
+    let mut rel = 0;
+    for nl in memchr::memchr_iter(b'\n', &data[from..to]) {
+        let end = from + nl;
+        rel += 1;
+        let text = trim(&data[start..end]);
+        if !text.is_empty() {
+            let what = if is_conflict_marker(text) {
+                Parsed::Marker
+            } else {
+                match parse_meta(text, indexed) {
+                    Ok(meta) => Parsed::Record(meta),
+                    Err(reason) => Parsed::Bad(reason),
+                }
+            };
+            out.push(ParsedLine {
+                rel,
+                start,
+                end,
+                what,
+            });
+        }
+        start = end + 1;
+    }
+    (out, rel)
+}
+
 /// The whole range of keys of the same kind as `t`.
 fn kind_bounds(t: &IndexValue) -> (Bound<IndexValue>, Bound<IndexValue>) {
     match t {
@@ -609,10 +772,6 @@ fn kind_bounds(t: &IndexValue) -> (Bound<IndexValue>, Bound<IndexValue>) {
             Bound::Excluded(IndexValue::List(Box::new([]))),
         ),
     }
-}
-
-fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
-    hay.iter().position(|b| *b == needle)
 }
 
 /// Without surrounding ASCII whitespace (a `\r` from CRLF checkouts, stray spaces).

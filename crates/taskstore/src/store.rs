@@ -211,13 +211,13 @@ impl Store {
         self.cols
             .values()
             .map(|c| {
-                let tombstones = c.records.values().filter(|s| s.deleted).count();
+                let (live, tombstones) = c.count();
                 CollectionStats {
                     collection: c.def.name.clone(),
                     file: c.path.clone(),
                     bytes: c.file_len(),
                     lines: c.line_count(),
-                    live: c.records.len() - tombstones,
+                    live,
                     tombstones,
                     superseded: c.superseded,
                     bad_lines: c.issues.len() + usize::from(c.pending.is_some()),
@@ -271,17 +271,22 @@ impl Store {
 
     /// Whether an id is taken: `Some(false)` live, `Some(true)` deleted (a tombstone).
     pub fn status_of(&self, collection: &str, id: &str) -> Result<Option<bool>> {
-        Ok(self.col(collection)?.records.get(id).map(|s| s.deleted))
+        Ok(self.col(collection)?.slot(id).map(|s| s.deleted))
     }
 
     /// Live ids in order.
     pub fn ids(&self, collection: &str) -> Result<impl Iterator<Item = &str>> {
         Ok(self
             .col(collection)?
-            .records
-            .iter()
-            .filter(|(_, s)| !s.deleted)
-            .map(|(k, _)| &**k))
+            .sorted()
+            .filter(|s| !s.deleted)
+            .map(|s| &*s.id))
+    }
+
+    /// Live ids that contain `needle`, each with every byte offset where it occurs, in the
+    /// order the records first appeared. One pass over all ids (SIMD substring search).
+    pub fn search_ids(&self, collection: &str, needle: &str) -> Result<Vec<(&str, Vec<usize>)>> {
+        Ok(self.col(collection)?.search_ids(needle))
     }
 
     /// Ids (live and deleted) starting with `prefix`, in order.
@@ -292,22 +297,18 @@ impl Store {
     ) -> Result<Vec<(&'a str, bool)>> {
         Ok(self
             .col(collection)?
-            .records
-            .range::<str, _>((
-                std::ops::Bound::Included(prefix),
-                std::ops::Bound::Unbounded,
-            ))
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, s)| (&**k, s.deleted))
+            .with_prefix(prefix)
+            .map(|s| (&*s.id, s.deleted))
             .collect())
     }
 
-    /// Live records passing every filter (on indexed fields), in id order, as stored lines.
+    /// Live records passing every filter (on indexed fields), in the order they first
+    /// appeared in the file, as stored lines.
     pub fn list_raw(&self, collection: &str, filters: &[Filter]) -> Result<Vec<(&str, &[u8])>> {
         let c = self.col(collection)?;
         Ok(c.list(filters)?
             .into_iter()
-            .map(|(id, slot)| (&**id, c.bytes(slot)))
+            .map(|slot| (&*slot.id, c.bytes(slot)))
             .collect())
     }
 
@@ -323,7 +324,7 @@ impl Store {
         let c = self.col(collection)?;
         c.list(filters)?
             .into_iter()
-            .map(|(_, slot)| decode(c, c.bytes(slot), slot.line))
+            .map(|slot| decode(c, c.bytes(slot), slot.line))
             .collect()
     }
 
@@ -428,7 +429,7 @@ impl Store {
         let opts = self.opts.clone();
         let c = self.col_mut(collection)?;
         c.load(&opts)?;
-        Ok(c.records.values().filter(|s| !s.deleted).count())
+        Ok(c.count().0)
     }
 
     /// Rewrite a collection with only the latest version of each record (tombstones older
@@ -493,7 +494,7 @@ impl Store {
         let cutoff = o.now_ms.saturating_sub(o.retention_ms);
         let mut out = Vec::with_capacity(c.file_len() as usize);
         let (mut records, mut kept, mut dropped) = (0, 0, 0);
-        for slot in c.records.values() {
+        for slot in c.sorted() {
             if slot.deleted {
                 if slot.updated_at < cutoff {
                     dropped += 1;
@@ -548,7 +549,7 @@ fn validate(c: &Collection, batch: &mut HashMap<String, (i64, bool)>, op: Op) ->
         batch
             .get(id)
             .copied()
-            .or_else(|| c.records.get(id).map(|s| (s.updated_at, s.deleted)))
+            .or_else(|| c.slot(id).map(|s| (s.updated_at, s.deleted)))
     };
     let meta = |line: &str| -> Result<LineMeta> {
         if line.contains('\n') {

@@ -650,3 +650,58 @@ fn typed_records() {
         "{e}"
     );
 }
+
+#[test]
+fn search_ids_finds_every_occurrence_in_live_ids() {
+    let d = tempfile::tempdir().unwrap();
+    let mut s = open(d.path());
+    for id in ["aa-x-aa", "bb-aab", "cc-zz", "dd-aa"] {
+        s.create("items", &item(id, 1, "x")).unwrap();
+    }
+    s.delete("items", "dd-aa", 2).unwrap();
+    let hits = s.search_ids("items", "aa").unwrap();
+    assert_eq!(hits, [("aa-x-aa", vec![0, 5]), ("bb-aab", vec![3])]);
+    // A match never spans two ids.
+    assert!(s.search_ids("items", "aa\nbb").unwrap().is_empty());
+    assert!(s.search_ids("items", "").unwrap().is_empty());
+}
+
+#[test]
+fn a_big_file_is_parsed_in_parallel_with_the_same_result() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("items.jsonl");
+    let pad = "p".repeat(900);
+    let mut text = String::new();
+    let mut bad = Vec::new();
+    for i in 0..12_000 {
+        if i % 1000 == 7 {
+            text.push_str("not a record\n");
+            bad.push(i + 1);
+            continue;
+        }
+        // Every id twice: the second version (a later line) wins.
+        let id = format!("r{:05}", i % 6000);
+        let v = if i < 6000 { "first" } else { "second" };
+        text.push_str(&format!(
+            "{{\"id\":\"{id}\",\"updated-at\":1,\"status\":\"{v}\",\"pad\":\"{pad}\"}}\n"
+        ));
+    }
+    assert!(text.len() > 9 << 20);
+    fs::write(&p, &text).unwrap();
+    let s = open(d.path());
+    let lines: Vec<u64> = s.issues().iter().map(|i| i.line).collect();
+    assert_eq!(lines, bad);
+    let second = s
+        .list("items", &[Filter::eq("status", "second")])
+        .unwrap()
+        .len();
+    let first = s
+        .list("items", &[Filter::eq("status", "first")])
+        .unwrap()
+        .len();
+    assert_eq!(
+        (first, second, s.ids("items").unwrap().count()),
+        (0, 5994, 5994)
+    );
+    assert_eq!(s.stats()[0].lines, 12_000);
+}

@@ -97,42 +97,50 @@ pub enum Resolution {
     NotFound { nearest: Vec<String> },
 }
 
-/// Resolve `reference` among `ids` (live ids of every kind). `exact` answers "is this a
-/// live id" quickly, `by_hex` "which live ids have this hex".
-pub fn resolve<'a>(
-    reference: &str,
-    ids: &dyn Fn() -> Box<dyn Iterator<Item = &'a str> + 'a>,
-    exact: &dyn Fn(&str) -> bool,
-    by_hex: &dyn Fn(&str) -> Vec<String>,
-) -> Resolution {
+/// What resolution needs to know about the ids in the store (live ones only).
+pub trait IdSource {
+    /// Is this a live id?
+    fn exact(&self, id: &str) -> bool;
+    /// Live ids with this hex.
+    fn by_hex(&self, hex: &str) -> Vec<String>;
+    /// Live ids containing `needle`, with the byte offsets where it occurs.
+    fn search(&self, needle: &str) -> Vec<(String, Vec<usize>)>;
+    /// Every live id (for suggestions when nothing matches).
+    fn all(&self) -> Vec<String>;
+}
+
+/// Resolve `reference` (case-insensitive).
+pub fn resolve(reference: &str, ids: &dyn IdSource) -> Resolution {
     let r = reference.trim().to_lowercase();
     if r.is_empty() {
         return Resolution::NotFound { nearest: vec![] };
     }
-    if exact(&r) {
+    if ids.exact(&r) {
         return Resolution::Found(r);
     }
-    if r.len() >= HEX_LEN && r.bytes().all(|b| b.is_ascii_hexdigit()) {
-        let hits = by_hex(&r);
-        if let Some(found) = decide(hits) {
-            return found;
-        }
+    if r.len() >= HEX_LEN
+        && r.bytes().all(|b| b.is_ascii_hexdigit())
+        && let Some(found) = decide(ids.by_hex(&r))
+    {
+        return found;
     }
     let mut prefix = Vec::new();
     let mut contains = Vec::new();
-    for id in ids() {
-        let slug = slug_part(id);
-        if slug.starts_with(&r) {
-            prefix.push(id.to_string());
-        } else if prefix.is_empty() && slug.contains(&r) {
-            contains.push(id.to_string());
+    for (id, offsets) in ids.search(&r) {
+        // The slug starts after the hex and its hyphen.
+        let slug_start = id.find('-').map_or(usize::MAX, |i| i + 1);
+        if offsets.contains(&slug_start) {
+            prefix.push(id);
+        } else if offsets.iter().any(|o| *o >= slug_start) {
+            contains.push(id);
         }
     }
     if let Some(found) = decide(prefix).or_else(|| decide(contains)) {
         return found;
     }
+    let all = ids.all();
     Resolution::NotFound {
-        nearest: nearest(&r, ids(), 3),
+        nearest: nearest(&r, all.iter().map(String::as_str), 3),
     }
 }
 
@@ -229,21 +237,35 @@ mod tests {
         ]
     }
 
+    struct Fixed(Vec<&'static str>);
+
+    impl IdSource for Fixed {
+        fn exact(&self, id: &str) -> bool {
+            self.0.contains(&id)
+        }
+        fn by_hex(&self, hex: &str) -> Vec<String> {
+            self.0
+                .iter()
+                .filter(|i| i.starts_with(&format!("{hex}-")))
+                .map(|s| s.to_string())
+                .collect()
+        }
+        fn search(&self, needle: &str) -> Vec<(String, Vec<usize>)> {
+            self.0
+                .iter()
+                .filter_map(|id| {
+                    let offs: Vec<usize> = id.match_indices(needle).map(|(i, _)| i).collect();
+                    (!offs.is_empty()).then(|| (id.to_string(), offs))
+                })
+                .collect()
+        }
+        fn all(&self) -> Vec<String> {
+            self.0.iter().map(|s| s.to_string()).collect()
+        }
+    }
+
     fn run(r: &str) -> Resolution {
-        let all = ids();
-        let list = all.clone();
-        resolve(
-            r,
-            &move || Box::new(list.clone().into_iter()),
-            &|id| all.contains(&id),
-            &|hex| {
-                ids()
-                    .into_iter()
-                    .filter(|i| i.starts_with(&format!("{hex}-")))
-                    .map(String::from)
-                    .collect()
-            },
-        )
+        resolve(r, &Fixed(ids()))
     }
 
     #[test]

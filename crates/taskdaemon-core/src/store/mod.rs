@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use taskstore::{Change, Filter, Op, Record, Store, StoreOptions};
 
+use ids::IdSource;
 pub use ids::Resolution;
 pub use records::{
     AnyRecord, Kind, LoopRun, Phase, Plan, PlanStatus, RunStatus, Spec, SpecStatus, TITLE_MAX,
@@ -265,33 +266,7 @@ impl Records {
 
     /// How a reference (id, hex, slug prefix or part) resolves, without failing.
     pub fn resolution(&self, reference: &str) -> Resolution {
-        let store = &self.store;
-        ids::resolve(
-            reference,
-            &|| {
-                Box::new(
-                    Kind::ALL
-                        .into_iter()
-                        .flat_map(move |k| store.ids(k.collection()).into_iter().flatten()),
-                )
-            },
-            &|id| self.is_live(id),
-            &|hex| {
-                let prefix = format!("{hex}-");
-                Kind::ALL
-                    .iter()
-                    .flat_map(|k| {
-                        store
-                            .ids_with_prefix(k.collection(), &prefix)
-                            .unwrap_or_default()
-                            .into_iter()
-                            .filter(|(_, deleted)| !deleted)
-                            .map(|(id, _)| id.to_string())
-                            .collect::<Vec<_>>()
-                    })
-                    .collect()
-            },
-        )
+        ids::resolve(reference, self)
     }
 
     /// The id a reference names; not found and ambiguous are errors that list ids (the
@@ -693,5 +668,53 @@ impl Records {
         let ch = self.store.delete(rec.kind().collection(), id, now_ms)?;
         self.changes.extend(ch);
         Ok(())
+    }
+}
+
+impl IdSource for Records {
+    fn exact(&self, id: &str) -> bool {
+        self.is_live(id)
+    }
+
+    fn by_hex(&self, hex: &str) -> Vec<String> {
+        let prefix = format!("{hex}-");
+        Kind::ALL
+            .iter()
+            .flat_map(|k| {
+                self.store
+                    .ids_with_prefix(k.collection(), &prefix)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|(_, deleted)| !deleted)
+                    .map(|(id, _)| id.to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn search(&self, needle: &str) -> Vec<(String, Vec<usize>)> {
+        Kind::ALL
+            .iter()
+            .flat_map(|k| {
+                self.store
+                    .search_ids(k.collection(), needle)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(id, offs)| (id.to_string(), offs))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn all(&self) -> Vec<String> {
+        Kind::ALL
+            .iter()
+            .flat_map(|k| {
+                self.store
+                    .ids(k.collection())
+                    .map(|ids| ids.map(String::from).collect::<Vec<_>>())
+                    .unwrap_or_default()
+            })
+            .collect()
     }
 }
