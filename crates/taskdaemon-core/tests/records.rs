@@ -405,3 +405,23 @@ fn new_record_json_is_checked() {
     let e = AnyRecord::from_json(Kind::Plan, json!({"id": "x"})).unwrap_err();
     assert!(e.to_string().contains("missing field"), "{e}");
 }
+
+#[test]
+fn an_update_from_a_stale_read_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let mut r = open(d.path());
+    let p = plan(&mut r, "plan", &[]);
+    let mut mine = r.get(&p).unwrap().unwrap();
+    // Someone else changes it first (another process).
+    let mut other = open(d.path());
+    let mut theirs = other.get(&p).unwrap().unwrap();
+    theirs.set_status("ready").unwrap();
+    other.update(theirs, T0 + 10).unwrap();
+    mine.set_status("cancelled").unwrap();
+    let e = r.update(mine, T0 + 20).unwrap_err();
+    assert!(
+        matches!(e, StoreError::Changed { read: T0, stored, .. } if stored == T0 + 10),
+        "{e}"
+    );
+    assert_eq!(r.get(&p).unwrap().unwrap().status(), "ready");
+}

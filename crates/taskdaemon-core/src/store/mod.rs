@@ -61,6 +61,10 @@ pub enum StoreError {
     Cycle { cycle: Vec<String> },
     #[error("{id} is still referenced by {}\n  hint: change or delete those first", by.join(", "))]
     InUse { id: String, by: Vec<String> },
+    #[error(
+        "{id} was changed by someone else since it was read (updated-at {read}, now {stored}); nothing was written\n  hint: read it again and redo the change"
+    )]
+    Changed { id: String, read: i64, stored: i64 },
     #[error("the store's actor has stopped")]
     Stopped,
 }
@@ -557,7 +561,10 @@ impl Records {
 
     /// Store a new version of an existing record: checked like a new one, plus the
     /// dependency graph (its deps must not lead back to it). `updated-at` becomes
-    /// `max(now, stored)`; `id` and `created-at` cannot change.
+    /// `max(now, stored)`; `id` and `created-at` cannot change. The record must have been
+    /// read from the current version: if the stored one is newer than the `updated-at` it
+    /// carries, someone else changed it meanwhile and the update is refused rather than
+    /// silently undoing their change (within one millisecond this cannot be told).
     pub fn update(&mut self, mut record: AnyRecord, now_ms: i64) -> Result<AnyRecord> {
         let _lock = self.store.lock()?;
         self.catch_up()?;
@@ -570,6 +577,13 @@ impl Records {
                 field: "created-at".into(),
                 reason: "the kind and created-at of a record cannot change".into(),
                 hint: "start from the stored record (`taskdaemon show --json`)".into(),
+            });
+        }
+        if record.updated_at() < stored.updated_at() {
+            return Err(StoreError::Changed {
+                id: record.id().to_string(),
+                read: record.updated_at(),
+                stored: stored.updated_at(),
             });
         }
         let mut seen = HashSet::new();
