@@ -703,16 +703,23 @@ fn parse_region(data: &[u8], from: usize, to: usize, indexed: &[String]) -> (Vec
     }
     cuts.push(to);
     let parts: Vec<(Vec<ParsedLine>, u64)> = std::thread::scope(|s| {
-        let handles: Vec<_> = cuts
+        // A chunk whose thread cannot be started is parsed here instead.
+        let started: Vec<_> = cuts
             .windows(2)
             .map(|w| {
                 let (a, b) = (w[0], w[1]);
-                s.spawn(move || parse_lines(data, a, b, indexed))
+                let handle = std::thread::Builder::new()
+                    .spawn_scoped(s, move || parse_lines(data, a, b, indexed))
+                    .ok();
+                (a, b, handle)
             })
             .collect();
-        handles
+        started
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .map(|(a, b, h)| match h {
+                Some(h) => h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)),
+                None => parse_lines(data, a, b, indexed),
+            })
             .collect()
     });
     let mut all = Vec::new();

@@ -281,6 +281,23 @@ mod tests {
     }
 
     #[test]
+    fn never_panics_on_arbitrary_bytes() {
+        let mut seed = 0x2545f4914f6cdd1du64;
+        let alphabet = b"{}[]\":,-0123456789.eE truefalsnul\\\"idupdate-_deleted\x00\xff\xc3";
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let len = (seed % 64) as usize;
+            let bytes: Vec<u8> = (0..len)
+                .map(|i| alphabet[((seed >> (i % 50)) as usize + i * 7) % alphabet.len()])
+                .collect();
+            let _ = parse_meta(&bytes, &idx(&["status", "id"]));
+            let _ = crate::merge::merge(&bytes, &bytes[..len / 2], &bytes[len / 2..]);
+        }
+    }
+
+    #[test]
     fn reports_what_is_missing_or_broken() {
         assert_eq!(
             parse_meta(br#"{"updated-at":1}"#, &[]),
