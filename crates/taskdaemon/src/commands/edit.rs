@@ -7,7 +7,7 @@ use taskdaemon_core::store::AnyRecord;
 use taskdaemon_core::store::paths::absolute;
 use taskstore::StoreOptions;
 
-use super::{Ctx, now_ms, open_records, print_json, record_json, resolve_all, store_err};
+use super::{Ctx, emit, now_ms, open_records, print_json, record_json, resolve_all, store_err};
 use crate::cli::user;
 
 #[derive(Debug, Args)]
@@ -79,7 +79,7 @@ pub fn run(args: EditArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     if args.json {
         print_json(&record_json(&records, &rec)?)?;
     } else {
-        println!("updated {}", rec.id());
+        emit(&format!("updated {}\n", rec.id()))?;
     }
     Ok(0)
 }

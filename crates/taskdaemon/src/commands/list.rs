@@ -4,8 +4,9 @@ use clap::{Args, ValueEnum};
 use taskdaemon_core::store::Kind;
 use taskstore::{Filter, StoreOptions};
 
-use super::{Ctx, open_records, print_json, record_json, store_err};
+use super::{Ctx, emit, open_records, print_json, record_json, store_err};
 use crate::cli::user;
+use crate::outln;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum Which {
@@ -80,21 +81,26 @@ pub fn run(args: ListArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         rows.extend(records.list(k, &filters).map_err(store_err)?);
     }
     if args.json {
-        let out = rows
+        let all = rows
             .iter()
             .map(|r| record_json(&records, r))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        print_json(&out)?;
+        print_json(&all)?;
         return Ok(0);
     }
     if rows.is_empty() {
-        println!("no records");
+        emit("no records\n")?;
         return Ok(0);
     }
+    let mut out = String::new();
     let w = rows.iter().map(|r| r.id().len()).max().unwrap_or(2).max(2);
-    println!(
+    outln!(
+        out,
         "{:<w$}  {:<4}  {:<11}  {:<5}  TITLE",
-        "ID", "KIND", "STATUS", "READY"
+        "ID",
+        "KIND",
+        "STATUS",
+        "READY"
     );
     for r in &rows {
         let ready = if records.is_ready(r).map_err(store_err)? {
@@ -102,7 +108,8 @@ pub fn run(args: ListArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         } else {
             "no"
         };
-        println!(
+        outln!(
+            out,
             "{:<w$}  {:<4}  {:<11}  {:<5}  {}",
             r.id(),
             r.kind().tag(),
@@ -111,5 +118,6 @@ pub fn run(args: ListArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             r.title()
         );
     }
+    emit(&out)?;
     Ok(0)
 }

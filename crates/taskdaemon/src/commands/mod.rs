@@ -83,8 +83,29 @@ impl Ctx {
 
 /// Print a value as one line of JSON.
 pub fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string(v)?);
-    Ok(())
+    let mut line = serde_json::to_string(v)?;
+    line.push('\n');
+    emit(&line)
+}
+
+/// Write to stdout; a reader that went away (`| head`) is not an error.
+pub fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}
+
+/// `println!` into a String (for `emit`).
+#[macro_export]
+macro_rules! outln {
+    ($out:expr) => { $out.push('\n') };
+    ($out:expr, $($arg:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = writeln!($out, $($arg)*);
+    }};
 }
 
 /// A store error: the user's to fix (exit 64) unless it is an I/O failure (70).

@@ -7,7 +7,8 @@ use taskdaemon_core::store::NewPlan;
 use taskdaemon_core::store::paths::absolute;
 use taskstore::StoreOptions;
 
-use super::{Ctx, now_ms, open_records, print_json, record_json, resolve_all, store_err};
+use super::{Ctx, emit, now_ms, open_records, print_json, record_json, resolve_all, store_err};
+use crate::outln;
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
@@ -57,8 +58,10 @@ pub fn run(args: PlanArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         let rec = taskdaemon_core::store::AnyRecord::Plan(plan);
         print_json(&record_json(&records, &rec)?)?;
     } else {
-        println!("created {}", plan.id);
-        println!("  file: {}", plan.file);
+        let mut out = String::new();
+        outln!(out, "created {}", plan.id);
+        outln!(out, "  file: {}", plan.file);
+        emit(&out)?;
     }
     Ok(0)
 }

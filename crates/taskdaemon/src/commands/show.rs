@@ -4,7 +4,8 @@ use clap::Args;
 use taskdaemon_core::store::AnyRecord;
 use taskstore::{Filter, StoreOptions};
 
-use super::{Ctx, fmt_ms, open_records, print_json, record_json, store_err};
+use super::{Ctx, emit, fmt_ms, open_records, print_json, record_json, store_err};
+use crate::outln;
 
 #[derive(Debug, Args)]
 #[command(
@@ -28,64 +29,69 @@ pub fn run(args: ShowArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let readiness = records.readiness(&rec).map_err(store_err)?;
-    println!("Found: {}", rec.id());
-    let field = |k: &str, v: &str| println!("  {:<10}{v}", format!("{k}:"));
-    field("kind", rec.kind().tag());
+    let mut out = String::new();
+    outln!(out, "Found: {}", rec.id());
+    field(&mut out, "kind", rec.kind().tag());
     match &rec {
-        AnyRecord::Plan(p) => field("title", &p.title),
-        AnyRecord::Spec(s) => field("title", &s.title),
-        AnyRecord::Run(r) => field("loop-type", &r.loop_type),
+        AnyRecord::Plan(p) => field(&mut out, "title", &p.title),
+        AnyRecord::Spec(s) => field(&mut out, "title", &s.title),
+        AnyRecord::Run(r) => field(&mut out, "loop-type", &r.loop_type),
     }
-    field("status", rec.status());
+    field(&mut out, "status", rec.status());
     if readiness.ready {
-        field("ready", "yes");
+        field(&mut out, "ready", "yes");
     } else {
         let waiting: Vec<String> = readiness
             .waiting
             .iter()
             .map(|(id, st)| format!("{id} ({st})"))
             .collect();
-        field("ready", &format!("no: waiting for {}", waiting.join(", ")));
+        field(
+            &mut out,
+            "ready",
+            &format!("no: waiting for {}", waiting.join(", ")),
+        );
     }
     if let Some(p) = rec.parent() {
-        field("parent", p);
+        field(&mut out, "parent", p);
     }
     if !rec.deps().is_empty() {
-        field("deps", &rec.deps().join(", "));
+        field(&mut out, "deps", &rec.deps().join(", "));
     }
     match &rec {
-        AnyRecord::Plan(p) => field("file", &p.file),
+        AnyRecord::Plan(p) => field(&mut out, "file", &p.file),
         AnyRecord::Spec(s) => {
-            field("file", &s.file);
+            field(&mut out, "file", &s.file);
             if !s.phases.is_empty() {
-                println!("  phases:");
+                outln!(out, "  phases:");
                 for (i, ph) in s.phases.iter().enumerate() {
                     if ph.description.is_empty() {
-                        println!("    {}. {}", i + 1, ph.name);
+                        outln!(out, "    {}. {}", i + 1, ph.name);
                     } else {
-                        println!("    {}. {}: {}", i + 1, ph.name, ph.description);
+                        outln!(out, "    {}. {}: {}", i + 1, ph.name, ph.description);
                     }
                 }
             }
         }
         AnyRecord::Run(r) => {
-            field("iteration", &r.iteration.to_string());
+            field(&mut out, "iteration", &r.iteration.to_string());
             if let Some(w) = &r.worktree {
-                field("worktree", w);
+                field(&mut out, "worktree", w);
             }
             if !r.progress.is_empty() {
-                field("progress", &r.progress);
+                field(&mut out, "progress", &r.progress);
             }
             if !r.context.is_empty() {
                 field(
+                    &mut out,
                     "context",
                     &serde_json::Value::Object(r.context.clone()).to_string(),
                 );
             }
         }
     }
-    field("created", &fmt_ms(rec.created_at()));
-    field("updated", &fmt_ms(rec.updated_at()));
+    field(&mut out, "created", &fmt_ms(rec.created_at()));
+    field(&mut out, "updated", &fmt_ms(rec.updated_at()));
     let mut children = Vec::new();
     for k in taskdaemon_core::store::Kind::ALL {
         for c in records
@@ -96,10 +102,15 @@ pub fn run(args: ShowArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         }
     }
     if !children.is_empty() {
-        println!("  children:");
+        outln!(out, "  children:");
         for c in children {
-            println!("    {c}");
+            outln!(out, "    {c}");
         }
     }
+    emit(&out)?;
     Ok(0)
+}
+
+fn field(out: &mut String, k: &str, v: &str) {
+    outln!(out, "  {:<10}{v}", format!("{k}:"));
 }

@@ -7,8 +7,9 @@ use taskdaemon_core::store::paths::absolute;
 use taskdaemon_core::store::{AnyRecord, NewSpec, Phase};
 use taskstore::StoreOptions;
 
-use super::{Ctx, now_ms, open_records, print_json, record_json, resolve_all, store_err};
+use super::{Ctx, emit, now_ms, open_records, print_json, record_json, resolve_all, store_err};
 use crate::cli::user;
+use crate::outln;
 
 #[derive(Debug, Args)]
 pub struct SpecArgs {
@@ -72,14 +73,16 @@ pub fn run(args: SpecArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     if a.json {
         print_json(&record_json(&records, &rec)?)?;
     } else {
-        println!("created {}", rec.id());
+        let mut out = String::new();
+        outln!(out, "created {}", rec.id());
         if let AnyRecord::Spec(s) = &rec {
-            println!("  parent: {}", s.parent);
-            println!("  file: {}", s.file);
+            outln!(out, "  parent: {}", s.parent);
+            outln!(out, "  file: {}", s.file);
         }
         let r = records.readiness(&rec).map_err(store_err)?;
         if !r.ready {
-            println!(
+            outln!(
+                out,
                 "  not ready: waiting for {}",
                 r.waiting
                     .iter()
@@ -88,6 +91,7 @@ pub fn run(args: SpecArgs, ctx: &Ctx) -> anyhow::Result<i32> {
                     .join(", ")
             );
         }
+        emit(&out)?;
     }
     Ok(0)
 }

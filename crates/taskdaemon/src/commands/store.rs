@@ -5,9 +5,10 @@ use serde::Serialize;
 use taskdaemon_core::duration::parse_duration;
 use taskstore::{CompactOptions, DEFAULT_RETENTION_MS, MAX_BYTES, StoreOptions, WARN_BYTES};
 
-use super::{Ctx, now_ms, print_json, store_err};
+use super::{Ctx, emit, now_ms, print_json, store_err};
 use crate::cli::user;
 use crate::commands::merge_store;
+use crate::outln;
 
 #[derive(Debug, Args)]
 pub struct StoreArgs {
@@ -124,9 +125,11 @@ fn check(a: CheckArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         print_json(&report)?;
         return Ok(code);
     }
-    println!("store: {}", report.store);
+    let mut out = String::new();
+    outln!(out, "store: {}", report.store);
     for s in &stats {
-        println!(
+        outln!(
+            out,
             "  {}: {} records, {} bad line(s)",
             s.file
                 .file_name()
@@ -137,23 +140,25 @@ fn check(a: CheckArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         );
     }
     for i in &report.bad_lines {
-        println!("{i}");
+        outln!(out, "{i}");
     }
     for o in report.oversized.iter().chain(&report.large) {
-        println!("{o}");
+        outln!(out, "{o}");
     }
     for g in &report.graph {
-        println!("{}: {}", g.id, g.problem);
+        outln!(out, "{}: {}", g.id, g.problem);
     }
-    println!("{}", report.merge_driver.describe());
+    outln!(out, "{}", report.merge_driver.describe());
     if report.ok {
-        println!("ok");
+        outln!(out, "ok");
     } else if !report.bad_lines.is_empty() {
-        println!(
+        outln!(
+            out,
             "hint: fix or delete the lines above (for conflict markers, keep one version of the record); \
 `taskdaemon store compact --drop-corrupt` moves them to a .rejected file"
         );
     }
+    emit(&out)?;
     Ok(code)
 }
 
@@ -186,11 +191,13 @@ fn compact(a: CompactArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         print_json(&reports)?;
         return Ok(0);
     }
+    let mut out = String::new();
     for r in &reports {
         if r.bytes_before == 0 {
             continue;
         }
-        println!(
+        outln!(
+            out,
             "{}: {} -> {} bytes; {} records, {} tombstones kept, {} dropped{}",
             r.file.display(),
             r.bytes_before,
@@ -208,6 +215,7 @@ fn compact(a: CompactArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             }
         );
     }
+    emit(&out)?;
     Ok(0)
 }
 
@@ -220,21 +228,38 @@ fn stats(a: StatsArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         print_json(&stats)?;
         return Ok(0);
     }
-    println!("store: {}", records.store().dir().display());
-    println!(
+    let mut out = String::new();
+    outln!(out, "store: {}", records.store().dir().display());
+    outln!(
+        out,
         "{:<12} {:>12} {:>8} {:>8} {:>10} {:>10} {:>9}",
-        "COLLECTION", "BYTES", "LINES", "LIVE", "TOMBSTONES", "SUPERSEDED", "BAD"
+        "COLLECTION",
+        "BYTES",
+        "LINES",
+        "LIVE",
+        "TOMBSTONES",
+        "SUPERSEDED",
+        "BAD"
     );
     for s in &stats {
-        println!(
+        outln!(
+            out,
             "{:<12} {:>12} {:>8} {:>8} {:>10} {:>10} {:>9}",
-            s.collection, s.bytes, s.lines, s.live, s.tombstones, s.superseded, s.bad_lines
+            s.collection,
+            s.bytes,
+            s.lines,
+            s.live,
+            s.tombstones,
+            s.superseded,
+            s.bad_lines
         );
     }
-    println!(
+    outln!(
+        out,
         "size guard: warning above {} MB, refused above {} MB per file (run `taskdaemon store compact`)",
         WARN_BYTES / (1024 * 1024),
         MAX_BYTES / (1024 * 1024)
     );
+    emit(&out)?;
     Ok(0)
 }
