@@ -13,6 +13,7 @@ pub mod guards;
 pub mod lifecycle;
 pub mod loops;
 pub mod signals;
+pub mod store;
 pub mod telemetry;
 pub mod workspace;
 pub mod yaml;

@@ -40,7 +40,7 @@ pub enum Command {
     Task(Box<commands::task::TaskArgs>),
     /// Save, list, diff and roll back snapshots of the whole work tree.
     Snapshot(commands::snapshot::SnapshotArgs),
-    /// Write .taskdaemon/config.yaml (commented defaults) and the .gitignore entries.
+    /// Write .taskdaemon/config.yaml (commented defaults), the .gitignore entries and the record store's git merge driver.
     Init(commands::init::InitArgs),
     /// List the loop types and where each was defined.
     Loops(commands::loops::LoopsArgs),
@@ -52,6 +52,24 @@ pub enum Command {
     Archive(commands::archive::ArchiveArgs),
     /// Make a scratch repository and run a scripted loop in it (no API key, no network).
     Demo(commands::demo::DemoArgs),
+    /// Create plans: `taskdaemon plan new TITLE`.
+    Plan(commands::plan::PlanArgs),
+    /// Create specs: `taskdaemon spec new TITLE --parent PLAN`.
+    Spec(commands::spec::SpecArgs),
+    /// List plans, specs and runs, with status and readiness.
+    List(commands::list::ListArgs),
+    /// Show one record, found by id, hex, or part of its name.
+    Show(commands::show::ShowArgs),
+    /// Change a record's status, title, file or deps.
+    Edit(commands::edit::EditArgs),
+    /// Look after the record store: check, compact, stats.
+    Store(commands::store::StoreArgs),
+    /// Git merge driver for the record store (`%O %A %B %P`), installed by `init`.
+    #[command(name = "__merge-store", hide = true)]
+    MergeStore(commands::merge_store::MergeStoreArgs),
+    /// Store writer for crash and concurrency tests.
+    #[command(name = "__store-stress", hide = true)]
+    StoreStress(commands::store_stress::StoreStressArgs),
     /// Play a scripted-agent YAML script (used by `--agent script:FILE`).
     #[command(name = "__script-agent", hide = true)]
     ScriptAgent(commands::script_agent::ScriptAgentArgs),
@@ -117,6 +135,14 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Answer(a) => commands::answer::run(a, &ctx),
         Command::Archive(a) => commands::archive::run(a, &ctx),
         Command::Demo(a) => commands::demo::run(a, &ctx),
+        Command::Plan(a) => commands::plan::run(a, &ctx),
+        Command::Spec(a) => commands::spec::run(a, &ctx),
+        Command::List(a) => commands::list::run(a, &ctx),
+        Command::Show(a) => commands::show::run(a, &ctx),
+        Command::Edit(a) => commands::edit::run(a, &ctx),
+        Command::Store(a) => commands::store::run(a, &ctx),
+        Command::MergeStore(a) => commands::merge_store::run(a),
+        Command::StoreStress(a) => commands::store_stress::run(a, &ctx),
         Command::ScriptAgent(a) => commands::script_agent::run(a),
     }
 }

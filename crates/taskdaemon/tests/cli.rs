@@ -3,6 +3,8 @@
 //! pointed away from the user's, a fixed clock, no inherited TASKDAEMON_* settings.
 
 mod harness;
+#[path = "cli/store.rs"]
+mod store;
 
 use std::time::Duration;
 

@@ -1,4 +1,5 @@
-//! `taskdaemon init`: project settings with commented defaults, and .gitignore entries.
+//! `taskdaemon init`: project settings with commented defaults, .gitignore entries, and
+//! the record store's merge driver (`.gitattributes` + repository-local git config).
 
 use clap::Args;
 use taskdaemon_core::config::{DEFAULT_CONFIG_YAML, project_config_path};
@@ -6,7 +7,7 @@ use taskdaemon_core::fsutil::{read_optional, write_atomic};
 use taskdaemon_core::git::with_ignore_block;
 use taskdaemon_core::workspace::IGNORED;
 
-use super::{Ctx, print_json};
+use super::{Ctx, merge_store, print_json};
 use crate::cli::user;
 
 #[derive(Debug, Args)]
@@ -25,6 +26,9 @@ struct Report {
     config_written: bool,
     gitignore: String,
     gitignore_added: Vec<String>,
+    gitattributes: String,
+    gitattributes_added: bool,
+    merge_driver: String,
 }
 
 pub fn run(args: InitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
@@ -58,12 +62,29 @@ pub fn run(args: InitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         );
         write_atomic(&gi, new.as_bytes()).map_err(user)?;
     }
+    let ga = dir.join(".gitattributes");
+    let attrs = read_optional(&ga).map_err(user)?.unwrap_or_default();
+    let attributes_added = !attrs
+        .lines()
+        .any(|l| l.trim() == merge_store::ATTRIBUTES_LINE);
+    if attributes_added {
+        let new = with_ignore_block(
+            &attrs,
+            "taskdaemon: merge the record store per record (`taskdaemon store check`)",
+            &[merge_store::ATTRIBUTES_LINE.to_string()],
+        );
+        write_atomic(&ga, new.as_bytes()).map_err(user)?;
+    }
+    let driver = merge_store::install(&dir)?;
     if args.json {
         print_json(&Report {
             config: cfg.display().to_string(),
             config_written,
             gitignore: gi.display().to_string(),
             gitignore_added: added,
+            gitattributes: ga.display().to_string(),
+            gitattributes_added: attributes_added,
+            merge_driver: driver,
         })?;
         return Ok(0);
     }
@@ -83,6 +104,14 @@ pub fn run(args: InitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     } else {
         println!("added to {}: {}", gi.display(), added.join(" "));
     }
+    if attributes_added {
+        println!(
+            "added to {}: {}",
+            ga.display(),
+            merge_store::ATTRIBUTES_LINE
+        );
+    }
+    println!("git config merge.taskstore.driver = {driver}");
     println!("next: taskdaemon run \"your task\" --validate \"your test command\"");
     Ok(0)
 }

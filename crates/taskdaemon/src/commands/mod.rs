@@ -3,11 +3,19 @@
 pub mod answer;
 pub mod archive;
 pub mod demo;
+pub mod edit;
 pub mod init;
+pub mod list;
 pub mod loops;
+pub mod merge_store;
+pub mod plan;
 pub mod run;
 pub mod script_agent;
+pub mod show;
 pub mod snapshot;
+pub mod spec;
+pub mod store;
+pub mod store_stress;
 pub mod task;
 pub mod unblock;
 
@@ -15,7 +23,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use taskdaemon_core::git::Git;
+use taskdaemon_core::store::{AnyRecord, Records, StoreError};
 use taskdaemon_core::workspace::Workspace;
+use taskstore::StoreOptions;
 
 use crate::cli::user;
 
@@ -48,6 +58,24 @@ impl Ctx {
         Ok(dir)
     }
 
+    /// Where the record store's project is: the nearest directory from the work directory
+    /// up to the top of its git work tree that has a `.taskdaemon/`, else that top.
+    pub fn project_dir(&self) -> anyhow::Result<PathBuf> {
+        let dir = self.workdir()?;
+        let top = Git::new(&dir).toplevel().map_err(user)?;
+        let top = top.canonicalize().unwrap_or(top);
+        let mut at = dir.as_path();
+        loop {
+            if at.join(".taskdaemon").is_dir() {
+                return Ok(at.to_path_buf());
+            }
+            match at.parent() {
+                Some(p) if at != top => at = p,
+                _ => return Ok(top),
+            }
+        }
+    }
+
     pub fn workspace(&self) -> anyhow::Result<(PathBuf, Workspace)> {
         let dir = self.repo_dir()?;
         let ws = Workspace::new(&dir);
@@ -57,6 +85,93 @@ impl Ctx {
 
 /// Print a value as one line of JSON.
 pub fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string(v)?);
-    Ok(())
+    let mut line = serde_json::to_string(v)?;
+    line.push('\n');
+    emit(&line)
+}
+
+/// Write to stdout; a reader that went away (`| head`) is not an error.
+pub fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}
+
+/// `println!` into a String (for `emit`).
+#[macro_export]
+macro_rules! outln {
+    ($out:expr) => { $out.push('\n') };
+    ($out:expr, $($arg:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = writeln!($out, $($arg)*);
+    }};
+}
+
+/// A store error: the user's to fix (exit 64) unless it is an I/O failure (70).
+pub fn store_err(e: StoreError) -> anyhow::Error {
+    if e.is_user_fault() {
+        user(e)
+    } else {
+        anyhow::Error::new(e)
+    }
+}
+
+/// Open the project's record store; size warnings and unreadable lines are noted on
+/// stderr (they are skipped, the rest loads).
+pub fn open_records(ctx: &Ctx, opts: StoreOptions) -> anyhow::Result<Records> {
+    let dir = ctx.project_dir()?;
+    let records = Records::open_with(&dir, opts).map_err(store_err)?;
+    let store = records.store();
+    for w in store.warnings() {
+        eprintln!("taskdaemon: warning: {w}");
+    }
+    let issues = store.issues();
+    if let Some(first) = issues.first() {
+        eprintln!(
+            "taskdaemon: warning: skipped {} unreadable line(s) in the store, first {first}\n  hint: `taskdaemon store check` lists them",
+            issues.len()
+        );
+    }
+    Ok(records)
+}
+
+/// Now, in unix milliseconds (`TASKDAEMON_NOW` fixes it for tests).
+pub fn now_ms() -> i64 {
+    taskdaemon_core::clock::now().as_millisecond()
+}
+
+/// A unix-ms time as RFC 3339 (UTC).
+pub fn fmt_ms(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms)
+        .map(taskdaemon_core::clock::rfc3339)
+        .unwrap_or_else(|_| ms.to_string())
+}
+
+/// A record as JSON with its kind and readiness added.
+pub fn record_json(records: &Records, r: &AnyRecord) -> anyhow::Result<serde_json::Value> {
+    let readiness = records.readiness(r).map_err(store_err)?;
+    let mut v = r.to_json();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("kind".into(), r.kind().tag().into());
+        o.insert("ready".into(), readiness.ready.into());
+        o.insert(
+            "waiting-for".into(),
+            readiness
+                .waiting
+                .iter()
+                .map(|(id, status)| serde_json::json!({"id": id, "status": status}))
+                .collect(),
+        );
+    }
+    Ok(v)
+}
+
+/// Resolve each reference to an id.
+pub fn resolve_all(records: &Records, refs: &[String]) -> anyhow::Result<Vec<String>> {
+    refs.iter()
+        .map(|r| records.resolve(r).map_err(store_err))
+        .collect()
 }

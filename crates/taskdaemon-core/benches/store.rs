@@ -1,0 +1,277 @@
+//! The record store at scale: 200,000 specs of about 1 KB (plus 100 plans). Prints
+//! figures; asserts nothing (machines here are shared and noisy).
+//!
+//! `cargo bench -p taskdaemon-core --bench store` (env: BENCH_RECORDS; BENCH_DIR keeps the
+//! store in that directory and reuses it when it is already there)
+//!
+//! The store is built by this process with batches of 10,000 creates; everything else is
+//! measured in a fresh child process (this binary again), so that its peak memory is that
+//! of opening the store and using it, not of building it. The files are in the page cache
+//! (they were just written): "open" is parsing and indexing, not disk reads.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use taskdaemon_core::store::{Kind, NewPlan, NewRecord, NewSpec, Phase, Records, SpecStatus};
+use taskstore::{Filter, StoreOptions};
+
+const T0: i64 = 1_763_726_400_000;
+const PLANS: usize = 100;
+const BATCH: usize = 10_000;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--measure") {
+        measure(Path::new(&args[i + 1]));
+        return;
+    }
+    let n: usize = std::env::var("BENCH_RECORDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200_000);
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let kept = std::env::var_os("BENCH_DIR").map(std::path::PathBuf::from);
+    let project = kept.as_deref().unwrap_or(tmp.path());
+    if project.join(".taskdaemon/store/specs.jsonl").exists() {
+        return run_child(project);
+    }
+    let mut records = Records::open_with(project, StoreOptions::default()).expect("open");
+
+    let plans = records
+        .create_batch(
+            (0..PLANS)
+                .map(|i| {
+                    NewRecord::Plan(NewPlan {
+                        title: format!("Plan number {i:03} for the benchmark"),
+                        ..Default::default()
+                    })
+                })
+                .collect(),
+            T0,
+        )
+        .expect("plans");
+    let plan_ids: Vec<String> = plans.iter().map(|p| p.id().to_string()).collect();
+
+    let mut batch_times = Vec::new();
+    let mut made = 0;
+    while made < n {
+        let k = BATCH.min(n - made);
+        let news = (made..made + k).map(|i| new_spec(i, &plan_ids)).collect();
+        let t = Instant::now();
+        records.create_batch(news, T0 + made as i64).expect("batch");
+        batch_times.push(t.elapsed());
+        made += k;
+    }
+    let stats = records.store().stats();
+    let specs = stats
+        .iter()
+        .find(|s| s.collection == "specs")
+        .expect("specs");
+    println!(
+        "store: {} specs in {:.1} MB ({:.0} bytes per record), {} plans",
+        specs.live,
+        specs.bytes as f64 / 1e6,
+        specs.bytes as f64 / specs.live.max(1) as f64,
+        PLANS
+    );
+    batch_times.sort();
+    println!(
+        "{BATCH} creates in one batch (while building, {} batches): median {}, slowest {}",
+        batch_times.len(),
+        ms(batch_times[batch_times.len() / 2]),
+        ms(batch_times[batch_times.len() - 1])
+    );
+    drop(records);
+    run_child(project);
+}
+
+fn run_child(project: &Path) {
+    let exe = std::env::current_exe().expect("current exe");
+    let status = std::process::Command::new(exe)
+        .arg("--measure")
+        .arg(project)
+        .status()
+        .expect("run the measuring child");
+    assert!(status.success());
+}
+
+fn new_spec(i: usize, plans: &[String]) -> NewRecord {
+    let desc = |n: usize| {
+        format!(
+            "Phase {n} of feature {i:07}: implement the change, write the tests, keep docs in step, verify with the validation."
+        )
+    };
+    let status = match i % 100 {
+        0 => SpecStatus::Running,
+        1..=30 => SpecStatus::Complete,
+        _ => SpecStatus::Pending,
+    };
+    NewRecord::Spec(NewSpec {
+        title: format!("Feature {i:07} endpoint and storage work"),
+        parent: plans[i % plans.len()].clone(),
+        phases: (1..=4)
+            .map(|n| Phase {
+                name: format!("Phase {n}"),
+                description: desc(n),
+            })
+            .collect(),
+        status: Some(status),
+        ..Default::default()
+    })
+}
+
+fn measure(project: &Path) {
+    // Three opens (the machine is shared: the spread says how noisy it is).
+    let mut opens = Vec::new();
+    let mut records = None;
+    for _ in 0..3 {
+        drop(records.take());
+        let t = Instant::now();
+        records = Some(Records::open_with(project, StoreOptions::default()).expect("open"));
+        opens.push(t.elapsed());
+    }
+    let Some(mut records) = records else { return };
+    if std::env::var_os("BENCH_OPEN_ONLY").is_some() {
+        println!(
+            "open: {}",
+            opens.iter().map(|d| ms(*d)).collect::<Vec<_>>().join(", ")
+        );
+        return;
+    }
+    let ids: Vec<String> = records
+        .store()
+        .ids("specs")
+        .expect("ids")
+        .map(String::from)
+        .collect();
+    println!(
+        "open with indexes: {} ({} records; runs: {})   goal <= 1.5 s",
+        ms(median(opens.clone())),
+        ids.len(),
+        opens.iter().map(|d| ms(*d)).collect::<Vec<_>>().join(", ")
+    );
+
+    // get by id: typed (decoded into a Spec) and the stored line only.
+    let mut seed = 0x9e3779b97f4a7c15u64;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed as usize
+    };
+    let picks: Vec<&str> = (0..100_000)
+        .map(|_| ids[rnd() % ids.len()].as_str())
+        .collect();
+    let t = Instant::now();
+    for id in &picks {
+        std::hint::black_box(records.get(id).expect("get"));
+    }
+    let typed = t.elapsed() / picks.len() as u32;
+    let t = Instant::now();
+    for id in &picks {
+        std::hint::black_box(records.store().get_raw("specs", id).expect("get"));
+    }
+    let raw = t.elapsed() / picks.len() as u32;
+    println!(
+        "get by id: {} decoded, {} the stored line (mean of 100,000)       goal <= 10 us",
+        us(typed),
+        us(raw)
+    );
+
+    // Resolve partial ids: hex, slug prefix, slug substring (a full scan).
+    let target = &ids[ids.len() / 2];
+    let hex = target.split('-').next().unwrap_or("").to_string();
+    let slug = target.split_once('-').map(|(_, s)| s).unwrap_or("");
+    let number = slug.split('-').nth(2).unwrap_or("").to_string();
+    let prefix: String = slug.split('-').take(3).collect::<Vec<_>>().join("-");
+    for (what, reference) in [
+        ("hex", hex.as_str()),
+        ("slug prefix", &prefix),
+        ("slug substring", &number),
+    ] {
+        let times: Vec<Duration> = (0..20)
+            .map(|_| {
+                let t = Instant::now();
+                let got = records.resolve(reference).expect("resolves");
+                assert_eq!(&got, target);
+                t.elapsed()
+            })
+            .collect();
+        println!(
+            "resolve {what:<15} {reference:<26} median {}    goal <= 5 ms",
+            ms(median(times))
+        );
+    }
+
+    // List with an indexed filter.
+    let plan = records.list(Kind::Plan, &[]).expect("plans")[7]
+        .id()
+        .to_string();
+    for (what, filter) in [
+        ("parent = one plan", Filter::eq("parent", plan.as_str())),
+        ("status = running", Filter::eq("status", "running")),
+    ] {
+        let mut found = 0;
+        let times: Vec<Duration> = (0..10)
+            .map(|_| {
+                let t = Instant::now();
+                found = records
+                    .list(Kind::Spec, std::slice::from_ref(&filter))
+                    .expect("list")
+                    .len();
+                t.elapsed()
+            })
+            .collect();
+        println!(
+            "list specs, {what:<18} {found} records, median {} (decoded, sorted)   goal <= 20 ms",
+            ms(median(times))
+        );
+    }
+
+    // Durable creates.
+    let plan_ids = vec![plan.clone()];
+    let mut times = Vec::new();
+    for i in 0..200 {
+        let t = Instant::now();
+        records
+            .create(new_spec(900_000_000 + i, &plan_ids), T0 + 1)
+            .expect("create");
+        times.push(t.elapsed());
+    }
+    println!(
+        "one durable create (append + fdatasync): median {} of 200",
+        ms(median(times))
+    );
+    let news = (0..BATCH)
+        .map(|i| new_spec(800_000_000 + i, &plan_ids))
+        .collect();
+    let t = Instant::now();
+    records.create_batch(news, T0 + 2).expect("batch");
+    println!(
+        "{BATCH} creates in one batch (one fdatasync), on the full store: {}   goal <= 1 s",
+        ms(t.elapsed())
+    );
+    println!(
+        "peak memory (VmHWM) of this process: {}",
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| s
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .map(|l| l["VmHWM:".len()..].trim().to_string()))
+            .unwrap_or_else(|| "unknown".into())
+    );
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.2} us", d.as_secs_f64() * 1e6)
+}

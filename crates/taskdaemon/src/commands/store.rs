@@ -1,0 +1,265 @@
+//! `taskdaemon store check|compact|stats`: look after the record store.
+
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use taskdaemon_core::duration::parse_duration;
+use taskstore::{CompactOptions, DEFAULT_RETENTION_MS, MAX_BYTES, StoreOptions, WARN_BYTES};
+
+use super::{Ctx, emit, now_ms, print_json, store_err};
+use crate::cli::user;
+use crate::commands::merge_store;
+use crate::outln;
+
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    #[command(subcommand)]
+    pub command: StoreCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// List unreadable lines (torn writes, bad merges, hand edits), oversized files,
+    /// dangling parents/deps, dependency cycles, and the merge driver's state. Exit 1 if
+    /// anything needs fixing.
+    Check(CheckArgs),
+    /// Rewrite each collection with only the latest version of each record (atomically);
+    /// tombstones older than the retention are dropped.
+    Compact(CompactArgs),
+    /// Sizes and counts per collection.
+    Stats(StatsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CompactArgs {
+    /// Keep tombstones younger than this (so deletions still win when branches merge).
+    #[arg(long, default_value = "30d", value_name = "DURATION")]
+    pub retention: String,
+    /// Move unreadable lines to <collection>.jsonl.rejected instead of refusing.
+    #[arg(long)]
+    pub drop_corrupt: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: StoreArgs, ctx: &Ctx) -> anyhow::Result<i32> {
+    match args.command {
+        StoreCommand::Check(a) => check(a, ctx),
+        StoreCommand::Compact(a) => compact(a, ctx),
+        StoreCommand::Stats(a) => stats(a, ctx),
+    }
+}
+
+/// Loads anything: these commands are how a too-large store gets fixed.
+fn unlimited() -> StoreOptions {
+    StoreOptions {
+        max_bytes: None,
+        ..Default::default()
+    }
+}
+
+#[derive(Serialize)]
+struct CheckReport<'a> {
+    store: String,
+    ok: bool,
+    bad_lines: Vec<&'a taskstore::LineIssue>,
+    oversized: Vec<String>,
+    large: Vec<String>,
+    graph: Vec<taskdaemon_core::store::check::GraphIssue>,
+    merge_driver: merge_store::DriverStatus,
+}
+
+fn check(a: CheckArgs, ctx: &Ctx) -> anyhow::Result<i32> {
+    let dir = ctx.project_dir()?;
+    let records =
+        taskdaemon_core::store::Records::open_with(&dir, unlimited()).map_err(store_err)?;
+    let store = records.store();
+    let stats = store.stats();
+    let oversized: Vec<String> = stats
+        .iter()
+        .filter(|s| s.bytes > MAX_BYTES)
+        .map(|s| {
+            format!(
+                "{} is {} MB, over the {} MB limit: other commands refuse to load it\n  hint: `taskdaemon store compact`",
+                s.file.display(),
+                s.bytes / (1024 * 1024),
+                MAX_BYTES / (1024 * 1024)
+            )
+        })
+        .collect();
+    let large: Vec<String> = stats
+        .iter()
+        .filter(|s| s.bytes > WARN_BYTES && s.bytes <= MAX_BYTES)
+        .map(|s| {
+            format!(
+                "{} is {} MB (warning at {} MB)",
+                s.file.display(),
+                s.bytes / (1024 * 1024),
+                WARN_BYTES / (1024 * 1024)
+            )
+        })
+        .collect();
+    let graph = records.check_graph().map_err(store_err)?;
+    let report = CheckReport {
+        store: store.dir().display().to_string(),
+        ok: store.issues().is_empty() && oversized.is_empty() && graph.is_empty(),
+        bad_lines: store.issues(),
+        oversized,
+        large,
+        graph,
+        merge_driver: merge_store::status(&dir),
+    };
+    let code = if report.ok { 0 } else { 1 };
+    if a.json {
+        print_json(&report)?;
+        return Ok(code);
+    }
+    let mut out = String::new();
+    outln!(out, "store: {}", report.store);
+    for s in &stats {
+        outln!(
+            out,
+            "  {}: {} records, {} bad line(s)",
+            s.file
+                .file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default(),
+            s.live,
+            s.bad_lines
+        );
+    }
+    for i in &report.bad_lines {
+        outln!(out, "{i}");
+    }
+    for o in report.oversized.iter().chain(&report.large) {
+        outln!(out, "{o}");
+    }
+    for g in &report.graph {
+        outln!(out, "{}: {}", g.id, g.problem);
+    }
+    outln!(out, "{}", report.merge_driver.describe());
+    if report.ok {
+        outln!(out, "ok");
+    } else if !report.bad_lines.is_empty() {
+        outln!(
+            out,
+            "hint: fix or delete the lines above (for conflict markers, keep one version of the record); \
+`taskdaemon store compact --drop-corrupt` moves them to a .rejected file"
+        );
+    }
+    emit(&out)?;
+    Ok(code)
+}
+
+fn compact(a: CompactArgs, ctx: &Ctx) -> anyhow::Result<i32> {
+    let retention = parse_duration(&a.retention)
+        .map_err(|e| user(format!("--retention: {e}\n  hint: e.g. 30d, 12h, 0s")))?;
+    let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(DEFAULT_RETENTION_MS);
+    let dir = ctx.project_dir()?;
+    let mut records =
+        taskdaemon_core::store::Records::open_with(&dir, unlimited()).map_err(store_err)?;
+    let o = CompactOptions {
+        retention_ms,
+        now_ms: now_ms(),
+        drop_corrupt: a.drop_corrupt,
+    };
+    let names: Vec<String> = records
+        .store()
+        .collection_names()
+        .map(String::from)
+        .collect();
+    let mut reports = Vec::new();
+    for name in names {
+        let r = records
+            .store_mut()
+            .compact(&name, &o)
+            .map_err(|e| store_err(e.into()))?;
+        reports.push(r);
+    }
+    if a.json {
+        print_json(&reports)?;
+        return Ok(0);
+    }
+    let mut out = String::new();
+    for r in &reports {
+        if r.bytes_before == 0 {
+            continue;
+        }
+        outln!(
+            out,
+            "{}: {} -> {} bytes; {} records, {} tombstones kept, {} dropped{}",
+            r.file.display(),
+            r.bytes_before,
+            r.bytes_after,
+            r.records,
+            r.tombstones_kept,
+            r.tombstones_dropped,
+            match &r.rejected_file {
+                Some(f) => format!(
+                    "; {} unreadable line(s) moved to {}",
+                    r.rejected_lines,
+                    f.display()
+                ),
+                None => String::new(),
+            }
+        );
+    }
+    emit(&out)?;
+    Ok(0)
+}
+
+fn stats(a: StatsArgs, ctx: &Ctx) -> anyhow::Result<i32> {
+    let dir = ctx.project_dir()?;
+    let records =
+        taskdaemon_core::store::Records::open_with(&dir, unlimited()).map_err(store_err)?;
+    let stats = records.store().stats();
+    if a.json {
+        print_json(&stats)?;
+        return Ok(0);
+    }
+    let mut out = String::new();
+    outln!(out, "store: {}", records.store().dir().display());
+    outln!(
+        out,
+        "{:<12} {:>12} {:>8} {:>8} {:>10} {:>10} {:>9}",
+        "COLLECTION",
+        "BYTES",
+        "LINES",
+        "LIVE",
+        "TOMBSTONES",
+        "SUPERSEDED",
+        "BAD"
+    );
+    for s in &stats {
+        outln!(
+            out,
+            "{:<12} {:>12} {:>8} {:>8} {:>10} {:>10} {:>9}",
+            s.collection,
+            s.bytes,
+            s.lines,
+            s.live,
+            s.tombstones,
+            s.superseded,
+            s.bad_lines
+        );
+    }
+    outln!(
+        out,
+        "size guard: warning above {} MB, refused above {} MB per file (run `taskdaemon store compact`)",
+        WARN_BYTES / (1024 * 1024),
+        MAX_BYTES / (1024 * 1024)
+    );
+    emit(&out)?;
+    Ok(0)
+}

@@ -1,0 +1,28 @@
+//! taskstore: a generic record store on JSONL files. It knows no domain.
+//!
+//! A store is a directory; each collection is one `<name>.jsonl` file and is the source of
+//! truth: append-only, one JSON object per line, the latest `updated-at` per `id` wins,
+//! deletes are tombstones (`"_deleted": true`). Everything is loaded at open (after a size
+//! guard) and indexed in memory; other processes' appends are picked up by `sync` and
+//! before every write. See [`store`] for the durability policy, [`merge`] for the git
+//! merge driver.
+
+mod collection;
+pub mod error;
+mod file;
+pub mod filter;
+pub mod line;
+pub mod merge;
+pub mod record;
+pub mod store;
+
+pub use collection::{Change, ChangeKind, IssueKind, LineIssue};
+pub use error::{Error, Result};
+pub use file::StoreLock;
+pub use filter::{Filter, FilterOp};
+pub use line::IndexValue;
+pub use record::{CollectionDef, Record};
+pub use store::{
+    CollectionStats, CompactOptions, CompactReport, DEFAULT_RETENTION_MS, MAX_BYTES, Op, Store,
+    StoreOptions, WARN_BYTES,
+};
