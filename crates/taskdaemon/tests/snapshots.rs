@@ -705,7 +705,7 @@ fn two_tasks_snapshot_their_boundaries_and_a_failed_one_rolls_back() {
     // The next task after the rollback gets a new number: tags are never reused.
     let r = env.run(&[
         "task",
-        "again",
+        "add a.txt again",
         "--agent",
         &done,
         "--validate",
@@ -738,7 +738,7 @@ fn the_first_task_of_an_empty_project_takes_no_pre_snapshot() {
         .current_dir(&repo)
         .args([
             "task",
-            "say hi",
+            "write hello.txt",
             "--agent",
             &agent,
             "--validate",
