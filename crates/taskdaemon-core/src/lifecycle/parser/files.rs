@@ -215,18 +215,21 @@ pub(crate) fn affected(requirements: &[Requirement], files: &[String]) -> Vec<St
             (f, all, name)
         })
         .collect();
-    // How many files each stemmed word appears in, for weighting rare words higher.
-    let mut df: BTreeMap<&str, usize> = BTreeMap::new();
-    for (_, all, _) in &candidates {
+    // Which files each stemmed word appears in; how many, for weighting rare words higher.
+    let mut by_word: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, (_, all, _)) in candidates.iter().enumerate() {
         for w in all {
-            *df.entry(w.as_str()).or_default() += 1;
+            by_word.entry(w.as_str()).or_default().push(i);
         }
     }
+    let df: BTreeMap<&str, usize> = by_word.iter().map(|(w, v)| (*w, v.len())).collect();
+    // How rare a requirement word is among the paths: 1/sqrt(files it matches).
     let rarity = |term: &str| -> f64 {
-        let n = candidates
+        let n: usize = df
             .iter()
-            .filter(|(_, all, _)| all.iter().any(|w| word_match(term, w)))
-            .count()
+            .filter(|(w, _)| word_match(term, w))
+            .map(|(_, n)| *n)
+            .sum::<usize>()
             .max(1);
         1.0 / (n as f64).sqrt()
     };
@@ -234,35 +237,61 @@ pub(crate) fn affected(requirements: &[Requirement], files: &[String]) -> Vec<St
     let mut out: Vec<String> = Vec::new();
     for r in requirements {
         let mut chosen: Vec<&String> = named_paths(&r.text, files);
-        let terms = requirement_terms(&r.text);
+        // Per word of the requirement: the path words it matches, its synonyms, their weights.
+        struct Term<'a> {
+            matches: BTreeSet<&'a str>,
+            synonyms: Vec<String>,
+            rarity: f64,
+            synonym_rarity: f64,
+        }
+        let terms: Vec<Term> = requirement_terms(&r.text)
+            .into_iter()
+            .map(|(t, synonyms)| Term {
+                matches: df.keys().filter(|w| word_match(&t, w)).copied().collect(),
+                rarity: rarity(&t),
+                synonym_rarity: rarity_of_any(&synonyms, &df),
+                synonyms,
+            })
+            .filter(|t| !t.matches.is_empty() || !t.synonyms.is_empty())
+            .collect();
+        // Only the files that share a word with the requirement can score.
+        let touched: BTreeSet<usize> = terms
+            .iter()
+            .flat_map(|t| {
+                t.matches
+                    .iter()
+                    .copied()
+                    .chain(t.synonyms.iter().map(String::as_str))
+            })
+            .filter_map(|w| by_word.get(w))
+            .flatten()
+            .copied()
+            .collect();
         let mut scored: Vec<(f64, &String)> = Vec::new();
-        for (f, all, name) in &candidates {
+        for (f, all, name) in touched.into_iter().filter_map(|i| candidates.get(i)) {
             let mut score = 0.0;
-            for (term, syns) in &terms {
-                let direct = if name.iter().any(|w| word_match(term, w)) {
+            for t in &terms {
+                let direct = if name.iter().any(|w| t.matches.contains(w.as_str())) {
                     1.0
-                } else if all.iter().any(|w| word_match(term, w)) {
+                } else if all.iter().any(|w| t.matches.contains(w.as_str())) {
                     0.4
                 } else {
                     0.0
                 };
-                let via_synonym = syns
+                let via_synonym = t
+                    .synonyms
                     .iter()
                     .map(|s| {
-                        if name.iter().any(|w| w == s) {
+                        if name.contains(s) {
                             0.6
-                        } else if all.iter().any(|w| w == s) {
+                        } else if all.contains(s) {
                             0.25
                         } else {
                             0.0
                         }
                     })
                     .fold(0.0, f64::max);
-                let best = f64::max(
-                    direct * rarity(term),
-                    via_synonym * rarity_of_any(syns, &df),
-                );
-                score += best;
+                score += f64::max(direct * t.rarity, via_synonym * t.synonym_rarity);
             }
             if score > 0.0 {
                 scored.push((score, f));

@@ -20,6 +20,10 @@ use super::{Marker, ParseInput, ParsedTask, Requirement, TaskKind, files, title_
 
 /// At most this many requirements; the rest of a long message stays in Original Message.
 const MAX_REQUIREMENTS: usize = 25;
+/// A requirement's text is cut at this many characters (the message is quoted in full).
+const MAX_TEXT: usize = 400;
+/// Only this much of a message is read for requirements.
+const MAX_MESSAGE: usize = 64 * 1024;
 
 /// Phrases that ask for a new start (spec 1 §5: "start over" / "build me a…").
 const FRESH_PHRASES: &[&[&str]] = &[
@@ -160,9 +164,20 @@ struct Read {
 
 /// Parse `input` by the rules.
 pub fn parse(input: &ParseInput) -> ParsedTask {
-    let message = input.message.trim();
+    let full = input.message.trim();
+    let mut cut = full.len().min(MAX_MESSAGE);
+    while !full.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let message = &full[..cut];
     let mut read = read_message(message);
     let mut ambiguities: Vec<String> = Vec::new();
+    if cut < full.len() {
+        ambiguities.push(format!(
+            "only the first {} KiB of the message were read for requirements; see Original Message for the rest",
+            MAX_MESSAGE / 1024
+        ));
+    }
 
     let clarified = input.clarification.as_ref().map(|c| {
         let answer = read_message(c.answer.trim());
@@ -253,7 +268,7 @@ pub fn parse(input: &ParseInput) -> ParsedTask {
         .iter()
         .map(|u| Requirement {
             marker: u.marker,
-            text: capitalize(u.text.trim()),
+            text: capitalize(&shorten(u.text.trim(), MAX_TEXT)),
             count: u.count,
             keep_existing: u.keep_existing,
         })
@@ -339,7 +354,10 @@ fn read_message(message: &str) -> Read {
                 read.keeps.push(text);
             }
             Reading::Detail(text) => match read.units.last_mut() {
-                Some(last) if carry.is_none() => last.text = format!("{}{joiner}{text}", last.text),
+                Some(last) if carry.is_none() => {
+                    last.text.push_str(&joiner);
+                    last.text.push_str(&text);
+                }
                 _ => pending.push(text),
             },
             Reading::Request(mut unit) => {
@@ -359,7 +377,8 @@ fn read_message(message: &str) -> Read {
                 if unit.pronoun_only
                     && let Some(last) = read.units.last_mut()
                 {
-                    last.text = format!("{}{joiner}{}", last.text, unit.text);
+                    last.text.push_str(&joiner);
+                    last.text.push_str(&unit.text);
                     continue;
                 }
                 if unit.pronoun_only && unit.blocking.is_none() {
