@@ -475,18 +475,7 @@ fn parser_settings_are_checked_before_anything_changes() {
     let r = env.run(&["task", "add a.txt"]);
     assert_eq!(r.code, 64, "{}", r.stderr);
     assert!(r.stderr.contains("config.yaml:2:"), "{}", r.stderr);
-    std::fs::write(
-        repo.join(".taskdaemon/config.yaml"),
-        "agent: cmd:true\nparse-agent: gpt\n",
-    )
-    .unwrap();
-    let r = env.run(&["task", "add a.txt"]);
-    assert_eq!(r.code, 64, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("parse-agent: unknown agent `gpt`"),
-        "{}",
-        r.stderr
-    );
+    std::fs::write(repo.join(".taskdaemon/config.yaml"), "agent: cmd:true\n").unwrap();
     let r = env.run(&[
         "task",
         "add a.txt",
@@ -498,7 +487,21 @@ fn parser_settings_are_checked_before_anything_changes() {
     assert_eq!(r.code, 64, "{}", r.stderr);
     assert!(r.stderr.contains("parse-timeout"), "{}", r.stderr);
     assert!(!repo.join(".ralph/task.md").exists());
-    // An agent CLI that is not installed only falls back to the rules.
+    // A misspelt parse agent never stops a task: the rules parse, and say why.
+    std::fs::write(
+        repo.join(".taskdaemon/config.yaml"),
+        "agent: cmd:true\nparse-agent: gpt\n",
+    )
+    .unwrap();
+    let r = env.run(&["task", "parse", "add a.txt"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("parsed by the rules (parse-agent: unknown agent `gpt`"),
+        "{}",
+        r.stderr
+    );
+    // Nor does an agent CLI that is not installed.
     std::fs::write(
         repo.join(".taskdaemon/config.yaml"),
         "agent: cmd:true\nparse-agent: amp\n",

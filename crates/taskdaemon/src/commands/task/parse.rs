@@ -208,8 +208,7 @@ pub fn parse_message(
     Ok((report, cancel.is_cancelled()))
 }
 
-/// The model to ask, or why the rules parse without asking one. A misspelt agent is the
-/// user's error; one that is not installed only falls back to the rules.
+/// The model to ask, or why the rules parse without asking one.
 fn model_parser(
     settings: &Settings,
     dir: &Path,
@@ -249,17 +248,28 @@ fn model_parser(
             },
         },
     };
+    // A parse never stops a task: a parse agent that is misspelt, missing or unreadable
+    // only means the rules parse, and the reason is shown.
     let setting = if own { "parse-agent" } else { "agent" };
-    let agent = AgentSpec::parse(&text)
-        .map_err(|e| user(format!("{setting}: {e}")))?
-        .absolutize(dir);
+    let first_line = |e: &dyn std::fmt::Display| {
+        format!(
+            "{setting}: {}",
+            e.to_string().lines().next().unwrap_or_default()
+        )
+    };
+    let agent = match AgentSpec::parse(&text) {
+        Ok(a) => a.absolutize(dir),
+        Err(e) => return Ok((None, Some(first_line(&e)))),
+    };
     if let Err(e) = agent.check_installed() {
-        let first = e.to_string().lines().next().unwrap_or_default().to_string();
-        return Ok((None, Some(format!("{setting}: {first}"))));
+        return Ok((None, Some(first_line(&e))));
     }
     let mut format = agent.default_format();
     if !own && let Some(f) = &settings.agent_format {
-        format = OutputFormat::parse(f).map_err(|m| user(format!("agent-format: {m}")))?;
+        match OutputFormat::parse(f) {
+            Ok(f) => format = f,
+            Err(m) => return Ok((None, Some(format!("agent-format: {m}")))),
+        }
     }
     if let AgentSpec::Script { file } = &agent {
         match Script::load(file) {
@@ -267,10 +277,7 @@ fn model_parser(
                 format = OutputFormat::ClaudeStreamJson
             }
             Ok(_) => {}
-            Err(e) => {
-                let first = e.to_string().lines().next().unwrap_or_default().to_string();
-                return Ok((None, Some(format!("{setting}: {first}"))));
-            }
+            Err(e) => return Ok((None, Some(first_line(&e)))),
         }
     }
     let script_runner = std::env::current_exe().context("finding the taskdaemon executable")?;
