@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::duration::parse_duration;
+pub use crate::lifecycle::parser::ParserMode;
 use crate::yaml::{self, YamlError};
 
 /// A duration written as text in YAML (`30m`), checked while parsing so a bad value is
@@ -66,6 +67,12 @@ pub struct Settings {
     pub completion_promise: Option<String>,
     /// Time between TERM and KILL when an agent is stopped.
     pub kill_grace: Option<Dur>,
+    /// How `taskdaemon task` parses the message: `auto`, `model` or `rules`.
+    pub task_parser: Option<ParserMode>,
+    /// The agent the task parser asks (option A); same forms as `agent`.
+    pub parse_agent: Option<String>,
+    /// The time budget of the task parser's call to the agent.
+    pub parse_timeout: Option<Dur>,
 }
 
 impl Settings {
@@ -85,6 +92,9 @@ impl Settings {
             max_cost: over.max_cost.or(self.max_cost),
             completion_promise: over.completion_promise.or(self.completion_promise),
             kill_grace: over.kill_grace.or(self.kill_grace),
+            task_parser: over.task_parser.or(self.task_parser),
+            parse_agent: over.parse_agent.or(self.parse_agent),
+            parse_timeout: over.parse_timeout.or(self.parse_timeout),
         }
     }
 }
@@ -196,6 +206,8 @@ mod tests {
             .unwrap();
         assert_eq!(s.max_stuck, Some(3));
         assert_eq!(s.iteration_timeout, Some(Dur(Duration::from_secs(1800))));
+        assert_eq!(s.task_parser, Some(ParserMode::Auto));
+        assert_eq!(s.parse_timeout, Some(Dur(Duration::from_secs(2))));
     }
 
     #[test]

@@ -187,6 +187,27 @@ impl Workspace {
         write_atomic(&p, text.as_bytes()).map_err(io(&p))
     }
 
+    /// The task parser's question about a new task's `message` (spec 1 §5
+    /// needs-clarification), in the same format; the message is kept so that
+    /// `taskdaemon task` can start it once the question is answered.
+    pub fn write_parser_decide(
+        &self,
+        question: &str,
+        message: &str,
+        at: &str,
+    ) -> Result<(), WorkspaceError> {
+        let p = self.decide_file();
+        let quoted: String = message
+            .trim_end()
+            .lines()
+            .map(|l| format!("> {l}\n"))
+            .collect();
+        let text = format!(
+            "{PARSER_QUESTION_HEADING}, {at})\n{question}\n\n{TASK_MESSAGE_HEADING}\n{quoted}\n---\n## Answer\n"
+        );
+        write_atomic(&p, text.as_bytes()).map_err(io(&p))
+    }
+
     /// Write `answer` below the `---` of decide.txt (replacing an earlier answer).
     pub fn answer(&self, answer: &str) -> Result<DecideFile, WorkspaceError> {
         let p = self.decide_file();
@@ -233,11 +254,19 @@ pub struct RunLock {
     _file: File,
 }
 
-/// decide.txt: the agent's question and, once a person wrote one, the answer.
+/// How a question of the task parser starts.
+const PARSER_QUESTION_HEADING: &str = "## Question (from the task parser";
+/// Where the message of the task the parser asked about is quoted.
+const TASK_MESSAGE_HEADING: &str = "### Task message";
+
+/// decide.txt: the agent's (or the task parser's) question and, once a person wrote one,
+/// the answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecideFile {
     pub question: String,
     pub answer: Option<String>,
+    /// Set when the task parser asked, before a task started: that task's message.
+    pub task_message: Option<String>,
 }
 
 impl DecideFile {
@@ -250,6 +279,25 @@ impl DecideFile {
         let (above, below) = match split {
             Some(i) => (&text[..i], Some(&text[i + 5..])),
             None => (text, None),
+        };
+        let from_parser = above.starts_with(PARSER_QUESTION_HEADING);
+        let (above, task_message) = match above.find(&format!("\n{TASK_MESSAGE_HEADING}\n")) {
+            Some(i) if from_parser => {
+                let quoted = &above[i + TASK_MESSAGE_HEADING.len() + 2..];
+                let message = quoted
+                    .lines()
+                    .map(|l| {
+                        l.strip_prefix("> ")
+                            .or_else(|| l.strip_prefix('>'))
+                            .unwrap_or(l)
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+                    .trim()
+                    .to_string();
+                (&above[..i], Some(message).filter(|m| !m.is_empty()))
+            }
+            _ => (above, None),
         };
         let question = above
             .lines()
@@ -268,7 +316,11 @@ impl DecideFile {
                     .to_string()
             })
             .filter(|a| !a.is_empty());
-        DecideFile { question, answer }
+        DecideFile {
+            question,
+            answer,
+            task_message,
+        }
     }
 }
 
@@ -313,6 +365,35 @@ mod tests {
             (f.question.as_str(), f.answer.as_deref()),
             ("Option A\n---\nOption B", Some("B"))
         );
+    }
+
+    #[test]
+    fn a_parser_question_keeps_the_task_message() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(d.path());
+        ws.write_parser_decide("add or convert?", "make some drinks\nnighttime", "t")
+            .unwrap();
+        let text = std::fs::read_to_string(ws.decide_file()).unwrap();
+        assert_eq!(
+            text,
+            "## Question (from the task parser, t)\nadd or convert?\n\n### Task message\n> make some drinks\n> nighttime\n\n---\n## Answer\n"
+        );
+        let f = ws.read_decide().unwrap().unwrap();
+        assert_eq!(f.question, "add or convert?");
+        assert_eq!(
+            f.task_message.as_deref(),
+            Some("make some drinks\nnighttime")
+        );
+        assert_eq!(f.answer, None);
+        let f = ws.answer("add 2 new ones").unwrap();
+        assert_eq!(f.answer.as_deref(), Some("add 2 new ones"));
+        assert_eq!(
+            f.task_message.as_deref(),
+            Some("make some drinks\nnighttime")
+        );
+        // An agent's question is never read as the parser's.
+        ws.write_decide("### Task message\n> x", 1, "t").unwrap();
+        assert_eq!(ws.read_decide().unwrap().unwrap().task_message, None);
     }
 
     #[test]

@@ -705,7 +705,7 @@ fn two_tasks_snapshot_their_boundaries_and_a_failed_one_rolls_back() {
     // The next task after the rollback gets a new number: tags are never reused.
     let r = env.run(&[
         "task",
-        "again",
+        "add a.txt again",
         "--agent",
         &done,
         "--validate",
@@ -738,7 +738,7 @@ fn the_first_task_of_an_empty_project_takes_no_pre_snapshot() {
         .current_dir(&repo)
         .args([
             "task",
-            "say hi",
+            "write hello.txt",
             "--agent",
             &agent,
             "--validate",
@@ -1062,8 +1062,15 @@ fn a_stalling_agent_is_recovered_once_then_the_task_fails_and_rolls_back() {
         "iterations:\n  - steps:\n      - write: { path: a.txt, content: \"one\\n\" }\n      - commit: a\n      - say: \"<promise>COMPLETE</promise>\"\n",
     );
     assert_eq!(
-        env.run(&["task", "a", "--agent", &done, "--validate", "true"])
-            .code,
+        env.run(&[
+            "task",
+            "add a.txt with one line",
+            "--agent",
+            &done,
+            "--validate",
+            "true"
+        ])
+        .code,
         0
     );
     let task1_head = git(&repo, &["rev-parse", "HEAD"]);
@@ -1071,7 +1078,14 @@ fn a_stalling_agent_is_recovered_once_then_the_task_fails_and_rolls_back() {
         "stall.yaml",
         "format: stream-json\nafter-last: repeat-last\niterations:\n  - steps:\n      - tool: { name: Read, input: { file_path: a.txt }, output: one }\n      - write: { path: b.txt, content: half }\n      - commit: b\n  - steps:\n      - tool: { name: Bash, input: { command: npm test }, output: FAIL }\n      - say: trying again\n",
     );
-    let r = env.run(&["task", "b", "--agent", &stall, "--validate", "false"]);
+    let r = env.run(&[
+        "task",
+        "add b.txt next to a.txt",
+        "--agent",
+        &stall,
+        "--validate",
+        "false",
+    ]);
     assert_eq!(r.code, 5, "{}{}", r.stdout, r.stderr);
     assert!(
         r.stderr.contains(

@@ -1,13 +1,16 @@
 //! Task boundaries (spec 1 §3–§5): every task starts from a `task-N-pre` snapshot and, when
 //! its evidence is verified, ends in a `task-N-post` one; the `.ralph/` task files are reset
-//! between tasks and a one-line history is kept.
+//! between tasks and a one-line history is kept. The [`parser`] turns the person's message
+//! into the structured `task.md`.
 
 mod files;
+pub mod parser;
 pub mod plan;
 pub mod stall;
 mod task;
 
 pub use files::TaskFiles;
 pub use task::{
-    LifecycleError, TaskStart, begin_task, fail_task, finish_task, rollback, save_manual,
+    LifecycleError, NextTask, TaskStart, begin_task, fail_task, finish_task, next_task, rollback,
+    save_manual,
 };

@@ -96,6 +96,19 @@ impl Plan {
         };
         let mut problems = Vec::new();
         let mut sections: Vec<Section> = Vec::new();
+        // A markdown plan without `##` headings is one section: the whole plan.
+        if format == PlanFormat::Markdown
+            && !text.lines().any(|l| section_start(format, l).is_some())
+            && !text.trim().is_empty()
+        {
+            sections.push(Section {
+                name: "plan".into(),
+                line: 1,
+                files: Vec::new(),
+                markers: Vec::new(),
+                body: String::new(),
+            });
+        }
         for (i, line) in text.lines().enumerate() {
             let n = i + 1;
             if let Some(name) = section_start(format, line) {
@@ -395,7 +408,11 @@ mod tests {
         let all = plan.validate(problems);
         let lines: Vec<usize> = all.iter().map(|p| p.line).collect();
         assert_eq!(lines, [2, 3, 4, 5, 6], "{all:?}");
-        let (empty, p) = Plan::parse(Path::new("plan.md"), "just words\n");
+        let (flat, p) = Plan::parse(Path::new("plan.md"), "# Plan\n- step one\n<!-- TASK-1 [ADD]: x -->\n");
+        assert!(flat.validate(p).is_empty());
+        assert_eq!(flat.sections[0].name, "plan");
+        assert_eq!(flat.sections[0].markers.len(), 1);
+        let (empty, p) = Plan::parse(Path::new("plan.tsx"), "<App>\n</App>\n");
         assert_eq!(empty.validate(p).len(), 1);
     }
 }

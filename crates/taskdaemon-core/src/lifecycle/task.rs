@@ -10,6 +10,7 @@ use crate::git::{Git, GitError};
 use crate::workspace::Workspace;
 
 use super::TaskFiles;
+use super::parser::{Clarification, ParsedTask, quoted_message, task_md};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LifecycleError {
@@ -108,28 +109,63 @@ fn is_empty_project(snaps: &Snapshots) -> Result<bool, LifecycleError> {
         .all(|p| p.starts_with(b".ralph/")))
 }
 
-/// Start a new task (spec 1 §3 phase 0 and §5 "State Cleanup at Task Start"): snapshot
-/// `task-N-pre`, count, record the previous task in the history, reset the task files and
-/// write `task.md`.
-pub fn begin_task(
-    snaps: &Snapshots,
-    ws: &Workspace,
-    message: &str,
-) -> Result<TaskStart, LifecycleError> {
-    if message.trim().is_empty() {
-        return Err(LifecycleError::EmptyMessage);
-    }
-    let files = TaskFiles::new(ws);
-    let previous = files.read_counter()?;
+/// The number the next task gets and how `task.md` names the previous one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NextTask {
+    pub number: u32,
+    /// The counter file's number: the task before this one (0 if none).
+    pub previous: u32,
+    /// `task-N-post`, `task N (it did not complete)` or `none`.
+    pub previous_ref: String,
+}
+
+/// Which number the next task gets (never one a snapshot tag already used: after a
+/// rollback the counter file goes back, the tags stay). Reads only.
+pub fn next_task(snaps: &Snapshots, ws: &Workspace) -> Result<NextTask, LifecycleError> {
+    let previous = TaskFiles::new(ws).read_counter()?;
     let known = snaps.list()?;
-    // Numbers are never reused: after a rollback the counter file goes back, the tags stay.
     let highest_tagged = known
         .iter()
         .filter(|s| matches!(s.kind, Kind::TaskPre | Kind::TaskPost))
         .filter_map(|s| s.task)
         .max()
         .unwrap_or(0);
-    let number = previous.max(highest_tagged) + 1;
+    let previous_ref = if previous == 0 {
+        "none".to_string()
+    } else if known
+        .iter()
+        .any(|s| s.tag == format!("task-{previous}-post"))
+    {
+        format!("task-{previous}-post")
+    } else {
+        format!("task {previous} (it did not complete)")
+    };
+    Ok(NextTask {
+        number: previous.max(highest_tagged) + 1,
+        previous,
+        previous_ref,
+    })
+}
+
+/// Start a new task (spec 1 §3 phase 0 and §5 "State Cleanup at Task Start"): snapshot
+/// `task-N-pre`, count, record the previous task in the history, reset the task files and
+/// write `task.md` in the structured format of the parsed task.
+pub fn begin_task(
+    snaps: &Snapshots,
+    ws: &Workspace,
+    message: &str,
+    parsed: &ParsedTask,
+    clarification: Option<&Clarification>,
+) -> Result<TaskStart, LifecycleError> {
+    if message.trim().is_empty() {
+        return Err(LifecycleError::EmptyMessage);
+    }
+    let files = TaskFiles::new(ws);
+    let NextTask {
+        number,
+        previous,
+        previous_ref,
+    } = next_task(snaps, ws)?;
 
     let pre = if previous == 0 && is_empty_project(snaps)? {
         None
@@ -147,7 +183,7 @@ pub fn begin_task(
         let status = files.read(&files.status())?.unwrap_or_default();
         let what = match headline(&summary) {
             s if !s.is_empty() => s,
-            _ => headline(&task_message(
+            _ => headline(&quoted_message(
                 &files.read(&files.task())?.unwrap_or_default(),
             )),
         };
@@ -178,17 +214,7 @@ pub fn begin_task(
     // Spec 4: every task starts in the plan phase (inert when it has no plan).
     files.write(&files.root().join("phase.txt"), "plan\n")?;
     files.write(&files.counter(), &format!("{number}\n"))?;
-    let previous_ref = if previous == 0 {
-        "none".to_string()
-    } else if known
-        .iter()
-        .any(|s| s.tag == format!("task-{previous}-post"))
-    {
-        format!("task-{previous}-post")
-    } else {
-        format!("task {previous} (it did not complete)")
-    };
-    let task_text = task_template(number, &previous_ref, message);
+    let task_text = task_md(number, &previous_ref, message, parsed, clarification);
     files.write(&files.task(), &task_text)?;
     if files.read(&files.origin())?.is_none() {
         files.write(
@@ -202,30 +228,6 @@ pub fn begin_task(
         history_line,
         task_text,
     })
-}
-
-/// The template form of `task.md` (spec 1 §5, option B): the raw message with empty
-/// structure the agent fills in while planning.
-fn task_template(number: u32, previous: &str, message: &str) -> String {
-    let quoted: String = message
-        .trim_end()
-        .lines()
-        .map(|l| format!("> {l}\n"))
-        .collect();
-    format!(
-        "# Task\nType: pending\nPrevious: {previous}\nCounter: {number}\n\n## Raw Message\n{quoted}\n\
-## Requirements (fill these in during planning)\n- [ ] ...\n\n\
-## Scope (declare what's preserved)\n- PRESERVE: ...\n- AFFECTED FILES: ...\n"
-    )
-}
-
-/// The raw message quoted in a `task.md` (for the history line when there is no summary).
-fn task_message(task_md: &str) -> String {
-    task_md
-        .lines()
-        .filter_map(|l| l.strip_prefix("> ").or_else(|| l.strip_prefix('>')))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// End task `number`: record its status and, when its evidence was verified, snapshot
@@ -253,7 +255,7 @@ pub fn finish_task(
         return Ok(None);
     }
     let task = files.read(&files.task())?.unwrap_or_default();
-    let what = headline(&task_message(&task));
+    let what = headline(&quoted_message(&task));
     Ok(Some(snaps.save(&SaveRequest {
         kind: Kind::TaskPost,
         task: Some(number),
@@ -305,12 +307,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn template_quotes_the_message_and_history_reads_it_back() {
-        let t = task_template(3, "task-2-post", "refine copy\nadd 2 drinks\n");
-        assert!(t.contains("Counter: 3\n"));
-        assert!(t.contains("Previous: task-2-post\n"));
-        assert!(t.contains("> refine copy\n> add 2 drinks\n"));
-        assert_eq!(task_message(&t), "refine copy\nadd 2 drinks");
+    fn headline_takes_the_first_line() {
         assert_eq!(headline("\n# Done: added mul\nmore"), "Done: added mul");
     }
 }

@@ -35,16 +35,27 @@ pub fn run(args: AnswerArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     }
     let d = ws.answer(&text).map_err(user)?;
     if args.json {
-        print_json(
-            &serde_json::json!({ "question": d.question, "answer": d.answer, "file": ws.decide_file() }),
-        )?;
+        print_json(&serde_json::json!({
+            "question": d.question,
+            "answer": d.answer,
+            "file": ws.decide_file(),
+            "task_message": d.task_message,
+            "next": if d.task_message.is_some() { "taskdaemon task" } else { "taskdaemon run --resume" },
+        }))?;
         return Ok(0);
     }
     println!("question: {}", d.question);
     println!("answer:   {}", d.answer.unwrap_or_default());
-    println!(
-        "\nwritten to {}. Continue with `taskdaemon run --resume`: the answer goes into the next prompt.",
-        ws.decide_file().display()
-    );
+    if d.task_message.is_some() {
+        println!(
+            "\nwritten to {}. Start the task with `taskdaemon task` (no message needed): the task parser reads the answer.",
+            ws.decide_file().display()
+        );
+    } else {
+        println!(
+            "\nwritten to {}. Continue with `taskdaemon run --resume`: the answer goes into the next prompt.",
+            ws.decide_file().display()
+        );
+    }
     Ok(0)
 }

@@ -90,7 +90,7 @@ pub struct RunFlags {
     pub kill_grace: Option<Dur>,
 }
 
-fn dur(s: &str) -> Result<Dur, String> {
+pub(crate) fn dur(s: &str) -> Result<Dur, String> {
     parse_duration(s).map(Dur)
 }
 
@@ -111,6 +111,7 @@ impl RunFlags {
             max_cost: self.max_cost,
             completion_promise: self.completion_promise.clone(),
             kill_grace: self.kill_grace,
+            ..Settings::default()
         }
     }
 }
@@ -138,7 +139,7 @@ impl RunArgs {
 
 pub fn run(args: RunArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let (dir, ws) = ctx.workspace()?;
-    if let Some(code) = refuse_if_waiting_for_a_human(&ws)? {
+    if let Some(code) = refuse_if_waiting_for_a_human(&ws, false)? {
         return Ok(code);
     }
     let _lock = ws.lock().map_err(user)?;
@@ -156,10 +157,9 @@ pub fn run(args: RunArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         let task = args.task()?.ok_or_else(|| {
             user("no task given\n  hint: `taskdaemon run \"what to do\"`, `taskdaemon run -f task.md`, or `taskdaemon run --resume`")
         })?;
-        (
-            new_state(&dir, &ws, task, &flags, ctx.config.as_deref())?,
-            false,
-        )
+        let settings = settings(&dir, &flags, ctx.config.as_deref())?;
+        let cfg = resolve(&dir, task, &settings)?;
+        (new_state(&dir, &ws, cfg)?, false)
     };
     let task = state.task;
     let (outcome, summary) = drive(&ws, state, resumed, args.json)?;
@@ -177,8 +177,13 @@ pub(crate) fn hold_for_loop(dir: &Path) -> anyhow::Result<std::fs::File> {
         .map_err(user)
 }
 
-/// BLOCKED and an unanswered DECIDE stop a run from starting, with what to do.
-pub(crate) fn refuse_if_waiting_for_a_human(ws: &Workspace) -> anyhow::Result<Option<i32>> {
+/// BLOCKED and an unanswered DECIDE stop a run from starting, with what to do. A question
+/// of the task parser is about a task that has not started: only `taskdaemon task` (with
+/// `for_task`) goes on once it is answered.
+pub(crate) fn refuse_if_waiting_for_a_human(
+    ws: &Workspace,
+    for_task: bool,
+) -> anyhow::Result<Option<i32>> {
     if let Some(text) = ws.read_blocked().map_err(user)? {
         eprintln!(
             "taskdaemon: not starting: the loop is blocked ({}):\n{}\n  hint: resolve it, then `taskdaemon unblock` and `taskdaemon run --resume`",
@@ -187,20 +192,38 @@ pub(crate) fn refuse_if_waiting_for_a_human(ws: &Workspace) -> anyhow::Result<Op
         );
         return Ok(Some(exit_code::BLOCKED));
     }
-    if let Some(d) = ws.read_decide().map_err(user)?
-        && d.answer.is_none()
-    {
-        eprintln!(
-            "taskdaemon: not starting: the agent asked a question that has no answer yet ({}):\n{}\n  hint: `taskdaemon answer \"your decision\"`, then `taskdaemon run --resume`",
-            ws.decide_file().display(),
-            indent(&d.question)
-        );
-        return Ok(Some(exit_code::DECIDE));
+    let Some(d) = ws.read_decide().map_err(user)? else {
+        return Ok(None);
+    };
+    match (&d.task_message, &d.answer) {
+        (Some(_), None) => {
+            eprintln!(
+                "taskdaemon: not starting: the task parser asked a question about the next task that has no answer yet ({}):\n{}\n  hint: `taskdaemon answer \"your decision\"`, then `taskdaemon task` (it takes the task's message from that file)",
+                ws.decide_file().display(),
+                indent(&d.question)
+            );
+            Ok(Some(exit_code::DECIDE))
+        }
+        (Some(_), Some(_)) if !for_task => {
+            eprintln!(
+                "taskdaemon: not starting: {} holds an answered question of the task parser about a task that has not started\n  hint: start that task with `taskdaemon task`, or delete the file to drop it",
+                ws.decide_file().display()
+            );
+            Ok(Some(exit_code::DECIDE))
+        }
+        (None, None) => {
+            eprintln!(
+                "taskdaemon: not starting: the agent asked a question that has no answer yet ({}):\n{}\n  hint: `taskdaemon answer \"your decision\"`, then `taskdaemon run --resume`",
+                ws.decide_file().display(),
+                indent(&d.question)
+            );
+            Ok(Some(exit_code::DECIDE))
+        }
+        _ => Ok(None),
     }
-    Ok(None)
 }
 
-fn indent(s: &str) -> String {
+pub(crate) fn indent(s: &str) -> String {
     s.lines()
         .map(|l| format!("    {l}"))
         .collect::<Vec<_>>()
@@ -230,22 +253,29 @@ fn resume_state(ws: &Workspace, flags: &Settings) -> anyhow::Result<RunState> {
     Ok(st)
 }
 
-pub(crate) fn new_state(
+/// The settings layers (user file, project file or `--config`) under `flags`.
+pub(crate) fn settings(
     dir: &Path,
-    ws: &Workspace,
-    task: String,
     flags: &Settings,
     explicit_config: Option<&Path>,
-) -> anyhow::Result<RunState> {
+) -> anyhow::Result<Settings> {
     let files = config::load_layers(dir, explicit_config).map_err(user)?;
-    let settings = files.merge(flags.clone());
+    Ok(files.merge(flags.clone()))
+}
+
+/// The run's configuration, checked (loop type, agent, values) before anything changes.
+pub(crate) fn resolve(dir: &Path, task: String, settings: &Settings) -> anyhow::Result<RunConfig> {
     let user_loops = config::user_config_dir().map(|d| d.join("loops"));
     let registry = Registry::load(
         user_loops.as_deref(),
         &dir.join(".taskdaemon").join("loops"),
     )
     .map_err(user)?;
-    let cfg = RunConfig::resolve(dir, task, &settings, &registry).map_err(user)?;
+    RunConfig::resolve(dir, task, settings, &registry).map_err(user)
+}
+
+/// A new run of `cfg`; the logs of an earlier run move aside.
+pub(crate) fn new_state(dir: &Path, ws: &Workspace, cfg: RunConfig) -> anyhow::Result<RunState> {
     let git = Git::new(dir);
     let head = git.head().map_err(user)?;
     // Keep the logs of an earlier run: they move under logs/<its run id>/ (or
@@ -329,7 +359,7 @@ pub fn drive(
     })
 }
 
-fn spawn_signal_handler(cancel: CancellationToken) -> anyhow::Result<()> {
+pub(crate) fn spawn_signal_handler(cancel: CancellationToken) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
