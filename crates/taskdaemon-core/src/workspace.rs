@@ -90,6 +90,11 @@ impl Workspace {
     pub fn progress_notes(&self) -> PathBuf {
         self.root.join("progress.md")
     }
+    /// `.ralph/task.md`, as the task parser wrote it.
+    pub fn read_task_md(&self) -> Result<Option<String>, WorkspaceError> {
+        let p = self.root.join("task.md");
+        read_optional(&p).map_err(io(&p))
+    }
     /// The harness's feedback to the agent (gates, stall recovery).
     pub fn feedback_file(&self) -> PathBuf {
         self.root.join("feedback.md")

@@ -258,3 +258,40 @@ fn scenarios_traced_in_spec_4() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(outcomes(&env), ["complete"]);
 }
+
+#[test]
+fn stall_recovery_names_the_plan_section_and_its_marker() {
+    let env = project();
+    let repo = env.repo();
+    let a = env.script(
+        "a.yaml",
+        &format!(
+            "format: stream-json\nafter-last: repeat-last\niterations:\n  - steps:\n      - write: {{ path: .ralph/plan.md, content: {PLAN:?} }}\n      - commit: plan\n  - steps:\n      - write: {{ path: src/flavors.ts, content: {fl:?} }}\n      - say: retrying\n",
+            fl = flavors(EIGHT)
+        ),
+    );
+    let r = env.run(&[
+        "task",
+        "add 2 nighttime drinks",
+        "--agent",
+        &a,
+        "--validate",
+        "false",
+        "--max-iterations",
+        "4",
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let fb = std::fs::read_to_string(repo.join(".ralph/feedback.md")).unwrap();
+    assert!(fb.contains("## Stall Recovery (iteration 4)"), "{fb}");
+    assert!(
+        fb.contains("You appear stuck on section `features` of the plan (marker [ADD]: 2 nighttime drink flavors"),
+        "{fb}"
+    );
+    assert!(
+        fb.contains("do not modify or convert existing items"),
+        "{fb}"
+    );
+    // The mutation/fresh instructions reached the prompt.
+    let p1 = std::fs::read_to_string(repo.join(".ralph/logs/iteration-001.prompt.md")).unwrap();
+    assert!(p1.contains("TASK-1"), "{p1}");
+}

@@ -25,6 +25,39 @@ pub enum PromptError {
     Workspace(#[from] WorkspaceError),
 }
 
+/// What the agent is told about the plan, by the task's type (spec 1 §5–§6): a mutation
+/// updates the existing plan with markers, a fresh task writes one first, a bugfix leaves it.
+pub fn plan_instructions(task_md: &str) -> String {
+    let field = |name: &str| {
+        task_md
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    let n = field("Counter:");
+    let n = if n.is_empty() { "N".to_string() } else { n };
+    match field("Type:").as_str() {
+        "mutation" => format!(
+            "## Plan update (a mutation task: you are UPDATING the existing plan, not starting over)
+1. Read `.ralph/plan.md` (or `plan.tsx`), `.ralph/task.md` and `.ralph/task-history.md`.
+2. For each requirement, find its section and add a marker comment: `<!-- TASK-{n} [ADD|MODIFY|FIX|REMOVE]: description -->`. An ADD says how many new items: `<!-- TASK-{n} [ADD]: 2 nighttime flavors -->`. A FIX may name its proof: `… check: npm test -- toggle`.
+3. Sections the task does not concern get `<!-- NO CHANGES for task-{n} -->`.
+4. Items to keep get `<!-- EXISTING 8 flavors PRESERVED -->`, with their count.
+5. A new area gets a new `## section` with an [ADD] marker. Never remove a section without a [REMOVE] requirement.
+6. Every section names its files: `Files: src/data/flavors.ts`.
+The markers are your contract: before a completion counts, the harness checks them against the project as it was before this task (exact counts for ADD, nothing lost where PRESERVED). `taskdaemon plan update` writes the markers from task.md for you; `taskdaemon plan validate` checks the plan."
+        ),
+        "fresh" => format!(
+            "## Plan first (a fresh task)
+Write `.ralph/plan.md` before building: one `## section` per part of the work, each with `Files: …` and a marker `<!-- TASK-{n} [ADD]: what it adds -->`. The harness validates the plan at the top of the next iteration and then switches to the build phase; a completion claim before that is ignored. `taskdaemon plan validate` checks it."
+        ),
+        "bugfix" => "## A bug fix
+Do not update the plan: reproduce the bug, fix it, prove it with the tests, commit.".to_string(),
+        _ => String::new(),
+    }
+}
+
 pub fn variables(
     t: &PromptTemplate,
     st: &RunState,
@@ -79,6 +112,14 @@ pub fn variables(
         String::new()
     };
     set("feedback", json!(feedback));
+    let plan_instructions = if t.uses("plan-instructions") && st.task.is_some() {
+        ws.read_task_md()?
+            .map(|t| plan_instructions(&t))
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
+    set("plan-instructions", json!(plan_instructions));
     let status = if t.uses("git-status") {
         bound_text(&git.status_porcelain()?, MAX_STATUS)
     } else {
@@ -92,4 +133,22 @@ pub fn variables(
     };
     set("git-diff", json!(diff));
     Ok(Value::Object(m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plan_instructions;
+
+    #[test]
+    fn plan_instructions_follow_the_task_type() {
+        let m = plan_instructions("# Task: x\nType: mutation\nPrevious: task-2-post\nCounter: 3\n");
+        assert!(
+            m.contains("`<!-- TASK-3 [ADD|MODIFY|FIX|REMOVE]: description -->`"),
+            "{m}"
+        );
+        assert!(m.contains("NO CHANGES for task-3"));
+        assert!(plan_instructions("Type: fresh\nCounter: 1\n").contains("Plan first"));
+        assert!(plan_instructions("Type: bugfix\n").contains("Do not update the plan"));
+        assert_eq!(plan_instructions("Type: pending\n"), "");
+    }
 }

@@ -408,7 +408,10 @@ mod tests {
         let all = plan.validate(problems);
         let lines: Vec<usize> = all.iter().map(|p| p.line).collect();
         assert_eq!(lines, [2, 3, 4, 5, 6], "{all:?}");
-        let (flat, p) = Plan::parse(Path::new("plan.md"), "# Plan\n- step one\n<!-- TASK-1 [ADD]: x -->\n");
+        let (flat, p) = Plan::parse(
+            Path::new("plan.md"),
+            "# Plan\n- step one\n<!-- TASK-1 [ADD]: x -->\n",
+        );
         assert!(flat.validate(p).is_empty());
         assert_eq!(flat.sections[0].name, "plan");
         assert_eq!(flat.sections[0].markers.len(), 1);

@@ -21,6 +21,7 @@ pub const VARIABLES: &[&str] = &[
     "decision",
     "completion-promise",
     "feedback",
+    "plan-instructions",
 ];
 
 /// Helpers Handlebars ships; a name in this list is not a variable.
