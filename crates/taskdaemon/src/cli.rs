@@ -52,7 +52,7 @@ pub enum Command {
     Archive(commands::archive::ArchiveArgs),
     /// Make a scratch repository and run a scripted loop in it (no API key, no network).
     Demo(commands::demo::DemoArgs),
-    /// Create plans: `taskdaemon plan new TITLE`.
+    /// Plans: `plan new TITLE` (a record); `plan validate|show|diff|update` (the .ralph plan file).
     Plan(commands::plan::PlanArgs),
     /// Create specs: `taskdaemon spec new TITLE --parent PLAN`.
     Spec(commands::spec::SpecArgs),

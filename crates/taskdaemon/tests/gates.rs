@@ -295,3 +295,99 @@ fn stall_recovery_names_the_plan_section_and_its_marker() {
     let p1 = std::fs::read_to_string(repo.join(".ralph/logs/iteration-001.prompt.md")).unwrap();
     assert!(p1.contains("TASK-1"), "{p1}");
 }
+
+#[test]
+fn plan_update_validate_show_and_diff_from_the_cli() {
+    let env = project();
+    let repo = env.repo();
+    let idle = env.script(
+        "idle.yaml",
+        "iterations:\n  - steps: [ { say: looking } ]\n",
+    );
+    let r = env.run(&[
+        "task",
+        "add 2 more drinks to the flavors",
+        "--agent",
+        &idle,
+        "--validate",
+        "false",
+        "--max-iterations",
+        "1",
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    std::fs::write(
+        repo.join(".ralph/plan.md"),
+        "# Plan\n\n## flavors\nFiles: src/flavors.ts\n\n## store\nFiles: src/store.ts\n",
+    )
+    .unwrap();
+    let r = env.run(&["plan", "update"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("`flavors`: TASK-1 [ADD]:"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("`flavors`: EXISTING 8 items PRESERVED"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("`store`: NO CHANGES for task-1"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(
+        env.run(&["plan", "update"]).stdout.trim_end(),
+        format!(
+            "{}: already up to date for task 1",
+            repo.join(".ralph/plan.md").display()
+        )
+    );
+    let archived = std::fs::read_dir(repo.join(".ralph/archive"))
+        .unwrap()
+        .count();
+    assert_eq!(archived, 1, "the plan before the update is kept");
+
+    let r = env.run(&["plan", "validate"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("valid (2 sections"), "{}", r.stdout);
+    let show = env.run(&["plan", "show", "flavors", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&show.stdout).unwrap();
+    assert_eq!(v[0]["markers"][0]["kind"], "add");
+    assert_eq!(v[0]["markers"][0]["count"], 2);
+
+    let mut ten = EIGHT.to_vec();
+    ten.extend(["Moonlit Calm", "Deep Rest"]);
+    std::fs::write(repo.join("src/flavors.ts"), flavors(&ten)).unwrap();
+    let d = env.run(&["plan", "diff"]);
+    assert_eq!(d.code, 0, "{}", d.stderr);
+    assert!(
+        d.stdout
+            .contains("ok   ADD 2 in `flavors`: 8 + 2 = 10 items"),
+        "{}",
+        d.stdout
+    );
+    assert!(
+        d.stdout.contains("ok   PRESERVED in `flavors`"),
+        "{}",
+        d.stdout
+    );
+
+    std::fs::write(
+        repo.join(".ralph/plan.md"),
+        "## a\n<!-- TASK-1 [CONVERT]: x -->\n",
+    )
+    .unwrap();
+    let r = env.run(&["plan", "validate"]);
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stdout
+            .contains("plan.md:2: `TASK-1 [CONVERT]: x`: the marker must be one of"),
+        "{}",
+        r.stdout
+    );
+    let r = env.run(&["plan", "show", "nope"]);
+    assert_eq!(r.code, 64);
+    assert!(r.stderr.contains("its sections are: a"), "{}", r.stderr);
+}

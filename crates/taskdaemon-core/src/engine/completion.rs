@@ -5,14 +5,14 @@
 //! `task-N-pre`, exit 5). Soft failures are only reported.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tokio_util::sync::CancellationToken;
 
 use super::state::{RunConfig, RunState};
 use super::{EngineContext, EngineError, EngineEvent};
 use crate::gates::phase;
-use crate::gates::scope::{GateResult, ScopeWorld, Severity, scope_gates};
+use crate::gates::scope::{GateResult, GitWorld, Severity, scope_gates};
 use crate::gates::{Validation, run_validation};
 use crate::git::Git;
 use crate::git::snapshot::{Kind, Snapshots};
@@ -32,32 +32,6 @@ pub enum Verdict {
     Abort {
         reason: String,
     },
-}
-
-struct World {
-    workdir: PathBuf,
-    git: Git,
-    baseline: String,
-    checks: HashMap<String, bool>,
-}
-
-impl ScopeWorld for World {
-    fn before(&self, path: &str) -> Option<String> {
-        let out = self
-            .git
-            .call(&["show", &format!("{}:./{path}", self.baseline)])
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-    fn now(&self, path: &str) -> Option<String> {
-        std::fs::read_to_string(self.workdir.join(path)).ok()
-    }
-    fn check_passes(&self, command: &str) -> bool {
-        self.checks.get(command).copied().unwrap_or(false)
-    }
 }
 
 fn io(what: String) -> impl FnOnce(std::io::Error) -> EngineError {
@@ -186,7 +160,7 @@ async fn scope(
             checks.insert(cmd.clone(), v.passed);
         }
     }
-    let world = World {
+    let world = GitWorld {
         workdir: workdir.clone(),
         git: Git::new(Path::new(workdir)),
         baseline: format!("{}^{{commit}}", pre.commit),

@@ -52,6 +52,35 @@ pub trait ScopeWorld {
     fn check_passes(&self, command: &str) -> bool;
 }
 
+/// The real world: files at a baseline commit (`git show`), files on disk, and FIX checks
+/// already run (a check not in `checks` counts as failing).
+pub struct GitWorld {
+    pub workdir: std::path::PathBuf,
+    pub git: crate::git::Git,
+    /// A revision, e.g. `<snapshot commit>^{commit}`.
+    pub baseline: String,
+    pub checks: std::collections::HashMap<String, bool>,
+}
+
+impl ScopeWorld for GitWorld {
+    fn before(&self, path: &str) -> Option<String> {
+        let out = self
+            .git
+            .call(&["show", &format!("{}:./{path}", self.baseline)])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+    fn now(&self, path: &str) -> Option<String> {
+        std::fs::read_to_string(self.workdir.join(path)).ok()
+    }
+    fn check_passes(&self, command: &str) -> bool {
+        self.checks.get(command).copied().unwrap_or(false)
+    }
+}
+
 /// Every gate the markers of task `task` ask for, in plan order.
 pub fn scope_gates(plan: &Plan, task: u32, world: &dyn ScopeWorld) -> Vec<GateResult> {
     plan.marked_for(task)

@@ -6,6 +6,7 @@
 mod files;
 pub mod parser;
 pub mod plan;
+pub mod plan_update;
 pub mod stall;
 mod task;
 

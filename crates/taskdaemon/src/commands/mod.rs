@@ -9,6 +9,7 @@ pub mod list;
 pub mod loops;
 pub mod merge_store;
 pub mod plan;
+pub mod plan_file;
 pub mod run;
 pub mod script_agent;
 pub mod show;

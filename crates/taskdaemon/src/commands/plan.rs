@@ -1,4 +1,5 @@
-//! `taskdaemon plan new TITLE [--file F] [--deps REF…]`
+//! `taskdaemon plan new TITLE [--file F] [--deps REF…]` (a plan record in the store); the
+//! plan-file subcommands (`validate`, `show`, `diff`, `update`) are in `plan_file.rs`.
 
 use std::path::PathBuf;
 
@@ -18,8 +19,16 @@ pub struct PlanArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum PlanCommand {
-    /// Create a plan (status draft).
+    /// Create a plan record (status draft).
     New(PlanNewArgs),
+    /// Check the plan file (.ralph/plan.md or plan.tsx): sections, markers; exit 1 with every problem.
+    Validate(super::plan_file::PlanFileArgs),
+    /// The plan's sections with their files and markers, or one section whole.
+    Show(super::plan_file::ShowArgs),
+    /// Plan vs implementation: the scope gates of task N's markers against task-N-pre.
+    Diff(super::plan_file::DiffArgs),
+    /// Write task.md's requirements into the plan as TASK-N markers (the old plan goes to .ralph/archive/).
+    Update(super::plan_file::PlanFileArgs),
 }
 
 #[derive(Debug, Args)]
@@ -39,7 +48,13 @@ pub struct PlanNewArgs {
 }
 
 pub fn run(args: PlanArgs, ctx: &Ctx) -> anyhow::Result<i32> {
-    let PlanCommand::New(a) = args.command;
+    let a = match args.command {
+        PlanCommand::New(a) => a,
+        PlanCommand::Validate(a) => return super::plan_file::validate(a, ctx),
+        PlanCommand::Show(a) => return super::plan_file::show(a, ctx),
+        PlanCommand::Diff(a) => return super::plan_file::diff(a, ctx),
+        PlanCommand::Update(a) => return super::plan_file::update(a, ctx),
+    };
     let mut records = open_records(ctx, StoreOptions::default())?;
     let base = ctx.workdir()?;
     let deps = resolve_all(&records, &a.deps)?;

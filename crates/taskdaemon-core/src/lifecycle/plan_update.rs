@@ -1,0 +1,277 @@
+//! `plan update` (spec 1 §6): the structured `task.md` of task N turned into change markers
+//! in the existing plan. Each requirement goes to the section it names best (words of the
+//! section's name and files), or to a new section; sections no requirement touches get
+//! `NO CHANGES for task-N`; what an ADD adds to gets `EXISTING n … PRESERVED` with the count
+//! of its files today. Running it twice changes nothing the second time.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use super::plan::{MarkerKind, Plan, PlanFormat};
+use crate::gates::count::count_items;
+
+/// One requirement of `task.md`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Requirement {
+    pub kind: MarkerKind,
+    pub text: String,
+}
+
+/// The task number and requirements of a `task.md` in the parser's format.
+pub fn task_requirements(task_md: &str) -> (Option<u32>, Vec<Requirement>) {
+    let counter = task_md
+        .lines()
+        .find_map(|l| l.strip_prefix("Counter:"))
+        .and_then(|v| v.trim().parse().ok());
+    let reqs = task_md
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim().strip_prefix("- ")?;
+            let (kind, rest) = [
+                ("[ADD]", MarkerKind::Add),
+                ("[MODIFY]", MarkerKind::Modify),
+                ("[FIX]", MarkerKind::Fix),
+                ("[REMOVE]", MarkerKind::Remove),
+            ]
+            .into_iter()
+            .find_map(|(p, k)| l.strip_prefix(p).map(|r| (k, r)))?;
+            let text = rest.trim().to_string();
+            (!text.is_empty() && text != "...").then_some(Requirement { kind, text })
+        })
+        .collect();
+    (counter, reqs)
+}
+
+fn words(text: &str) -> BTreeSet<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .flat_map(split_camel)
+        .map(|w| w.to_lowercase())
+        .map(|w| w.strip_suffix('s').map(str::to_string).unwrap_or(w))
+        .filter(|w| w.len() >= 3 && !STOP.contains(&w.as_str()))
+        .collect()
+}
+
+fn split_camel(w: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    for c in w.chars() {
+        if c.is_uppercase() && out.last().is_some_and(|s| !s.is_empty()) {
+            out.push(String::new());
+        }
+        if let Some(last) = out.last_mut() {
+            last.push(c);
+        }
+    }
+    out
+}
+
+const STOP: &[&str] = &[
+    "the",
+    "and",
+    "for",
+    "with",
+    "add",
+    "new",
+    "more",
+    "fix",
+    "make",
+    "from",
+    "into",
+    "that",
+    "this",
+    "not",
+    "existing",
+    "keep",
+    "all",
+    "src",
+    "component",
+    "tsx",
+    "ts",
+    "js",
+    "index",
+    "modify",
+    "remove",
+    "update",
+    "change",
+    "refine",
+    "one",
+    "them",
+    "they",
+    "working",
+];
+
+/// The result of an update: the new text and what changed, one line each.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Update {
+    pub text: String,
+    pub changes: Vec<String>,
+}
+
+/// Put task `n`'s requirements into `plan_text` as markers. `read` gives a file of the work
+/// tree (for the counts of PRESERVED).
+pub fn update_plan(
+    path: &Path,
+    plan_text: &str,
+    n: u32,
+    reqs: &[Requirement],
+    read: &dyn Fn(&str) -> Option<String>,
+) -> Update {
+    let (plan, _) = Plan::parse(path, plan_text);
+    let comment = |body: &str| match plan.format {
+        PlanFormat::Markdown => format!("<!-- {body} -->"),
+        PlanFormat::Tsx => format!("{{/* {body} */}}"),
+    };
+    // Insertions after a line (1-based), and new sections at the end.
+    let mut after: Vec<(usize, String)> = Vec::new();
+    let mut appended: Vec<String> = Vec::new();
+    let mut changes = Vec::new();
+    let mut touched: BTreeSet<String> = BTreeSet::new();
+    let has = |section: &str, kind: MarkerKind, text: &str| {
+        plan.section(section).is_some_and(|s| {
+            s.markers
+                .iter()
+                .any(|m| m.kind == kind && m.task == Some(n) && (text.is_empty() || m.text == text))
+        })
+    };
+    // The line after which a section's markers go: its heading, then its `Files:` line.
+    let anchor = |name: &str| -> usize {
+        let Some(s) = plan.section(name) else {
+            return 0;
+        };
+        let files_line = s
+            .body
+            .lines()
+            .position(|l| {
+                l.trim()
+                    .trim_start_matches(['-', '*'])
+                    .trim()
+                    .starts_with("Files:")
+            })
+            .map(|i| s.line + 1 + i);
+        files_line.unwrap_or(s.line)
+    };
+    for r in reqs {
+        let rw = words(&r.text);
+        let best = plan
+            .sections
+            .iter()
+            .map(|s| {
+                let mut sw = words(&s.name);
+                for f in &s.files {
+                    sw.extend(words(f));
+                }
+                (rw.intersection(&sw).count(), s)
+            })
+            .filter(|(score, _)| *score > 0)
+            .max_by_key(|(score, s)| (*score, std::cmp::Reverse(s.line)));
+        let marker = format!("TASK-{n} [{}]: {}", r.kind.label(), r.text);
+        match best {
+            Some((_, s)) => {
+                touched.insert(s.name.clone());
+                if has(&s.name, r.kind, &r.text) {
+                    continue;
+                }
+                after.push((anchor(&s.name), comment(&marker)));
+                changes.push(format!("`{}`: {marker}", s.name));
+                if r.kind == MarkerKind::Add
+                    && !s.files.is_empty()
+                    && !s.markers.iter().any(|m| m.kind == MarkerKind::Preserved)
+                {
+                    let count: usize = s
+                        .files
+                        .iter()
+                        .filter_map(|f| read(f).map(|t| count_items(f, &t)))
+                        .sum();
+                    if count > 0 {
+                        let keep =
+                            format!("EXISTING {count} items PRESERVED — do not remove or convert");
+                        after.push((anchor(&s.name), comment(&keep)));
+                        changes.push(format!("`{}`: {keep}", s.name));
+                    }
+                }
+            }
+            None => {
+                let name: Vec<&str> = r.text.split_whitespace().take(5).collect();
+                let name = name.join(" ").trim_end_matches([',', '.', ';']).to_string();
+                let block = match plan.format {
+                    PlanFormat::Markdown => format!("\n## {name}\n{}\n", comment(&marker)),
+                    PlanFormat::Tsx => format!(
+                        "  <Section gumdrop=\"{}\">\n    {}\n  </Section>\n",
+                        name.to_lowercase().replace(' ', "-"),
+                        comment(&marker)
+                    ),
+                };
+                appended.push(block);
+                changes.push(format!("new section `{name}`: {marker}"));
+            }
+        }
+    }
+    for s in &plan.sections {
+        if !touched.contains(&s.name) && !has(&s.name, MarkerKind::NoChanges, "") {
+            let m = format!("NO CHANGES for task-{n}");
+            after.push((s.line, comment(&m)));
+            changes.push(format!("`{}`: {m}", s.name));
+        }
+    }
+    let mut out = String::new();
+    for (i, line) in plan_text.lines().enumerate() {
+        if plan.format == PlanFormat::Tsx && line.trim() == "</App>" {
+            for b in &appended {
+                out.push_str(b);
+            }
+            appended.clear();
+        }
+        out.push_str(line);
+        out.push('\n');
+        for (_, c) in after.iter().filter(|(at, _)| *at == i + 1) {
+            out.push_str(c);
+            out.push('\n');
+        }
+    }
+    for b in appended {
+        out.push_str(&b);
+    }
+    Update { text: out, changes }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PLAN: &str = "# Plan: VIBRANT ENERGY\n\n## hero\nFiles: src/components/HeroSection.tsx\n\n## features\nFiles: src/data/flavors.ts\n\n## store\nFiles: src/pages/Store.tsx\n";
+    const TASK: &str = "# Task: x\nType: mutation\nCounter: 3\n\n## Requirements\n- [MODIFY] Refine hero copy — less generic\n- [ADD] Add 2 more drinks for nighttime (2 new flavors)\n- [FIX] Theme toggle not switching moods\n\n## Scope\n- PRESERVE: All existing drinks\n";
+
+    #[test]
+    fn requirements_land_in_their_sections_and_the_rest_is_no_changes() {
+        let (n, reqs) = task_requirements(TASK);
+        assert_eq!(n, Some(3));
+        assert_eq!(reqs.len(), 3);
+        let read = |f: &str| {
+            (f == "src/data/flavors.ts")
+                .then(|| "export const f = [1, 2, 3, 4, 5, 6, 7, 8];".to_string())
+        };
+        let u = update_plan(Path::new("plan.md"), PLAN, 3, &reqs, &read);
+        let (plan, problems) = Plan::parse(Path::new("plan.md"), &u.text);
+        assert!(plan.validate(problems).is_empty(), "{}", u.text);
+        let hero = plan.section("hero").unwrap();
+        assert_eq!(hero.markers[0].kind, MarkerKind::Modify);
+        let features = plan.section("features").unwrap();
+        assert_eq!(features.markers[0].kind, MarkerKind::Add);
+        assert_eq!(features.markers[0].count, Some(2));
+        assert_eq!(features.markers[1].kind, MarkerKind::Preserved);
+        assert_eq!(features.markers[1].count, Some(8));
+        assert_eq!(
+            plan.section("store").unwrap().markers[0].kind,
+            MarkerKind::NoChanges
+        );
+        // The FIX names no section: a new one.
+        assert!(
+            plan.section("Theme toggle not switching moods").is_some(),
+            "{}",
+            u.text
+        );
+        // Idempotent.
+        let again = update_plan(Path::new("plan.md"), &u.text, 3, &reqs, &read);
+        assert!(again.changes.is_empty(), "{:?}", again.changes);
+        assert_eq!(again.text, u.text);
+    }
+}
