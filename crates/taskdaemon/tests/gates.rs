@@ -6,6 +6,14 @@ mod harness;
 
 use harness::{Env, csv_rows, git};
 
+/// The outcome column of every summary.csv row, in order.
+fn outcomes(repo: &std::path::Path) -> Vec<String> {
+    csv_rows(repo)
+        .iter()
+        .map(|r| r["outcome"].clone())
+        .collect()
+}
+
 fn flavors(names: &[&str]) -> String {
     let items: Vec<String> = names
         .iter()
@@ -79,11 +87,7 @@ fn converting_four_of_eight_fails_the_scope_gate_and_adding_two_passes() {
         "{}",
         r.stderr
     );
-    let outcomes: Vec<String> = csv_rows(&repo)
-        .iter()
-        .map(|r| r["outcome"].clone())
-        .collect();
-    assert_eq!(outcomes, ["plan-phase", "rejected", "rejected"]);
+    assert_eq!(outcomes(&repo), ["plan-phase", "rejected", "rejected"]);
     assert_eq!(
         std::fs::read_to_string(repo.join(".ralph/phase.txt")).unwrap(),
         "build\n"
@@ -117,11 +121,7 @@ fn converting_four_of_eight_fails_the_scope_gate_and_adding_two_passes() {
         "{}",
         r.stderr
     );
-    let outcomes: Vec<String> = csv_rows(&env.repo())
-        .iter()
-        .map(|r| r["outcome"].clone())
-        .collect();
-    assert_eq!(outcomes, ["plan-phase", "complete"]);
+    assert_eq!(outcomes(&env.repo()), ["plan-phase", "complete"]);
     assert!(git(&env.repo(), &["tag", "--list"]).contains("task-1-post"));
 }
 
@@ -159,12 +159,8 @@ fn five_rejected_completions_abort_the_task_and_roll_back() {
         "{}",
         r.stderr
     );
-    let outcomes: Vec<String> = csv_rows(&repo)
-        .iter()
-        .map(|r| r["outcome"].clone())
-        .collect();
     assert_eq!(
-        outcomes,
+        outcomes(&repo),
         [
             "plan-phase",
             "rejected",
@@ -195,23 +191,13 @@ fn tasks_without_a_plan_pass_straight_through() {
     );
     let r = env.run(&["task", "add x", "--agent", &agent, "--validate", "true"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let outcomes: Vec<String> = csv_rows(&env.repo())
-        .iter()
-        .map(|r| r["outcome"].clone())
-        .collect();
-    assert_eq!(outcomes, ["complete"]);
+    assert_eq!(outcomes(&env.repo()), ["complete"]);
 }
 
 /// Spec 4 "Scenarios Traced", row by row (rows 4 and 5 are the tests above).
 #[test]
 fn scenarios_traced_in_spec_4() {
     let plan = "## bug\n<!-- TASK-1 [FIX]: the toggle -->\n";
-    let outcomes = |env: &Env| -> Vec<String> {
-        csv_rows(&env.repo())
-            .iter()
-            .map(|r| r["outcome"].clone())
-            .collect()
-    };
     // Rows 1–2: iteration 1 researches (no plan, phase plan); iteration 2 writes the plan;
     // iteration 3's top validates it and flips to build; its completion is honored.
     let env = project();
@@ -235,7 +221,7 @@ fn scenarios_traced_in_spec_4() {
         .map(|e| e["iteration"].as_u64().unwrap())
         .collect();
     assert_eq!(flips, [3], "{}", r.stdout);
-    assert_eq!(outcomes(&env), ["continue", "continue", "complete"]);
+    assert_eq!(outcomes(&env.repo()), ["continue", "continue", "complete"]);
 
     // Row 7: a completion without validation (the promise alone) in the plan phase with a
     // plan is deferred; the next iteration flips to build and honors it.
@@ -246,7 +232,7 @@ fn scenarios_traced_in_spec_4() {
     );
     let r = env.run(&["task", "fix the toggle", "--agent", &a]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(outcomes(&env), ["plan-phase", "complete"]);
+    assert_eq!(outcomes(&env.repo()), ["plan-phase", "complete"]);
 
     // Row 8: no plan, no validation: the promise is honored at once.
     let env = project();
@@ -256,7 +242,7 @@ fn scenarios_traced_in_spec_4() {
     );
     let r = env.run(&["task", "fix the toggle", "--agent", &a]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(outcomes(&env), ["complete"]);
+    assert_eq!(outcomes(&env.repo()), ["complete"]);
 }
 
 #[test]

@@ -93,6 +93,37 @@ fn state(repo: &Path) -> State {
     }
 }
 
+/// `f` while a loop (an agent sleeping in its first iteration) runs in `dir`; the loop is
+/// interrupted afterwards.
+fn while_a_loop_runs<T>(env: &Env, dir: &Path, f: impl FnOnce() -> T) -> T {
+    let mut child = env
+        .cmd()
+        .current_dir(dir)
+        .args([
+            "run",
+            "wait",
+            "--agent",
+            "cmd:sleep 30",
+            "--max-iterations",
+            "1",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    harness::wait_for(
+        &dir.join(".ralph/logs/iteration-001.prompt.md"),
+        std::time::Duration::from_secs(20),
+    );
+    let out = f();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    );
+    let _ = child.wait();
+    out
+}
+
 fn json(env: &Env, args: &[&str]) -> Value {
     let r = env.run(args);
     assert_eq!(r.code, 0, "{args:?}: {}{}", r.stdout, r.stderr);
@@ -589,30 +620,9 @@ fn clear_errors_for_bad_tags_and_refused_rollbacks() {
     git(&repo, &["merge", "--abort"]);
 
     // A loop running in this work tree.
-    let mut child = env
-        .cmd()
-        .args([
-            "run",
-            "wait",
-            "--agent",
-            "cmd:sleep 30",
-            "--max-iterations",
-            "1",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    harness::wait_for(
-        &repo.join(".ralph/logs/iteration-001.prompt.md"),
-        std::time::Duration::from_secs(20),
-    );
-    let r = env.run(&["snapshot", "rollback", "manual-1795262400"]);
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    );
-    let _ = child.wait();
+    let r = while_a_loop_runs(&env, &repo.clone(), || {
+        env.run(&["snapshot", "rollback", "manual-1795262400"])
+    });
     assert_eq!(r.code, 64, "{}", r.stderr);
     assert!(r.stderr.contains("a loop is running"), "{}", r.stderr);
 }
@@ -1024,31 +1034,9 @@ fn a_loop_in_a_subdirectory_blocks_a_rollback_from_the_top() {
     let repo = env.repo();
     let s = json(&env, &["snapshot", "save", "--json"]);
     std::fs::create_dir_all(repo.join("app")).unwrap();
-    let mut child = env
-        .cmd()
-        .current_dir(repo.join("app"))
-        .args([
-            "run",
-            "wait",
-            "--agent",
-            "cmd:sleep 30",
-            "--max-iterations",
-            "1",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    harness::wait_for(
-        &repo.join("app/.ralph/logs/iteration-001.prompt.md"),
-        std::time::Duration::from_secs(20),
-    );
-    let r = env.run(&["snapshot", "rollback", s["tag"].as_str().unwrap()]);
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    );
-    let _ = child.wait();
+    let r = while_a_loop_runs(&env, &repo.join("app"), || {
+        env.run(&["snapshot", "rollback", s["tag"].as_str().unwrap()])
+    });
     assert_eq!(r.code, 64, "{}", r.stderr);
     assert!(r.stderr.contains("a loop is running"), "{}", r.stderr);
 }

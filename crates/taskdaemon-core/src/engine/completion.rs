@@ -15,7 +15,7 @@ use crate::gates::phase;
 use crate::gates::scope::{GateResult, GitWorld, Severity, scope_gates};
 use crate::gates::{Validation, run_validation};
 use crate::git::Git;
-use crate::git::snapshot::{Kind, Snapshots};
+use crate::git::snapshot::Snapshots;
 use crate::lifecycle::plan::{MarkerKind, Plan};
 use crate::workspace::Workspace;
 
@@ -130,11 +130,7 @@ async fn scope(
         return Ok(Vec::new());
     }
     let snaps = Snapshots::open(workdir)?;
-    let Some(pre) = snaps
-        .list()?
-        .into_iter()
-        .rfind(|s| s.kind == Kind::TaskPre && s.task == Some(task))
-    else {
+    let Some(pre) = snaps.task_pre(task)? else {
         return Ok(Vec::new());
     };
     let mut checks = HashMap::new();

@@ -388,6 +388,14 @@ impl Snapshots {
         Ok(snaps)
     }
 
+    /// The snapshot task `n` started from (`task-N-pre`, or its de-duplicated name).
+    pub fn task_pre(&self, n: u32) -> Result<Option<Snapshot>, SnapshotError> {
+        Ok(self
+            .list()?
+            .into_iter()
+            .rfind(|s| s.kind == Kind::TaskPre && s.task == Some(n)))
+    }
+
     /// The snapshot named `tag`, or an error naming the closest snapshots.
     pub fn find(&self, tag: &str) -> Result<Snapshot, SnapshotError> {
         let all = self.list()?;

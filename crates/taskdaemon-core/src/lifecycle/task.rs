@@ -274,10 +274,7 @@ pub fn fail_task(
     cause: &str,
 ) -> Result<Option<Rollback>, LifecycleError> {
     let pre = match task {
-        Some(n) => snaps
-            .list()?
-            .into_iter()
-            .rfind(|s| s.kind == Kind::TaskPre && s.task == Some(n)),
+        Some(n) => snaps.task_pre(n)?,
         None => None,
     };
     let rollback = match &pre {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use taskdaemon_core::gates::scope::{GitWorld, Severity, scope_gates};
 use taskdaemon_core::git::Git;
-use taskdaemon_core::git::snapshot::{Kind, Snapshots};
+use taskdaemon_core::git::snapshot::Snapshots;
 use taskdaemon_core::lifecycle::TaskFiles;
 use taskdaemon_core::lifecycle::plan::Plan;
 use taskdaemon_core::lifecycle::plan_update::{task_requirements, update_plan};
@@ -134,10 +134,8 @@ pub fn diff(args: DiffArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     };
     let snaps = Snapshots::open(&dir).map_err(user)?;
     let pre = snaps
-        .list()
+        .task_pre(task)
         .map_err(user)?
-        .into_iter()
-        .rfind(|s| s.kind == Kind::TaskPre && s.task == Some(task))
         .ok_or_else(|| {
             user(format!(
                 "no task-{task}-pre snapshot to compare with\n  hint: tasks started with `taskdaemon task` have one; pass --task N for another task"

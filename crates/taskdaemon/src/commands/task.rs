@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use taskdaemon_core::clock;
 use taskdaemon_core::engine::{Outcome, exit_code};
 use taskdaemon_core::git::Git;
-use taskdaemon_core::git::snapshot::{Kind, Snapshots};
+use taskdaemon_core::git::snapshot::Snapshots;
 use taskdaemon_core::lifecycle;
 use taskdaemon_core::lifecycle::parser::TaskKind;
 use taskdaemon_core::telemetry::RunSummary;
@@ -214,12 +214,7 @@ pub fn finish(
     let post =
         lifecycle::finish_task(&snaps, ws, number, outcome, summary.iterations).map_err(user)?;
     // The pre snapshot is `task-N-pre` unless that name was taken (then `task-N-pre-2`…).
-    let pre = snaps
-        .list()
-        .map_err(user)?
-        .into_iter()
-        .rfind(|s| s.kind == Kind::TaskPre && s.task == Some(number))
-        .map(|s| s.tag);
+    let pre = snaps.task_pre(number).map_err(user)?.map(|s| s.tag);
     let has_pre = pre.is_some();
     let pre = pre.unwrap_or_default();
     if json {
