@@ -1136,3 +1136,80 @@ fn a_stalling_agent_is_recovered_once_then_the_task_fails_and_rolls_back() {
         "{tags}"
     );
 }
+
+#[test]
+fn flags_in_the_users_index_and_submodule_recursion_do_not_hide_or_lose_edits() {
+    // skip-worktree / assume-unchanged files edited before the first save are saved as edited.
+    let env = Env::new();
+    let repo = env.repo();
+    std::fs::write(repo.join("cfg"), "v1\n").unwrap();
+    std::fs::write(repo.join("other"), "o1\n").unwrap();
+    git(&repo, &["add", "cfg", "other"]);
+    git(&repo, &["commit", "-qm", "cfg"]);
+    git(&repo, &["update-index", "--skip-worktree", "cfg"]);
+    git(&repo, &["update-index", "--assume-unchanged", "other"]);
+    std::fs::write(repo.join("cfg"), "v2 local\n").unwrap();
+    std::fs::write(repo.join("other"), "o2 local\n").unwrap();
+    let s = json(&env, &["snapshot", "save", "--json"]);
+    let tag = s["tag"].as_str().unwrap();
+    assert_eq!(
+        git(&repo, &["show", &format!("{tag}^{{commit}}:cfg")]),
+        "v2 local\n"
+    );
+    assert_eq!(
+        git(&repo, &["show", &format!("{tag}^{{commit}}:other")]),
+        "o2 local\n"
+    );
+
+    // With submodule.recurse=true a rollback still leaves a submodule's work alone.
+    let env = Env::new();
+    let sub = env.root().join("lib");
+    std::fs::create_dir_all(&sub).unwrap();
+    git_ok(&sub, &["init", "-q", "-b", "main"]).unwrap();
+    std::fs::write(sub.join("s"), "s1\n").unwrap();
+    git_ok(&sub, &["add", "-A"]).unwrap();
+    git_ok(&sub, &["commit", "-qm", "s1"]).unwrap();
+    let repo = env.repo();
+    git(
+        &repo,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            sub.to_str().unwrap(),
+            "lib",
+        ],
+    );
+    git(&repo, &["commit", "-qm", "add lib"]);
+    // Saved with the submodule one commit back; then it moves on and gets local work.
+    let lib = repo.join("lib");
+    std::fs::write(lib.join("s"), "s2\n").unwrap();
+    git_ok(
+        &lib,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@e",
+            "commit",
+            "-qam",
+            "s2",
+        ],
+    )
+    .unwrap();
+    git_ok(&lib, &["checkout", "-q", "HEAD~1"]).unwrap();
+    let s = json(&env, &["snapshot", "save", "--json"]);
+    git_ok(&lib, &["checkout", "-q", "main"]).unwrap();
+    git(&repo, &["config", "submodule.recurse", "true"]);
+    std::fs::write(repo.join("lib/s"), "precious\n").unwrap();
+    json(
+        &env,
+        &["snapshot", "rollback", s["tag"].as_str().unwrap(), "--json"],
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("lib/s")).unwrap(),
+        "precious\n"
+    );
+}
