@@ -124,6 +124,32 @@ fn while_a_loop_runs<T>(env: &Env, dir: &Path, f: impl FnOnce() -> T) -> T {
     out
 }
 
+/// A repository `lib` with one commit (FILE = CONTENT), added to the test repository as the
+/// submodule `lib` and committed.
+fn add_submodule(env: &Env, file: &str, content: &str) {
+    let sub = env.root().join("lib");
+    std::fs::create_dir_all(&sub).unwrap();
+    git_ok(&sub, &["init", "-q", "-b", "main"]).unwrap();
+    std::fs::write(sub.join(file), content).unwrap();
+    git_ok(&sub, &["add", "-A"]).unwrap();
+    git_ok(&sub, &["commit", "-qm", "first"]).unwrap();
+    let repo = env.repo();
+    let url = sub.to_str().unwrap();
+    git(
+        &repo,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            url,
+            "lib",
+        ],
+    );
+    git(&repo, &["commit", "-qm", "add lib"]);
+}
+
 fn json(env: &Env, args: &[&str]) -> Value {
     let r = env.run(args);
     assert_eq!(r.code, 0, "{args:?}: {}{}", r.stdout, r.stderr);
@@ -448,26 +474,8 @@ fn rollback_works_on_unborn_and_detached_heads() {
 #[test]
 fn submodules_are_recorded_as_their_commit() {
     let env = Env::new();
-    let sub = env.root().join("lib");
-    std::fs::create_dir_all(&sub).unwrap();
-    git_ok(&sub, &["init", "-q", "-b", "main"]).unwrap();
-    std::fs::write(sub.join("l.txt"), "1").unwrap();
-    git_ok(&sub, &["add", "-A"]).unwrap();
-    git_ok(&sub, &["commit", "-qm", "l1"]).unwrap();
+    add_submodule(&env, "l.txt", "1");
     let repo = env.repo();
-    git(
-        &repo,
-        &[
-            "-c",
-            "protocol.file.allow=always",
-            "submodule",
-            "add",
-            "-q",
-            sub.to_str().unwrap(),
-            "lib",
-        ],
-    );
-    git(&repo, &["commit", "-qm", "add lib"]);
     let s = json(&env, &["snapshot", "save", "with sub", "--json"]);
     let tree = git(
         &repo,
@@ -1163,26 +1171,8 @@ fn flags_in_the_users_index_and_submodule_recursion_do_not_hide_or_lose_edits() 
 
     // With submodule.recurse=true a rollback still leaves a submodule's work alone.
     let env = Env::new();
-    let sub = env.root().join("lib");
-    std::fs::create_dir_all(&sub).unwrap();
-    git_ok(&sub, &["init", "-q", "-b", "main"]).unwrap();
-    std::fs::write(sub.join("s"), "s1\n").unwrap();
-    git_ok(&sub, &["add", "-A"]).unwrap();
-    git_ok(&sub, &["commit", "-qm", "s1"]).unwrap();
+    add_submodule(&env, "s", "s1\n");
     let repo = env.repo();
-    git(
-        &repo,
-        &[
-            "-c",
-            "protocol.file.allow=always",
-            "submodule",
-            "add",
-            "-q",
-            sub.to_str().unwrap(),
-            "lib",
-        ],
-    );
-    git(&repo, &["commit", "-qm", "add lib"]);
     // Saved with the submodule one commit back; then it moves on and gets local work.
     let lib = repo.join("lib");
     std::fs::write(lib.join("s"), "s2\n").unwrap();

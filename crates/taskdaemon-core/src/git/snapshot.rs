@@ -413,7 +413,10 @@ impl Snapshots {
 
     /// File-level changes from snapshot `tag` to the current state.
     pub fn diff(&self, tag: &str) -> Result<TreeDiff, SnapshotError> {
-        let snap = self.find(tag)?;
+        self.diff_from(&self.find(tag)?)
+    }
+
+    fn diff_from(&self, snap: &Snapshot) -> Result<TreeDiff, SnapshotError> {
         let _lock = self.lock()?;
         let now = self.capture(&[])?;
         let raw = self.raw_diff(&format!("{}^{{tree}}", snap.commit), &now.work_tree)?;
@@ -423,7 +426,7 @@ impl Snapshots {
     pub fn status(&self) -> Result<Status, SnapshotError> {
         let last = self.list()?.pop();
         let changed_since_last = match &last {
-            Some(s) => Some(self.diff(&s.tag)?),
+            Some(s) => Some(self.diff_from(s)?),
             None => None,
         };
         let out = self
