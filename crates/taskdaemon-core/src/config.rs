@@ -73,6 +73,13 @@ pub struct Settings {
     pub parse_agent: Option<String>,
     /// The time budget of the task parser's call to the agent.
     pub parse_timeout: Option<Dur>,
+    /// The daemon: how many loops run at once.
+    pub max_loops: Option<u32>,
+    /// The daemon: at most this many loops at once per agent (`claude: 2`, `cmd: 8`).
+    pub agent_limits: Option<std::collections::BTreeMap<String, u32>>,
+    /// The daemon: the branch finished specs and runs are merged into [default: the branch
+    /// checked out where the work was submitted].
+    pub target_branch: Option<String>,
 }
 
 impl Settings {
@@ -95,6 +102,9 @@ impl Settings {
             task_parser: over.task_parser.or(self.task_parser),
             parse_agent: over.parse_agent.or(self.parse_agent),
             parse_timeout: over.parse_timeout.or(self.parse_timeout),
+            max_loops: over.max_loops.or(self.max_loops),
+            agent_limits: over.agent_limits.or(self.agent_limits),
+            target_branch: over.target_branch.or(self.target_branch),
         }
     }
 }

@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod clock;
 pub mod config;
+pub mod docs;
 pub mod duration;
 pub mod engine;
 pub mod fsutil;
@@ -12,6 +13,7 @@ pub mod git;
 pub mod guards;
 pub mod lifecycle;
 pub mod loops;
+pub mod scheduler;
 pub mod signals;
 pub mod store;
 pub mod telemetry;

@@ -7,6 +7,7 @@ mod presets;
 mod runner;
 pub mod script;
 mod spec;
+pub mod tracked;
 
 pub use parse::{Activity, OutputFormat, OutputParser, ParsedOutput};
 pub use presets::{Preset, find_on_path, first_installed};

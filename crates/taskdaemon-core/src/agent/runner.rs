@@ -100,11 +100,19 @@ pub async fn run_process(
     // as a whole) and has no controlling terminal, so a tool that opens /dev/tty (a password
     // prompt, pinentry) fails instead of being stopped by SIGTTIN until the timeout.
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    // Under a daemon, the child also dies with it (see `tracked`).
+    let die_with_parent = super::tracked::enabled();
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             nix::unistd::setsid()
                 .map(|_| ())
-                .map_err(std::io::Error::from)
+                .map_err(std::io::Error::from)?;
+            #[cfg(target_os = "linux")]
+            if die_with_parent {
+                nix::sys::prctl::set_pdeathsig(Some(Signal::SIGKILL))
+                    .map_err(std::io::Error::from)?;
+            }
+            Ok(())
         });
     }
     cmd.stdin(if spec.stdin.is_some() {
@@ -120,6 +128,7 @@ pub async fn run_process(
     }
     let mut child = cmd.spawn()?;
     let pgid = child.id().map(|id| id as i32).unwrap_or(0);
+    let _record = super::tracked::record(pgid, &spec.env);
 
     if let (Some(mut stdin), Some(data)) = (child.stdin.take(), spec.stdin.clone()) {
         // An agent that never reads stdin must not block us: write from a task, ignore EPIPE.

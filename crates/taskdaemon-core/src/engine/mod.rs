@@ -694,7 +694,25 @@ fn agent_env(
             st.config.workdir.as_os_str().to_owned(),
         ),
         ("TASKDAEMON_BIN".into(), harness.as_os_str().to_owned()),
+        ("TASKDAEMON_LOOP".into(), st.config.loop_name.clone().into()),
+        (
+            "TASKDAEMON_REVIEW_PASS".into(),
+            prompt::review_pass(n).to_string().into(),
+        ),
     ];
+    // The spawned context (`plan-file` → TASKDAEMON_PLAN_FILE, …).
+    for (k, v) in &st.config.context {
+        let name = format!(
+            "TASKDAEMON_{}",
+            k.to_ascii_uppercase()
+                .replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+        );
+        let value = match v {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        env.push((name.into(), value.into()));
+    }
     if let Some(dir) = harness.parent() {
         let mut dirs = vec![dir.to_path_buf()];
         if let Some(path) = std::env::var_os("PATH") {

@@ -132,7 +132,102 @@ pub fn variables(
         String::new()
     };
     set("git-diff", json!(diff));
+    for (k, v) in cascade_variables(t, st, iteration) {
+        m.insert(k, v);
+    }
     Ok(Value::Object(m))
+}
+
+/// Documents put into a prompt whole are bounded to this many bytes.
+const MAX_DOC: usize = 64 * 1024;
+
+/// The review pass of iteration `n` of a plan loop (1…5; later iterations repeat pass 5).
+pub fn review_pass(n: u32) -> u32 {
+    n.clamp(1, crate::docs::REVIEW_PASSES)
+}
+
+/// The variables of the cascade's loops (spec 3 §4): the run's spawned context, and what is
+/// read afresh each iteration from the files it names (the plan, the specs so far, the spec).
+fn cascade_variables(t: &PromptTemplate, st: &RunState, n: u32) -> Vec<(String, Value)> {
+    let ctx = &st.config.context;
+    let text = |k: &str| -> String {
+        match ctx.get(k) {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Null) | None => String::new(),
+            Some(other) => other.to_string(),
+        }
+    };
+    let read = |k: &str| -> String {
+        let path = text(k);
+        if path.is_empty() {
+            return String::new();
+        }
+        std::fs::read_to_string(&path)
+            .map(|s| bound_text(s.trim(), MAX_DOC))
+            .unwrap_or_default()
+    };
+    let mut out = Vec::new();
+    for k in [
+        "user-request",
+        "plan-file",
+        "specs-dir",
+        "spec-file",
+        "phase-name",
+        "phase-number",
+        "completed-phases",
+    ] {
+        out.push((k.to_string(), json!(text(k))));
+    }
+    out.push(("review-pass".into(), json!(review_pass(n))));
+    let plan = if t.uses("current-plan") || t.uses("plan-content") || t.uses("coverage-gaps") {
+        read("plan-file")
+    } else {
+        String::new()
+    };
+    out.push(("current-plan".into(), json!(plan)));
+    out.push(("plan-content".into(), json!(plan)));
+    let spec = if t.uses("spec-content") {
+        read("spec-file")
+    } else {
+        String::new()
+    };
+    out.push(("spec-content".into(), json!(spec)));
+    let (mut existing, mut gaps) = (String::new(), String::new());
+    let dir = text("specs-dir");
+    if !dir.is_empty() && (t.uses("existing-specs") || t.uses("coverage-gaps")) {
+        let (docs, _) = crate::docs::read_specs(std::path::Path::new(&dir));
+        let mut written = String::new();
+        for d in &docs {
+            let name = d
+                .file
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            existing.push_str(&format!(
+                "- {name}: {} (deps: {}; {} phase(s))\n",
+                d.title,
+                if d.deps.is_empty() {
+                    "none".to_string()
+                } else {
+                    d.deps.join(", ")
+                },
+                d.phases.len()
+            ));
+            written.push_str(&d.title.to_lowercase());
+            written.push('\n');
+            written.push_str(&d.body.to_lowercase());
+        }
+        if !docs.is_empty() {
+            for section in crate::docs::sections(&plan) {
+                if !written.contains(&section.to_lowercase()) {
+                    gaps.push_str(&format!("- {section}\n"));
+                }
+            }
+        }
+    }
+    out.push(("existing-specs".into(), json!(existing.trim_end())));
+    out.push(("coverage-gaps".into(), json!(gaps.trim_end())));
+    out
 }
 
 #[cfg(test)]

@@ -44,6 +44,11 @@ pub struct RunConfig {
     /// Set: completion also needs `<promise>TEXT</promise>`.
     pub completion_promise: Option<String>,
     pub kill_grace_ms: u64,
+    /// Values the run was spawned with (a daemon run: `plan-file`, `spec-file`,
+    /// `phase-name`, …): template variables, and `TASKDAEMON_<NAME>` in the agent's and
+    /// the validation's environment.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub context: serde_json::Map<String, serde_json::Value>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -116,6 +121,7 @@ impl RunConfig {
             max_cost: None,
             completion_promise: None,
             kill_grace_ms: DEFAULT_KILL_GRACE.as_millis() as u64,
+            context: serde_json::Map::new(),
             loop_def: def,
         };
         cfg.apply(s, false)?;

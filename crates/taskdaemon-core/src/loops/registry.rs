@@ -11,7 +11,12 @@ use super::template::{PromptTemplate, TemplateError};
 use crate::yaml::{self, YamlError};
 
 /// Built-in loop types: (file name, YAML). Parts to come add plan, spec and phase here.
-const BUILTIN: &[(&str, &str)] = &[("ralph.yaml", include_str!("builtin/ralph.yaml"))];
+const BUILTIN: &[(&str, &str)] = &[
+    ("ralph.yaml", include_str!("builtin/ralph.yaml")),
+    ("plan.yaml", include_str!("builtin/plan.yaml")),
+    ("spec.yaml", include_str!("builtin/spec.yaml")),
+    ("phase.yaml", include_str!("builtin/phase.yaml")),
+];
 
 /// Where a loop type was defined.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,6 +22,20 @@ pub const VARIABLES: &[&str] = &[
     "completion-promise",
     "feedback",
     "plan-instructions",
+    // The cascade's loops (spec 3 §4); empty in a loop that was not spawned with them.
+    "user-request",
+    "current-plan",
+    "review-pass",
+    "plan-file",
+    "plan-content",
+    "specs-dir",
+    "existing-specs",
+    "coverage-gaps",
+    "spec-file",
+    "spec-content",
+    "phase-name",
+    "phase-number",
+    "completed-phases",
 ];
 
 /// Helpers Handlebars ships; a name in this list is not a variable.

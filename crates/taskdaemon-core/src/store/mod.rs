@@ -97,6 +97,8 @@ pub struct NewPlan {
     pub deps: Vec<String>,
     #[serde(default)]
     pub status: Option<PlanStatus>,
+    #[serde(default)]
+    pub target_branch: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -113,6 +115,8 @@ pub struct NewSpec {
     pub phases: Vec<Phase>,
     #[serde(default)]
     pub status: Option<SpecStatus>,
+    #[serde(default)]
+    pub priority: i64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -136,6 +140,8 @@ pub struct NewRun {
     pub progress: String,
     #[serde(default)]
     pub context: Map<String, Value>,
+    #[serde(default)]
+    pub priority: i64,
 }
 
 #[derive(Debug, Clone)]
@@ -514,6 +520,8 @@ impl Records {
                 title: p.title,
                 status: p.status.unwrap_or(PlanStatus::Draft),
                 file: p.file.unwrap_or_else(|| default_file("plans")),
+                target_branch: p.target_branch,
+                note: None,
                 created_at: now,
                 updated_at: now,
                 id,
@@ -525,6 +533,8 @@ impl Records {
                 deps: dedup(s.deps),
                 file: s.file.unwrap_or_else(|| default_file("specs")),
                 phases: s.phases,
+                priority: s.priority,
+                note: None,
                 created_at: now,
                 updated_at: now,
                 id,
@@ -551,6 +561,8 @@ impl Records {
                     iteration: r.iteration.unwrap_or(1),
                     progress: r.progress,
                     context: r.context,
+                    priority: r.priority,
+                    note: None,
                     created_at: now,
                     updated_at: now,
                     id,

@@ -155,8 +155,18 @@ pub struct Plan {
     pub status: PlanStatus,
     /// Absolute path of the plan's markdown.
     pub file: String,
+    /// The branch its specs are merged into (none: the daemon's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_branch: Option<String>,
+    /// Why the record is blocked, failed or held (shown by `status`); none when all is well.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// One phase of a spec.
@@ -204,6 +214,12 @@ pub struct Spec {
     pub file: String,
     #[serde(default)]
     pub phases: Vec<Phase>,
+    /// Higher is scheduled first; ties go to the older record.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: i64,
+    /// Why the record is blocked, failed or held (shown by `status`); none when all is well.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -231,6 +247,12 @@ pub struct LoopRun {
     /// Template context the run was spawned with (never runtime values).
     #[serde(default)]
     pub context: Map<String, Value>,
+    /// Higher is scheduled first; ties go to the older record.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: i64,
+    /// Why the record is blocked, failed or held (shown by `status`); none when all is well.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
 }
