@@ -1,7 +1,12 @@
 //! One wrapper over the `git` CLI. Always `LC_ALL=C`, never prompts, never takes optional
 //! locks (a status from the harness must not fight the agent's own git for `index.lock`).
 
+pub mod integrate;
 pub mod snapshot;
+pub mod worktree;
+
+pub use integrate::{IntegrateError, MergeResult, merge_into};
+pub use worktree::{PruneReport, Pruned, WorktreeError, WorktreeInfo, Worktrees};
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write as _;
@@ -302,6 +307,68 @@ pub(crate) mod testrepo {
         run(&["init", "-q", "-b", "main"]);
         run(&["config", "user.name", "t"]);
         run(&["config", "user.email", "t@example.com"]);
+    }
+
+    /// Run git in `dir` (hermetic config); stdout, trimmed.
+    pub fn git(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("LC_ALL", "C")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+    }
+
+    /// Everything of the user's checkout a merge must not touch: the files (without `.git`
+    /// and `.taskdaemon`), the index's bytes, HEAD and the branch HEAD names.
+    pub fn user_state(dir: &Path) -> Vec<(String, Vec<u8>)> {
+        fn walk(root: &Path, rel: &Path, out: &mut Vec<(String, Vec<u8>)>) {
+            let mut entries: Vec<_> = std::fs::read_dir(root.join(rel))
+                .unwrap()
+                .flatten()
+                .collect();
+            entries.sort_by_key(|e| e.file_name());
+            for e in entries {
+                let r = rel.join(e.file_name());
+                if rel.as_os_str().is_empty()
+                    && (e.file_name() == ".git" || e.file_name() == ".taskdaemon")
+                {
+                    continue;
+                }
+                if e.file_type().unwrap().is_dir() {
+                    walk(root, &r, out);
+                } else {
+                    out.push((
+                        r.display().to_string(),
+                        std::fs::read(root.join(&r)).unwrap(),
+                    ));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(dir, Path::new(""), &mut out);
+        out.push((
+            "<index>".into(),
+            std::fs::read(dir.join(".git/index")).unwrap_or_default(),
+        ));
+        out.push((
+            "<HEAD>".into(),
+            std::fs::read(dir.join(".git/HEAD")).unwrap(),
+        ));
+        out.push((
+            "<HEAD commit>".into(),
+            git(dir, &["rev-parse", "HEAD"]).into_bytes(),
+        ));
+        out
     }
 
     pub fn commit_all(dir: &Path, msg: &str) {

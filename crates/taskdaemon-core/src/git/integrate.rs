@@ -1,0 +1,414 @@
+//! Merging a loop's branch back into its target branch without touching the user's checkout.
+//!
+//! * Merges are serialized by `<common-git-dir>/taskdaemon/merge.lock`.
+//! * A merge commit is made in the dedicated integration worktree `<base>/_integration`
+//!   (detached HEAD, reset to the target's tip before every merge; it belongs to taskdaemon,
+//!   so resetting it loses nothing). Hooks do not run there and rerere is off, so a merge
+//!   is what git's merge machinery alone makes of the two tips.
+//! * The target ref moves only by fast-forward or to that merge commit, with
+//!   compare-and-swap on its old value (`git update-ref <ref> <new> <old>`). When the target
+//!   moved meanwhile, the merge is redone once on the new tip; a second move is an error.
+//! * When the target is checked out in any worktree (typically the user's own checkout),
+//!   its ref does not move at all, whether that checkout has local changes or not: moving a
+//!   checked-out branch would leave that checkout's files and index behind (git would show
+//!   the merge reversed as staged changes), and updating its files would be writing in the
+//!   user's checkout while they may be editing. The result goes to the integration branch
+//!   `taskdaemon/integration/<target>` instead ([`MergeResult::Held`]); the user takes it
+//!   with `git merge --ff-only taskdaemon/integration/<target>` in their checkout. Held results
+//!   accumulate on that branch: the next merge starts from it while it contains the target.
+//! * A conflict changes nothing: the merge is aborted, both branches stay where they were,
+//!   and the conflicting paths are returned ([`MergeResult::Conflict`]).
+
+use std::ffi::OsStr;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::worktree::{INTEGRATION, Worktrees, find, short};
+use super::{Git, GitError, worktree::WorktreeError};
+
+/// Who makes merge commits when git has no identity configured.
+const IDENT_NAME: &str = "taskdaemon";
+const IDENT_EMAIL: &str = "taskdaemon@localhost";
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "result", rename_all = "kebab-case")]
+pub enum MergeResult {
+    /// Target moved (fast-forward or a merge commit made in the integration worktree); new target tip.
+    Merged {
+        target: String,
+        commit: String,
+        fast_forward: bool,
+    },
+    /// Nothing to merge: the branch is already contained in the target.
+    UpToDate { commit: String },
+    /// The target branch is checked out in a worktree (e.g. the user's checkout): the result
+    /// is on `integration_branch`; the target did not move.
+    Held {
+        integration_branch: String,
+        commit: String,
+        checked_out_at: PathBuf,
+    },
+    /// Conflict: nothing changed, both branches intact; the files in conflict.
+    Conflict { files: Vec<String> },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IntegrateError {
+    #[error(transparent)]
+    Worktree(#[from] WorktreeError),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error(
+        "cannot merge: branch {0} does not exist\n  hint: `git branch --list` shows the branches; the loop's branch is made when its worktree is"
+    )]
+    NoBranch(String),
+    #[error(
+        "cannot merge into {0}: no such branch\n  hint: create it first (`git branch {0} <commit>`), or merge into an existing branch"
+    )]
+    NoTarget(String),
+    #[error(
+        "cannot hold the merge on {branch}: it is checked out in {at}\n  hint: switch that worktree to another branch (the merge result must be able to move it), then retry"
+    )]
+    IntegrationCheckedOut { branch: String, at: PathBuf },
+    #[error(
+        "branch {0} kept moving while taskdaemon merged into it (tried twice)\n  hint: retry when whatever is committing to {0} has finished"
+    )]
+    TargetKeptMoving(String),
+    #[error(
+        "the merge in the integration worktree {path} failed: {stderr}\n  hint: nothing changed on any branch; look at `git -C {path} status`, fix the cause and retry"
+    )]
+    MergeFailed { path: PathBuf, stderr: String },
+}
+
+/// Merge `branch` into `target` (branch names); see the module documentation.
+pub fn merge_into(
+    worktrees: &Worktrees,
+    branch: &str,
+    target: &str,
+    message: &str,
+) -> Result<MergeResult, IntegrateError> {
+    merge_into_hooked(worktrees, branch, target, message, &mut |_| {})
+}
+
+/// [`merge_into`] with a hook called (with the ref about to move) just before each
+/// compare-and-swap, for tests of a concurrent move.
+pub(crate) fn merge_into_hooked(
+    worktrees: &Worktrees,
+    branch: &str,
+    target: &str,
+    message: &str,
+    before_cas: &mut dyn FnMut(&str),
+) -> Result<MergeResult, IntegrateError> {
+    worktrees.check_branch(branch)?;
+    worktrees.check_branch(target)?;
+    let _lock = worktrees.lock("merge.lock")?;
+    let m = Merger {
+        wt: worktrees,
+        git: worktrees.git(),
+    };
+    for _ in 0..2 {
+        if let Some(r) = m.attempt(branch, target, message, before_cas)? {
+            return Ok(r);
+        }
+    }
+    Err(IntegrateError::TargetKeptMoving(target.to_string()))
+}
+
+struct Merger<'a> {
+    wt: &'a Worktrees,
+    git: &'a Git,
+}
+
+/// What a merge in the integration worktree made.
+enum Made {
+    Commit(String),
+    Conflict(Vec<String>),
+}
+
+impl Merger<'_> {
+    /// One try; `None` when a ref moved under us (compare-and-swap failed).
+    fn attempt(
+        &self,
+        branch: &str,
+        target: &str,
+        message: &str,
+        before_cas: &mut dyn FnMut(&str),
+    ) -> Result<Option<MergeResult>, IntegrateError> {
+        let b = self
+            .wt
+            .rev(&format!("refs/heads/{branch}^{{commit}}"))?
+            .ok_or_else(|| IntegrateError::NoBranch(branch.to_string()))?;
+        let target_ref = format!("refs/heads/{target}");
+        let t = self
+            .wt
+            .rev(&format!("{target_ref}^{{commit}}"))?
+            .ok_or_else(|| IntegrateError::NoTarget(target.to_string()))?;
+        if self.is_ancestor(&b, &t)? {
+            return Ok(Some(MergeResult::UpToDate { commit: t }));
+        }
+        let registered = self.wt.registered()?;
+        let checked_out = registered
+            .iter()
+            .find(|r| !r.prunable && r.branch.as_deref() == Some(target_ref.as_str()));
+        if let Some(user) = checked_out {
+            let at = user.path.clone();
+            return self.hold(branch, &b, target, &t, message, at, before_cas);
+        }
+        let (new, fast_forward) = if self.is_ancestor(&t, &b)? {
+            (b, true)
+        } else {
+            match self.make_merge(&t, &[(&b, message)])? {
+                Made::Commit(c) => (c, false),
+                Made::Conflict(files) => return Ok(Some(MergeResult::Conflict { files })),
+            }
+        };
+        before_cas(&target_ref);
+        if !self.cas(&target_ref, &new, &t, message)? {
+            return Ok(None);
+        }
+        Ok(Some(MergeResult::Merged {
+            target: target.to_string(),
+            commit: new,
+            fast_forward,
+        }))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn hold(
+        &self,
+        branch: &str,
+        b: &str,
+        target: &str,
+        t: &str,
+        message: &str,
+        checked_out_at: PathBuf,
+        before_cas: &mut dyn FnMut(&str),
+    ) -> Result<Option<MergeResult>, IntegrateError> {
+        let integration = format!("taskdaemon/integration/{target}");
+        let iref = format!("refs/heads/{integration}");
+        if let Some(r) = self
+            .wt
+            .registered()?
+            .into_iter()
+            .find(|r| !r.prunable && r.branch.as_deref() == Some(iref.as_str()))
+        {
+            return Err(IntegrateError::IntegrationCheckedOut {
+                branch: integration,
+                at: r.path,
+            });
+        }
+        let old = self.wt.rev(&format!("{iref}^{{commit}}"))?;
+        let held = |commit: String| {
+            Some(MergeResult::Held {
+                integration_branch: integration.clone(),
+                commit,
+                checked_out_at: checked_out_at.clone(),
+            })
+        };
+        // Start from the integration branch while it holds the target (earlier held
+        // results accumulate there); from the target when the branch is behind it or new;
+        // from both when they diverged (the target is merged in first).
+        let catch_up = format!("Merge branch '{target}' into {integration}");
+        let mut steps: Vec<(&str, &str)> = Vec::new();
+        let base = match &old {
+            None => t.to_string(),
+            Some(i) if self.is_ancestor(t, i)? => i.clone(),
+            Some(i) if self.is_ancestor(i, t)? => t.to_string(),
+            Some(i) => {
+                steps.push((t, &catch_up));
+                i.clone()
+            }
+        };
+        if self.is_ancestor(b, &base)? {
+            // Already held: nothing new to merge.
+            return Ok(held(base));
+        }
+        let new = if steps.is_empty() && self.is_ancestor(&base, b)? {
+            b.to_string()
+        } else {
+            steps.push((b, message));
+            match self.make_merge(&base, &steps)? {
+                Made::Commit(c) => c,
+                Made::Conflict(files) => return Ok(Some(MergeResult::Conflict { files })),
+            }
+        };
+        before_cas(&iref);
+        let moved = self.cas(
+            &iref,
+            &new,
+            old.as_deref().unwrap_or(""),
+            &format!("taskdaemon: hold {} for {target}", short(branch)),
+        )?;
+        Ok(if moved { held(new) } else { None })
+    }
+
+    fn is_ancestor(&self, a: &str, b: &str) -> Result<bool, IntegrateError> {
+        let out = self
+            .git
+            .call(&["merge-base", "--is-ancestor", a, b])
+            .output()?;
+        match out.status.code() {
+            Some(0) => Ok(true),
+            Some(1) => Ok(false),
+            _ => Err(GitError::Failed {
+                args: format!("merge-base --is-ancestor {a} {b}"),
+                dir: self.git.dir().to_path_buf(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            }
+            .into()),
+        }
+    }
+
+    /// Move `r` from `old` (empty: must not exist) to `new`; false if it was not at `old`.
+    fn cas(&self, r: &str, new: &str, old: &str, message: &str) -> Result<bool, IntegrateError> {
+        let reflog = format!("taskdaemon: {}", message.lines().next().unwrap_or("merge"));
+        let out = self
+            .git
+            .call(&["update-ref", "-m", &reflog, r, new, old])
+            .output()?;
+        if out.status.success() {
+            return Ok(true);
+        }
+        // Tell a lost race from any other failure.
+        let now = self.wt.rev(r)?;
+        if now.as_deref().unwrap_or("") != old {
+            return Ok(false);
+        }
+        Err(GitError::Failed {
+            args: format!("update-ref {r} {new} {old}"),
+            dir: self.git.dir().to_path_buf(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        }
+        .into())
+    }
+
+    /// The integration worktree, detached at `base` with nothing else in it.
+    fn integration_at(&self, base: &str) -> Result<Git, IntegrateError> {
+        let path = self.wt.path_for(INTEGRATION);
+        let registered = self.wt.registered()?;
+        let entry = find(&registered, &path).cloned();
+        let _lock = self.wt.lock("worktrees.lock")?;
+        match entry {
+            Some(r) if !r.prunable && path.exists() => {}
+            Some(r) => {
+                self.git
+                    .call(&[
+                        OsStr::new("worktree"),
+                        OsStr::new("remove"),
+                        OsStr::new("--force"),
+                        r.path.as_os_str(),
+                    ])
+                    .text()?;
+                self.add_integration(&path, base)?;
+            }
+            None => {
+                if path.exists() && std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_some()) {
+                    return Err(WorktreeError::NotAWorktree { path }.into());
+                }
+                self.add_integration(&path, base)?;
+            }
+        }
+        let g = Git::new(&path).with(
+            &[
+                "core.hooksPath=/dev/null",
+                "rerere.enabled=false",
+                "submodule.recurse=false",
+                "advice.detachedHead=false",
+            ],
+            &[],
+        );
+        // It is taskdaemon's own: whatever a crash left there can go.
+        let _ = g.call(&["merge", "--abort"]).output()?;
+        g.run(&["checkout", "-q", "--detach", "-f", base])?;
+        g.run(&["clean", "-q", "-ffdx"])?;
+        Ok(g)
+    }
+
+    fn add_integration(&self, path: &std::path::Path, base: &str) -> Result<(), IntegrateError> {
+        let dir = self.wt.base();
+        std::fs::create_dir_all(dir).map_err(|source| WorktreeError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        self.git
+            .call(&[
+                OsStr::new("worktree"),
+                OsStr::new("add"),
+                OsStr::new("-q"),
+                OsStr::new("--detach"),
+                path.as_os_str(),
+                OsStr::new(base),
+            ])
+            .text()?;
+        Ok(())
+    }
+
+    /// Merge each commit in turn (with its message) on top of `base` in the integration
+    /// worktree. A conflict is aborted and reported.
+    fn make_merge(&self, base: &str, steps: &[(&str, &str)]) -> Result<Made, IntegrateError> {
+        let g = self.integration_at(base)?;
+        let ident = self.fallback_ident()?;
+        for (commit, message) in steps {
+            let mut call = g.call(&[
+                "merge",
+                "-q",
+                "--no-ff",
+                "--no-edit",
+                "--no-verify",
+                "--no-stat",
+                "--no-log",
+                "-m",
+                message,
+                commit,
+            ]);
+            for (k, v) in &ident {
+                call = call.env(k, v);
+            }
+            let out = call.output()?;
+            if out.status.success() {
+                continue;
+            }
+            let unmerged = g
+                .call(&["diff", "--name-only", "-z", "--diff-filter=U"])
+                .bytes()?;
+            let files: Vec<String> = unmerged
+                .split(|b| *b == 0)
+                .filter(|f| !f.is_empty())
+                .map(|f| String::from_utf8_lossy(f).into_owned())
+                .collect();
+            let _ = g.call(&["merge", "--abort"]).output()?;
+            if files.is_empty() {
+                return Err(IntegrateError::MergeFailed {
+                    path: g.dir().to_path_buf(),
+                    stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                });
+            }
+            return Ok(Made::Conflict(files));
+        }
+        let head = g.head()?.ok_or_else(|| IntegrateError::MergeFailed {
+            path: g.dir().to_path_buf(),
+            stderr: "no HEAD after the merge".into(),
+        })?;
+        Ok(Made::Commit(head))
+    }
+
+    /// Author and committer for the merge when git has none configured.
+    fn fallback_ident(&self) -> Result<Vec<(&'static str, &'static str)>, IntegrateError> {
+        let mut env = Vec::new();
+        for (var, name, email) in [
+            ("GIT_AUTHOR_IDENT", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL"),
+            (
+                "GIT_COMMITTER_IDENT",
+                "GIT_COMMITTER_NAME",
+                "GIT_COMMITTER_EMAIL",
+            ),
+        ] {
+            if !self.git.call(&["var", var]).output()?.status.success() {
+                env.push((name, IDENT_NAME));
+                env.push((email, IDENT_EMAIL));
+            }
+        }
+        Ok(env)
+    }
+}
