@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod clock;
 pub mod config;
+pub mod daemon;
 pub mod docs;
 pub mod duration;
 pub mod engine;

@@ -62,6 +62,26 @@ impl Workspace {
     pub fn logs_dir(&self) -> PathBuf {
         self.root.join("logs")
     }
+    /// Move the `iteration-*` files of an earlier run into `logs/<name>/`, so the next run's
+    /// logs start fresh and nothing is overwritten. Whether any moved.
+    pub fn set_aside_logs(&self, name: &str) -> std::io::Result<bool> {
+        let logs = self.logs_dir();
+        let Ok(entries) = std::fs::read_dir(&logs) else {
+            return Ok(false);
+        };
+        let dest = logs.join(name);
+        let mut moved = false;
+        for e in entries.flatten() {
+            let file = e.file_name();
+            if file.to_string_lossy().starts_with("iteration-") {
+                std::fs::create_dir_all(&dest)?;
+                std::fs::rename(e.path(), dest.join(&file))?;
+                moved = true;
+            }
+        }
+        Ok(moved)
+    }
+
     pub fn summary_csv(&self) -> PathBuf {
         self.logs_dir().join("summary.csv")
     }

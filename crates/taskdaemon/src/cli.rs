@@ -64,6 +64,24 @@ pub enum Command {
     Edit(commands::edit::EditArgs),
     /// Look after the record store: check, compact, stats.
     Store(commands::store::StoreArgs),
+    /// The repository's daemon: start (in the background or --foreground), stop, status.
+    Daemon(commands::daemon::DaemonArgs),
+    /// Queue work for the daemon: a plan (idea or document), a spec document, or a ralph task.
+    Submit(commands::submit::SubmitArgs),
+    /// The tree plan → specs → runs with status, iteration, time and cost.
+    Status(commands::status::StatusArgs),
+    /// The iteration logs of a run (or of a spec's or plan's latest run); --follow keeps printing.
+    Logs(commands::logs::LogsArgs),
+    /// Start a queued or paused run now.
+    Start(commands::start::StartArgs),
+    /// Pause a run, or every run of a spec or plan; `resume` continues at the next iteration.
+    Pause(commands::pause::PauseArgs),
+    /// Resume a paused, blocked or stopped run, spec or plan (after a merge conflict: once resolved).
+    Resume(commands::resume::ResumeArgs),
+    /// Cancel a run, spec or plan: its agents are ended; worktree and logs are kept.
+    Cancel(commands::cancel::CancelArgs),
+    /// Check a plan document or a directory of spec documents (the plan and spec loops' validation).
+    CheckDoc(commands::check_doc::CheckDocArgs),
     /// Git merge driver for the record store (`%O %A %B %P`), installed by `init`.
     #[command(name = "__merge-store", hide = true)]
     MergeStore(commands::merge_store::MergeStoreArgs),
@@ -141,6 +159,15 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Show(a) => commands::show::run(a, &ctx),
         Command::Edit(a) => commands::edit::run(a, &ctx),
         Command::Store(a) => commands::store::run(a, &ctx),
+        Command::Daemon(a) => commands::daemon::run(a, &ctx),
+        Command::Submit(a) => commands::submit::run(a, &ctx),
+        Command::Status(a) => commands::status::run(a, &ctx),
+        Command::Logs(a) => commands::logs::run(a, &ctx),
+        Command::Start(a) => commands::start::run(a, &ctx),
+        Command::Pause(a) => commands::pause::run(a, &ctx),
+        Command::Resume(a) => commands::resume::run(a, &ctx),
+        Command::Cancel(a) => commands::cancel::run(a, &ctx),
+        Command::CheckDoc(a) => commands::check_doc::run(a, &ctx),
         Command::MergeStore(a) => commands::merge_store::run(a),
         Command::StoreStress(a) => commands::store_stress::run(a, &ctx),
         Command::ScriptAgent(a) => commands::script_agent::run(a),

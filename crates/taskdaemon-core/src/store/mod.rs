@@ -561,6 +561,8 @@ impl Records {
                     iteration: r.iteration.unwrap_or(1),
                     progress: r.progress,
                     context: r.context,
+                    elapsed_ms: 0,
+                    cost_usd: None,
                     priority: r.priority,
                     note: None,
                     created_at: now,

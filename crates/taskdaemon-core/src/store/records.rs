@@ -169,6 +169,10 @@ fn is_zero(n: &i64) -> bool {
     *n == 0
 }
 
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
 /// One phase of a spec.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -247,6 +251,12 @@ pub struct LoopRun {
     /// Template context the run was spawned with (never runtime values).
     #[serde(default)]
     pub context: Map<String, Value>,
+    /// Time spent in its iterations so far, over all sessions (a runtime value).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub elapsed_ms: u64,
+    /// Cost the agent reported so far, US dollars (a runtime value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
     /// Higher is scheduled first; ties go to the older record.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub priority: i64,

@@ -2,21 +2,32 @@
 
 pub mod answer;
 pub mod archive;
+pub mod cancel;
+pub mod check_doc;
+pub mod daemon;
+pub mod daemon_link;
 pub mod demo;
 pub mod edit;
 pub mod init;
 pub mod list;
+pub mod logs;
 pub mod loops;
 pub mod merge_store;
+pub mod pause;
 pub mod plan;
 pub mod plan_file;
+pub mod record_control;
+pub mod resume;
 pub mod run;
 pub mod script_agent;
 pub mod show;
 pub mod snapshot;
 pub mod spec;
+pub mod start;
+pub mod status;
 pub mod store;
 pub mod store_stress;
+pub mod submit;
 pub mod task;
 pub mod unblock;
 

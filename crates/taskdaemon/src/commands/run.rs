@@ -285,7 +285,12 @@ pub(crate) fn new_state(dir: &Path, ws: &Workspace, cfg: RunConfig) -> anyhow::R
         .as_ref()
         .map(|o| o.run_id.clone())
         .unwrap_or_else(|| format!("previous-{}", clock::now().strftime("%Y%m%dT%H%M%S")));
-    let moved = keep_old_logs(ws, &old_name)?;
+    let moved = ws.set_aside_logs(&old_name).with_context(|| {
+        format!(
+            "moving earlier logs to {}",
+            ws.logs_dir().join(&old_name).display()
+        )
+    })?;
     if let Some(old) = old.filter(|o| o.outcome.as_ref().is_none_or(Outcome::resumable)) {
         eprintln!(
             "taskdaemon: starting a new run; the unfinished run {} is replaced{}",
@@ -307,27 +312,6 @@ pub(crate) fn new_state(dir: &Path, ws: &Workspace, cfg: RunConfig) -> anyhow::R
         head,
         clock::rfc3339(now),
     ))
-}
-
-/// Move `iteration-*` files of an earlier run into `logs/<old_run>/`; whether any moved.
-fn keep_old_logs(ws: &Workspace, old_run: &str) -> anyhow::Result<bool> {
-    let logs = ws.logs_dir();
-    let Ok(entries) = std::fs::read_dir(&logs) else {
-        return Ok(false);
-    };
-    let dest = logs.join(old_run);
-    let mut moved = false;
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with("iteration-") {
-            std::fs::create_dir_all(&dest)
-                .with_context(|| format!("creating {}", dest.display()))?;
-            std::fs::rename(e.path(), dest.join(&name))
-                .with_context(|| format!("moving {name} to {}", dest.display()))?;
-            moved = true;
-        }
-    }
-    Ok(moved)
 }
 
 /// Run the engine on a runtime, with Ctrl-C / SIGTERM handling and rendering.

@@ -1,0 +1,257 @@
+//! `start | pause | resume | cancel REF` on a plan, spec or run: the change to the records,
+//! and which active runs must be interrupted (and into which status). The daemon applies it
+//! and stops the processes; without a daemon the CLI applies it to the store alone.
+
+use taskstore::Filter;
+
+use crate::scheduler::{plans, runs, specs};
+use crate::store::{AnyRecord, LoopRun, PlanStatus, Records, RunStatus, SpecStatus, StoreError};
+use crate::workspace::Workspace;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Start,
+    Pause,
+    Resume,
+    Cancel,
+}
+
+impl Action {
+    pub fn parse(s: &str) -> Option<Action> {
+        Some(match s {
+            "start" => Action::Start,
+            "pause" => Action::Pause,
+            "resume" => Action::Resume,
+            "cancel" => Action::Cancel,
+            _ => return None,
+        })
+    }
+}
+
+/// What an active run's process ends as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopAs {
+    Paused,
+    Stopped,
+}
+
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// What happened, one line per record.
+    pub lines: Vec<String>,
+    /// Active runs to interrupt.
+    pub stop: Vec<(String, StopAs)>,
+    /// Runs to start now, past the concurrency limits.
+    pub start_now: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot {action} {id}: it is {status}\n  hint: {hint}")]
+    Refused {
+        action: &'static str,
+        id: String,
+        status: String,
+        hint: String,
+    },
+}
+
+fn name(a: Action) -> &'static str {
+    match a {
+        Action::Start => "start",
+        Action::Pause => "pause",
+        Action::Resume => "resume",
+        Action::Cancel => "cancel",
+    }
+}
+
+/// Apply `action` to the record `reference` names. `active` tells whether a run has a live
+/// process in the daemon.
+pub fn apply(
+    records: &mut Records,
+    action: Action,
+    reference: &str,
+    now: i64,
+    active: &dyn Fn(&str) -> bool,
+) -> Result<Applied, ControlError> {
+    let record = records.find(reference)?;
+    let mut out = Applied::default();
+    match record {
+        AnyRecord::Run(run) => {
+            let done = on_run(records, action, run, now, active, &mut out, true)?;
+            if !done {
+                return Ok(out);
+            }
+        }
+        AnyRecord::Spec(mut spec) => {
+            let children = runs(records, &[Filter::eq("parent", spec.id.as_str())])?;
+            for r in children {
+                on_run(records, action, r, now, active, &mut out, false)?;
+            }
+            let (status, note) = match action {
+                Action::Pause => (spec.status, spec.note.clone()),
+                Action::Cancel => (SpecStatus::Failed, Some("cancelled by a person".into())),
+                Action::Start | Action::Resume => {
+                    let started = runs(records, &[Filter::eq("parent", spec.id.as_str())])?
+                        .iter()
+                        .any(|r| r.loop_type == "phase");
+                    if spec.status == SpecStatus::Complete {
+                        return Err(refused(action, &spec.id, "complete", "nothing to do"));
+                    }
+                    (
+                        if started {
+                            SpecStatus::Running
+                        } else {
+                            SpecStatus::Pending
+                        },
+                        None,
+                    )
+                }
+            };
+            if status != spec.status || note != spec.note {
+                out.lines
+                    .push(format!("spec {}: {} -> {status}", spec.id, spec.status));
+                spec.status = status;
+                spec.note = note;
+                records.update(AnyRecord::Spec(spec), now)?;
+            }
+        }
+        AnyRecord::Plan(mut plan) => {
+            let own = runs(records, &[Filter::eq("parent", plan.id.as_str())])?;
+            for r in own {
+                on_run(records, action, r, now, active, &mut out, false)?;
+            }
+            for s in specs(records, &[Filter::eq("parent", plan.id.as_str())])? {
+                if s.status != SpecStatus::Complete {
+                    let more = apply(records, action, &s.id, now, active)?;
+                    out.lines.extend(more.lines);
+                    out.stop.extend(more.stop);
+                    out.start_now.extend(more.start_now);
+                }
+            }
+            let status = match action {
+                Action::Pause => plan.status,
+                Action::Cancel => PlanStatus::Cancelled,
+                Action::Start | Action::Resume => match plan.status {
+                    PlanStatus::Failed | PlanStatus::Cancelled => {
+                        if specs(records, &[Filter::eq("parent", plan.id.as_str())])?.is_empty()
+                            && !runs(records, &[Filter::eq("parent", plan.id.as_str())])?
+                                .iter()
+                                .any(|r| r.loop_type == "spec" && r.status == RunStatus::Complete)
+                        {
+                            PlanStatus::Draft
+                        } else {
+                            PlanStatus::InProgress
+                        }
+                    }
+                    s => s,
+                },
+            };
+            if status != plan.status {
+                out.lines
+                    .push(format!("plan {}: {} -> {status}", plan.id, plan.status));
+                plan.status = status;
+                plan.note = None;
+                records.update(AnyRecord::Plan(plan), now)?;
+            }
+        }
+    }
+    let _ = plans;
+    Ok(out)
+}
+
+fn refused(action: Action, id: &str, status: &str, hint: &str) -> ControlError {
+    ControlError::Refused {
+        action: name(action),
+        id: id.to_string(),
+        status: status.to_string(),
+        hint: hint.to_string(),
+    }
+}
+
+/// One run. `strict`: the run was named itself, so an action that does not apply is an
+/// error (for runs reached through a spec or plan it is skipped). Returns whether the
+/// caller should go on.
+fn on_run(
+    records: &mut Records,
+    action: Action,
+    mut run: LoopRun,
+    now: i64,
+    active: &dyn Fn(&str) -> bool,
+    out: &mut Applied,
+    strict: bool,
+) -> Result<bool, ControlError> {
+    let live = active(&run.id);
+    let new = match (action, run.status) {
+        (Action::Pause, RunStatus::Running) if live => {
+            out.stop.push((run.id.clone(), StopAs::Paused));
+            out.lines.push(format!("run {}: pausing", run.id));
+            return Ok(true);
+        }
+        (Action::Pause, RunStatus::Running | RunStatus::Pending) => RunStatus::Paused,
+        (Action::Cancel, RunStatus::Running | RunStatus::Rebasing) if live => {
+            out.stop.push((run.id.clone(), StopAs::Stopped));
+            out.lines.push(format!("run {}: cancelling", run.id));
+            return Ok(true);
+        }
+        (
+            Action::Cancel,
+            RunStatus::Running
+            | RunStatus::Pending
+            | RunStatus::Paused
+            | RunStatus::Blocked
+            | RunStatus::Rebasing,
+        ) => RunStatus::Stopped,
+        (Action::Resume | Action::Start, RunStatus::Running) if live => {
+            if strict {
+                return Err(refused(action, &run.id, "running", "it is running already"));
+            }
+            return Ok(true);
+        }
+        (
+            Action::Resume | Action::Start,
+            RunStatus::Paused
+            | RunStatus::Blocked
+            | RunStatus::Stopped
+            | RunStatus::Failed
+            | RunStatus::Pending
+            | RunStatus::Running,
+        ) => {
+            // A standalone run blocked on its merge goes back to merging; anything else runs.
+            let merge_again = run.status == RunStatus::Blocked
+                && run.note.as_deref().is_some_and(|n| n.starts_with("merge"));
+            if let Some(wt) = &run.worktree {
+                // The person has dealt with the agent's BLOCKED: clear it so the loop runs.
+                let _ = Workspace::new(std::path::Path::new(wt)).remove_blocked();
+            }
+            if action == Action::Start && !merge_again {
+                out.start_now.push(run.id.clone());
+            }
+            if merge_again {
+                RunStatus::Rebasing
+            } else {
+                RunStatus::Pending
+            }
+        }
+        (_, status) => {
+            if strict {
+                let hint = match status {
+                    RunStatus::Complete => "it is finished",
+                    _ => "see `taskdaemon status`",
+                };
+                return Err(refused(action, &run.id, status.as_str(), hint));
+            }
+            return Ok(true);
+        }
+    };
+    out.lines
+        .push(format!("run {}: {} -> {new}", run.id, run.status));
+    run.status = new;
+    if new != RunStatus::Rebasing {
+        run.note = None;
+    }
+    records.update(AnyRecord::Run(run), now)?;
+    Ok(true)
+}

@@ -1,0 +1,257 @@
+//! Runs one LoopRun for the daemon: its worktree (made, or reused as it is), its run state
+//! (resumed when the worktree holds this run's state: iteration, progress and stuck count go
+//! on, never from 1), the engine, and reports to the dispatcher.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+
+use super::DaemonPaths;
+use crate::config::{self, Settings};
+use crate::engine::{
+    EngineContext, EngineEvent, EventSink, Outcome, RunConfig, RunState, run_loop,
+};
+use crate::git::Git;
+use crate::git::worktree::Worktrees;
+use crate::loops::Registry;
+use crate::scheduler::context::{self, branch_for};
+use crate::store::LoopRun;
+use crate::workspace::Workspace;
+
+/// What every run of one daemon shares.
+#[derive(Debug)]
+pub struct Shared {
+    pub paths: DaemonPaths,
+    pub worktrees: Worktrees,
+    /// The taskdaemon executable (plays `script:` agents, leads the agent's PATH).
+    pub script_runner: PathBuf,
+}
+
+/// A run to start, with what the dispatcher worked out from the records.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub run: LoopRun,
+    /// The worktree it works in (a spec's phases share the spec's).
+    pub worktree: String,
+    /// The branch a new worktree starts from.
+    pub start: String,
+}
+
+/// What a run tells the dispatcher.
+#[derive(Debug)]
+pub enum Report {
+    Started {
+        run_id: String,
+        worktree: PathBuf,
+        first_iteration: u32,
+    },
+    Iteration {
+        run_id: String,
+        iteration: u32,
+        /// Set when the iteration finished: its outcome label, the run's cost so far.
+        finished: Option<(String, f64)>,
+        elapsed_ms: u64,
+    },
+    Finished {
+        run_id: String,
+        result: Result<Outcome, String>,
+    },
+}
+
+/// Run `l` to an outcome; every step is reported on `tx`.
+pub async fn execute(
+    shared: Arc<Shared>,
+    l: Launch,
+    cancel: CancellationToken,
+    tx: UnboundedSender<Report>,
+) {
+    let run_id = l.run.id.clone();
+    let result = execute_inner(shared, l, &cancel, &tx).await;
+    let _ = tx.send(Report::Finished { run_id, result });
+}
+
+async fn execute_inner(
+    shared: Arc<Shared>,
+    l: Launch,
+    cancel: &CancellationToken,
+    tx: &UnboundedSender<Report>,
+) -> Result<Outcome, String> {
+    let prep = {
+        let shared = shared.clone();
+        let l = l.clone();
+        tokio::task::spawn_blocking(move || prepare(&shared, &l))
+            .await
+            .map_err(|e| format!("preparing the run: {e}"))??
+    };
+    let Prepared {
+        ws,
+        worktree,
+        state,
+        resumed,
+        _lock,
+    } = prep;
+    let run_id = l.run.id.clone();
+    if let Some(done) = state.outcome.clone().filter(|o| !o.resumable()) {
+        // The engine finished before the daemon could record it (a crash in between).
+        return Ok(done);
+    }
+    let _ = tx.send(Report::Started {
+        run_id: run_id.clone(),
+        worktree,
+        first_iteration: state.iterations_done + 1,
+    });
+    let (etx, mut erx) = tokio::sync::mpsc::unbounded_channel();
+    let ctx = EngineContext {
+        script_runner: shared.script_runner.clone(),
+        events: EventSink::new(etx),
+    };
+    let earlier = state.elapsed_ms;
+    let started = std::time::Instant::now();
+    let forward = {
+        let tx = tx.clone();
+        let run_id = run_id.clone();
+        tokio::spawn(async move {
+            while let Some(e) = erx.recv().await {
+                let elapsed_ms = earlier + started.elapsed().as_millis() as u64;
+                let report = match e {
+                    EngineEvent::IterationStarted { iteration, .. } => Report::Iteration {
+                        run_id: run_id.clone(),
+                        iteration,
+                        finished: None,
+                        elapsed_ms,
+                    },
+                    EngineEvent::IterationFinished {
+                        iteration,
+                        outcome,
+                        cost_total_usd,
+                        ..
+                    } => Report::Iteration {
+                        run_id: run_id.clone(),
+                        iteration,
+                        finished: Some((outcome, cost_total_usd)),
+                        elapsed_ms,
+                    },
+                    _ => continue,
+                };
+                let _ = tx.send(report);
+            }
+        })
+    };
+    let result = run_loop(state, &ws, &ctx, cancel, resumed).await;
+    drop(ctx);
+    let _ = forward.await;
+    result.map(|(o, _)| o).map_err(|e| e.to_string())
+}
+
+struct Prepared {
+    ws: Workspace,
+    worktree: PathBuf,
+    state: RunState,
+    resumed: bool,
+    _lock: crate::workspace::RunLock,
+}
+
+fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
+    let path = shared
+        .worktrees
+        .ensure(&l.worktree, &branch_for(&l.worktree), &l.start)
+        .map_err(|e| e.to_string())?;
+    let ws = Workspace::new(&path);
+    let lock = ws.lock().map_err(|e| e.to_string())?;
+    if let Some(mut st) = RunState::load(&ws).map_err(|e| e.to_string())?
+        && st.run_id == l.run.id
+    {
+        if matches!(st.outcome, Some(Outcome::Stuck { .. })) {
+            st.stuck_count = 0;
+        }
+        if st.outcome.as_ref().is_some_and(Outcome::resumable) {
+            // Paused, blocked, a limit: a person resumed it; go on from where it stopped.
+            st.outcome = None;
+        }
+        return Ok(Prepared {
+            ws,
+            worktree: path,
+            state: st,
+            resumed: true,
+            _lock: lock,
+        });
+    }
+    // A new run in this worktree: the logs of the one before move aside.
+    if let Some(old) = RunState::load(&ws).ok().flatten() {
+        ws.set_aside_logs(&old.run_id)
+            .map_err(|e| format!("moving the logs of run {} aside: {e}", old.run_id))?;
+    }
+    let cfg = config_for(&shared.paths.project, &path, &l.run)?;
+    let head = Git::new(&path).head().map_err(|e| e.to_string())?;
+    let now = crate::clock::now();
+    for key in ["specs-dir"] {
+        if let Some(d) = context::text(&l.run.context, key) {
+            std::fs::create_dir_all(d).map_err(|e| format!("creating {d}: {e}"))?;
+        }
+    }
+    if let Some(parent) =
+        context::text(&l.run.context, "plan-file").and_then(|f| Path::new(f).parent())
+    {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("creating {}: {e}", parent.display()))?;
+    }
+    Ok(Prepared {
+        ws,
+        worktree: path,
+        state: RunState::new(cfg, l.run.id.clone(), head, crate::clock::rfc3339(now)),
+        resumed: false,
+        _lock: lock,
+    })
+}
+
+/// The run's configuration: the project's settings layers, the run's loop type and its
+/// spawned context (agent, validation).
+pub fn config_for(project: &Path, workdir: &Path, run: &LoopRun) -> Result<RunConfig, String> {
+    let mut s: Settings = config::load_layers(project, None).map_err(|e| e.to_string())?;
+    s.loop_type = Some(run.loop_type.clone());
+    if let Some(a) = context::text(&run.context, context::AGENT) {
+        s.agent = Some(a.to_string());
+    }
+    match run.loop_type.as_str() {
+        // Their validation checks their documents; the project's test command does not apply,
+        // and they make no commits, so "no new commit" is no sign of being stuck.
+        "plan" | "spec" => {
+            s.validate = None;
+            s.max_stuck = Some(0);
+        }
+        _ => {
+            if let Some(v) = context::text(&run.context, context::VALIDATE) {
+                s.validate = Some(v.to_string());
+            }
+        }
+    }
+    let task = match run.loop_type.as_str() {
+        "plan" => format!(
+            "Plan: {}",
+            context::text(&run.context, "user-request").unwrap_or("(no idea given)")
+        ),
+        "spec" => format!(
+            "Split the plan {} into specs",
+            context::text(&run.context, "plan-file").unwrap_or("")
+        ),
+        "phase" => format!(
+            "Phase {} of {}",
+            context::text(&run.context, "phase-number").unwrap_or("?"),
+            context::text(&run.context, context::SPEC_ID).unwrap_or("?")
+        ),
+        _ => context::text(&run.context, context::TASK)
+            .unwrap_or("")
+            .to_string(),
+    };
+    let user_loops = config::user_config_dir().map(|d| d.join("loops"));
+    let registry = Registry::load(
+        user_loops.as_deref(),
+        &project.join(".taskdaemon").join("loops"),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut cfg = RunConfig::resolve(workdir, task, &s, &registry).map_err(|e| e.to_string())?;
+    cfg.context = run.context.clone();
+    Ok(cfg)
+}

@@ -1,0 +1,752 @@
+//! The daemon: one per repository. A dispatcher task owns the record store and every
+//! decision (the nextest dispatcher shape); runs, merges and socket clients talk to it by
+//! channels.
+//!
+//! Each pass: sync the store, [`scheduler::advance`] the cascade, start merges it asks for,
+//! [`scheduler::pick`] runs to start within the limits. Passes happen after anything that
+//! can change what is ready (a run finished, a merge ended, a request) and on a tick (new
+//! work written to the store by `taskdaemon submit` while no one pokes the socket).
+//!
+//! Crash recovery is the same path as a normal start: process groups a dead daemon left are
+//! ended (see `agent::tracked`), runs still marked `running` are started first, and each
+//! resumes from the run state in its worktree (iteration, progress, stuck count).
+
+pub mod control;
+pub mod executor;
+pub mod ipc;
+mod paths;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixListener;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+pub use paths::{DaemonInfo, DaemonPaths};
+
+use self::control::StopAs;
+use self::executor::{Launch, Report, Shared};
+use self::ipc::{Request, Response};
+use crate::engine::Outcome;
+use crate::git::integrate::{MergeResult, merge_into};
+use crate::git::worktree::Worktrees;
+use crate::scheduler::cascade::{self, Action, MergeEnd};
+use crate::scheduler::context;
+use crate::scheduler::{Limits, pick};
+use crate::store::{AnyRecord, LoopRun, Records, RunStatus, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(
+        "a daemon already runs for this repository (pid {pid})\n  hint: `taskdaemon daemon status` shows it; `taskdaemon daemon stop` stops it"
+    )]
+    AlreadyRunning { pid: String },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Worktree(#[from] crate::git::worktree::WorktreeError),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DaemonError {
+    let what = what.into();
+    move |source| DaemonError::Io { what, source }
+}
+
+/// How the daemon runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The taskdaemon executable.
+    pub script_runner: PathBuf,
+    /// Where worktrees live (relative: from the repository's top level).
+    pub worktrees_dir: PathBuf,
+    /// Merge target when a plan or run names none.
+    pub default_target: String,
+    pub limits: Limits,
+    /// The agent kind of runs that name no agent (for the per-agent limits).
+    pub default_agent_kind: String,
+    /// Time between passes when nothing happens.
+    pub tick: Duration,
+    /// TERM → KILL for process groups left by a dead daemon.
+    pub grace: Duration,
+}
+
+/// The kind of an agent spec, for per-agent limits: `claude`, `cmd`, `script`, …
+pub fn agent_kind(spec: &str) -> String {
+    spec.split(':').next().unwrap_or(spec).trim().to_string()
+}
+
+struct Active {
+    cancel: CancellationToken,
+    agent: String,
+    stop_as: Option<StopAs>,
+}
+
+struct Dispatcher {
+    paths: DaemonPaths,
+    opts: Options,
+    shared: Arc<Shared>,
+    records: Records,
+    active: BTreeMap<String, Active>,
+    merging: HashSet<String>,
+    shutting_down: bool,
+    started_at: String,
+    events: mpsc::UnboundedSender<String>,
+    reports: mpsc::UnboundedSender<Report>,
+    merges: mpsc::UnboundedSender<(String, MergeEnd)>,
+}
+
+fn now_ms() -> i64 {
+    crate::clock::now().as_millisecond()
+}
+
+/// Run the daemon until `shutdown` is cancelled or a client asks it to stop. Lines of what
+/// it does go to `events`.
+pub async fn run(
+    paths: DaemonPaths,
+    opts: Options,
+    events: mpsc::UnboundedSender<String>,
+    shutdown: CancellationToken,
+) -> Result<(), DaemonError> {
+    std::fs::create_dir_all(&paths.dir).map_err(io(format!("creating {}", paths.dir.display())))?;
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(paths.lock())
+        .map_err(io(format!("opening {}", paths.lock().display())))?;
+    if lock.try_lock().is_err() {
+        let pid = paths
+            .read_info()
+            .map(|i| i.pid.to_string())
+            .unwrap_or_else(|| "unknown".into());
+        return Err(DaemonError::AlreadyRunning { pid });
+    }
+    let note = |s: String| {
+        let _ = events.send(s);
+    };
+
+    // What a dead daemon left running ends before anything resumes.
+    let groups = paths.groups();
+    let left = crate::agent::tracked::end_leftover_groups(&groups, opts.grace);
+    for l in &left {
+        note(format!(
+            "ended {} leftover process(es) of run {} (process group {}) from a daemon that stopped without cleaning up{}",
+            l.processes,
+            l.run_id,
+            l.pgid,
+            if l.survived {
+                "; some survived KILL"
+            } else {
+                ""
+            }
+        ));
+    }
+    crate::agent::tracked::track_process_groups(groups)
+        .map_err(io("creating the process-group records"))?;
+
+    let socket = paths.socket();
+    let _ = std::fs::remove_file(&socket);
+    let listener =
+        UnixListener::bind(&socket).map_err(io(format!("listening on {}", socket.display())))?;
+    let started_at = crate::clock::now_rfc3339();
+    let info = DaemonInfo {
+        pid: std::process::id(),
+        socket: socket.clone(),
+        started_at: started_at.clone(),
+        project: paths.project.clone(),
+    };
+    let info_json = serde_json::to_vec_pretty(&info).map_err(|e| DaemonError::Io {
+        what: "writing daemon info".into(),
+        source: std::io::Error::other(e),
+    })?;
+    crate::fsutil::write_atomic(&paths.info(), &info_json)
+        .map_err(io(format!("writing {}", paths.info().display())))?;
+
+    let registry = executor_registry(&paths.project);
+    let records = Records::open(&paths.project)?.with_loop_types(registry);
+    let worktrees = Worktrees::open(&paths.project, &opts.worktrees_dir)?;
+    let shared = Arc::new(Shared {
+        paths: paths.clone(),
+        worktrees,
+        script_runner: opts.script_runner.clone(),
+    });
+    let (rtx, mut rrx) = mpsc::unbounded_channel();
+    let (mtx, mut mrx) = mpsc::unbounded_channel();
+    let (itx, mut irx) = mpsc::channel::<(Request, oneshot::Sender<Response>)>(64);
+    let server = tokio::spawn(serve(listener, itx));
+
+    let mut d = Dispatcher {
+        paths: paths.clone(),
+        opts,
+        shared,
+        records,
+        active: BTreeMap::new(),
+        merging: HashSet::new(),
+        shutting_down: false,
+        started_at,
+        events: events.clone(),
+        reports: rtx,
+        merges: mtx,
+    };
+    note(format!(
+        "daemon {} started for {} (max {} loops; socket {})",
+        std::process::id(),
+        paths.project.display(),
+        d.opts.limits.max_loops,
+        socket.display()
+    ));
+    d.resume_running()?;
+
+    let mut dirty = true;
+    loop {
+        if d.shutting_down && d.active.is_empty() && d.merging.is_empty() {
+            break;
+        }
+        if dirty && !d.shutting_down {
+            if let Err(e) = d.pass() {
+                note(format!("scheduling pass failed: {e}"));
+            }
+            dirty = false;
+        }
+        tokio::select! {
+            Some(r) = rrx.recv() => {
+                dirty |= d.on_report(r);
+                while let Ok(r) = rrx.try_recv() {
+                    dirty |= d.on_report(r);
+                }
+            }
+            Some((id, end)) = mrx.recv() => {
+                d.on_merged(&id, end);
+                dirty = true;
+            }
+            Some((req, reply)) = irx.recv() => {
+                let resp = d.on_request(req);
+                let _ = reply.send(resp);
+                dirty = true;
+            }
+            _ = shutdown.cancelled(), if !d.shutting_down => {
+                d.begin_shutdown("a signal");
+            }
+            _ = tokio::time::sleep(d.opts.tick) => { dirty = true; }
+        }
+    }
+    server.abort();
+    let _ = std::fs::remove_file(&socket);
+    let _ = std::fs::remove_file(paths.info());
+    note("daemon stopped".into());
+    drop(lock);
+    Ok(())
+}
+
+fn executor_registry(project: &Path) -> Vec<String> {
+    let user_loops = crate::config::user_config_dir().map(|d| d.join("loops"));
+    crate::loops::Registry::load(
+        user_loops.as_deref(),
+        &project.join(".taskdaemon").join("loops"),
+    )
+    .map(|r| r.entries().map(|e| e.name.clone()).collect())
+    .unwrap_or_else(|_| {
+        crate::loops::Registry::builtin()
+            .entries()
+            .map(|e| e.name.clone())
+            .collect()
+    })
+}
+
+/// Accept clients; each sends one request line and gets one reply line.
+async fn serve(listener: UnixListener, tx: mpsc::Sender<(Request, oneshot::Sender<Response>)>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let (r, mut w) = stream.into_split();
+            let mut line = String::new();
+            let mut reader = BufReader::new(r.take_limited());
+            if reader.read_line(&mut line).await.is_err() {
+                return;
+            }
+            let resp = match serde_json::from_str::<Request>(&line) {
+                Ok(req) => {
+                    let (otx, orx) = oneshot::channel();
+                    if tx.send((req, otx)).await.is_err() {
+                        Response::err("the daemon is stopping")
+                    } else {
+                        orx.await
+                            .unwrap_or_else(|_| Response::err("the daemon is stopping"))
+                    }
+                }
+                Err(e) => Response::err(format!("bad request: {e}")),
+            };
+            let mut out = serde_json::to_string(&resp).unwrap_or_else(|_| "{\"ok\":false}".into());
+            out.push('\n');
+            let _ = w.write_all(out.as_bytes()).await;
+        });
+    }
+}
+
+trait TakeLimited: Sized {
+    fn take_limited(self) -> tokio::io::Take<Self>;
+}
+
+impl<R: tokio::io::AsyncRead> TakeLimited for R {
+    fn take_limited(self) -> tokio::io::Take<R> {
+        use tokio::io::AsyncReadExt;
+        // A request is small; a client cannot make the daemon hold more than this.
+        self.take(64 * 1024)
+    }
+}
+
+impl Dispatcher {
+    fn note(&self, s: String) {
+        let _ = self.events.send(s);
+    }
+
+    /// Runs still marked running belonged to a daemon that stopped (or crashed): they
+    /// start first, whatever the limits, and resume from their saved state.
+    fn resume_running(&mut self) -> Result<(), DaemonError> {
+        let running =
+            crate::scheduler::runs(&self.records, &[taskstore::Filter::eq("status", "running")])?;
+        for run in running {
+            self.note(format!(
+                "resuming run {} ({}) after iteration {}",
+                run.id,
+                run.loop_type,
+                run.iteration.saturating_sub(1)
+            ));
+            self.launch(run);
+        }
+        Ok(())
+    }
+
+    fn pass(&mut self) -> Result<(), DaemonError> {
+        self.records.sync()?;
+        let step = cascade::advance(&mut self.records, now_ms(), &self.opts.default_target)?;
+        for n in step.notes {
+            self.note(n);
+        }
+        self.act(step.actions);
+        let running: BTreeMap<String, String> = self
+            .active
+            .iter()
+            .map(|(id, a)| (id.clone(), a.agent.clone()))
+            .collect();
+        let default_kind = self.opts.default_agent_kind.clone();
+        let agent_of = |r: &LoopRun| {
+            context::text(&r.context, context::AGENT)
+                .map(agent_kind)
+                .unwrap_or_else(|| default_kind.clone())
+        };
+        let picked = pick(
+            &self.records,
+            &running,
+            &self.opts.limits,
+            &agent_of,
+            &HashSet::new(),
+        )?;
+        for run in picked {
+            self.launch(run);
+        }
+        Ok(())
+    }
+
+    fn act(&mut self, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Merge {
+                    id,
+                    worktree,
+                    branch,
+                    target,
+                } => {
+                    if !self.merging.insert(id.clone()) {
+                        continue;
+                    }
+                    self.note(format!("merging {branch} into {target} ({id})"));
+                    let shared = self.shared.clone();
+                    let tx = self.merges.clone();
+                    let title = self
+                        .records
+                        .get(&id)
+                        .ok()
+                        .flatten()
+                        .map(|r| r.title().to_string())
+                        .unwrap_or_default();
+                    tokio::task::spawn_blocking(move || {
+                        let end = merge(&shared, &id, &worktree, &branch, &target, &title);
+                        let _ = tx.send((id, end));
+                    });
+                }
+                Action::RemoveWorktree { name } => {
+                    let shared = self.shared.clone();
+                    let events = self.events.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let line = remove_worktree(&shared, &name);
+                        let _ = events.send(line);
+                    });
+                }
+            }
+        }
+    }
+
+    fn launch(&mut self, mut run: LoopRun) {
+        if self.active.contains_key(&run.id) {
+            return;
+        }
+        let (worktree, start) = self.placement(&run);
+        let agent = context::text(&run.context, context::AGENT)
+            .map(agent_kind)
+            .unwrap_or_else(|| self.opts.default_agent_kind.clone());
+        if run.status != RunStatus::Running {
+            run.status = RunStatus::Running;
+            run.note = None;
+            match self.records.update(AnyRecord::Run(run.clone()), now_ms()) {
+                Ok(AnyRecord::Run(r)) => run = r,
+                Ok(_) => {}
+                Err(e) => {
+                    self.note(format!("cannot start run {}: {e}", run.id));
+                    return;
+                }
+            }
+        }
+        let cancel = CancellationToken::new();
+        self.active.insert(
+            run.id.clone(),
+            Active {
+                cancel: cancel.clone(),
+                agent,
+                stop_as: None,
+            },
+        );
+        let l = Launch {
+            run,
+            worktree,
+            start,
+        };
+        tokio::spawn(executor::execute(
+            self.shared.clone(),
+            l,
+            cancel,
+            self.reports.clone(),
+        ));
+    }
+
+    /// The worktree a run works in, and the branch a new one starts from.
+    fn placement(&self, run: &LoopRun) -> (String, String) {
+        let default = self.opts.default_target.clone();
+        let plan_target = |plan_id: &str| match self.records.get(plan_id) {
+            Ok(Some(AnyRecord::Plan(p))) => p.target_branch.unwrap_or_else(|| default.clone()),
+            _ => default.clone(),
+        };
+        match run.loop_type.as_str() {
+            "phase" => {
+                let spec_id = context::text(&run.context, context::SPEC_ID)
+                    .or(run.parent.as_deref())
+                    .unwrap_or(&run.id)
+                    .to_string();
+                let start = match self.records.get(&spec_id) {
+                    Ok(Some(AnyRecord::Spec(s))) => plan_target(&s.parent),
+                    _ => default.clone(),
+                };
+                (spec_id, start)
+            }
+            "plan" | "spec" => {
+                let plan_id = context::text(&run.context, context::PLAN_ID)
+                    .or(run.parent.as_deref())
+                    .unwrap_or(&run.id)
+                    .to_string();
+                let start = plan_target(&plan_id);
+                (plan_id, start)
+            }
+            _ => (
+                run.id.clone(),
+                context::text(&run.context, context::TARGET)
+                    .unwrap_or(&default)
+                    .to_string(),
+            ),
+        }
+    }
+
+    /// Apply a run's report to its record. Whether the scheduler should look again.
+    fn on_report(&mut self, r: Report) -> bool {
+        let now = now_ms();
+        match r {
+            Report::Started {
+                run_id,
+                worktree,
+                first_iteration,
+            } => {
+                self.update_run(&run_id, now, |run| {
+                    run.worktree = Some(worktree.display().to_string());
+                    run.iteration = first_iteration;
+                });
+                self.note(format!(
+                    "run {run_id} started at iteration {first_iteration} in {}",
+                    worktree.display()
+                ));
+                false
+            }
+            Report::Iteration {
+                run_id,
+                iteration,
+                finished,
+                elapsed_ms,
+            } => {
+                self.update_run(&run_id, now, |run| {
+                    run.iteration = iteration;
+                    run.elapsed_ms = elapsed_ms;
+                    if let Some((outcome, cost)) = &finished {
+                        if *cost > 0.0 {
+                            run.cost_usd = Some(*cost);
+                        }
+                        let mut lines: Vec<&str> = run.progress.lines().collect();
+                        let line = format!("iteration {iteration}: {outcome}");
+                        lines.push(&line);
+                        let keep = lines.len().saturating_sub(20);
+                        run.progress = lines[keep..].join("\n");
+                    }
+                });
+                false
+            }
+            Report::Finished { run_id, result } => {
+                let Some(active) = self.active.remove(&run_id) else {
+                    return true;
+                };
+                let standalone =
+                    |run: &LoopRun| !matches!(run.loop_type.as_str(), "plan" | "spec" | "phase");
+                let mut line = String::new();
+                self.update_run(&run_id, now, |run| {
+                    let (status, note) = match &result {
+                        Ok(Outcome::Complete { .. }) if standalone(run) => {
+                            (RunStatus::Rebasing, None)
+                        }
+                        Ok(Outcome::Complete { .. }) => (RunStatus::Complete, None),
+                        Ok(Outcome::Interrupted) => match active.stop_as {
+                            Some(StopAs::Paused) => (RunStatus::Paused, None),
+                            Some(StopAs::Stopped) => {
+                                (RunStatus::Stopped, Some("cancelled by a person".to_string()))
+                            }
+                            None => (
+                                RunStatus::Running,
+                                Some("interrupted by a daemon stop; resumes on the next start".to_string()),
+                            ),
+                        },
+                        Ok(Outcome::Blocked { reason }) => (RunStatus::Blocked, Some(format!("BLOCKED: {reason}"))),
+                        Ok(Outcome::Decide { question }) => (
+                            RunStatus::Blocked,
+                            Some(format!("DECIDE: {question} (answer with `taskdaemon -C WORKTREE answer`, then `taskdaemon resume {}`)", run.id)),
+                        ),
+                        Ok(o) => (RunStatus::Failed, Some(format!("{}: {}", o.label(), o.detail()))),
+                        Err(e) => (RunStatus::Failed, Some(e.clone())),
+                    };
+                    line = format!(
+                        "run {} ({}) -> {status}{}",
+                        run.id,
+                        run.loop_type,
+                        note.as_deref().map(|n| format!(": {n}")).unwrap_or_default()
+                    );
+                    run.status = status;
+                    run.note = note;
+                });
+                self.note(line);
+                true
+            }
+        }
+    }
+
+    /// Read, change and store a run, once more if someone changed it meanwhile.
+    fn update_run(&mut self, id: &str, now: i64, mut f: impl FnMut(&mut LoopRun)) {
+        for _ in 0..2 {
+            let Ok(Some(AnyRecord::Run(mut run))) = self.records.get(id) else {
+                return;
+            };
+            f(&mut run);
+            match self.records.update(AnyRecord::Run(run), now) {
+                Ok(_) => return,
+                Err(e) => {
+                    let _ = self.records.sync();
+                    self.note(format!("updating run {id}: {e}"));
+                }
+            }
+        }
+    }
+
+    fn on_merged(&mut self, id: &str, end: MergeEnd) {
+        self.merging.remove(id);
+        match cascade::merged(&mut self.records, id, end, now_ms()) {
+            Ok(step) => {
+                for n in step.notes {
+                    self.note(n);
+                }
+                self.act(step.actions);
+            }
+            Err(e) => self.note(format!("recording the merge of {id}: {e}")),
+        }
+    }
+
+    fn begin_shutdown(&mut self, why: &str) {
+        self.shutting_down = true;
+        self.note(format!(
+            "stopping ({why}): {} run(s) interrupted; they resume on the next start",
+            self.active.len()
+        ));
+        for a in self.active.values() {
+            a.cancel.cancel();
+        }
+    }
+
+    fn on_request(&mut self, req: Request) -> Response {
+        match req {
+            Request::Ping => Response::ok("pong", serde_json::json!({"pid": std::process::id()})),
+            Request::Wake => Response::ok("looking at the store", serde_json::Value::Null),
+            Request::Status => {
+                let active: Vec<&String> = self.active.keys().collect();
+                Response::ok(
+                    format!("{} run(s) active", active.len()),
+                    serde_json::json!({
+                        "pid": std::process::id(),
+                        "started-at": self.started_at,
+                        "project": self.paths.project,
+                        "active": active,
+                        "merging": self.merging.iter().collect::<Vec<_>>(),
+                        "max-loops": self.opts.limits.max_loops,
+                    }),
+                )
+            }
+            Request::Stop => {
+                let n = self.active.len();
+                self.begin_shutdown("asked to");
+                Response::ok(
+                    format!("stopping: {n} run(s) interrupted; they resume on the next start"),
+                    serde_json::Value::Null,
+                )
+            }
+            Request::Control { action, reference } => {
+                let Some(a) = control::Action::parse(&action) else {
+                    return Response::err(format!(
+                        "unknown action `{action}`; use start, pause, resume or cancel"
+                    ));
+                };
+                let _ = self.records.sync();
+                let active: HashSet<String> = self.active.keys().cloned().collect();
+                match control::apply(&mut self.records, a, &reference, now_ms(), &|id| {
+                    active.contains(id)
+                }) {
+                    Ok(applied) => {
+                        for (id, how) in &applied.stop {
+                            if let Some(act) = self.active.get_mut(id) {
+                                act.stop_as = Some(*how);
+                                act.cancel.cancel();
+                            }
+                        }
+                        for id in &applied.start_now {
+                            if let Ok(Some(AnyRecord::Run(run))) = self.records.get(id) {
+                                match self.records.readiness(&AnyRecord::Run(run.clone())) {
+                                    Ok(r) if r.ready => self.launch(run),
+                                    _ => {}
+                                }
+                            }
+                        }
+                        for l in &applied.lines {
+                            self.note(l.clone());
+                        }
+                        Response::ok(applied.lines.join("\n"), serde_json::Value::Null)
+                    }
+                    Err(e) => Response::err(e.to_string()),
+                }
+            }
+        }
+    }
+}
+
+fn merge(
+    shared: &Shared,
+    id: &str,
+    worktree: &str,
+    branch: &str,
+    target: &str,
+    title: &str,
+) -> MergeEnd {
+    let message = format!("taskdaemon: merge {branch} ({title})\n\nTaskdaemon-Record: {id}");
+    match merge_into(&shared.worktrees, branch, target, &message) {
+        Ok(MergeResult::Merged { .. }) | Ok(MergeResult::UpToDate { .. }) => {
+            MergeEnd::Done { note: None }
+        }
+        Ok(MergeResult::Held {
+            integration_branch,
+            checked_out_at,
+            ..
+        }) => MergeEnd::Done {
+            note: Some(format!(
+                "held on {integration_branch}: {target} is checked out with local changes in {}, whose files are never rewritten; take it with `git merge {integration_branch}` there",
+                checked_out_at.display()
+            )),
+        },
+        Ok(MergeResult::Conflict { files }) => MergeEnd::Conflict {
+            note: format!(
+                "merge conflict with {target} in: {}; resolve it in {}: `git merge {target}`, fix the files, commit; then `taskdaemon resume {id}`",
+                files.join(", "),
+                shared.worktrees.path_for(worktree).display()
+            ),
+        },
+        Err(e) => MergeEnd::Failed {
+            note: format!("merge failed: {e}"),
+        },
+    }
+}
+
+/// Keep the worktree's `.ralph/` (logs, state) in the daemon dir, then remove it and its
+/// merged branch.
+fn remove_worktree(shared: &Shared, name: &str) -> String {
+    let path = shared.worktrees.path_for(name);
+    let ralph = path.join(".ralph");
+    let keep = shared.paths.kept_logs(name);
+    if ralph.is_dir()
+        && let Err(e) = copy_dir(&ralph, &keep)
+    {
+        return format!(
+            "worktree {} kept: saving its .ralph/ to {} failed: {e}",
+            path.display(),
+            keep.display()
+        );
+    }
+    match shared.worktrees.remove(name, true, true) {
+        Ok(()) => format!(
+            "worktree {} removed (its .ralph/ is kept in {})",
+            path.display(),
+            keep.display()
+        ),
+        Err(e) => format!("worktree {} kept: {e}", path.display()),
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let ty = e.file_type()?;
+        let dest = to.join(e.file_name());
+        if ty.is_dir() {
+            copy_dir(&e.path(), &dest)?;
+        } else if ty.is_file() {
+            std::fs::copy(e.path(), dest)?;
+        }
+    }
+    Ok(())
+}
+
+/// Time since `since` in whole milliseconds (for status figures).
+pub fn since_ms(since: Instant) -> u64 {
+    since.elapsed().as_millis() as u64
+}

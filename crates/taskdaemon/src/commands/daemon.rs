@@ -1,0 +1,286 @@
+//! `taskdaemon daemon start [--foreground] | stop | status`: the repository's long-running
+//! scheduler. In the background it writes what it does to its log
+//! (`<git-dir>/taskdaemon/daemon/daemon.log`).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use taskdaemon_core::config;
+use taskdaemon_core::daemon::{self, DaemonPaths, Options, ipc::Request};
+use taskdaemon_core::scheduler::Limits;
+use tokio_util::sync::CancellationToken;
+
+use super::daemon_link::{self, current_branch};
+use super::{Ctx, emit, print_json};
+use crate::cli::user;
+use crate::outln;
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+taskdaemon daemon start                 # in the background; returns once it answers\n  \
+taskdaemon daemon start --foreground    # in this terminal (Ctrl-C stops it)\n  \
+taskdaemon daemon status --json\n  \
+taskdaemon daemon stop                  # runs are interrupted and resume on the next start\n\n\
+One daemon per repository. It runs what `taskdaemon submit` queues, each run in its own \
+worktree, in dependency order, and merges finished work into the target branch.")]
+pub struct DaemonArgs {
+    #[command(subcommand)]
+    pub command: DaemonCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DaemonCommand {
+    /// Start the daemon (in the background unless --foreground).
+    Start(StartArgs),
+    /// Stop it: running loops are interrupted (their agents ended) and resume on the next start.
+    Stop,
+    /// Whether it runs, its pid, socket, log and active runs.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct StartArgs {
+    /// Run in this terminal; lines of what it does go to stdout.
+    #[arg(long)]
+    pub foreground: bool,
+    /// How many loops run at once [default: config max-loops, else 4].
+    #[arg(long, value_name = "N")]
+    pub max_loops: Option<u32>,
+    /// Merge target for work that names none [default: config target-branch, else the branch checked out here].
+    #[arg(long, value_name = "BRANCH")]
+    pub target: Option<String>,
+    /// Seconds between passes when nothing happens.
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0, hide = true)]
+    pub tick: f64,
+}
+
+pub fn run(args: DaemonArgs, ctx: &Ctx) -> anyhow::Result<i32> {
+    let paths = daemon_link::paths(ctx)?;
+    match args.command {
+        DaemonCommand::Start(a) if a.foreground => foreground(&paths, a, ctx),
+        DaemonCommand::Start(a) => background(&paths, a, ctx),
+        DaemonCommand::Stop => stop(&paths),
+        DaemonCommand::Status { json } => status(&paths, json),
+    }
+}
+
+fn options(paths: &DaemonPaths, a: &StartArgs, ctx: &Ctx) -> anyhow::Result<Options> {
+    let s = config::load_layers(&paths.project, ctx.config.as_deref()).map_err(user)?;
+    let max_loops = a.max_loops.or(s.max_loops).unwrap_or(4);
+    if max_loops == 0 {
+        return Err(user("max-loops must be at least 1"));
+    }
+    let per_agent = s
+        .agent_limits
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v as usize))
+        .collect();
+    let default_target = match a.target.clone().or(s.target_branch.clone()) {
+        Some(t) => t,
+        None => current_branch(&paths.project)?,
+    };
+    Ok(Options {
+        script_runner: std::env::current_exe().context("finding the taskdaemon executable")?,
+        worktrees_dir: PathBuf::from(".taskdaemon/worktrees"),
+        default_target,
+        limits: Limits {
+            max_loops: max_loops as usize,
+            per_agent,
+        },
+        default_agent_kind: s
+            .agent
+            .as_deref()
+            .map(daemon::agent_kind)
+            .unwrap_or_else(|| "auto".into()),
+        tick: Duration::from_secs_f64(a.tick.clamp(0.05, 60.0)),
+        grace: s.kill_grace.map(|d| d.0).unwrap_or(Duration::from_secs(5)),
+    })
+}
+
+fn foreground(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i32> {
+    let opts = options(paths, &a, ctx)?;
+    taskdaemon_core::agent::become_subreaper();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async {
+        let shutdown = CancellationToken::new();
+        super::run::spawn_signal_handler(shutdown.clone())?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let printer = tokio::spawn(async move {
+            while let Some(line) = rx.recv().await {
+                let _ = emit(&format!(
+                    "{} {line}\n",
+                    taskdaemon_core::clock::now_rfc3339()
+                ));
+            }
+        });
+        let result = daemon::run(paths.clone(), opts, tx, shutdown).await;
+        let _ = printer.await;
+        result.map_err(|e| match e {
+            daemon::DaemonError::AlreadyRunning { .. } => user(e),
+            e => anyhow::Error::new(e),
+        })
+    })?;
+    Ok(0)
+}
+
+fn background(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i32> {
+    if paths.is_running() {
+        let pid = paths
+            .read_info()
+            .map(|i| i.pid.to_string())
+            .unwrap_or_default();
+        emit(&format!("the daemon already runs (pid {pid})\n"))?;
+        return Ok(0);
+    }
+    // Check the settings here, where the person can see the error.
+    options(paths, &a, ctx)?;
+    std::fs::create_dir_all(&paths.dir)
+        .with_context(|| format!("creating {}", paths.dir.display()))?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(paths.log())
+        .with_context(|| format!("opening {}", paths.log().display()))?;
+    let exe = std::env::current_exe().context("finding the taskdaemon executable")?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("-C").arg(&paths.project);
+    if let Some(c) = &ctx.config {
+        cmd.arg("--config").arg(c);
+    }
+    cmd.args([
+        "daemon",
+        "start",
+        "--foreground",
+        "--tick",
+        &a.tick.to_string(),
+    ]);
+    if let Some(n) = a.max_loops {
+        cmd.args(["--max-loops", &n.to_string()]);
+    }
+    if let Some(t) = &a.target {
+        cmd.args(["--target", t]);
+    }
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().context("duplicating the log handle")?)
+        .stderr(log);
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setsid is async-signal-safe; a new session leaves this terminal behind.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::unistd::setsid()
+                    .map(|_| ())
+                    .map_err(std::io::Error::from)
+            });
+        }
+    }
+    let mut child = cmd.spawn().context("starting the daemon process")?;
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(Some(r)) = daemon_link::call(paths, &Request::Ping)
+            && r.ok
+        {
+            let pid = paths.read_info().map(|i| i.pid).unwrap_or(child.id());
+            emit(&format!(
+                "daemon started (pid {pid}); log: {}\n",
+                paths.log().display()
+            ))?;
+            return Ok(0);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let tail = std::fs::read_to_string(paths.log()).unwrap_or_default();
+            let tail: Vec<&str> = tail.lines().rev().take(5).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            return Err(user(format!(
+                "the daemon exited at start ({status}); the end of its log ({}):\n{}",
+                paths.log().display(),
+                tail.join("\n")
+            )));
+        }
+        if Instant::now() > until {
+            return Err(anyhow::anyhow!(
+                "the daemon (pid {}) did not answer within 15 s; see {}",
+                child.id(),
+                paths.log().display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn stop(paths: &DaemonPaths) -> anyhow::Result<i32> {
+    let Some(r) = daemon_link::call(paths, &Request::Stop)? else {
+        emit("no daemon runs for this repository\n")?;
+        return Ok(0);
+    };
+    let until = Instant::now() + Duration::from_secs(120);
+    while paths.is_running() {
+        if Instant::now() > until {
+            return Err(anyhow::anyhow!(
+                "the daemon is still stopping after 120 s; see {}",
+                paths.log().display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    emit(&format!("{}\ndaemon stopped\n", r.message))?;
+    Ok(0)
+}
+
+fn status(paths: &DaemonPaths, json: bool) -> anyhow::Result<i32> {
+    let reply = daemon_link::call(paths, &Request::Status)?;
+    if json {
+        let v = match &reply {
+            Some(r) => serde_json::json!({
+                "running": true,
+                "log": paths.log(),
+                "socket": paths.read_info().map(|i| i.socket),
+                "daemon": r.data,
+            }),
+            None => serde_json::json!({"running": false, "log": paths.log()}),
+        };
+        print_json(&v)?;
+        return Ok(0);
+    }
+    let mut out = String::new();
+    match reply {
+        None => outln!(
+            out,
+            "no daemon runs for {}\n  start it with `taskdaemon daemon start`",
+            paths.project.display()
+        ),
+        Some(r) => {
+            let d = &r.data;
+            outln!(
+                out,
+                "daemon pid {} since {} for {}",
+                d["pid"],
+                d["started-at"].as_str().unwrap_or("?"),
+                paths.project.display()
+            );
+            outln!(out, "  log:    {}", paths.log().display());
+            if let Some(i) = paths.read_info() {
+                outln!(out, "  socket: {}", i.socket.display());
+            }
+            outln!(out, "  {} (max {})", r.message, d["max-loops"]);
+            if let Some(a) = d["active"].as_array() {
+                for id in a {
+                    outln!(out, "    {}", id.as_str().unwrap_or("?"));
+                }
+            }
+        }
+    }
+    emit(&out)?;
+    Ok(0)
+}
