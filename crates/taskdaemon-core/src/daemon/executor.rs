@@ -27,6 +27,8 @@ pub struct Shared {
     pub worktrees: Worktrees,
     /// The taskdaemon executable (plays `script:` agents, leads the agent's PATH).
     pub script_runner: PathBuf,
+    /// The agent of runs that name none (the daemon's `--agent`), over the config files.
+    pub default_agent: Option<String>,
 }
 
 /// A run to start, with what the dispatcher worked out from the records.
@@ -183,7 +185,12 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
         ws.set_aside_logs(&old.run_id)
             .map_err(|e| format!("moving the logs of run {} aside: {e}", old.run_id))?;
     }
-    let cfg = config_for(&shared.paths.project, &path, &l.run)?;
+    let cfg = config_for(
+        &shared.paths.project,
+        &path,
+        &l.run,
+        shared.default_agent.as_deref(),
+    )?;
     let head = Git::new(&path).head().map_err(|e| e.to_string())?;
     let now = crate::clock::now();
     for key in ["specs-dir"] {
@@ -208,10 +215,15 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
 
 /// The run's configuration: the project's settings layers, the run's loop type and its
 /// spawned context (agent, validation).
-pub fn config_for(project: &Path, workdir: &Path, run: &LoopRun) -> Result<RunConfig, String> {
+pub fn config_for(
+    project: &Path,
+    workdir: &Path,
+    run: &LoopRun,
+    default_agent: Option<&str>,
+) -> Result<RunConfig, String> {
     let mut s: Settings = config::load_layers(project, None).map_err(|e| e.to_string())?;
     s.loop_type = Some(run.loop_type.clone());
-    if let Some(a) = context::text(&run.context, context::AGENT) {
+    if let Some(a) = context::text(&run.context, context::AGENT).or(default_agent) {
         s.agent = Some(a.to_string());
     }
     match run.loop_type.as_str() {

@@ -71,6 +71,8 @@ pub struct Options {
     /// Merge target when a plan or run names none.
     pub default_target: String,
     pub limits: Limits,
+    /// The agent of runs that name none (over the config files' `agent`).
+    pub default_agent: Option<String>,
     /// The agent kind of runs that name no agent (for the per-agent limits).
     pub default_agent_kind: String,
     /// Time between passes when nothing happens.
@@ -179,6 +181,7 @@ pub async fn run(
         paths: paths.clone(),
         worktrees,
         script_runner: opts.script_runner.clone(),
+        default_agent: opts.default_agent.clone(),
     });
     let (rtx, mut rrx) = mpsc::unbounded_channel();
     let (mtx, mut mrx) = mpsc::unbounded_channel();

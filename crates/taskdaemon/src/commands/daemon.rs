@@ -54,6 +54,9 @@ pub struct StartArgs {
     /// Merge target for work that names none [default: config target-branch, else the branch checked out here].
     #[arg(long, value_name = "BRANCH")]
     pub target: Option<String>,
+    /// The agent of runs that name none (claude, codex, …, cmd:COMMAND) [default: config agent].
+    #[arg(long, value_name = "SPEC", env = "TASKDAEMON_AGENT")]
+    pub agent: Option<String>,
     /// Seconds between passes when nothing happens.
     #[arg(long, value_name = "SECONDS", default_value_t = 1.0, hide = true)]
     pub tick: f64,
@@ -94,9 +97,11 @@ fn options(paths: &DaemonPaths, a: &StartArgs, ctx: &Ctx) -> anyhow::Result<Opti
             max_loops: max_loops as usize,
             per_agent,
         },
-        default_agent_kind: s
+        default_agent: a.agent.clone(),
+        default_agent_kind: a
             .agent
             .as_deref()
+            .or(s.agent.as_deref())
             .map(daemon::agent_kind)
             .unwrap_or_else(|| "auto".into()),
         tick: Duration::from_secs_f64(a.tick.clamp(0.05, 60.0)),
@@ -145,6 +150,10 @@ fn background(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i3
     }
     // Check the settings here, where the person can see the error.
     options(paths, &a, ctx)?;
+    if let Some(ag) = &a.agent {
+        let spec = taskdaemon_core::agent::AgentSpec::parse(ag).map_err(user)?;
+        spec.check_installed().map_err(user)?;
+    }
     std::fs::create_dir_all(&paths.dir)
         .with_context(|| format!("creating {}", paths.dir.display()))?;
     let log = std::fs::OpenOptions::new()
@@ -170,6 +179,9 @@ fn background(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i3
     }
     if let Some(t) = &a.target {
         cmd.args(["--target", t]);
+    }
+    if let Some(ag) = &a.agent {
+        cmd.args(["--agent", ag]);
     }
     cmd.stdin(std::process::Stdio::null())
         .stdout(log.try_clone().context("duplicating the log handle")?)

@@ -1,0 +1,300 @@
+//! The daemon end to end: plan → specs → phases in worktrees → merged, crash recovery after
+//! SIGKILL, and a merge conflict resolved by a person. Real git, real processes; the agent
+//! is a small shell program that plays each loop type.
+
+#[allow(dead_code)]
+mod harness;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use harness::{Env, git, pid_alive};
+use serde_json::Value;
+
+/// The fake agent. Plan: writes the plan. Spec: writes the documents of `SPECS` (a file of
+/// `name|deps|phases` lines). Phase: records start/end times, makes one commit per
+/// iteration, and is done at iteration `$DONE_AT` (default 1).
+const AGENT: &str = r#"#!/bin/sh
+log="$TD_TEST_DIR/agent.log"
+case "$TASKDAEMON_LOOP" in
+plan)
+  printf '# Widgets\n\n## Goals\nwidgets, pass %s\n\n## Approach\nspecs\n' "$TASKDAEMON_REVIEW_PASS" > "$TASKDAEMON_PLAN_FILE"
+  ;;
+spec)
+  mkdir -p "$TASKDAEMON_SPECS_DIR"
+  n=0
+  while IFS='|' read -r name deps phases; do
+    n=$((n+1))
+    printf -- '---\ntitle: %s\ndeps: [%s]\nphases: [%s]\nvalidate: %s\n---\nBuild %s.\n' \
+      "$name" "$deps" "$phases" "${SPEC_VALIDATE:-true}" "$name" > "$TASKDAEMON_SPECS_DIR/0$n-$name.md"
+  done < "$TD_TEST_DIR/specs.txt"
+  ;;
+phase)
+  spec=$(echo "$TASKDAEMON_SPEC_ID" | sed 's/^[0-9a-f]*-spec-//')
+  echo "$$" >> "$TD_TEST_DIR/pids"
+  echo "start $(date +%s%N) $spec $TASKDAEMON_PHASE_INDEX $TASKDAEMON_ITERATION $TASKDAEMON_RUN_ID" >> "$log"
+  sleep "${PHASE_SLEEP:-1}" &
+  echo "$!" >> "$TD_TEST_DIR/pids"
+  wait
+  f="$spec-$TASKDAEMON_PHASE_INDEX.txt"
+  echo "iteration $TASKDAEMON_ITERATION" >> "$f"
+  if [ -n "$SHARED" ]; then echo "$spec was here" > shared.txt; fi
+  if [ "$TASKDAEMON_ITERATION" -ge "${DONE_AT:-1}" ]; then echo done > "$spec-$TASKDAEMON_PHASE_INDEX.done"; fi
+  git add -A && git commit -qm "$spec phase $TASKDAEMON_PHASE_NUMBER iteration $TASKDAEMON_ITERATION"
+  echo "end $(date +%s%N) $spec $TASKDAEMON_PHASE_INDEX $TASKDAEMON_ITERATION $TASKDAEMON_RUN_ID" >> "$log"
+  echo "<promise>COMPLETE</promise>"
+  ;;
+esac
+"#;
+
+struct Daemon<'a> {
+    env: &'a Env,
+    vars: Vec<(String, String)>,
+}
+
+impl<'a> Daemon<'a> {
+    fn new(env: &'a Env, specs: &str, vars: &[(&str, &str)]) -> Daemon<'a> {
+        let agent = env.root().join("agent.sh");
+        std::fs::write(&agent, AGENT).unwrap();
+        std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        std::fs::write(env.root().join("specs.txt"), specs).unwrap();
+        let mut v: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        v.push(("TD_TEST_DIR".into(), env.root().display().to_string()));
+        v.push((
+            "TASKDAEMON_AGENT".into(),
+            format!("cmd:{}", agent.display()),
+        ));
+        Daemon { env, vars: v }
+    }
+
+    fn run(&self, args: &[&str]) -> harness::Run {
+        let mut c = self.env.cmd();
+        for (k, v) in &self.vars {
+            c.env(k, v);
+        }
+        let out = c.args(args).output().unwrap();
+        harness::Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let r = self.run(args);
+        assert_eq!(
+            r.code, 0,
+            "{args:?}\nstdout: {}\nstderr: {}",
+            r.stdout, r.stderr
+        );
+        r.stdout
+    }
+
+    fn start(&self, max_loops: u32) {
+        self.ok(&[
+            "daemon",
+            "start",
+            "--max-loops",
+            &max_loops.to_string(),
+            "--tick",
+            "0.2",
+        ]);
+    }
+
+    fn status(&self) -> Value {
+        serde_json::from_str(&self.ok(&["status", "--json"])).unwrap()
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.env.repo().join(".git/taskdaemon/daemon")
+    }
+
+    fn pid(&self) -> i32 {
+        let info: Value =
+            serde_json::from_str(&std::fs::read_to_string(self.dir().join("info.json")).unwrap())
+                .unwrap();
+        info["pid"].as_i64().unwrap() as i32
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir().join("daemon.log")).unwrap_or_default()
+    }
+
+    /// Wait until `done(status)`, or fail with the status and the daemon's log.
+    fn wait_until(&self, limit: Duration, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        loop {
+            let s = self.status();
+            if done(&s) {
+                return s;
+            }
+            assert!(
+                !s["plans"]
+                    .as_array()
+                    .is_some_and(|p| p.iter().any(|p| p["status"] == "failed")),
+                "a plan failed while waiting for {what}\nstatus: {s:#}\nlog:\n{}",
+                self.log()
+            );
+            assert!(
+                start.elapsed() < limit,
+                "{what} did not happen within {limit:?}\nstatus: {s:#}\nlog:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn stop(&self) {
+        self.ok(&["daemon", "stop"]);
+    }
+}
+
+fn plan_status(s: &Value) -> &str {
+    s["plans"][0]["status"].as_str().unwrap_or("")
+}
+
+/// Every file of the user's checkout outside .git/ and .taskdaemon/, with its bytes; the
+/// index; HEAD.
+fn checkout_state(repo: &Path) -> (BTreeMap<String, Vec<u8>>, Vec<u8>, String) {
+    fn walk(dir: &Path, root: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            if rel == ".git" || rel == ".taskdaemon" {
+                continue;
+            }
+            if e.file_type().unwrap().is_dir() {
+                walk(&p, root, out);
+            } else {
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut files = BTreeMap::new();
+    walk(repo, repo, &mut files);
+    let index = std::fs::read(repo.join(".git/index")).unwrap();
+    let head = std::fs::read_to_string(repo.join(".git/HEAD")).unwrap();
+    (files, index, head)
+}
+
+/// (spec, phase) → (start ns, end ns) of the last iteration of each phase.
+fn phase_times(env: &Env) -> BTreeMap<(String, String), (u128, u128)> {
+    let text = std::fs::read_to_string(env.root().join("agent.log")).unwrap();
+    let mut out: BTreeMap<(String, String), (u128, u128)> = BTreeMap::new();
+    for l in text.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let key = (f[2].to_string(), f[3].to_string());
+        let t: u128 = f[1].parse().unwrap();
+        let e = out.entry(key).or_insert((0, 0));
+        if f[0] == "start" {
+            e.0 = t;
+        } else {
+            e.1 = t;
+        }
+    }
+    out
+}
+
+#[test]
+fn a_plan_fans_out_into_specs_built_in_parallel_by_dependency_and_merged_without_touching_the_checkout()
+ {
+    let env = Env::new();
+    let repo = env.repo();
+    // The person works on another branch, with staged, unstaged and untracked changes.
+    git(&repo, &["checkout", "-qb", "wip"]);
+    std::fs::write(repo.join("README.md"), "hello\nmy unsaved edit\n").unwrap();
+    std::fs::write(repo.join("staged.txt"), "staged\n").unwrap();
+    git(&repo, &["add", "staged.txt"]);
+    std::fs::write(repo.join("scratch.txt"), "untracked\n").unwrap();
+    let before = checkout_state(&repo);
+
+    let d = Daemon::new(
+        &env,
+        "base||\"Phase 1: schema\", \"Phase 2: queries\"\nmiddle|base|\"Phase 1: api\"\ntop|middle|\"Phase 1: ui\"\nside||\"Phase 1: docs\"\n",
+        &[],
+    );
+    let out = d.ok(&["submit", "plan", "build widgets", "--target", "main"]);
+    assert!(out.contains("no daemon runs"), "{out}");
+    d.start(3);
+    let s = d.wait_until(Duration::from_secs(180), "the plan completing", |s| {
+        plan_status(s) == "complete"
+    });
+    d.stop();
+
+    // Four specs, all complete, each phase a complete run.
+    let specs = s["plans"][0]["specs"].as_array().unwrap();
+    assert_eq!(specs.len(), 4, "{s:#}");
+    for sp in specs {
+        assert_eq!(sp["status"], "complete", "{sp:#}");
+        for r in sp["runs"].as_array().unwrap() {
+            assert_eq!(r["status"], "complete", "{r:#}");
+        }
+    }
+    let plan_runs: Vec<&str> = s["plans"][0]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["loop-type"].as_str().unwrap())
+        .collect();
+    assert_eq!(plan_runs, ["plan", "spec"]);
+    assert_eq!(
+        s["plans"][0]["runs"][0]["iteration"], 5,
+        "five review passes"
+    );
+
+    // Overlap where deps allow, order where they do not.
+    let t = phase_times(&env);
+    let get = |s: &str, p: &str| t[&(s.to_string(), p.to_string())];
+    let (side, base0, base1) = (get("side", "0"), get("base", "0"), get("base", "1"));
+    assert!(
+        side.0 < base0.1 && base0.0 < side.1,
+        "side and base ran one after the other: {t:?}"
+    );
+    assert!(
+        base1.0 >= base0.1,
+        "phase 2 started before phase 1 ended: {t:?}"
+    );
+    let (middle, top) = (get("middle", "0"), get("top", "0"));
+    assert!(
+        middle.0 >= base1.1,
+        "middle started before base was done: {t:?}"
+    );
+    assert!(
+        top.0 >= middle.1,
+        "top started before middle was done: {t:?}"
+    );
+
+    // Everything is on main.
+    let files = git(&repo, &["ls-tree", "-r", "--name-only", "main"]);
+    for f in [
+        "base-0.txt",
+        "base-1.txt",
+        "middle-0.txt",
+        "top-0.txt",
+        "side-0.txt",
+    ] {
+        assert!(
+            files.lines().any(|l| l == f),
+            "{f} not merged into main:\n{files}"
+        );
+    }
+    // The person's checkout: byte for byte as it was, still on wip.
+    let after = checkout_state(&repo);
+    assert_eq!(before.0, after.0, "files of the checkout changed");
+    assert_eq!(before.1, after.1, "the index changed");
+    assert_eq!(before.2, after.2, "HEAD changed");
+    assert!(git(&repo, &["status", "--porcelain"]).contains("M README.md"));
+    // Worktrees of merged specs are gone; their logs are kept.
+    let wts = git(&repo, &["worktree", "list", "--porcelain"]);
+    assert!(!wts.contains("spec-"), "{wts}");
+    let kept = std::fs::read_dir(d.dir().join("logs")).unwrap().count();
+    assert!(
+        kept >= 5,
+        "kept logs of the plan's and the 4 specs' worktrees: {kept}"
+    );
+}
