@@ -73,6 +73,8 @@ pub struct Settings {
     pub parse_agent: Option<String>,
     /// The time budget of the task parser's call to the agent.
     pub parse_timeout: Option<Dur>,
+    /// Where loops' git worktrees live; relative paths start at the repository's top level.
+    pub worktrees_dir: Option<PathBuf>,
 }
 
 impl Settings {
@@ -95,6 +97,7 @@ impl Settings {
             task_parser: over.task_parser.or(self.task_parser),
             parse_agent: over.parse_agent.or(self.parse_agent),
             parse_timeout: over.parse_timeout.or(self.parse_timeout),
+            worktrees_dir: over.worktrees_dir.or(self.worktrees_dir),
         }
     }
 }
@@ -208,6 +211,10 @@ mod tests {
         assert_eq!(s.iteration_timeout, Some(Dur(Duration::from_secs(1800))));
         assert_eq!(s.task_parser, Some(ParserMode::Auto));
         assert_eq!(s.parse_timeout, Some(Dur(Duration::from_secs(2))));
+        assert_eq!(
+            s.worktrees_dir.as_deref(),
+            Some(Path::new(crate::git::worktree::DEFAULT_BASE))
+        );
     }
 
     #[test]

@@ -64,6 +64,8 @@ pub enum Command {
     Edit(commands::edit::EditArgs),
     /// Look after the record store: check, compact, stats.
     Store(commands::store::StoreArgs),
+    /// The loops' git worktrees: list them, prune finished ones.
+    Worktree(commands::worktree::WorktreeArgs),
     /// Git merge driver for the record store (`%O %A %B %P`), installed by `init`.
     #[command(name = "__merge-store", hide = true)]
     MergeStore(commands::merge_store::MergeStoreArgs),
@@ -141,6 +143,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Show(a) => commands::show::run(a, &ctx),
         Command::Edit(a) => commands::edit::run(a, &ctx),
         Command::Store(a) => commands::store::run(a, &ctx),
+        Command::Worktree(a) => commands::worktree::run(a, &ctx),
         Command::MergeStore(a) => commands::merge_store::run(a),
         Command::StoreStress(a) => commands::store_stress::run(a, &ctx),
         Command::ScriptAgent(a) => commands::script_agent::run(a),

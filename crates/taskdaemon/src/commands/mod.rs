@@ -19,6 +19,7 @@ pub mod store;
 pub mod store_stress;
 pub mod task;
 pub mod unblock;
+pub mod worktree;
 
 use std::path::PathBuf;
 
