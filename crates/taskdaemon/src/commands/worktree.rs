@@ -170,7 +170,10 @@ fn render_list(base: &Path, all: &[Listed]) -> String {
             out,
             "{:width$}  {:8}  {:24}  {:10}  {state}{}",
             i.name,
-            i.head.as_deref().map(|h| &h[..h.len().min(8)]).unwrap_or("-"),
+            i.head
+                .as_deref()
+                .map(|h| &h[..h.len().min(8)])
+                .unwrap_or("-"),
             i.branch.as_deref().unwrap_or("(detached)"),
             l.status.as_deref().unwrap_or("-"),
             if i.locked { ", locked" } else { "" },
