@@ -556,8 +556,13 @@ mod tests {
     #[test]
     fn a_conflict_lists_the_files_and_changes_nothing() {
         let f = fx();
-        f.spec("s1", "a.txt", "a1\nloop\na3\n");
+        let s1 = f.spec("s1", "a.txt", "a1\nloop\na3\n");
+        std::fs::create_dir_all(s1.join("sub dir")).unwrap();
+        std::fs::write(s1.join("sub dir/é x.txt"), "loop\n").unwrap();
+        commit_all(&s1, "second");
         std::fs::write(f.repo.join("a.txt"), "a1\nuser\na3\n").unwrap();
+        std::fs::create_dir_all(f.repo.join("sub dir")).unwrap();
+        std::fs::write(f.repo.join("sub dir/é x.txt"), "user\n").unwrap();
         commit_all(&f.repo, "user edit");
         f.user_on_work_with_edits();
         let (main, branch) = (f.rev("main"), f.rev("td/s1"));
@@ -566,7 +571,7 @@ mod tests {
         assert_eq!(
             r,
             MergeResult::Conflict {
-                files: vec!["a.txt".into()]
+                files: vec!["a.txt".into(), "sub dir/é x.txt".into()]
             }
         );
         assert_eq!((f.rev("main"), f.rev("td/s1")), (main, branch));
