@@ -703,6 +703,41 @@ mod tests {
     }
 
     #[test]
+    fn concurrent_merges_are_serialized_and_all_land() {
+        let f = fx();
+        for i in 0..4 {
+            f.spec(&format!("s{i}"), &format!("f{i}.txt"), "x\n");
+        }
+        f.user_on_work_with_edits();
+        let before = user_state(&f.repo);
+        let results: Vec<MergeResult> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|i| {
+                    let wt = f.wt.clone();
+                    s.spawn(move || {
+                        merge_into(&wt, &format!("td/s{i}"), "main", &format!("Merge s{i}"))
+                            .unwrap()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(
+            results
+                .iter()
+                .all(|r| matches!(r, MergeResult::Merged { .. })),
+            "{results:?}"
+        );
+        for i in 0..4 {
+            git(
+                &f.repo,
+                &["merge-base", "--is-ancestor", &format!("td/s{i}"), "main"],
+            );
+        }
+        assert_eq!(user_state(&f.repo), before);
+    }
+
+    #[test]
     fn missing_branches_are_errors_with_hints() {
         let f = fx();
         let e = merge_into(&f.wt, "td/none", "main", "m").unwrap_err();
