@@ -80,6 +80,8 @@ pub struct Settings {
     /// The daemon: the branch finished specs and runs are merged into [default: the branch
     /// checked out where the work was submitted].
     pub target_branch: Option<String>,
+    /// Where loops' git worktrees live; relative paths start at the repository's top level.
+    pub worktrees_dir: Option<PathBuf>,
 }
 
 impl Settings {
@@ -105,6 +107,7 @@ impl Settings {
             max_loops: over.max_loops.or(self.max_loops),
             agent_limits: over.agent_limits.or(self.agent_limits),
             target_branch: over.target_branch.or(self.target_branch),
+            worktrees_dir: over.worktrees_dir.or(self.worktrees_dir),
         }
     }
 }
@@ -218,6 +221,10 @@ mod tests {
         assert_eq!(s.iteration_timeout, Some(Dur(Duration::from_secs(1800))));
         assert_eq!(s.task_parser, Some(ParserMode::Auto));
         assert_eq!(s.parse_timeout, Some(Dur(Duration::from_secs(2))));
+        assert_eq!(
+            s.worktrees_dir.as_deref(),
+            Some(Path::new(crate::git::worktree::DEFAULT_BASE))
+        );
     }
 
     #[test]

@@ -82,6 +82,8 @@ pub enum Command {
     Cancel(commands::cancel::CancelArgs),
     /// Check a plan document or a directory of spec documents (the plan and spec loops' validation).
     CheckDoc(commands::check_doc::CheckDocArgs),
+    /// The loops' git worktrees: list them, prune finished ones.
+    Worktree(commands::worktree::WorktreeArgs),
     /// Git merge driver for the record store (`%O %A %B %P`), installed by `init`.
     #[command(name = "__merge-store", hide = true)]
     MergeStore(commands::merge_store::MergeStoreArgs),
@@ -168,6 +170,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Resume(a) => commands::resume::run(a, &ctx),
         Command::Cancel(a) => commands::cancel::run(a, &ctx),
         Command::CheckDoc(a) => commands::check_doc::run(a, &ctx),
+        Command::Worktree(a) => commands::worktree::run(a, &ctx),
         Command::MergeStore(a) => commands::merge_store::run(a),
         Command::StoreStress(a) => commands::store_stress::run(a, &ctx),
         Command::ScriptAgent(a) => commands::script_agent::run(a),

@@ -412,3 +412,338 @@ impl Merger<'_> {
         Ok(env)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::git::testrepo::{commit_all, git, init, user_state};
+    use crate::git::worktree::DEFAULT_BASE;
+
+    struct Fx {
+        _d: tempfile::TempDir,
+        repo: PathBuf,
+        wt: Worktrees,
+    }
+
+    /// A repository whose `main` has `a.txt` and `b.txt`.
+    fn fx() -> Fx {
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path().canonicalize().unwrap().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        init(&repo);
+        std::fs::write(repo.join("a.txt"), "a1\na2\na3\n").unwrap();
+        std::fs::write(repo.join("b.txt"), "b\n").unwrap();
+        commit_all(&repo, "initial");
+        let wt = Worktrees::open(&repo, Path::new(DEFAULT_BASE)).unwrap();
+        Fx { _d: d, repo, wt }
+    }
+
+    impl Fx {
+        fn rev(&self, r: &str) -> String {
+            git(&self.repo, &["rev-parse", r])
+        }
+        /// A loop's worktree on `td/<name>` with one commit writing `file`.
+        fn spec(&self, name: &str, file: &str, text: &str) -> PathBuf {
+            let p = self.wt.ensure(name, &format!("td/{name}"), "main").unwrap();
+            std::fs::write(p.join(file), text).unwrap();
+            commit_all(&p, &format!("{name}: {file}"));
+            p
+        }
+        /// The user leaves `main` for branch `work`, with edits staged and not.
+        fn user_on_work_with_edits(&self) {
+            git(&self.repo, &["switch", "-q", "-c", "work"]);
+            self.user_edits();
+        }
+        fn user_edits(&self) {
+            std::fs::write(self.repo.join("b.txt"), "user's staged edit\n").unwrap();
+            git(&self.repo, &["add", "b.txt"]);
+            std::fs::write(self.repo.join("b.txt"), "user's unstaged edit\n").unwrap();
+            std::fs::write(self.repo.join("notes.txt"), "untracked\n").unwrap();
+        }
+        fn parents(&self, c: &str) -> Vec<String> {
+            git(&self.repo, &["rev-list", "--parents", "-n1", c])
+                .split(' ')
+                .skip(1)
+                .map(String::from)
+                .collect()
+        }
+    }
+
+    #[test]
+    fn fast_forward_moves_the_target_and_nothing_else() {
+        let f = fx();
+        f.spec("s1", "c.txt", "new\n");
+        f.user_on_work_with_edits();
+        let before = user_state(&f.repo);
+        let r = merge_into(&f.wt, "td/s1", "main", "Merge s1").unwrap();
+        let tip = f.rev("td/s1");
+        assert_eq!(
+            r,
+            MergeResult::Merged {
+                target: "main".into(),
+                commit: tip.clone(),
+                fast_forward: true
+            }
+        );
+        assert_eq!(f.rev("main"), tip);
+        assert_eq!(user_state(&f.repo), before);
+    }
+
+    #[test]
+    fn diverged_branches_get_a_merge_commit_made_in_the_integration_worktree() {
+        let f = fx();
+        f.spec("s1", "c.txt", "from the loop\n");
+        std::fs::write(f.repo.join("a.txt"), "a1\na2\na3\nuser\n").unwrap();
+        commit_all(&f.repo, "user work on main");
+        let t = f.rev("main");
+        f.user_on_work_with_edits();
+        let before = user_state(&f.repo);
+        let r = merge_into(&f.wt, "td/s1", "main", "Merge s1 into main").unwrap();
+        let MergeResult::Merged {
+            commit,
+            fast_forward: false,
+            ..
+        } = &r
+        else {
+            panic!("{r:?}")
+        };
+        assert_eq!(&f.rev("main"), commit);
+        assert_eq!(f.parents(commit), [t, f.rev("td/s1")]);
+        assert_eq!(
+            git(&f.repo, &["log", "-1", "--format=%s", "main"]),
+            "Merge s1 into main"
+        );
+        assert_eq!(git(&f.repo, &["show", "main:c.txt"]), "from the loop");
+        assert_eq!(user_state(&f.repo), before);
+        // The integration worktree is detached and clean.
+        let integ = f.wt.path_for(INTEGRATION);
+        assert_eq!(git(&integ, &["status", "--porcelain"]), "");
+        assert!(git(&integ, &["branch", "--show-current"]).is_empty());
+        // A second merge (a branch started before the first merge) reuses it.
+        let s2 = f.wt.ensure("s2", "td/s2", "main~1").unwrap();
+        std::fs::write(s2.join("d.txt"), "two\n").unwrap();
+        commit_all(&s2, "s2");
+        let r = merge_into(&f.wt, "td/s2", "main", "Merge s2").unwrap();
+        assert!(
+            matches!(
+                r,
+                MergeResult::Merged {
+                    fast_forward: false,
+                    ..
+                }
+            ),
+            "{r:?}"
+        );
+        assert_eq!(user_state(&f.repo), before);
+    }
+
+    #[test]
+    fn a_contained_branch_is_up_to_date() {
+        let f = fx();
+        f.wt.ensure("s1", "td/s1", "main").unwrap();
+        f.user_on_work_with_edits();
+        let r = merge_into(&f.wt, "td/s1", "main", "m").unwrap();
+        assert_eq!(
+            r,
+            MergeResult::UpToDate {
+                commit: f.rev("main")
+            }
+        );
+    }
+
+    #[test]
+    fn a_conflict_lists_the_files_and_changes_nothing() {
+        let f = fx();
+        let s1 = f.spec("s1", "a.txt", "a1\nloop\na3\n");
+        std::fs::create_dir_all(s1.join("sub dir")).unwrap();
+        std::fs::write(s1.join("sub dir/é x.txt"), "loop\n").unwrap();
+        commit_all(&s1, "second");
+        std::fs::write(f.repo.join("a.txt"), "a1\nuser\na3\n").unwrap();
+        std::fs::create_dir_all(f.repo.join("sub dir")).unwrap();
+        std::fs::write(f.repo.join("sub dir/é x.txt"), "user\n").unwrap();
+        commit_all(&f.repo, "user edit");
+        f.user_on_work_with_edits();
+        let (main, branch) = (f.rev("main"), f.rev("td/s1"));
+        let before = user_state(&f.repo);
+        let r = merge_into(&f.wt, "td/s1", "main", "m").unwrap();
+        assert_eq!(
+            r,
+            MergeResult::Conflict {
+                files: vec!["a.txt".into(), "sub dir/é x.txt".into()]
+            }
+        );
+        assert_eq!((f.rev("main"), f.rev("td/s1")), (main, branch));
+        assert_eq!(user_state(&f.repo), before);
+        let integ = f.wt.path_for(INTEGRATION);
+        assert_eq!(git(&integ, &["status", "--porcelain"]), "");
+    }
+
+    #[test]
+    fn a_target_checked_out_with_local_changes_is_held_on_the_integration_branch() {
+        let f = fx();
+        f.spec("s1", "c.txt", "one\n");
+        f.spec("s2", "d.txt", "two\n");
+        f.user_edits();
+        let main = f.rev("main");
+        let before = user_state(&f.repo);
+        let r = merge_into(&f.wt, "td/s1", "main", "Merge s1").unwrap();
+        assert_eq!(
+            r,
+            MergeResult::Held {
+                integration_branch: "taskdaemon/integration/main".into(),
+                commit: f.rev("td/s1"),
+                checked_out_at: f.repo.clone(),
+            }
+        );
+        // Held results accumulate on the integration branch.
+        let r = merge_into(&f.wt, "td/s2", "main", "Merge s2").unwrap();
+        let MergeResult::Held { commit, .. } = &r else {
+            panic!("{r:?}")
+        };
+        assert_eq!(&f.rev("taskdaemon/integration/main"), commit);
+        assert_eq!(f.parents(commit), [f.rev("td/s1"), f.rev("td/s2")]);
+        // Merging s1 again holds the same commit.
+        let again = merge_into(&f.wt, "td/s1", "main", "Merge s1").unwrap();
+        assert_eq!(again, r);
+        assert_eq!(f.rev("main"), main);
+        assert_eq!(user_state(&f.repo), before);
+        // The user commits on main meanwhile: the integration branch catches up by a merge.
+        std::fs::write(f.repo.join("e.txt"), "user\n").unwrap();
+        git(&f.repo, &["add", "e.txt"]);
+        git(&f.repo, &["commit", "-q", "-m", "user commit"]);
+        f.spec("s3", "f.txt", "three\n");
+        let before = user_state(&f.repo);
+        let r = merge_into(&f.wt, "td/s3", "main", "Merge s3").unwrap();
+        let MergeResult::Held { commit, .. } = &r else {
+            panic!("{r:?}")
+        };
+        for c in [
+            f.rev("main"),
+            f.rev("td/s1"),
+            f.rev("td/s2"),
+            f.rev("td/s3"),
+        ] {
+            git(&f.repo, &["merge-base", "--is-ancestor", &c, commit]);
+        }
+        assert_eq!(user_state(&f.repo), before);
+    }
+
+    #[test]
+    fn a_target_checked_out_without_local_changes_is_held_too() {
+        let f = fx();
+        f.spec("s1", "c.txt", "one\n");
+        let main = f.rev("main");
+        let before = user_state(&f.repo);
+        let r = merge_into(&f.wt, "td/s1", "main", "m").unwrap();
+        assert!(matches!(r, MergeResult::Held { .. }), "{r:?}");
+        assert_eq!(f.rev("main"), main);
+        assert_eq!(user_state(&f.repo), before);
+    }
+
+    #[test]
+    fn a_concurrent_move_of_the_target_is_detected_and_the_merge_redone() {
+        let f = fx();
+        f.spec("s1", "c.txt", "loop\n");
+        f.user_on_work_with_edits();
+        let before = user_state(&f.repo);
+        // Someone else commits to main between our merge and our ref update.
+        let tree = git(&f.repo, &["rev-parse", "main^{tree}"]);
+        let main = f.rev("main");
+        let theirs = git(
+            &f.repo,
+            &["commit-tree", &tree, "-p", &main, "-m", "concurrent"],
+        );
+        let mut moved = 0;
+        let r = merge_into_hooked(&f.wt, "td/s1", "main", "m", &mut |r| {
+            if moved == 0 {
+                git(&f.repo, &["update-ref", r, &theirs]);
+            }
+            moved += 1;
+        })
+        .unwrap();
+        assert_eq!(moved, 2);
+        let MergeResult::Merged {
+            commit,
+            fast_forward: false,
+            ..
+        } = &r
+        else {
+            panic!("{r:?}")
+        };
+        assert_eq!(f.parents(commit), [theirs.clone(), f.rev("td/s1")]);
+        assert_eq!(&f.rev("main"), commit);
+        // A target that keeps moving is an error, and the other writer's commit stays.
+        f.spec("s2", "d.txt", "two\n");
+        let mut n = 0;
+        let e = merge_into_hooked(&f.wt, "td/s2", "main", "m", &mut |r| {
+            n += 1;
+            let tip = git(&f.repo, &["rev-parse", "main"]);
+            let c = git(
+                &f.repo,
+                &[
+                    "commit-tree",
+                    &tree,
+                    "-p",
+                    &tip,
+                    "-m",
+                    &format!("again {n}"),
+                ],
+            );
+            git(&f.repo, &["update-ref", r, &c]);
+        })
+        .unwrap_err();
+        assert!(matches!(e, IntegrateError::TargetKeptMoving(_)), "{e}");
+        assert_eq!(
+            git(&f.repo, &["log", "-1", "--format=%s", "main"]),
+            "again 2"
+        );
+        assert_eq!(user_state(&f.repo), before);
+    }
+
+    #[test]
+    fn concurrent_merges_are_serialized_and_all_land() {
+        let f = fx();
+        for i in 0..4 {
+            f.spec(&format!("s{i}"), &format!("f{i}.txt"), "x\n");
+        }
+        f.user_on_work_with_edits();
+        let before = user_state(&f.repo);
+        let results: Vec<MergeResult> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|i| {
+                    let wt = f.wt.clone();
+                    s.spawn(move || {
+                        merge_into(&wt, &format!("td/s{i}"), "main", &format!("Merge s{i}"))
+                            .unwrap()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(
+            results
+                .iter()
+                .all(|r| matches!(r, MergeResult::Merged { .. })),
+            "{results:?}"
+        );
+        for i in 0..4 {
+            git(
+                &f.repo,
+                &["merge-base", "--is-ancestor", &format!("td/s{i}"), "main"],
+            );
+        }
+        assert_eq!(user_state(&f.repo), before);
+    }
+
+    #[test]
+    fn missing_branches_are_errors_with_hints() {
+        let f = fx();
+        let e = merge_into(&f.wt, "td/none", "main", "m").unwrap_err();
+        assert!(matches!(e, IntegrateError::NoBranch(_)) && e.to_string().contains("hint:"));
+        f.wt.ensure("s1", "td/s1", "main").unwrap();
+        let e = merge_into(&f.wt, "td/s1", "nope", "m").unwrap_err();
+        assert!(matches!(e, IntegrateError::NoTarget(_)), "{e}");
+    }
+}

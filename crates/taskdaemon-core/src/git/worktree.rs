@@ -254,7 +254,7 @@ impl Worktrees {
         }
         if let Some(r) = all
             .iter()
-            .find(|r| r.branch.as_deref() == Some(full.as_str()) && !r.prunable)
+            .find(|r| r.branch.as_deref() == Some(full.as_str()) && !r.prunable && r.path != path)
         {
             return Err(WorktreeError::BranchElsewhere {
                 branch: branch.to_string(),

@@ -91,7 +91,10 @@ fn options(paths: &DaemonPaths, a: &StartArgs, ctx: &Ctx) -> anyhow::Result<Opti
     };
     Ok(Options {
         script_runner: std::env::current_exe().context("finding the taskdaemon executable")?,
-        worktrees_dir: PathBuf::from(".taskdaemon/worktrees"),
+        worktrees_dir: s
+            .worktrees_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(taskdaemon_core::git::worktree::DEFAULT_BASE)),
         default_target,
         limits: Limits {
             max_loops: max_loops as usize,

@@ -30,6 +30,7 @@ pub mod store_stress;
 pub mod submit;
 pub mod task;
 pub mod unblock;
+pub mod worktree;
 
 use std::path::PathBuf;
 
