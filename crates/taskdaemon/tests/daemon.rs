@@ -298,3 +298,240 @@ fn a_plan_fans_out_into_specs_built_in_parallel_by_dependency_and_merged_without
         "kept logs of the plan's and the 4 specs' worktrees: {kept}"
     );
 }
+
+/// Pids listed in the agents' pid file.
+fn recorded_pids(env: &Env) -> Vec<i32> {
+    std::fs::read_to_string(env.root().join("pids"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Live processes whose environment carries this test's directory (agents, validations).
+fn marked_processes(env: &Env) -> Vec<i32> {
+    let mark = format!("TD_TEST_DIR={}", env.root().display());
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        if environ.split(|b| *b == 0).any(|kv| kv == mark.as_bytes()) && pid_alive(pid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn is_daemon(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| String::from_utf8_lossy(&c).contains("--foreground"))
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_daemon_killed_three_times_finishes_every_run_with_iterations_going_on_and_no_orphans() {
+    let env = Env::new();
+    let specs = (1..=6)
+        .map(|i| format!("s{i}||\"Phase 1: part {i}\""))
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n";
+    let d = Daemon::new(
+        &env,
+        &specs,
+        &[
+            ("DONE_AT", "3"),
+            ("PHASE_SLEEP", "0.7"),
+            ("SPEC_VALIDATE", "ls *.done"),
+        ],
+    );
+    d.ok(&["submit", "plan", "six parts"]);
+    d.start(3);
+    let mut kills = 0;
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    while kills < 3 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        std::thread::sleep(Duration::from_millis(900 + rng % 900));
+        let s = d.status();
+        assert_ne!(
+            plan_status(&s),
+            "complete",
+            "finished before the third kill"
+        );
+        let pid = d.pid();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        let t = Instant::now();
+        while pid_alive(pid) {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "daemon {pid} survived SIGKILL"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        kills += 1;
+        let before = recorded_pids(&env);
+        d.start(3);
+        // The new daemon answers only after ending what the dead one left.
+        let alive: Vec<i32> = before.iter().copied().filter(|p| pid_alive(*p)).collect();
+        let orphans: Vec<i32> = alive.iter().copied().filter(|p| !is_daemon(*p)).collect();
+        assert!(
+            orphans.is_empty(),
+            "agent processes of the killed daemon still run after restart {kills}: {orphans:?}\nlog:\n{}",
+            d.log()
+        );
+    }
+    let s = d.wait_until(Duration::from_secs(240), "the plan completing", |s| {
+        plan_status(s) == "complete"
+    });
+    d.stop();
+    let log = d.log();
+    assert!(log.contains("resuming run"), "{log}");
+    assert!(
+        log.contains("leftover process"),
+        "no kill hit a running agent:\n{log}"
+    );
+
+    // Nothing lost, nothing doubled: 6 specs, each exactly one phase run, complete at iteration 3.
+    let specs = s["plans"][0]["specs"].as_array().unwrap();
+    assert_eq!(specs.len(), 6, "{s:#}");
+    let runs_total: usize = specs
+        .iter()
+        .map(|sp| sp["runs"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(runs_total, 6, "{s:#}");
+    assert_eq!(s["plans"][0]["runs"].as_array().unwrap().len(), 2, "{s:#}");
+    let agent_log = std::fs::read_to_string(env.root().join("agent.log")).unwrap();
+    for sp in specs {
+        assert_eq!(sp["status"], "complete", "{sp:#}");
+        let run = &sp["runs"][0];
+        let id = run["id"].as_str().unwrap();
+        assert_eq!(run["status"], "complete");
+        assert_eq!(run["iteration"], 3, "store: {run:#}");
+        // What the agent saw: iterations never go back (a killed one is redone, never from 1).
+        let seen: Vec<u32> = agent_log
+            .lines()
+            .filter(|l| l.starts_with("start") && l.ends_with(id))
+            .map(|l| l.split_whitespace().nth(4).unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(seen.first(), Some(&1), "{id}: {seen:?}");
+        assert!(
+            seen.windows(2).all(|w| w[0] <= w[1]),
+            "{id} went back: {seen:?}"
+        );
+        assert_eq!(seen.last(), Some(&3), "{id}: {seen:?}");
+        // summary.csv (kept from the removed worktree) agrees.
+        let spec_id = sp["id"].as_str().unwrap();
+        let kept = d.dir().join("logs").join(spec_id);
+        let csv = std::fs::read_to_string(kept.join("logs/summary.csv")).unwrap();
+        let its: Vec<u32> = csv
+            .lines()
+            .skip(1)
+            .filter(|l| l.contains(id))
+            .map(|l| l.split(',').next().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(its.last(), Some(&3), "{id} summary.csv: {csv}");
+        assert!(
+            its.windows(2).all(|w| w[0] <= w[1]),
+            "{id} summary.csv went back: {csv}"
+        );
+    }
+    assert!(
+        marked_processes(&env).is_empty(),
+        "processes left: {:?}",
+        marked_processes(&env)
+    );
+}
+
+#[test]
+fn a_merge_conflict_blocks_the_spec_with_its_files_and_resume_finishes_it_once_resolved() {
+    let env = Env::new();
+    let repo = env.repo();
+    git(&repo, &["checkout", "-qb", "wip"]);
+    let d = Daemon::new(
+        &env,
+        "alpha||\"Phase 1: a\"\nbeta||\"Phase 1: b\"\n",
+        &[("SHARED", "1")],
+    );
+    d.ok(&[
+        "submit",
+        "plan",
+        "two edits of one file",
+        "--target",
+        "main",
+    ]);
+    d.start(2);
+    let s = d.wait_until(Duration::from_secs(120), "a spec blocking", |s| {
+        s["plans"][0]["specs"]
+            .as_array()
+            .is_some_and(|v| v.iter().any(|sp| sp["status"] == "blocked"))
+    });
+    let specs = s["plans"][0]["specs"].as_array().unwrap();
+    let blocked = specs.iter().find(|sp| sp["status"] == "blocked").unwrap();
+    let other = specs.iter().find(|sp| sp["status"] != "blocked").unwrap();
+    let note = blocked["note"].as_str().unwrap();
+    assert!(
+        note.contains("merge conflict with main in: shared.txt"),
+        "{note}"
+    );
+    assert!(note.contains("taskdaemon resume"), "{note}");
+    let id = blocked["id"].as_str().unwrap();
+    // Both branches intact: main has the other spec's work, the spec branch its own.
+    let branch = format!("taskdaemon/{id}");
+    let wt = repo.join(".taskdaemon/worktrees").join(id);
+    assert_eq!(
+        git(&repo, &["rev-parse", &branch]),
+        git(&wt, &["rev-parse", "HEAD"])
+    );
+    let main_shared = git(&repo, &["show", "main:shared.txt"]);
+    let other_name = other["title"].as_str().unwrap();
+    assert!(main_shared.contains(other_name), "{main_shared}");
+    let shown = d.ok(&["status"]);
+    assert!(shown.contains("merge conflict"), "{shown}");
+
+    // The person resolves it in the spec's worktree, then resumes.
+    let in_wt = |args: &[&str]| {
+        std::process::Command::new("git")
+            .env("HOME", env.home())
+            .env("GIT_CONFIG_GLOBAL", env.home().join(".gitconfig"))
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .arg("-C")
+            .arg(&wt)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert!(
+        !in_wt(&["merge", "main"]).status.success(),
+        "the merge should conflict"
+    );
+    std::fs::write(wt.join("shared.txt"), "both were here\n").unwrap();
+    assert!(in_wt(&["add", "shared.txt"]).status.success());
+    let out = in_wt(&["commit", "-qm", "resolve shared.txt"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = d.ok(&["resume", id]);
+    assert!(out.contains("blocked -> running"), "{out}");
+    d.wait_until(Duration::from_secs(60), "the plan completing", |s| {
+        plan_status(s) == "complete"
+    });
+    d.stop();
+    assert_eq!(git(&repo, &["show", "main:shared.txt"]), "both were here\n");
+    let files = git(&repo, &["ls-tree", "-r", "--name-only", "main"]);
+    assert!(
+        files.contains("alpha-0.txt") && files.contains("beta-0.txt"),
+        "{files}"
+    );
+}
