@@ -16,4 +16,5 @@ pub mod signals;
 pub mod store;
 pub mod telemetry;
 pub mod workspace;
+pub mod worklist;
 pub mod yaml;
