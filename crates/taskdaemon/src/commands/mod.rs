@@ -2,8 +2,10 @@
 
 pub mod answer;
 pub mod archive;
+pub mod cancel;
 pub mod demo;
 pub mod edit;
+pub mod implement;
 pub mod init;
 pub mod list;
 pub mod loops;
@@ -16,6 +18,7 @@ pub mod show;
 pub mod snapshot;
 pub mod spec;
 pub mod store;
+pub mod stories;
 pub mod store_stress;
 pub mod task;
 pub mod unblock;
