@@ -15,6 +15,6 @@ pub mod loops;
 pub mod signals;
 pub mod store;
 pub mod telemetry;
-pub mod workspace;
 pub mod worklist;
+pub mod workspace;
 pub mod yaml;

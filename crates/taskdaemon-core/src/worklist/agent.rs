@@ -47,8 +47,15 @@ pub struct AgentRun {
     pub duration: Duration,
 }
 
+/// `log` with `suffix` appended (not `with_extension`: task ids like `1.2` hold dots).
+fn suffixed(log: &Path, suffix: &str) -> PathBuf {
+    let mut s = log.as_os_str().to_os_string();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
 pub fn prompt_path(log: &Path) -> PathBuf {
-    log.with_extension("prompt.md")
+    suffixed(log, ".prompt.md")
 }
 
 pub async fn run_agent(
@@ -93,7 +100,7 @@ pub async fn run_agent(
         path: job.cwd.clone(),
         message: format!("starting agent `{}`: {e}", job.setup.agent.label()),
     })?;
-    let out_file = job.log.with_extension("log");
+    let out_file = suffixed(&job.log, ".log");
     write_atomic(&out_file, log.as_bytes()).map_err(WorklistError::io(&out_file))?;
     let parsed = parser.finish();
     let words = match job.setup.format {

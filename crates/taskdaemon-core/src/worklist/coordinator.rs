@@ -87,7 +87,11 @@ pub fn preflight(spec_dir: &Path, repo: &Path) -> Result<(), WorklistError> {
     }
     let rel = tasks.strip_prefix(repo).unwrap_or(&tasks);
     let out = Git::new(repo)
-        .call(&["ls-files".as_ref(), "--error-unmatch".as_ref(), rel.as_os_str()])
+        .call(&[
+            "ls-files".as_ref(),
+            "--error-unmatch".as_ref(),
+            rel.as_os_str(),
+        ])
         .output()?;
     if !out.status.success() {
         return Err(WorklistError::Invalid(format!(
@@ -112,7 +116,11 @@ pub async fn implement(
         .strip_prefix(&cfg.repo)
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let spec_rel = if spec_rel.is_empty() { ".".into() } else { spec_rel };
+    let spec_rel = if spec_rel.is_empty() {
+        ".".into()
+    } else {
+        spec_rel
+    };
     let c = Coord {
         cfg,
         git: Git::new(&cfg.repo),
@@ -310,11 +318,15 @@ impl Coord<'_> {
         let done = tasks_md::checked(tasks);
         let stopped_at = tasks.iter().find(|t| !t.done).map(|t| t.id.clone());
         let detail = match &outcome {
-            Outcome::Complete { .. } => format!("ALL_TASKS_COMPLETE: {done} of {} tasks", tasks.len()),
+            Outcome::Complete { .. } => {
+                format!("ALL_TASKS_COMPLETE: {done} of {} tasks", tasks.len())
+            }
             Outcome::LimitReached { .. } => format!(
                 "max iterations reached (totalTasks × maxTaskIterations × 2); state kept\n  hint: run `taskdaemon implement` again to continue, or `taskdaemon cancel` to clean up"
             ),
-            Outcome::Interrupted => "interrupted; state kept. Continue with `taskdaemon implement`".into(),
+            Outcome::Interrupted => {
+                "interrupted; state kept. Continue with `taskdaemon implement`".into()
+            }
             other => other.detail(),
         };
         self.events.emit(WorklistEvent::ImplementFinished {
@@ -344,10 +356,18 @@ impl Coord<'_> {
         ))
     }
 
-    fn env(&self, task: &Task, st: &ImplementState, progress_file: &Path) -> Vec<(OsString, OsString)> {
+    fn env(
+        &self,
+        task: &Task,
+        st: &ImplementState,
+        progress_file: &Path,
+    ) -> Vec<(OsString, OsString)> {
         let mut env: Vec<(OsString, OsString)> = vec![
             ("TASKDAEMON_TASK_ID".into(), task.id.clone().into()),
-            ("TASKDAEMON_TASK_INDEX".into(), task.index.to_string().into()),
+            (
+                "TASKDAEMON_TASK_INDEX".into(),
+                task.index.to_string().into(),
+            ),
             (
                 "TASKDAEMON_TASK_ITERATION".into(),
                 st.task_iteration.to_string().into(),
@@ -356,7 +376,10 @@ impl Coord<'_> {
                 "TASKDAEMON_ITERATION".into(),
                 st.global_iteration.to_string().into(),
             ),
-            ("TASKDAEMON_SPEC_DIR".into(), self.cfg.spec_dir.clone().into()),
+            (
+                "TASKDAEMON_SPEC_DIR".into(),
+                self.cfg.spec_dir.clone().into(),
+            ),
             ("TASKDAEMON_TASKS_FILE".into(), self.tasks_file().into()),
             (
                 "TASKDAEMON_TASKS_LOCK".into(),
@@ -487,9 +510,15 @@ impl Coord<'_> {
         }
         if failures.is_empty() {
             let grace = self.cfg.setup.grace;
-            match verify::run_verify_command(task, tree, self.cfg.verify_timeout, grace, self.cancel)
-                .await
-                .map_err(WorklistError::io(tree))?
+            match verify::run_verify_command(
+                task,
+                tree,
+                self.cfg.verify_timeout,
+                grace,
+                self.cancel,
+            )
+            .await
+            .map_err(WorklistError::io(tree))?
             {
                 Some((cmd, r)) => {
                     self.events.emit(WorklistEvent::VerifyCommand {
@@ -526,8 +555,9 @@ impl Coord<'_> {
     ) -> Result<(), WorklistError> {
         let path = self.tasks_file();
         lock::with_tasks_lock(&self.cfg.spec_dir, || {
-            let mut text = String::from_utf8_lossy(&std::fs::read(&path).map_err(WorklistError::io(&path))?)
-                .into_owned();
+            let mut text =
+                String::from_utf8_lossy(&std::fs::read(&path).map_err(WorklistError::io(&path))?)
+                    .into_owned();
             let tasks = tasks_md::parse(&text);
             let mut changed = false;
             for i in indices {
@@ -603,12 +633,24 @@ impl Coord<'_> {
         let safe_name: String = self
             .spec_name
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect();
         let mut trees: Vec<(usize, PathBuf)> = Vec::new();
         for &i in group {
             let path = wt_root.join(format!("{safe_name}-task-{}", tasks[i].id));
-            task_worktree(&self.git, WorktreeOp::Add { path: &path, base: &base })?;
+            task_worktree(
+                &self.git,
+                WorktreeOp::Add {
+                    path: &path,
+                    base: &base,
+                },
+            )?;
             trees.push((i, path));
         }
         self.events.emit(WorklistEvent::GroupStarted {
@@ -635,7 +677,16 @@ impl Coord<'_> {
             }
         }
         let outcome = self
-            .finish_group(tasks, group, st, &base, &trees, runs, &checked_before, error)
+            .finish_group(
+                tasks,
+                group,
+                st,
+                &base,
+                &trees,
+                runs,
+                &checked_before,
+                error,
+            )
             .await;
         for (_, tree) in &trees {
             if let Err(e) = task_worktree(&self.git, WorktreeOp::Remove { path: tree }) {
@@ -736,7 +787,10 @@ impl Coord<'_> {
         let msg = if done.is_empty() {
             "taskdaemon: progress of a parallel group".to_string()
         } else {
-            format!("taskdaemon: tasks {} done (parallel group)", done.join(", "))
+            format!(
+                "taskdaemon: tasks {} done (parallel group)",
+                done.join(", ")
+            )
         };
         self.commit_spec_files(&[TASKS_FILE, progress::PROGRESS_FILE], &msg)?;
         Ok(Ran::Done(verdicts))

@@ -54,7 +54,9 @@ impl WorklistError {
     pub fn is_user_fault(&self) -> bool {
         matches!(
             self,
-            WorklistError::CorruptState { .. } | WorklistError::Busy { .. } | WorklistError::Invalid(_)
+            WorklistError::CorruptState { .. }
+                | WorklistError::Busy { .. }
+                | WorklistError::Invalid(_)
         )
     }
 }

@@ -59,7 +59,10 @@ pub fn merge(spec_dir: &Path, ids: &[String]) -> Result<Vec<String>, WorklistErr
         if !text.ends_with('\n') {
             text.push('\n');
         }
-        text.push_str(&format!("\n### Task {id} (parallel group)\n\n{}\n", body.trim()));
+        text.push_str(&format!(
+            "\n### Task {id} (parallel group)\n\n{}\n",
+            body.trim()
+        ));
         merged.push(id.clone());
     }
     if !merged.is_empty() {

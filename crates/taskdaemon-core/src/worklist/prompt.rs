@@ -93,7 +93,9 @@ pub fn task_prompt(p: &TaskPrompt<'_>) -> String {
     if let Some(cmd) = t.verify_command() {
         rule(
             &mut s,
-            format!("Run the Verify command yourself: `{cmd}`. The harness runs it again after you finish; a failure rejects the attempt."),
+            format!(
+                "Run the Verify command yourself: `{cmd}`. The harness runs it again after you finish; a failure rejects the attempt."
+            ),
         );
     }
     let mark = format!("sed -i 's/^- \\[ \\] {} /- [x] {} /'", t.id, t.id);
@@ -132,7 +134,8 @@ pub fn task_prompt(p: &TaskPrompt<'_>) -> String {
     }
     rule(
         &mut s,
-        "Never claim completion for work a human still has to do: automate the check instead.".into(),
+        "Never claim completion for work a human still has to do: automate the check instead."
+            .into(),
     );
     if t.verify_task {
         rule(
@@ -144,7 +147,9 @@ pub fn task_prompt(p: &TaskPrompt<'_>) -> String {
     } else {
         rule(
             &mut s,
-            format!("End your reply with {TASK_COMPLETE} once the box is checked and everything is committed."),
+            format!(
+                "End your reply with {TASK_COMPLETE} once the box is checked and everything is committed."
+            ),
         );
     }
     s

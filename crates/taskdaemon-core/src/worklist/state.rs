@@ -110,11 +110,10 @@ impl ImplementState {
         }
     }
 
-    /// The reason the last attempt of task `index` was rejected.
+    /// The reason the last attempt of task `index` was rejected (kept while it is retried).
     pub fn last_error(&self, index: usize) -> Option<&str> {
         self.task_results
             .get(&index.to_string())
-            .filter(|r| r.status == TaskStatus::Failed)
             .and_then(|r| r.error.as_deref())
     }
 

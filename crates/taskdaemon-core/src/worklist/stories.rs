@@ -189,8 +189,16 @@ pub async fn run_stories(
         );
         match verdict {
             Err(reason) => {
-                write_atomic(&cfg.file, snapshot.as_bytes()).map_err(WorklistError::io(&cfg.file))?;
-                commit_file(&git, &rel, &format!("taskdaemon: restore {} (rejected iteration {iteration})", rel.display()))?;
+                write_atomic(&cfg.file, snapshot.as_bytes())
+                    .map_err(WorklistError::io(&cfg.file))?;
+                commit_file(
+                    &git,
+                    &rel,
+                    &format!(
+                        "taskdaemon: restore {} (rejected iteration {iteration})",
+                        rel.display()
+                    ),
+                )?;
                 events.emit(WorklistEvent::StoryRejected {
                     iteration,
                     mode: mode.name().into(),
@@ -238,7 +246,12 @@ pub async fn run_stories(
     }
 }
 
-fn finish(events: &WorklistSink, outcome: Outcome, stories: &[Story], review: bool) -> StoriesResult {
+fn finish(
+    events: &WorklistSink,
+    outcome: Outcome,
+    stories: &[Story],
+    review: bool,
+) -> StoriesResult {
     let passing = stories.iter().filter(|s| s.done(review)).count();
     let detail = match &outcome {
         Outcome::Complete { .. } => format!("COMPLETE: all {} stories pass", stories.len()),
@@ -289,17 +302,25 @@ fn auto_approve(
             o.insert("notes".into(), notes.into());
         }
     }
-    let mut out = serde_json::to_string_pretty(&doc)
-        .map_err(|e| WorklistError::Invalid(e.to_string()))?;
+    let mut out =
+        serde_json::to_string_pretty(&doc).map_err(|e| WorklistError::Invalid(e.to_string()))?;
     out.push('\n');
     write_atomic(&cfg.file, out.as_bytes()).map_err(WorklistError::io(&cfg.file))?;
-    commit_file(git, rel, &format!("taskdaemon: auto-approve {id} at the review cap"))
+    commit_file(
+        git,
+        rel,
+        &format!("taskdaemon: auto-approve {id} at the review cap"),
+    )
 }
 
 /// Commit the stories file alone when git tracks it and it changed.
 fn commit_file(git: &Git, rel: &Path, msg: &str) -> Result<(), WorklistError> {
     let tracked = git
-        .call(&["ls-files".as_ref(), "--error-unmatch".as_ref(), rel.as_os_str()])
+        .call(&[
+            "ls-files".as_ref(),
+            "--error-unmatch".as_ref(),
+            rel.as_os_str(),
+        ])
         .output()?
         .status
         .success();
@@ -307,7 +328,13 @@ fn commit_file(git: &Git, rel: &Path, msg: &str) -> Result<(), WorklistError> {
         return Ok(());
     }
     let unchanged = git
-        .call(&["diff".as_ref(), "--quiet".as_ref(), "HEAD".as_ref(), "--".as_ref(), rel.as_os_str()])
+        .call(&[
+            "diff".as_ref(),
+            "--quiet".as_ref(),
+            "HEAD".as_ref(),
+            "--".as_ref(),
+            rel.as_os_str(),
+        ])
         .output()?
         .status
         .success();
@@ -357,7 +384,9 @@ fn story_prompt(
 ) -> String {
     let file = rel.display();
     let mut p = String::new();
-    let story = mode.story().and_then(|id| stories.iter().find(|s| s.id == id));
+    let story = mode
+        .story()
+        .and_then(|id| stories.iter().find(|s| s.id == id));
     match (mode, story) {
         (Mode::Implement(_), Some(s)) => {
             let _ = writeln!(

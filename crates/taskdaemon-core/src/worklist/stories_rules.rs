@@ -71,7 +71,11 @@ fn list(v: &Value, key: &str) -> Vec<String> {
     match v.get(key) {
         Some(Value::Array(a)) => a
             .iter()
-            .map(|x| x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string()))
+            .map(|x| {
+                x.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| x.to_string())
+            })
             .collect(),
         Some(Value::String(s)) if !s.trim().is_empty() => vec![s.clone()],
         _ => Vec::new(),
@@ -185,7 +189,9 @@ pub fn check(
         i
     };
     if ids(before) != ids(after) {
-        return Err("stories were added or removed; only change the fields of existing stories".into());
+        return Err(
+            "stories were added or removed; only change the fields of existing stories".into(),
+        );
     }
     let pairs: Vec<(&Story, &Story)> = before
         .iter()
@@ -198,7 +204,12 @@ pub fn check(
             changes.push(format!("{}: passes {} → {}", a.id, b.passes, a.passes));
         }
         if b.review_status != a.review_status {
-            changes.push(format!("{}: reviewStatus {} → {}", a.id, status(b), status(a)));
+            changes.push(format!(
+                "{}: reviewStatus {} → {}",
+                a.id,
+                status(b),
+                status(a)
+            ));
         }
         if b.review_count != a.review_count {
             changes.push(format!(
@@ -301,12 +312,18 @@ pub fn check(
             if let Some((_, o)) = pairs.iter().find(|(b, a)| {
                 a.id != *target && (b.passes != a.passes || b.review_status != a.review_status)
             }) {
-                return Err(format!("a review of {target} must not change story {}", o.id));
+                return Err(format!(
+                    "a review of {target} must not change story {}",
+                    o.id
+                ));
             }
         }
         Mode::ReviewFix(_) => {
             if let Some((_, a)) = passes_changed.first() {
-                return Err(format!("a review-fix must not change `passes` (story {})", a.id));
+                return Err(format!(
+                    "a review-fix must not change `passes` (story {})",
+                    a.id
+                ));
             }
             if !count_changed.is_empty() {
                 return Err("a review-fix must not change reviewCount".into());
@@ -384,24 +401,40 @@ mod tests {
         after[0].review_status = Some(NEEDS_REVIEW.into());
         assert!(check(&imp, &before, &after, true).is_ok());
         after[0].passes = true;
-        assert!(check(&imp, &before, &after, true).unwrap_err().contains("never set `passes`"));
+        assert!(
+            check(&imp, &before, &after, true)
+                .unwrap_err()
+                .contains("never set `passes`")
+        );
         // Without review, an implement iteration completes the story itself.
         assert!(check(&imp, &before, &after, false).is_ok());
         let mut two = before.clone();
         two[0].review_status = Some(NEEDS_REVIEW.into());
         two[1].review_status = Some(NEEDS_REVIEW.into());
-        assert!(check(&imp, &before, &two, true).unwrap_err().contains("at most one"));
+        assert!(
+            check(&imp, &before, &two, true)
+                .unwrap_err()
+                .contains("at most one")
+        );
 
         let rb = vec![s("a", 1, false, Some(NEEDS_REVIEW), 0)];
         let rev = Mode::Review("a".into());
         let mut ra = rb.clone();
         ra[0].review_count = 1;
         ra[0].review_status = Some(CHANGES_REQUESTED.into());
-        assert!(check(&rev, &rb, &ra, true).unwrap_err().contains("reviewFeedback"));
+        assert!(
+            check(&rev, &rb, &ra, true)
+                .unwrap_err()
+                .contains("reviewFeedback")
+        );
         ra[0].review_feedback = Some("add tests".into());
         assert!(check(&rev, &rb, &ra, true).is_ok());
         ra[0].review_count = 2;
-        assert!(check(&rev, &rb, &ra, true).unwrap_err().contains("exactly 1"));
+        assert!(
+            check(&rev, &rb, &ra, true)
+                .unwrap_err()
+                .contains("exactly 1")
+        );
         let mut ok = rb.clone();
         ok[0].review_count = 1;
         ok[0].review_status = Some(APPROVED.into());
@@ -422,7 +455,11 @@ mod tests {
         let v = parse(r#"{"userStories":[{"id":"US-1","title":"t","priority":1,"passes":false,"acceptanceCriteria":["x"],"dependsOn":[]}]}"#).unwrap();
         assert_eq!(v[0].id, "US-1");
         assert_eq!(v[0].acceptance, ["x"]);
-        assert!(parse("[{\"title\":\"no id\"}]").unwrap_err().contains("no `id`"));
+        assert!(
+            parse("[{\"title\":\"no id\"}]")
+                .unwrap_err()
+                .contains("no `id`")
+        );
         assert!(parse("{").is_err());
     }
 }

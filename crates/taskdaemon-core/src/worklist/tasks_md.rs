@@ -178,7 +178,8 @@ fn title_parts(rest: &str, index: usize) -> (String, String, bool, bool) {
         let w = first.trim_end_matches([':', '.', ')']);
         let numbered = !w.is_empty()
             && w.contains('.')
-            && w.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+            && w.split('.')
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
         if numbered {
             id = Some(w.to_string());
             words.remove(0);

@@ -76,7 +76,10 @@ pub fn contradiction(words: &str) -> Option<&'static str> {
 
 /// The last of the QA signals in `words`.
 fn qa_verdict(words: &str) -> Option<bool> {
-    match (words.rfind(VERIFICATION_PASS), words.rfind(VERIFICATION_FAIL)) {
+    match (
+        words.rfind(VERIFICATION_PASS),
+        words.rfind(VERIFICATION_FAIL),
+    ) {
         (Some(p), Some(f)) => Some(p > f),
         (Some(_), None) => Some(true),
         (None, Some(_)) => Some(false),
@@ -287,11 +290,19 @@ mod tests {
         // An extra box.
         let extra = parse("- [x] 1.1 a\n- [x] 1.2 b\n- [x] 1.3 [VERIFY] c\n");
         let f = check(&ev(&tasks[1], "TASK_COMPLETE", &before, &extra));
-        assert!(f[0].message.contains("expected 2 checked tasks, found 3"), "{f:?}");
+        assert!(
+            f[0].message.contains("expected 2 checked tasks, found 3"),
+            "{f:?}"
+        );
         // QA verdicts.
         let qa_after = parse("- [x] 1.1 a\n- [ ] 1.2 b\n- [x] 1.3 [VERIFY] c\n");
         assert!(check(&ev(&tasks[2], "VERIFICATION_PASS", &before, &qa_after)).is_empty());
-        let f = check(&ev(&tasks[2], "VERIFICATION_FAIL: lint", &before, &qa_after));
+        let f = check(&ev(
+            &tasks[2],
+            "VERIFICATION_FAIL: lint",
+            &before,
+            &qa_after,
+        ));
         assert!(f.iter().any(|f| f.layer == 4 && f.message.contains("lint")));
         // Uncommitted.
         let dirty = ["M specs/x/tasks.md".to_string()];

@@ -9,8 +9,13 @@ use crate::git::{Git, GitError};
 #[derive(Debug, Clone, Copy)]
 pub enum WorktreeOp<'a> {
     /// A detached worktree at `path` checked out at `base` (a stale one there is replaced).
-    Add { path: &'a Path, base: &'a str },
-    Remove { path: &'a Path },
+    Add {
+        path: &'a Path,
+        base: &'a str,
+    },
+    Remove {
+        path: &'a Path,
+    },
 }
 
 /// Where task worktrees live: `<git-common-dir>/taskdaemon/worklist-worktrees/`.
@@ -29,7 +34,12 @@ pub fn task_worktree(git: &Git, op: WorktreeOp<'_>) -> Result<(), GitError> {
         WorktreeOp::Add { path, base } => {
             if path.exists() {
                 let _ = git
-                    .call(&["worktree".as_ref(), "remove".as_ref(), "--force".as_ref(), path.as_os_str()])
+                    .call(&[
+                        "worktree".as_ref(),
+                        "remove".as_ref(),
+                        "--force".as_ref(),
+                        path.as_os_str(),
+                    ])
                     .output();
                 let _ = std::fs::remove_dir_all(path);
             }

@@ -141,7 +141,10 @@ fn cancel_spec(spec: &Path, json: bool) -> anyhow::Result<i32> {
         );
         return Ok(0);
     }
-    let mut msg = format!("taskdaemon: cancelled the implement loop of {}", spec.display());
+    let mut msg = format!(
+        "taskdaemon: cancelled the implement loop of {}",
+        spec.display()
+    );
     if let Some(pid) = stopped_pid {
         msg.push_str(&format!(" (stopped pid {pid})"));
     }

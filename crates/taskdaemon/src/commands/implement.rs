@@ -97,22 +97,19 @@ impl AgentFlags {
         }
         spec.check_installed().map_err(user)?;
         if let Some(f) = &s.agent_format {
-            format = OutputFormat::parse(f).map_err(|m| user(format!("invalid --agent-format: {m}")))?;
+            format =
+                OutputFormat::parse(f).map_err(|m| user(format!("invalid --agent-format: {m}")))?;
         }
         Ok(AgentSetup {
             agent: spec,
             format,
-            script_runner: std::env::current_exe()
-                .context("finding the taskdaemon executable")?,
+            script_runner: std::env::current_exe().context("finding the taskdaemon executable")?,
             timeout: Some(
                 s.iteration_timeout
                     .map(|d| d.0)
                     .unwrap_or(DEFAULT_ITERATION_TIMEOUT),
             ),
-            grace: s
-                .kill_grace
-                .map(|d| d.0)
-                .unwrap_or(DEFAULT_KILL_GRACE),
+            grace: s.kill_grace.map(|d| d.0).unwrap_or(DEFAULT_KILL_GRACE),
         })
     }
 }

@@ -18,8 +18,8 @@ pub mod show;
 pub mod snapshot;
 pub mod spec;
 pub mod store;
-pub mod stories;
 pub mod store_stress;
+pub mod stories;
 pub mod task;
 pub mod unblock;
 

@@ -40,10 +40,17 @@ fn describe(ev: &WorklistEvent) -> Option<String> {
             ..
         } => format!(
             "implement {spec_dir} · {} · {done_tasks} of {total_tasks} tasks done · agent {agent} · at most {max_task_iterations} attempts per task, {max_iterations} iterations",
-            if *resumed { "resuming from .ralph-state.json" } else { "starting" }
+            if *resumed {
+                "resuming from .ralph-state.json"
+            } else {
+                "starting"
+            }
         ),
         WorklistEvent::Warning { message } => format!("warning: {message}"),
-        WorklistEvent::GroupStarted { iteration, task_ids } => format!(
+        WorklistEvent::GroupStarted {
+            iteration,
+            task_ids,
+        } => format!(
             "iteration {iteration}: parallel group {} (one worktree each)",
             task_ids.join(", ")
         ),
@@ -86,7 +93,10 @@ fn describe(ev: &WorklistEvent) -> Option<String> {
         ),
         WorklistEvent::TaskCompleted {
             task_id, commits, ..
-        } => format!("task {task_id}: verified complete ({} commit(s))", commits.len()),
+        } => format!(
+            "task {task_id}: verified complete ({} commit(s))",
+            commits.len()
+        ),
         WorklistEvent::TaskRejected {
             task_id,
             attempt,
@@ -133,9 +143,7 @@ fn describe(ev: &WorklistEvent) -> Option<String> {
                 .unwrap_or_default()
         ),
         WorklistEvent::StoryRejected {
-            iteration,
-            reason,
-            ..
+            iteration, reason, ..
         } => format!("iteration {iteration} rejected, file restored: {reason}"),
         WorklistEvent::StoryAccepted {
             iteration, changes, ..
