@@ -321,9 +321,9 @@ impl Coord<'_> {
             Outcome::Complete { .. } => {
                 format!("ALL_TASKS_COMPLETE: {done} of {} tasks", tasks.len())
             }
-            Outcome::LimitReached { .. } => format!(
+            Outcome::LimitReached { .. } => (
                 "max iterations reached (totalTasks × maxTaskIterations × 2); state kept\n  hint: run `taskdaemon implement` again to continue, or `taskdaemon cancel` to clean up"
-            ),
+            ).to_string(),
             Outcome::Interrupted => {
                 "interrupted; state kept. Continue with `taskdaemon implement`".into()
             }
@@ -510,28 +510,20 @@ impl Coord<'_> {
         }
         if failures.is_empty() {
             let grace = self.cfg.setup.grace;
-            match verify::run_verify_command(
-                task,
-                tree,
-                self.cfg.verify_timeout,
-                grace,
-                self.cancel,
-            )
-            .await
-            .map_err(WorklistError::io(tree))?
-            {
-                Some((cmd, r)) => {
-                    self.events.emit(WorklistEvent::VerifyCommand {
-                        task_id: task.id.clone(),
-                        command: cmd.clone(),
-                        passed: r.passed,
-                        exit_code: r.exit_code,
-                    });
-                    if !r.passed && !r.interrupted {
-                        failures.push(verify::verify_failure(task, &cmd, &r));
-                    }
+            let verified =
+                verify::run_verify_command(task, tree, self.cfg.verify_timeout, grace, self.cancel)
+                    .await
+                    .map_err(WorklistError::io(tree))?;
+            if let Some((cmd, r)) = verified {
+                self.events.emit(WorklistEvent::VerifyCommand {
+                    task_id: task.id.clone(),
+                    command: cmd.clone(),
+                    passed: r.passed,
+                    exit_code: r.exit_code,
+                });
+                if !r.passed && !r.interrupted {
+                    failures.push(verify::verify_failure(task, &cmd, &r));
                 }
-                None => {}
             }
         }
         Ok(failures)
