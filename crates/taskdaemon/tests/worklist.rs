@@ -664,3 +664,41 @@ fn stories_review_cap_auto_approves_and_skip_review_completes_directly() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(read(env.root().join("story-calls")), "1 implement US-1\n");
 }
+
+#[test]
+fn a_parallel_group_keeps_its_successes_and_retries_only_the_failed_task() {
+    let tasks = "- [ ] 1.1 [P] Left\n  - **Verify**: `test -f work/1.1.txt`\n- [ ] 1.2 [P] Right\n  - **Verify**: `test -f work/1.2.txt`\n- [ ] 1.3 [P] Middle\n  - **Verify**: `test -f work/1.3.txt`\n";
+    let env = spec_env(tasks);
+    let repo = env.repo();
+    // 1.2 forgets its box the first time.
+    let a = agent(&env, "if [ \"$id\" = 1.2 ] && [ $n = 1 ]; then box=0; fi\n");
+    let r = env.run(&["implement", SPEC, "--agent", &a, "--json"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stderr, r.stdout);
+    let calls = read(env.root().join("calls"));
+    let mut first: Vec<&str> = calls.lines().take(3).collect();
+    first.sort();
+    assert_eq!(first, ["1.1 1", "1.2 1", "1.3 1"]);
+    // Only 1.2 ran again, alone (a lone [P] runs sequentially, in the main tree).
+    assert_eq!(calls.lines().skip(3).collect::<Vec<_>>(), ["1.2 2"]);
+    let evs = events(&r.stdout);
+    let groups: Vec<&serde_json::Value> = evs
+        .iter()
+        .filter(|e| e["event"] == "group_started")
+        .collect();
+    assert_eq!(groups.len(), 1);
+    let p = read(env.root().join("prompts/1.2-2.md"));
+    assert!(p.contains("checkbox of task 1.2 is not checked"), "{p}");
+    // 1.1 and 1.3 landed in the group's order; 1.2's retry came after.
+    let tasks: Vec<String> = commit_subjects(&repo)
+        .into_iter()
+        .filter(|s| s.starts_with("task "))
+        .collect();
+    assert_eq!(tasks, ["task 1.1", "task 1.3", "task 1.2"]);
+    assert_eq!(
+        read(repo.join(SPEC).join("tasks.md"))
+            .matches("- [x]")
+            .count(),
+        3
+    );
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+}

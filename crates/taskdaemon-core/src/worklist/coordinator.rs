@@ -664,7 +664,10 @@ impl Coord<'_> {
                 Ok((i, Ok(run))) => runs.push((i, run)),
                 Ok((_, Err(e))) => error = Some(e),
                 Err(e) => {
-                    error = Some(WorklistError::Invalid(format!("an agent task failed: {e}")))
+                    error = Some(WorklistError::Io {
+                        path: self.cfg.repo.clone(),
+                        message: format!("an agent of the parallel group failed: {e}"),
+                    })
                 }
             }
         }

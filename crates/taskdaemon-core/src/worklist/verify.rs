@@ -40,9 +40,9 @@ const CONTRADICTIONS: &[&str] = &[
     "needs human",
     "requires human",
     "human verification",
-    "user must",
-    "you will need to",
-    "you'll need to",
+    "you will need to manually",
+    "you'll need to manually",
+    "please verify manually",
 ];
 
 /// One failed layer.

@@ -18,7 +18,7 @@ use taskdaemon_core::worklist::{
 use tokio_util::sync::CancellationToken;
 
 use super::Ctx;
-use super::run::{dur, settings, spawn_signal_handler};
+use super::run::{dur, hold_for_loop, settings, spawn_signal_handler};
 use crate::cli::user;
 
 const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(10 * 60);
@@ -173,6 +173,8 @@ pub fn run(args: ImplementArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     worklist::coordinator::preflight(&spec, &repo).map_err(worklist_err)?;
     let setup = args.agent.resolve(&spec, ctx)?;
     let _lock = worklist::lock::acquire(&spec).map_err(worklist_err)?;
+    // No snapshot rollback may change the work tree under the loop.
+    let _no_rollback = hold_for_loop(&repo)?;
     let cfg = ImplementConfig {
         spec_dir: spec,
         repo,

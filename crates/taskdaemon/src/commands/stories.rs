@@ -66,6 +66,7 @@ pub fn run(args: StoriesArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let repo = repo_of(&dir)?;
     let setup = args.agent.resolve(&dir, ctx)?;
     let review = !args.skip_review;
+    let _no_rollback = super::run::hold_for_loop(&repo)?;
     let cfg = StoriesConfig {
         file,
         repo,
