@@ -18,5 +18,6 @@ pub mod scheduler;
 pub mod signals;
 pub mod store;
 pub mod telemetry;
+pub mod worklist;
 pub mod workspace;
 pub mod yaml;

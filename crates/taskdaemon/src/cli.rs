@@ -38,6 +38,12 @@ pub enum Command {
     Run(Box<commands::run::RunArgs>),
     /// Start a new task on this project: snapshot task-N-pre, run the loop, snapshot task-N-post.
     Task(Box<commands::task::TaskArgs>),
+    /// Run a spec's tasks.md: one task per fresh agent, [P] groups in parallel worktrees, [VERIFY] checkpoints, every completion verified.
+    Implement(Box<commands::implement::ImplementArgs>),
+    /// Stop a spec's running implement loop, delete its .ralph-state.json, keep .progress.md.
+    Cancel(commands::cancel::CancelArgs),
+    /// Work through user stories (tasks.json / prd.json) with an implement → review cycle the harness enforces.
+    Stories(Box<commands::stories::StoriesArgs>),
     /// Save, list, diff and roll back snapshots of the whole work tree.
     Snapshot(commands::snapshot::SnapshotArgs),
     /// Write .taskdaemon/config.yaml (commented defaults), the .gitignore entries and the record store's git merge driver.
@@ -148,6 +154,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Run(a) => commands::run::run(*a, &ctx),
         Command::Task(a) => commands::task::run(*a, &ctx),
+        Command::Implement(a) => commands::implement::run(*a, &ctx),
+        Command::Cancel(a) => commands::cancel::run(a, &ctx),
+        Command::Stories(a) => commands::stories::run(*a, &ctx),
         Command::Snapshot(a) => commands::snapshot::run(a, &ctx),
         Command::Init(a) => commands::init::run(a, &ctx),
         Command::Loops(a) => commands::loops::run(a, &ctx),

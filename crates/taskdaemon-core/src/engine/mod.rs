@@ -16,7 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use events::{EngineEvent, EventSink};
 pub use outcome::{Outcome, exit_code};
-pub use state::{ResolveError, RunConfig, RunState, StateError};
+pub use state::{
+    DEFAULT_ITERATION_TIMEOUT, DEFAULT_KILL_GRACE, ResolveError, RunConfig, RunState, StateError,
+};
 
 use crate::agent::{OutputFormat, OutputParser, ProcessSpec, run_process};
 use crate::clock;

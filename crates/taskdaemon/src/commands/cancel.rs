@@ -1,20 +1,175 @@
-//! `taskdaemon cancel REF`: Cancel a run, spec or plan: its agent's process group is ended, the worktree and logs are kept, the run is marked stopped.
+//! `taskdaemon cancel [TARGET]`: stop a running loop and clean up its state. A directory
+//! (or no target: the current spec) cancels that spec's `implement` loop: TERM to the
+//! process holding its lock, `.ralph-state.json` deleted, `.progress.md` kept, and where
+//! it stopped reported. Any other target is a record (run, spec or plan): its agents are
+//! ended through the daemon, its worktree and logs kept, and it is marked stopped.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use clap::Args;
-use taskdaemon_core::daemon::control::Action;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use taskdaemon_core::worklist::coordinator::TASKS_FILE;
+use taskdaemon_core::worklist::{ImplementState, WorklistError, lock, progress, tasks_md};
 
 use super::Ctx;
+use super::implement::{spec_dir, worklist_err};
+use crate::cli::user;
+
+/// How long a loop may take to stop (its agents get TERM, then KILL after their grace).
+const STOP_LIMIT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Args)]
-#[command(after_help = "REF is an id, its hex, or part of its name (see `taskdaemon list`).")]
+#[command(after_help = "Examples:\n  \
+taskdaemon cancel                 # the spec named in specs/.current-spec\n  \
+taskdaemon cancel specs/login     # that spec's implement loop\n  \
+taskdaemon cancel specs/login --json\n  \
+taskdaemon cancel 4d5e6f              # a daemon run, spec or plan (id, hex or part of its name)\n\n\
+The running `taskdaemon implement` gets SIGTERM, stops its agents (their whole process groups) \
+and exits 130; then .ralph-state.json is deleted and .progress.md kept. The next \
+`taskdaemon implement` starts again at the first unchecked task.")]
 pub struct CancelArgs {
-    /// The run, spec or plan.
-    pub reference: String,
-    /// Print what changed as JSON.
+    /// A spec directory [default: specs/<name> from specs/.current-spec, else the current
+    /// directory], or a run, spec or plan of the daemon.
+    #[arg(value_name = "TARGET")]
+    pub target: Option<String>,
+    /// The report as one JSON object on stdout.
     #[arg(long)]
     pub json: bool,
 }
 
+#[derive(Debug, serde::Serialize)]
+struct Report {
+    spec_dir: String,
+    /// The pid of the loop that was stopped.
+    stopped_pid: Option<i32>,
+    state_deleted: bool,
+    progress_kept: bool,
+    /// The task the loop was at.
+    task_id: Option<String>,
+    task_title: Option<String>,
+    task_index: Option<usize>,
+    total_tasks: Option<usize>,
+    task_iteration: Option<u32>,
+    done_tasks: usize,
+}
+
 pub fn run(args: CancelArgs, ctx: &Ctx) -> anyhow::Result<i32> {
-    super::record_control::act(Action::Cancel, "cancel", &args.reference, args.json, ctx)
+    let dir = match &args.target {
+        None => spec_dir(None, ctx)?,
+        Some(t) => {
+            let p = ctx.workdir()?.join(t);
+            if !p.is_dir() {
+                return super::record_control::act(
+                    taskdaemon_core::daemon::control::Action::Cancel,
+                    "cancel",
+                    t,
+                    args.json,
+                    ctx,
+                );
+            }
+            spec_dir(Some(Path::new(t)), ctx)?
+        }
+    };
+    cancel_spec(&dir, args.json)
+}
+
+fn cancel_spec(spec: &Path, json: bool) -> anyhow::Result<i32> {
+    let mut stopped_pid = None;
+    match lock::holder(spec) {
+        Some(Some(pid)) => {
+            kill(Pid::from_raw(pid), Signal::SIGTERM).map_err(|e| {
+                user(format!(
+                    "cannot signal the implement loop (pid {pid}) of {}: {e}\n  hint: stop it in its own terminal with Ctrl-C",
+                    spec.display()
+                ))
+            })?;
+            let start = Instant::now();
+            while lock::holder(spec).is_some() {
+                if start.elapsed() > STOP_LIMIT {
+                    return Err(user(format!(
+                        "the implement loop (pid {pid}) of {} did not stop within {}s\n  hint: `kill -9 {pid}`, then run `taskdaemon cancel` again",
+                        spec.display(),
+                        STOP_LIMIT.as_secs()
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            stopped_pid = Some(pid);
+        }
+        Some(None) => {
+            return Err(user(format!(
+                "an implement loop holds {} but its pid is unreadable\n  hint: stop it in its own terminal with Ctrl-C",
+                spec.join(lock::RUN_LOCK).display()
+            )));
+        }
+        None => {}
+    }
+    // Read after the loop stopped: it saved where it was on its way out.
+    let state = match ImplementState::load(spec) {
+        Ok(s) => s,
+        Err(WorklistError::CorruptState { .. }) => None,
+        Err(e) => return Err(worklist_err(e)),
+    };
+    let tasks = std::fs::read_to_string(spec.join(TASKS_FILE))
+        .map(|t| tasks_md::parse(&t))
+        .unwrap_or_default();
+    let state_deleted = ImplementState::remove(spec).map_err(worklist_err)?;
+    let at = state
+        .as_ref()
+        .and_then(|s| tasks.get(s.task_index))
+        .or_else(|| tasks.iter().find(|t| !t.done));
+    let report = Report {
+        spec_dir: spec.display().to_string(),
+        stopped_pid,
+        state_deleted,
+        progress_kept: progress::path(spec).exists(),
+        task_id: at.map(|t| t.id.clone()),
+        task_title: at.map(|t| t.title.clone()),
+        task_index: state.as_ref().map(|s| s.task_index),
+        total_tasks: Some(tasks.len()),
+        task_iteration: state.as_ref().map(|s| s.task_iteration),
+        done_tasks: tasks_md::checked(&tasks),
+    };
+    if json {
+        super::print_json(&report)?;
+        return Ok(0);
+    }
+    if stopped_pid.is_none() && !state_deleted {
+        eprintln!(
+            "taskdaemon: nothing to cancel: no implement loop runs for {} and it has no .ralph-state.json",
+            spec.display()
+        );
+        return Ok(0);
+    }
+    let mut msg = format!(
+        "taskdaemon: cancelled the implement loop of {}",
+        spec.display()
+    );
+    if let Some(pid) = stopped_pid {
+        msg.push_str(&format!(" (stopped pid {pid})"));
+    }
+    if let Some(t) = at {
+        msg.push_str(&format!(
+            "\n  stopped at task {} {} (task {} of {}{}); {} of {} tasks done",
+            t.id,
+            t.title,
+            t.index + 1,
+            tasks.len(),
+            report
+                .task_iteration
+                .map(|n| format!(", attempt {n}"))
+                .unwrap_or_default(),
+            report.done_tasks,
+            tasks.len()
+        ));
+    }
+    msg.push_str(&format!(
+        "\n  {} deleted; .progress.md {}\n  hint: `taskdaemon implement` starts again at the first unchecked task",
+        if state_deleted { ".ralph-state.json" } else { "no .ralph-state.json was" },
+        if report.progress_kept { "kept" } else { "not present" }
+    ));
+    eprintln!("{msg}");
+    Ok(0)
 }

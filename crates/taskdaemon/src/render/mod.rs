@@ -3,6 +3,7 @@
 //! line on stdout). A closed pipe is not an error: output just stops.
 
 mod summary;
+pub mod worklist;
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};

@@ -1,0 +1,102 @@
+//! Locks of a spec directory: `.implement.lock` (held exclusively by the running
+//! `implement`, with its pid inside, so `cancel` can find and stop it) and `.tasks.md.lock`
+//! (taken around every checkbox mark, by the harness and by agents in a parallel group:
+//! `flock <spec>/.tasks.md.lock sed -i …`).
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use super::WorklistError;
+
+pub const RUN_LOCK: &str = ".implement.lock";
+pub const TASKS_LOCK: &str = ".tasks.md.lock";
+
+/// The running loop's lock; released when dropped (or when the process dies).
+#[derive(Debug)]
+pub struct RunLock {
+    _file: File,
+}
+
+fn open(path: &Path) -> Result<File, WorklistError> {
+    OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(WorklistError::io(path))
+}
+
+/// Take the run lock of `spec_dir`, or say who holds it.
+pub fn acquire(spec_dir: &Path) -> Result<RunLock, WorklistError> {
+    let path = spec_dir.join(RUN_LOCK);
+    let mut f = open(&path)?;
+    match f.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(WorklistError::Busy {
+                spec: spec_dir.to_path_buf(),
+                pid: holder(spec_dir)
+                    .flatten()
+                    .map(|p| p.to_string())
+                    .unwrap_or_else(|| "unknown".into()),
+            });
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(WorklistError::io(&path)(e)),
+    }
+    let _ = f.set_len(0);
+    let _ = writeln!(f, "{}", std::process::id());
+    let _ = f.sync_data();
+    Ok(RunLock { _file: f })
+}
+
+/// `Some(pid)` while a loop holds the run lock (`Some(None)`: held, pid unreadable);
+/// `None` when no loop runs.
+pub fn holder(spec_dir: &Path) -> Option<Option<i32>> {
+    let path = spec_dir.join(RUN_LOCK);
+    let mut f = File::open(&path).ok()?;
+    match f.try_lock_shared() {
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut s = String::new();
+            let _ = f.read_to_string(&mut s);
+            Some(s.trim().parse().ok())
+        }
+        _ => None,
+    }
+}
+
+pub fn tasks_lock_path(spec_dir: &Path) -> PathBuf {
+    spec_dir.join(TASKS_LOCK)
+}
+
+/// Run `f` holding the tasks.md lock (blocking).
+pub fn with_tasks_lock<T>(
+    spec_dir: &Path,
+    f: impl FnOnce() -> Result<T, WorklistError>,
+) -> Result<T, WorklistError> {
+    let path = tasks_lock_path(spec_dir);
+    let file = open(&path)?;
+    file.lock().map_err(WorklistError::io(&path))?;
+    let r = f();
+    let _ = file.unlock();
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn second_acquire_is_busy_and_names_the_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(holder(dir.path()).is_none());
+        let held = acquire(dir.path()).unwrap();
+        assert_eq!(holder(dir.path()), Some(Some(std::process::id() as i32)));
+        let e = acquire(dir.path()).unwrap_err().to_string();
+        assert!(e.contains(&std::process::id().to_string()), "{e}");
+        drop(held);
+        assert!(holder(dir.path()).is_none());
+        assert_eq!(with_tasks_lock(dir.path(), || Ok(7)).unwrap(), 7);
+    }
+}

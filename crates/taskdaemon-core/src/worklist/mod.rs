@@ -1,0 +1,62 @@
+//! Work lists (spec 5): a spec's `tasks.md` run task by task (parallel groups in their own
+//! worktrees, every claim checked by five verification layers), and user-story lists
+//! (`tasks.json` / `prd.json`) with an implement → review cycle whose transitions the
+//! harness checks. Emits [`WorklistEvent`]s; never prints.
+
+mod agent;
+pub mod coordinator;
+pub mod events;
+pub mod lock;
+pub mod progress;
+mod prompt;
+pub mod state;
+pub mod stories;
+pub mod stories_rules;
+pub mod tasks_md;
+pub mod verify;
+pub mod worktree;
+
+use std::path::{Path, PathBuf};
+
+pub use agent::AgentSetup;
+pub use coordinator::{ImplementConfig, implement};
+pub use events::{WorklistEvent, WorklistSink};
+pub use state::ImplementState;
+pub use stories::{StoriesConfig, run_stories};
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorklistError {
+    #[error("{path}: {message}")]
+    Io { path: PathBuf, message: String },
+    #[error(
+        "{path} is not a readable state file ({message})\n  hint: it is reset to defaults; delete it by hand if this repeats"
+    )]
+    CorruptState { path: PathBuf, message: String },
+    #[error(
+        "an implement loop is already running for {spec} (pid {pid})\n  hint: wait for it, or stop it with `taskdaemon cancel {spec}`"
+    )]
+    Busy { spec: PathBuf, pid: String },
+    #[error(transparent)]
+    Git(#[from] crate::git::GitError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl WorklistError {
+    pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorklistError + '_ {
+        move |e| WorklistError::Io {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        }
+    }
+
+    /// Whether the user can fix it (bad input, state, a running loop): exit 64.
+    pub fn is_user_fault(&self) -> bool {
+        matches!(
+            self,
+            WorklistError::CorruptState { .. }
+                | WorklistError::Busy { .. }
+                | WorklistError::Invalid(_)
+        )
+    }
+}

@@ -1,0 +1,216 @@
+//! `taskdaemon implement [SPEC_DIR]`: run a spec's tasks.md (spec 5) — one task per fresh
+//! agent, `[P]` groups in parallel worktrees, `[VERIFY]` checkpoints for a QA agent, every
+//! completion checked by five verification layers.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use taskdaemon_core::agent::script::{Script, ScriptFormat};
+use taskdaemon_core::agent::{self, AgentSpec, OutputFormat};
+use taskdaemon_core::config::{Dur, Settings};
+use taskdaemon_core::engine::{DEFAULT_ITERATION_TIMEOUT, DEFAULT_KILL_GRACE};
+use taskdaemon_core::git::Git;
+use taskdaemon_core::worklist::{
+    self, AgentSetup, ImplementConfig, WorklistError, WorklistEvent, WorklistSink,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::Ctx;
+use super::run::{dur, hold_for_loop, settings, spawn_signal_handler};
+use crate::cli::user;
+
+const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+taskdaemon implement specs/login --agent claude\n  \
+taskdaemon implement                      # the spec named in specs/.current-spec\n  \
+taskdaemon implement specs/login --max-task-iterations 3 --json\n  \
+taskdaemon cancel specs/login             # stop it; .progress.md is kept\n\n\
+tasks.md: `- [ ] 1.2 [P] Title` items with indented **Do**, **Files**, **Done when**, **Verify**, \
+**Commit** fields. Consecutive [P] tasks run at the same time, each in its own git worktree, and \
+their commits land in task order; [VERIFY] tasks go to a QA agent that must answer \
+VERIFICATION_PASS or VERIFICATION_FAIL. A task is complete only when the agent said \
+TASK_COMPLETE without asking for manual work, checked its box, committed the spec files, and the \
+task's Verify command passes. State: <spec>/.ralph-state.json (resumed by the next implement).\n\n\
+Exit codes: 0 ALL_TASKS_COMPLETE, 1 iteration limit, 5 a task kept failing, 64 usage, 130 interrupted or cancelled.")]
+pub struct ImplementArgs {
+    /// The spec directory with tasks.md [default: specs/<name> from specs/.current-spec, else the current directory].
+    #[arg(value_name = "SPEC_DIR")]
+    pub spec_dir: Option<PathBuf>,
+    /// Attempts per task before the loop stops with exit 5; the loop's limit is tasks × N × 2 iterations.
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_task_iterations: u32,
+    #[command(flatten)]
+    pub agent: AgentFlags,
+    /// Time limit of a task's Verify command [default: 10m].
+    #[arg(long, value_name = "DUR", value_parser = dur)]
+    pub verify_timeout: Option<Dur>,
+    /// One JSON event per line on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// How the agent is chosen, as `run` does it: flag, then TASKDAEMON_*, then config files,
+/// then the first installed CLI.
+#[derive(Debug, Args)]
+pub struct AgentFlags {
+    /// claude, codex, gemini, opencode, amp, script:FILE or cmd:COMMAND [default: config, else the first installed CLI].
+    #[arg(long, value_name = "SPEC", env = "TASKDAEMON_AGENT")]
+    pub agent: Option<String>,
+    /// How to read the agent's output: text, claude-stream-json, codex-json [default: per agent].
+    #[arg(long, value_name = "FORMAT", env = "TASKDAEMON_AGENT_FORMAT")]
+    pub agent_format: Option<String>,
+    /// Stop one agent after DUR [default: 30m].
+    #[arg(long, value_name = "DUR", env = "TASKDAEMON_ITERATION_TIMEOUT", value_parser = dur)]
+    pub iteration_timeout: Option<Dur>,
+    /// Time between TERM and KILL when an agent is stopped [default: 5s].
+    #[arg(long, value_name = "DUR", env = "TASKDAEMON_KILL_GRACE", value_parser = dur)]
+    pub kill_grace: Option<Dur>,
+}
+
+impl AgentFlags {
+    /// The agent, resolved and checked (a missing CLI fails here, before any state change).
+    pub fn resolve(&self, dir: &Path, ctx: &Ctx) -> anyhow::Result<AgentSetup> {
+        let flags = Settings {
+            agent: self.agent.clone(),
+            agent_format: self.agent_format.clone(),
+            iteration_timeout: self.iteration_timeout,
+            kill_grace: self.kill_grace,
+            ..Settings::default()
+        };
+        let s = settings(dir, &flags, ctx.config.as_deref())?;
+        let spec = match &s.agent {
+            Some(a) => AgentSpec::parse(a).map_err(user)?,
+            None => AgentSpec::detect().map_err(user)?,
+        };
+        let base = ctx.workdir()?;
+        let spec = spec.absolutize(&base);
+        let mut format = spec.default_format();
+        if let AgentSpec::Script { file } = &spec {
+            let script = Script::load(file).map_err(user)?;
+            if script.format == ScriptFormat::StreamJson {
+                format = OutputFormat::ClaudeStreamJson;
+            }
+        }
+        spec.check_installed().map_err(user)?;
+        if let Some(f) = &s.agent_format {
+            format =
+                OutputFormat::parse(f).map_err(|m| user(format!("invalid --agent-format: {m}")))?;
+        }
+        Ok(AgentSetup {
+            agent: spec,
+            format,
+            script_runner: std::env::current_exe().context("finding the taskdaemon executable")?,
+            timeout: Some(
+                s.iteration_timeout
+                    .map(|d| d.0)
+                    .unwrap_or(DEFAULT_ITERATION_TIMEOUT),
+            ),
+            grace: s.kill_grace.map(|d| d.0).unwrap_or(DEFAULT_KILL_GRACE),
+        })
+    }
+}
+
+/// The spec directory: the argument, else `specs/<name>` from `specs/.current-spec` at the
+/// top of the repository, else the current directory when it has a tasks.md.
+pub(crate) fn spec_dir(arg: Option<&Path>, ctx: &Ctx) -> anyhow::Result<PathBuf> {
+    let cwd = ctx.workdir()?;
+    if let Some(a) = arg {
+        let p = cwd.join(a);
+        if !p.is_dir() {
+            return Err(user(format!(
+                "{} is not a directory\n  hint: pass the spec directory that holds tasks.md, e.g. `specs/login`",
+                p.display()
+            )));
+        }
+        return std::fs::canonicalize(&p).with_context(|| format!("resolving {}", p.display()));
+    }
+    let top = Git::new(&cwd).toplevel().map_err(user)?;
+    let current = top.join("specs").join(".current-spec");
+    if let Ok(name) = std::fs::read_to_string(&current) {
+        let name = name.trim();
+        let p = top.join("specs").join(name);
+        if name.is_empty() || !p.is_dir() {
+            return Err(user(format!(
+                "{} names `{name}`, but {} is not a directory\n  hint: write the name of a directory under specs/ into it, or pass SPEC_DIR",
+                current.display(),
+                p.display()
+            )));
+        }
+        return std::fs::canonicalize(&p).with_context(|| format!("resolving {}", p.display()));
+    }
+    if cwd.join(worklist::coordinator::TASKS_FILE).is_file() {
+        return Ok(cwd);
+    }
+    Err(user(format!(
+        "no spec given, no {} and no tasks.md in {}\n  hint: `taskdaemon implement specs/NAME`, or write NAME into specs/.current-spec",
+        current.display(),
+        cwd.display()
+    )))
+}
+
+/// The git top level of `dir`, canonical.
+pub(crate) fn repo_of(dir: &Path) -> anyhow::Result<PathBuf> {
+    let top = Git::new(dir).toplevel().map_err(user)?;
+    Ok(top.canonicalize().unwrap_or(top))
+}
+
+pub(crate) fn worklist_err(e: WorklistError) -> anyhow::Error {
+    if e.is_user_fault() {
+        user(e)
+    } else {
+        anyhow::Error::new(e)
+    }
+}
+
+pub fn run(args: ImplementArgs, ctx: &Ctx) -> anyhow::Result<i32> {
+    let spec = spec_dir(args.spec_dir.as_deref(), ctx)?;
+    let repo = repo_of(&spec)?;
+    // Everything that can be wrong is checked before anything changes.
+    worklist::coordinator::preflight(&spec, &repo).map_err(worklist_err)?;
+    let setup = args.agent.resolve(&spec, ctx)?;
+    let _lock = worklist::lock::acquire(&spec).map_err(worklist_err)?;
+    // No snapshot rollback may change the work tree under the loop.
+    let _no_rollback = hold_for_loop(&repo)?;
+    let cfg = ImplementConfig {
+        spec_dir: spec,
+        repo,
+        setup,
+        max_task_iterations: args.max_task_iterations,
+        verify_timeout: Some(
+            args.verify_timeout
+                .map(|d| d.0)
+                .unwrap_or(DEFAULT_VERIFY_TIMEOUT),
+        ),
+    };
+    let result = drive(args.json, |events, cancel| async move {
+        worklist::implement(&cfg, &events, &cancel).await
+    })?;
+    Ok(result.outcome.exit_code())
+}
+
+/// Run a work-list loop on a runtime with signal handling and rendering.
+pub(crate) fn drive<T, F, Fut>(json: bool, body: F) -> anyhow::Result<T>
+where
+    F: FnOnce(WorklistSink, CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = Result<T, WorklistError>>,
+{
+    agent::become_subreaper();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async {
+        let cancel = CancellationToken::new();
+        spawn_signal_handler(cancel.clone())?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<WorklistEvent>();
+        let renderer = tokio::spawn(crate::render::worklist::run(json, rx));
+        let result = body(WorklistSink::new(tx), cancel).await;
+        let _ = renderer.await;
+        result.map_err(worklist_err)
+    })
+}

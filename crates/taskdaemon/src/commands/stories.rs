@@ -1,0 +1,84 @@
+//! `taskdaemon stories [FILE]`: user stories (tasks.json / prd.json) with a review cycle the
+//! harness enforces.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use taskdaemon_core::worklist::stories::{default_max_iterations, load};
+use taskdaemon_core::worklist::{self, StoriesConfig};
+
+use super::Ctx;
+use super::implement::{AgentFlags, drive, repo_of, worklist_err};
+use crate::cli::user;
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+taskdaemon stories                       # tasks.json, else prd.json, in the current directory\n  \
+taskdaemon stories prd.json --agent claude\n  \
+taskdaemon stories --skip-review --max-iterations 20\n\n\
+Each iteration the harness picks the mode: review-fix if a story has changes requested, else \
+review if one needs review, else implement the highest-priority story whose dependsOn all pass. \
+It snapshots the file first and checks the agent's changes: an implement iteration moves at most \
+one story to needs_review and never sets passes; a review raises exactly one story's reviewCount \
+by 1 and ends approved (passes true) or changes_requested with reviewFeedback; a review-fix only \
+moves a story back to needs_review. A violation restores the file and the reason goes into the \
+next prompt. At the review cap the harness approves the story, with a note. Done when the agent \
+says <promise>COMPLETE</promise> and every story passes (and is approved).\n\n\
+Exit codes: 0 complete, 1 iteration limit, 5 no story can start, 64 usage, 130 interrupted.")]
+pub struct StoriesArgs {
+    /// The stories file [default: tasks.json, else prd.json].
+    #[arg(value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// No review: an implement iteration sets `passes` itself.
+    #[arg(long)]
+    pub skip_review: bool,
+    /// Reviews of one story before the harness approves it.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub max_reviews: u64,
+    /// Stop (exit 1) after N iterations [default: stories × (2 × max-reviews + 2) × 2].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_iterations: Option<u32>,
+    #[command(flatten)]
+    pub agent: AgentFlags,
+    /// One JSON event per line on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: StoriesArgs, ctx: &Ctx) -> anyhow::Result<i32> {
+    let cwd = ctx.workdir()?;
+    let file = match &args.file {
+        Some(f) => cwd.join(f),
+        None => ["tasks.json", "prd.json"]
+            .iter()
+            .map(|n| cwd.join(n))
+            .find(|p| p.is_file())
+            .ok_or_else(|| {
+                user(format!(
+                    "no tasks.json or prd.json in {}\n  hint: `taskdaemon stories FILE` with a JSON file of user stories",
+                    cwd.display()
+                ))
+            })?,
+    };
+    let (_, stories) = load(&file).map_err(worklist_err)?;
+    let file = file.canonicalize().unwrap_or(file);
+    let dir = file.parent().map(|p| p.to_path_buf()).unwrap_or(cwd);
+    let repo = repo_of(&dir)?;
+    let setup = args.agent.resolve(&dir, ctx)?;
+    let review = !args.skip_review;
+    let _no_rollback = super::run::hold_for_loop(&repo)?;
+    let cfg = StoriesConfig {
+        file,
+        repo,
+        setup,
+        review,
+        max_reviews: args.max_reviews,
+        max_iterations: args
+            .max_iterations
+            .unwrap_or_else(|| default_max_iterations(stories.len(), args.max_reviews, review)),
+    };
+    let result = drive(args.json, |events, cancel| async move {
+        worklist::run_stories(&cfg, &events, &cancel).await
+    })?;
+    Ok(result.outcome.exit_code())
+}
