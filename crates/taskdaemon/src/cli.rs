@@ -40,7 +40,7 @@ pub enum Command {
     Task(Box<commands::task::TaskArgs>),
     /// Run a spec's tasks.md: one task per fresh agent, [P] groups in parallel worktrees, [VERIFY] checkpoints, every completion verified.
     Implement(Box<commands::implement::ImplementArgs>),
-    /// Stop a spec's running implement loop, delete its .ralph-state.json, keep .progress.md.
+    /// Stop a spec's implement loop (a directory; .progress.md kept), or a daemon run, spec or plan (agents ended, worktree and logs kept).
     Cancel(commands::cancel::CancelArgs),
     /// Work through user stories (tasks.json / prd.json) with an implement → review cycle the harness enforces.
     Stories(Box<commands::stories::StoriesArgs>),
@@ -84,8 +84,6 @@ pub enum Command {
     Pause(commands::pause::PauseArgs),
     /// Resume a paused, blocked or stopped run, spec or plan (after a merge conflict: once resolved).
     Resume(commands::resume::ResumeArgs),
-    /// Cancel a run, spec or plan: its agents are ended; worktree and logs are kept.
-    Cancel(commands::cancel::CancelArgs),
     /// Check a plan document or a directory of spec documents (the plan and spec loops' validation).
     CheckDoc(commands::check_doc::CheckDocArgs),
     /// The loops' git worktrees: list them, prune finished ones.
@@ -177,7 +175,6 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Start(a) => commands::start::run(a, &ctx),
         Command::Pause(a) => commands::pause::run(a, &ctx),
         Command::Resume(a) => commands::resume::run(a, &ctx),
-        Command::Cancel(a) => commands::cancel::run(a, &ctx),
         Command::CheckDoc(a) => commands::check_doc::run(a, &ctx),
         Command::Worktree(a) => commands::worktree::run(a, &ctx),
         Command::MergeStore(a) => commands::merge_store::run(a),
