@@ -126,10 +126,10 @@ fn foreground(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i3
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let printer = tokio::spawn(async move {
             while let Some(line) = rx.recv().await {
-                let _ = emit(&format!(
-                    "{} {line}\n",
-                    taskdaemon_core::clock::now_rfc3339()
-                ));
+                // Real time in milliseconds: the log is how a person (or a benchmark) times
+                // the runs.
+                let t = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.3fZ");
+                let _ = emit(&format!("{t} {line}\n"));
             }
         });
         let result = daemon::run(paths.clone(), opts, tx, shutdown).await;
