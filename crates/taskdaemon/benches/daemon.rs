@@ -70,7 +70,9 @@ fn usage(pid: u32) -> (f64, u64) {
 
 fn ms_of(line: &str) -> Option<i64> {
     let t = line.split_whitespace().next()?;
-    t.parse::<jiff::Timestamp>().ok().map(|t| t.as_millisecond())
+    t.parse::<jiff::Timestamp>()
+        .ok()
+        .map(|t| t.as_millisecond())
 }
 
 fn stats(mut v: Vec<f64>) -> String {
@@ -184,15 +186,24 @@ fn main() {
             peak = u;
         }
         let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-        let done = text.lines().filter(|l| l.contains(": rebasing -> complete")).count();
-        let failed = text.lines().filter(|l| l.contains("-> failed") || l.contains("-> blocked")).count();
+        let done = text
+            .lines()
+            .filter(|l| l.contains(": rebasing -> complete"))
+            .count();
+        let failed = text
+            .lines()
+            .filter(|l| l.contains("-> failed") || l.contains("-> blocked"))
+            .count();
         if done + failed >= runs {
             break;
         }
         if let Ok(Some(s)) = daemon.try_wait() {
             panic!("the daemon exited early ({s}); see {}", log_path.display());
         }
-        assert!(start.elapsed() < Duration::from_secs(3600), "no end after an hour");
+        assert!(
+            start.elapsed() < Duration::from_secs(3600),
+            "no end after an hour"
+        );
     }
     let wall = start.elapsed();
     let (cpu, hwm) = usage(pid);
@@ -227,12 +238,16 @@ fn main() {
             merged.insert(id, t);
         }
     }
-    let failed = text.lines().filter(|l| l.contains("-> failed") || l.contains("-> blocked")).count();
+    let failed = text
+        .lines()
+        .filter(|l| l.contains("-> failed") || l.contains("-> blocked"))
+        .count();
     let mut latency = Vec::new();
     let mut engine = Vec::new();
     let mut merge = Vec::new();
     for id in &ids {
-        let (Some(s), Some(f), Some(m)) = (started.get(id), finished.get(id), merged.get(id)) else {
+        let (Some(s), Some(f), Some(m)) = (started.get(id), finished.get(id), merged.get(id))
+        else {
             continue;
         };
         let ready = deps_of[id]
@@ -259,9 +274,18 @@ fn main() {
         "wall time x concurrency per run: {:.1} ms",
         wall.as_secs_f64() * 1000.0 * loops as f64 / runs as f64
     );
-    println!("ready -> started (slot wait + worktree):  {}", stats(latency));
-    println!("started -> loop done (engine, no-op):      {}", stats(engine));
-    println!("loop done -> merged (serialized merges):   {}", stats(merge));
+    println!(
+        "ready -> started (slot wait + worktree):  {}",
+        stats(latency)
+    );
+    println!(
+        "started -> loop done (engine, no-op):      {}",
+        stats(engine)
+    );
+    println!(
+        "loop done -> merged (serialized merges):   {}",
+        stats(merge)
+    );
     println!(
         "daemon peak RSS (VmHWM): {:.1} MB (goal <= 60 MB)",
         hwm as f64 / 1024.0

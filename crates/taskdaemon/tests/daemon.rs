@@ -24,10 +24,10 @@ plan)
 spec)
   mkdir -p "$TASKDAEMON_SPECS_DIR"
   n=0
-  while IFS='|' read -r name deps phases; do
+  while IFS='|' read -r name deps phases validate; do
     n=$((n+1))
     printf -- '---\ntitle: %s\ndeps: [%s]\nphases: [%s]\nvalidate: %s\n---\nBuild %s.\n' \
-      "$name" "$deps" "$phases" "${SPEC_VALIDATE:-true}" "$name" > "$TASKDAEMON_SPECS_DIR/0$n-$name.md"
+      "$name" "$deps" "$phases" "${validate:-${SPEC_VALIDATE:-true}}" "$name" > "$TASKDAEMON_SPECS_DIR/0$n-$name.md"
   done < "$TD_TEST_DIR/specs.txt"
   ;;
 phase)
@@ -44,6 +44,15 @@ phase)
   git add -A && git commit -qm "$spec phase $TASKDAEMON_PHASE_NUMBER iteration $TASKDAEMON_ITERATION"
   echo "end $(date +%s%N) $spec $TASKDAEMON_PHASE_INDEX $TASKDAEMON_ITERATION $TASKDAEMON_RUN_ID" >> "$log"
   echo "<promise>COMPLETE</promise>"
+  ;;
+ralph)
+  echo "ralph start $TASKDAEMON_ITERATION $$" >> "$log"
+  echo "$$" >> "$TD_TEST_DIR/pids"
+  sleep "${RALPH_SLEEP:-30}" &
+  echo "$!" >> "$TD_TEST_DIR/pids"
+  wait
+  echo "iteration $TASKDAEMON_ITERATION" >> ralph.txt
+  git add -A && git commit -qm "ralph iteration $TASKDAEMON_ITERATION"
   ;;
 esac
 "#;
@@ -186,7 +195,7 @@ fn checkout_state(repo: &Path) -> (BTreeMap<String, Vec<u8>>, Vec<u8>, String) {
 fn phase_times(env: &Env) -> BTreeMap<(String, String), (u128, u128)> {
     let text = std::fs::read_to_string(env.root().join("agent.log")).unwrap();
     let mut out: BTreeMap<(String, String), (u128, u128)> = BTreeMap::new();
-    for l in text.lines() {
+    for l in text.lines().filter(|l| !l.starts_with("ralph")) {
         let f: Vec<&str> = l.split_whitespace().collect();
         let key = (f[2].to_string(), f[3].to_string());
         let t: u128 = f[1].parse().unwrap();
@@ -534,4 +543,136 @@ fn a_merge_conflict_blocks_the_spec_with_its_files_and_resume_finishes_it_once_r
         files.contains("alpha-0.txt") && files.contains("beta-0.txt"),
         "{files}"
     );
+}
+
+#[test]
+fn a_failed_spec_leaves_its_dependents_blocked_with_the_reason() {
+    let env = Env::new();
+    let d = Daemon::new(
+        &env,
+        "broken||\"Phase 1: never passes\"|false\nafter|broken|\"Phase 1: waits\"\nfree||\"Phase 1: independent\"\n",
+        &[("PHASE_SLEEP", "0")],
+    );
+    d.ok(&["submit", "plan", "one breaks", "--target", "main"]);
+    // A small iteration budget so the broken spec fails fast.
+    std::fs::create_dir_all(env.repo().join(".taskdaemon")).unwrap();
+    std::fs::write(
+        env.repo().join(".taskdaemon/config.yaml"),
+        "max-iterations: 2\n",
+    )
+    .unwrap();
+    d.start(3);
+    let s = d.wait_until(Duration::from_secs(120), "the dependent blocking", |s| {
+        s["plans"][0]["specs"].as_array().is_some_and(|v| {
+            v.iter()
+                .any(|sp| sp["title"] == "after" && sp["status"] == "blocked")
+                && v.iter()
+                    .any(|sp| sp["title"] == "free" && sp["status"] == "complete")
+        })
+    });
+    d.stop();
+    let specs = s["plans"][0]["specs"].as_array().unwrap();
+    let get = |t: &str| specs.iter().find(|sp| sp["title"] == t).unwrap();
+    assert_eq!(get("broken")["status"], "failed", "{s:#}");
+    let note = get("after")["note"].as_str().unwrap();
+    let broken_id = get("broken")["id"].as_str().unwrap();
+    assert_eq!(note, format!("dep {broken_id} failed"), "{s:#}");
+    assert!(
+        get("after")["runs"].as_array().unwrap().is_empty(),
+        "it never started"
+    );
+    let shown = d.ok(&["status"]);
+    assert!(
+        shown.contains(&format!("dep {broken_id} failed")),
+        "{shown}"
+    );
+    assert!(shown.contains("LIMIT"), "the failed run says why: {shown}");
+}
+
+#[test]
+fn pause_resume_and_cancel_act_on_a_running_loop() {
+    let env = Env::new();
+    let d = Daemon::new(&env, "", &[]);
+    let out = d.ok(&[
+        "submit",
+        "ralph",
+        "a long task",
+        "--validate",
+        "false",
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let id = v["created"][0]["id"].as_str().unwrap().to_string();
+    d.start(2);
+    let log = env.root().join("agent.log");
+    let wait_log = |n: usize| {
+        let t = Instant::now();
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let starts: Vec<String> = text
+                .lines()
+                .filter(|l| l.starts_with("ralph start"))
+                .map(String::from)
+                .collect();
+            if starts.len() >= n {
+                return starts;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "agent start {n} never came\n{}",
+                d.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let first = wait_log(1);
+    let pid1: i32 = first[0].split_whitespace().nth(3).unwrap().parse().unwrap();
+    assert!(pid_alive(pid1));
+
+    let out = d.ok(&["pause", &id]);
+    assert!(out.contains("pausing"), "{out}");
+    let s = d.wait_until(Duration::from_secs(30), "the run pausing", |s| {
+        s["runs"][0]["status"] == "paused"
+    });
+    assert!(!pid_alive(pid1), "the agent of a paused run still runs");
+    let worktree = PathBuf::from(s["runs"][0]["worktree"].as_str().unwrap());
+
+    d.ok(&["resume", &id]);
+    let second = wait_log(2);
+    // The interrupted iteration counts: the loop goes on at iteration 2, in the same worktree.
+    assert_eq!(second[1].split_whitespace().nth(2), Some("2"), "{second:?}");
+    let pid2: i32 = second[1]
+        .split_whitespace()
+        .nth(3)
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    let out = d.ok(&["cancel", &id]);
+    assert!(out.contains("cancelling"), "{out}");
+    let s = d.wait_until(Duration::from_secs(30), "the run stopping", |s| {
+        s["runs"][0]["status"] == "stopped"
+    });
+    assert!(!pid_alive(pid2), "the agent of a cancelled run still runs");
+    assert_eq!(s["runs"][0]["note"], "cancelled by a person");
+    assert_eq!(
+        s["runs"][0]["worktree"].as_str().map(PathBuf::from),
+        Some(worktree.clone())
+    );
+    assert!(
+        worktree.join(".ralph/logs/iteration-001.log").is_file(),
+        "logs kept"
+    );
+    assert!(
+        worktree.join(".ralph/logs/iteration-002.log").is_file(),
+        "logs kept"
+    );
+    let logs = d.ok(&["logs", &id]);
+    assert!(logs.contains("iteration-002.log"), "{logs}");
+    // A second cancel is refused with the reason.
+    let r = d.run(&["cancel", &id]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("it is stopped"), "{}", r.stderr);
+    d.stop();
+    assert!(marked_processes(&env).is_empty());
 }

@@ -100,8 +100,12 @@ pub async fn run_process(
     // as a whole) and has no controlling terminal, so a tool that opens /dev/tty (a password
     // prompt, pinentry) fails instead of being stopped by SIGTTIN until the timeout.
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
-    // Under a daemon, the child also dies with it (see `tracked`).
-    let die_with_parent = super::tracked::enabled();
+    // Under a daemon, the child also dies with it, and its group is recorded (see `tracked`).
+    let token = super::tracked::token();
+    let die_with_parent = token.is_some();
+    if let Some(t) = &token {
+        cmd.env(super::tracked::GROUP_VAR, t);
+    }
     unsafe {
         cmd.pre_exec(move || {
             nix::unistd::setsid()
@@ -128,7 +132,7 @@ pub async fn run_process(
     }
     let mut child = cmd.spawn()?;
     let pgid = child.id().map(|id| id as i32).unwrap_or(0);
-    let _record = super::tracked::record(pgid, &spec.env);
+    let _record = super::tracked::record(pgid, token.as_deref(), &spec.env);
 
     if let (Some(mut stdin), Some(data)) = (child.stdin.take(), spec.stdin.clone()) {
         // An agent that never reads stdin must not block us: write from a task, ignore EPIPE.

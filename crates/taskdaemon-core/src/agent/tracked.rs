@@ -1,9 +1,10 @@
 //! Process groups a daemon started, recorded on disk so that a daemon restarted after a
 //! crash (`kill -9`) can end what the dead one left running before it resumes the runs.
 //!
-//! Once [`track_process_groups`] is called, every group the runner starts is recorded as
-//! `<dir>/<pgid>` holding its run id (`TASKDAEMON_RUN_ID` of its environment) and removed
-//! when the group is gone. The children also get a parent-death signal (KILL), which ends the
+//! Once [`track_process_groups`] is called, every group the runner starts gets a fresh token
+//! in its environment (`TASKDAEMON_GROUP`), is recorded as `<dir>/<pgid>` holding that token
+//! and its run id, and the record is removed when the group is gone. Only processes that
+//! still carry the token are ever signalled, so a recycled pid is safe. The children also get a parent-death signal (KILL), which ends the
 //! direct child at once when the daemon dies; the record ends the rest of its group.
 
 use std::ffi::OsString;
@@ -24,15 +25,19 @@ pub fn track_process_groups(dir: PathBuf) -> std::io::Result<()> {
     Ok(())
 }
 
-pub(crate) fn enabled() -> bool {
-    DIR.get().is_some()
+/// The variable that marks a tracked group's processes.
+pub const GROUP_VAR: &str = "TASKDAEMON_GROUP";
+
+/// A fresh token for a group about to start, when tracking is on.
+pub(crate) fn token() -> Option<String> {
+    DIR.get().map(|_| uuid::Uuid::new_v4().simple().to_string())
 }
 
 /// The record of one group; removed on drop.
 pub(crate) struct Record(Option<PathBuf>);
 
-pub(crate) fn record(pgid: i32, env: &[(OsString, OsString)]) -> Record {
-    let Some(dir) = DIR.get() else {
+pub(crate) fn record(pgid: i32, token: Option<&str>, env: &[(OsString, OsString)]) -> Record {
+    let (Some(dir), Some(token)) = (DIR.get(), token) else {
         return Record(None);
     };
     if pgid <= 0 {
@@ -44,7 +49,7 @@ pub(crate) fn record(pgid: i32, env: &[(OsString, OsString)]) -> Record {
         .map(|(_, v)| v.to_string_lossy().into_owned())
         .unwrap_or_default();
     let path = dir.join(pgid.to_string());
-    match crate::fsutil::write_atomic(&path, run.as_bytes()) {
+    match crate::fsutil::write_atomic(&path, format!("{token}\n{run}").as_bytes()) {
         Ok(()) => Record(Some(path)),
         Err(_) => Record(None),
     }
@@ -69,12 +74,12 @@ pub struct Leftover {
     pub survived: bool,
 }
 
-/// End every group recorded in `dir` whose processes still carry its run id (a recycled
-/// pid is never signalled): TERM, `grace`, KILL. Records are removed. Linux only (`/proc`).
+/// End every group recorded in `dir` whose processes still carry its token: TERM to all,
+/// one `grace` for all, then KILL to what is left. Records are removed. Linux (`/proc`).
 pub fn end_leftover_groups(dir: &Path, grace: Duration) -> Vec<Leftover> {
-    let mut out = Vec::new();
+    let mut found: Vec<(PathBuf, i32, String, String, usize)> = Vec::new();
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
+        return Vec::new();
     };
     for e in entries.flatten() {
         let path = e.path();
@@ -86,41 +91,64 @@ pub fn end_leftover_groups(dir: &Path, grace: Duration) -> Vec<Leftover> {
         else {
             continue;
         };
-        let run_id = std::fs::read_to_string(&path).unwrap_or_default();
-        let members = members_of(pgid, &run_id);
-        if !members.is_empty() {
-            let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
-            let _ = killpg(Pid::from_raw(pgid), Signal::SIGCONT);
-            let until = Instant::now() + grace;
-            while Instant::now() < until && !members_of(pgid, &run_id).is_empty() {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if !members_of(pgid, &run_id).is_empty() {
-                let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-                let until = Instant::now() + Duration::from_secs(2);
-                while Instant::now() < until && !members_of(pgid, &run_id).is_empty() {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            }
-            out.push(Leftover {
-                pgid,
-                run_id: run_id.clone(),
-                processes: members.len(),
-                survived: !members_of(pgid, &run_id).is_empty(),
-            });
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let (token, run_id) = text.split_once('\n').unwrap_or((text.as_str(), ""));
+        let (token, run_id) = (token.trim().to_string(), run_id.trim().to_string());
+        let n = if token.is_empty() {
+            0
+        } else {
+            members_of(pgid, &token).len()
+        };
+        if n == 0 {
+            let _ = std::fs::remove_file(&path);
+            continue;
         }
-        let _ = std::fs::remove_file(&path);
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGCONT);
+        found.push((path, pgid, token, run_id, n));
     }
-    out
+    let alive = |found: &[(PathBuf, i32, String, String, usize)]| {
+        found
+            .iter()
+            .any(|(_, pgid, token, _, _)| !members_of(*pgid, token).is_empty())
+    };
+    let until = Instant::now() + grace;
+    while Instant::now() < until && alive(&found) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if alive(&found) {
+        for (_, pgid, token, _, _) in &found {
+            if !members_of(*pgid, token).is_empty() {
+                let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
+            }
+        }
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until && alive(&found) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    found
+        .into_iter()
+        .map(|(path, pgid, token, run_id, processes)| {
+            let survived = !members_of(pgid, &token).is_empty();
+            let _ = std::fs::remove_file(path);
+            Leftover {
+                pgid,
+                run_id,
+                processes,
+                survived,
+            }
+        })
+        .collect()
 }
 
 /// Live (not zombie) processes in group `pgid` whose environment has
-/// `TASKDAEMON_RUN_ID=run_id`.
-fn members_of(pgid: i32, run_id: &str) -> Vec<i32> {
+/// `TASKDAEMON_GROUP=token`.
+fn members_of(pgid: i32, token: &str) -> Vec<i32> {
     if matches!(killpg(Pid::from_raw(pgid), None), Err(Errno::ESRCH)) {
         return Vec::new();
     }
-    let want = format!("TASKDAEMON_RUN_ID={run_id}");
+    let want = format!("{GROUP_VAR}={token}");
     let mut found = Vec::new();
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return found;
@@ -158,19 +186,19 @@ mod tests {
     #[test]
     fn a_recorded_group_is_ended_and_a_stranger_is_left_alone() {
         let d = tempfile::tempdir().unwrap();
-        let spawn = |run: &str| {
+        let spawn = |token: &str| {
             use std::os::unix::process::CommandExt;
             let mut c = std::process::Command::new("sh");
             c.args(["-c", "sleep 30 & sleep 30; wait"])
-                .env("TASKDAEMON_RUN_ID", run)
+                .env(GROUP_VAR, token)
                 .process_group(0);
             c.spawn().unwrap()
         };
-        let mut ours = spawn("run-a");
-        let mut other = spawn("run-b");
-        // A record for `other`'s group that names a different run: not ours to end.
-        std::fs::write(d.path().join(ours.id().to_string()), "run-a").unwrap();
-        std::fs::write(d.path().join(other.id().to_string()), "run-x").unwrap();
+        let mut ours = spawn("t-a");
+        let mut other = spawn("t-b");
+        // A record for `other`'s group with another token: a recycled pid, not ours to end.
+        std::fs::write(d.path().join(ours.id().to_string()), "t-a\nrun-a").unwrap();
+        std::fs::write(d.path().join(other.id().to_string()), "t-x\nrun-x").unwrap();
         std::thread::sleep(Duration::from_millis(200));
         let ended = end_leftover_groups(d.path(), Duration::from_secs(2));
         assert_eq!(ended.len(), 1, "{ended:?}");

@@ -4,7 +4,8 @@
 
 use taskstore::Filter;
 
-use crate::scheduler::{plans, runs, specs};
+use crate::scheduler::cascade::PAUSED;
+use crate::scheduler::{runs, specs};
 use crate::store::{AnyRecord, LoopRun, PlanStatus, Records, RunStatus, SpecStatus, StoreError};
 use crate::workspace::Workspace;
 
@@ -91,6 +92,15 @@ pub fn apply(
                 on_run(records, action, r, now, active, &mut out, false)?;
             }
             let (status, note) = match action {
+                // Nothing more of it starts until it is resumed (its running phase was paused above).
+                Action::Pause
+                    if matches!(
+                        spec.status,
+                        SpecStatus::Pending | SpecStatus::Running | SpecStatus::Blocked
+                    ) =>
+                {
+                    (SpecStatus::Blocked, Some(PAUSED.to_string()))
+                }
                 Action::Pause => (spec.status, spec.note.clone()),
                 Action::Cancel => (SpecStatus::Failed, Some("cancelled by a person".into())),
                 Action::Start | Action::Resume => {
@@ -131,6 +141,11 @@ pub fn apply(
                     out.start_now.extend(more.start_now);
                 }
             }
+            let paused = action == Action::Pause
+                && matches!(
+                    plan.status,
+                    PlanStatus::Draft | PlanStatus::Ready | PlanStatus::InProgress
+                );
             let status = match action {
                 Action::Pause => plan.status,
                 Action::Cancel => PlanStatus::Cancelled,
@@ -149,16 +164,24 @@ pub fn apply(
                     s => s,
                 },
             };
-            if status != plan.status {
-                out.lines
-                    .push(format!("plan {}: {} -> {status}", plan.id, plan.status));
+            let note = if paused {
+                Some(PAUSED.to_string())
+            } else {
+                None
+            };
+            if status != plan.status || note != plan.note {
+                out.lines.push(format!(
+                    "plan {}: {} -> {status}{}",
+                    plan.id,
+                    plan.status,
+                    if paused { " (paused)" } else { "" }
+                ));
                 plan.status = status;
-                plan.note = None;
+                plan.note = note;
                 records.update(AnyRecord::Plan(plan), now)?;
             }
         }
     }
-    let _ = plans;
     Ok(out)
 }
 
@@ -252,6 +275,52 @@ fn on_run(
     if new != RunStatus::Rebasing {
         run.note = None;
     }
+    let parent = run.parent.clone();
+    let loop_type = run.loop_type.clone();
     records.update(AnyRecord::Run(run), now)?;
+    if strict
+        && matches!(action, Action::Resume | Action::Start)
+        && let Some(p) = parent
+    {
+        wake_parent(records, &p, &loop_type, now, out)?;
+    }
     Ok(true)
+}
+
+/// A run named itself and resumed: the spec or plan it stopped goes on with it.
+fn wake_parent(
+    records: &mut Records,
+    parent: &str,
+    loop_type: &str,
+    now: i64,
+    out: &mut Applied,
+) -> Result<(), ControlError> {
+    match records.get(parent)? {
+        Some(AnyRecord::Spec(mut s))
+            if matches!(s.status, SpecStatus::Blocked | SpecStatus::Failed) =>
+        {
+            out.lines
+                .push(format!("spec {}: {} -> running", s.id, s.status));
+            s.status = SpecStatus::Running;
+            s.note = None;
+            records.update(AnyRecord::Spec(s), now)?;
+        }
+        Some(AnyRecord::Plan(mut p))
+            if matches!(p.status, PlanStatus::Failed | PlanStatus::Cancelled)
+                || p.note.is_some() =>
+        {
+            let status = if loop_type == "plan" {
+                PlanStatus::Draft
+            } else {
+                PlanStatus::InProgress
+            };
+            out.lines
+                .push(format!("plan {}: {} -> {status}", p.id, p.status));
+            p.status = status;
+            p.note = None;
+            records.update(AnyRecord::Plan(p), now)?;
+        }
+        _ => {}
+    }
+    Ok(())
 }

@@ -29,6 +29,8 @@ pub struct Shared {
     pub script_runner: PathBuf,
     /// The agent of runs that name none (the daemon's `--agent`), over the config files.
     pub default_agent: Option<String>,
+    /// The settings file used instead of the project's (`--config`).
+    pub config: Option<PathBuf>,
 }
 
 /// A run to start, with what the dispatcher worked out from the records.
@@ -39,6 +41,8 @@ pub struct Launch {
     pub worktree: String,
     /// The branch a new worktree starts from.
     pub start: String,
+    /// A person queued it again (resume, start): an ended run goes on past its outcome.
+    pub requeued: bool,
 }
 
 /// What a run tells the dispatcher.
@@ -168,9 +172,28 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
         if matches!(st.outcome, Some(Outcome::Stuck { .. })) {
             st.stuck_count = 0;
         }
-        if st.outcome.as_ref().is_some_and(Outcome::resumable) {
-            // Paused, blocked, a limit: a person resumed it; go on from where it stopped.
+        let ended = st.outcome.as_ref();
+        if ended.is_some_and(Outcome::resumable)
+            || (l.requeued && ended.is_some_and(|o| !matches!(o, Outcome::Complete { .. })))
+        {
+            // Paused, blocked, a limit, or failed and resumed by a person: go on from where
+            // it stopped, at its next iteration.
             st.outcome = None;
+        }
+        if l.requeued {
+            // Limits a person raised since apply (never lowered below what was saved).
+            let s = config::load_layers(&shared.paths.project, shared.config.as_deref())
+                .map_err(|e| e.to_string())?;
+            if let Some(n) = s.max_iterations {
+                st.config.max_iterations = st.config.max_iterations.max(n);
+            }
+            if let Some(d) = s.max_runtime {
+                let ms = d.0.as_millis() as u64;
+                st.config.max_runtime_ms = st.config.max_runtime_ms.map(|m| m.max(ms));
+            }
+            if let Some(c) = s.max_cost {
+                st.config.max_cost = st.config.max_cost.map(|m| m.max(c));
+            }
         }
         return Ok(Prepared {
             ws,
@@ -187,6 +210,7 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
     }
     let cfg = config_for(
         &shared.paths.project,
+        shared.config.as_deref(),
         &path,
         &l.run,
         shared.default_agent.as_deref(),
@@ -217,11 +241,12 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
 /// spawned context (agent, validation).
 pub fn config_for(
     project: &Path,
+    config_file: Option<&Path>,
     workdir: &Path,
     run: &LoopRun,
     default_agent: Option<&str>,
 ) -> Result<RunConfig, String> {
-    let mut s: Settings = config::load_layers(project, None).map_err(|e| e.to_string())?;
+    let mut s: Settings = config::load_layers(project, config_file).map_err(|e| e.to_string())?;
     s.loop_type = Some(run.loop_type.clone());
     if let Some(a) = context::text(&run.context, context::AGENT).or(default_agent) {
         s.agent = Some(a.to_string());
@@ -264,6 +289,10 @@ pub fn config_for(
     )
     .map_err(|e| e.to_string())?;
     let mut cfg = RunConfig::resolve(workdir, task, &s, &registry).map_err(|e| e.to_string())?;
+    if run.loop_type == "plan" {
+        // The Rule of Five needs its five passes, whatever the project's max-iterations.
+        cfg.max_iterations = cfg.max_iterations.max(crate::docs::REVIEW_PASSES);
+    }
     cfg.context = run.context.clone();
     Ok(cfg)
 }

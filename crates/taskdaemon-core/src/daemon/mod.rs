@@ -73,6 +73,8 @@ pub struct Options {
     pub limits: Limits,
     /// The agent of runs that name none (over the config files' `agent`).
     pub default_agent: Option<String>,
+    /// A settings file used instead of the project's (`--config`).
+    pub config: Option<PathBuf>,
     /// The agent kind of runs that name no agent (for the per-agent limits).
     pub default_agent_kind: String,
     /// Time between passes when nothing happens.
@@ -126,7 +128,16 @@ pub async fn run(
         .truncate(false)
         .open(paths.lock())
         .map_err(io(format!("opening {}", paths.lock().display())))?;
-    if lock.try_lock().is_err() {
+    // A client probing whether a daemon runs holds the lock for an instant: try a while.
+    let mut locked = lock.try_lock().is_ok();
+    for _ in 0..40 {
+        if locked {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        locked = lock.try_lock().is_ok();
+    }
+    if !locked {
         let pid = paths
             .read_info()
             .map(|i| i.pid.to_string())
@@ -182,6 +193,7 @@ pub async fn run(
         worktrees,
         script_runner: opts.script_runner.clone(),
         default_agent: opts.default_agent.clone(),
+        config: opts.config.clone(),
     });
     let (rtx, mut rrx) = mpsc::unbounded_channel();
     let (mtx, mut mrx) = mpsc::unbounded_channel();
@@ -270,6 +282,8 @@ fn executor_registry(project: &Path) -> Vec<String> {
 async fn serve(listener: UnixListener, tx: mpsc::Sender<(Request, oneshot::Sender<Response>)>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
+            // Out of file descriptors or similar: do not spin.
+            tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
         let tx = tx.clone();
@@ -404,9 +418,11 @@ impl Dispatcher {
     }
 
     fn launch(&mut self, mut run: LoopRun) {
-        if self.active.contains_key(&run.id) {
+        if self.active.contains_key(&run.id) || self.shutting_down {
             return;
         }
+        // Queued again by a person (resume/start), as opposed to relaunched after a stop.
+        let requeued = run.status == RunStatus::Pending;
         let (worktree, start) = self.placement(&run);
         let agent = context::text(&run.context, context::AGENT)
             .map(agent_kind)
@@ -436,6 +452,7 @@ impl Dispatcher {
             run,
             worktree,
             start,
+            requeued,
         };
         tokio::spawn(executor::execute(
             self.shared.clone(),
@@ -548,9 +565,13 @@ impl Dispatcher {
                         Ok(Outcome::Blocked { reason }) => (RunStatus::Blocked, Some(format!("BLOCKED: {reason}"))),
                         Ok(Outcome::Decide { question }) => (
                             RunStatus::Blocked,
-                            Some(format!("DECIDE: {question} (answer with `taskdaemon -C WORKTREE answer`, then `taskdaemon resume {}`)", run.id)),
+                            Some(format!(
+                                "DECIDE: {question} (answer with `taskdaemon -C {} answer \"…\"`, then `taskdaemon resume {}`)",
+                                run.worktree.as_deref().unwrap_or("<worktree>"),
+                                run.id
+                            )),
                         ),
-                        Ok(o) => (RunStatus::Failed, Some(format!("{}: {}", o.label(), o.detail()))),
+                        Ok(o) => (RunStatus::Failed, Some(failure_note(o, &run.id))),
                         Err(e) => (RunStatus::Failed, Some(e.clone())),
                     };
                     line = format!(
@@ -670,6 +691,21 @@ impl Dispatcher {
                 }
             }
         }
+    }
+}
+
+/// Why a run failed, and what a person can do, in the daemon's terms.
+fn failure_note(o: &Outcome, id: &str) -> String {
+    match o {
+        Outcome::LimitReached { limit } => format!(
+            "LIMIT: {} reached before completion; raise it in .taskdaemon/config.yaml, then `taskdaemon resume {id}`",
+            limit.describe()
+        ),
+        Outcome::Stuck { iterations } => format!(
+            "STUCK: no new commit in {iterations} consecutive iterations; see `taskdaemon logs {id}`, then `taskdaemon resume {id}`"
+        ),
+        Outcome::Failed { reason } => format!("FAILED: {reason}"),
+        o => format!("{}: {}", o.label(), o.detail()),
     }
 }
 

@@ -24,6 +24,10 @@ use crate::store::{
     Spec, SpecStatus, StoreError,
 };
 
+/// The note of a plan or spec a person paused (`taskdaemon pause`): the cascade leaves it
+/// alone until it is resumed.
+pub const PAUSED: &str = "paused by a person";
+
 /// Work the daemon must do outside the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
@@ -52,6 +56,9 @@ pub struct Step {
 pub fn advance(records: &mut Records, now: i64, default_target: &str) -> Result<Step> {
     let mut step = Step::default();
     for plan in plans(records, &[])? {
+        if plan.note.as_deref() == Some(PAUSED) {
+            continue;
+        }
         match plan.status {
             PlanStatus::Draft | PlanStatus::Ready | PlanStatus::InProgress => {
                 advance_plan(records, plan, now, &mut step)?
@@ -67,6 +74,7 @@ pub fn advance(records: &mut Records, now: i64, default_target: &str) -> Result<
             _ => {}
         }
     }
+    block_runs_on_failed_deps(records, now, &mut step)?;
     for run in runs(records, &[Filter::eq("status", "rebasing")])? {
         let target = context::text(&run.context, context::TARGET)
             .unwrap_or(default_target)
@@ -79,6 +87,48 @@ pub fn advance(records: &mut Records, now: i64, default_target: &str) -> Result<
         });
     }
     Ok(step)
+}
+
+/// A pending run whose dep failed, stopped or is blocked waits `blocked`, with the reason;
+/// it is pending again once no dep is in that state. Looks only at runs that name such a
+/// dep, so it costs nothing while nothing fails.
+fn block_runs_on_failed_deps(records: &mut Records, now: i64, step: &mut Step) -> Result<()> {
+    let mut bad = Vec::new();
+    for status in ["failed", "stopped", "blocked"] {
+        for r in records.list(crate::store::Kind::Run, &[Filter::eq("status", status)])? {
+            bad.push((r.id().to_string(), status));
+        }
+    }
+    for (dep, status) in &bad {
+        for r in runs(records, &[Filter::contains("deps", dep.as_str())])? {
+            if r.status == RunStatus::Pending {
+                let mut r = r;
+                let note = format!("dep {dep} {status}");
+                step.notes
+                    .push(format!("run {}: pending -> blocked ({note})", r.id));
+                r.status = RunStatus::Blocked;
+                r.note = Some(note);
+                records.update(AnyRecord::Run(r), now)?;
+            }
+        }
+    }
+    for r in runs(records, &[Filter::eq("status", "blocked")])? {
+        if !r.note.as_deref().is_some_and(|n| n.starts_with("dep ")) {
+            continue;
+        }
+        let still = r.deps.iter().any(|d| bad.iter().any(|(b, _)| b == d));
+        if !still {
+            let mut r = r;
+            step.notes.push(format!(
+                "run {}: blocked -> pending (its deps recovered)",
+                r.id
+            ));
+            r.status = RunStatus::Pending;
+            r.note = None;
+            records.update(AnyRecord::Run(r), now)?;
+        }
+    }
+    Ok(())
 }
 
 /// The newest run of `loop_type` under `parent`.
@@ -180,9 +230,12 @@ fn advance_plan(records: &mut Records, plan: Plan, now: i64, step: &mut Step) ->
         }
         PlanStatus::Ready => {
             if latest(records, &plan.id, "spec")?.is_none() {
-                let agent = match latest(records, &plan.id, "plan")? {
-                    Some(r) => context::text(&r.context, context::AGENT).map(str::to_string),
-                    None => None,
+                let (agent, priority) = match latest(records, &plan.id, "plan")? {
+                    Some(r) => (
+                        context::text(&r.context, context::AGENT).map(str::to_string),
+                        r.priority,
+                    ),
+                    None => (None, 0),
                 };
                 let ctx = context::spec_run(records.project(), &plan, agent.as_deref());
                 let run = records.create_run(
@@ -191,6 +244,7 @@ fn advance_plan(records: &mut Records, plan: Plan, now: i64, step: &mut Step) ->
                         name: Some(format!("specs {}", crate::store::ids::slug_part(&plan.id))),
                         parent: Some(plan.id.clone()),
                         context: ctx,
+                        priority,
                         ..NewRun::default()
                     },
                     now,
@@ -201,8 +255,32 @@ fn advance_plan(records: &mut Records, plan: Plan, now: i64, step: &mut Step) ->
             set_plan(records, plan, PlanStatus::InProgress, None, now, step)
         }
         PlanStatus::InProgress => {
-            let children = specs(records, &[Filter::eq("parent", plan.id.as_str())])?;
+            let mut children = specs(records, &[Filter::eq("parent", plan.id.as_str())])?;
             let spec_run = latest(records, &plan.id, "spec")?;
+            // Documents without their spec (a crash while they were being made): make the rest.
+            if !children.is_empty()
+                && spec_run
+                    .as_ref()
+                    .is_some_and(|r| r.status == RunStatus::Complete)
+                && document_count(records.project(), &plan.id) > children.len()
+            {
+                match create_specs(records, &plan, now) {
+                    Ok(made) if !made.is_empty() => {
+                        step.notes.push(format!(
+                            "plan {}: {} more spec(s) created: {}",
+                            plan.id,
+                            made.len(),
+                            made.join(", ")
+                        ));
+                        children = specs(records, &[Filter::eq("parent", plan.id.as_str())])?;
+                    }
+                    Ok(_) => {}
+                    Err(problems) => step.notes.push(format!(
+                        "plan {}: the remaining spec documents: {problems}",
+                        plan.id
+                    )),
+                }
+            }
             if children.is_empty() {
                 let Some(run) = spec_run else {
                     return Ok(());
@@ -336,6 +414,17 @@ fn create_specs(records: &mut Records, plan: &Plan, now: i64) -> Result<Vec<Stri
     Ok(made)
 }
 
+/// How many spec documents the spec loop of `plan_id` wrote.
+fn document_count(project: &Path, plan_id: &str) -> usize {
+    std::fs::read_dir(context::specs_dir(project, plan_id))
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == "md"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
 /// The validation command a spec document names, if any.
 fn doc_validate(spec: &Spec) -> Option<String> {
     let path = Path::new(&spec.file);
@@ -411,6 +500,9 @@ fn advance_spec(
     default_target: &str,
     step: &mut Step,
 ) -> Result<()> {
+    if spec.note.as_deref() == Some(PAUSED) {
+        return Ok(());
+    }
     let mut phase_runs: Vec<LoopRun> = runs(records, &[Filter::eq("parent", spec.id.as_str())])?
         .into_iter()
         .filter(|r| r.loop_type == "phase")

@@ -51,7 +51,12 @@ pub fn run(args: CheckDocArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         }
         What::Specs { dir } => {
             // Deps may name specs already in the store; without a store, only the set counts.
-            let records = ctx.project_dir().ok().and_then(|p| Records::open(&p).ok());
+            // The main work tree's store, also when the check runs in a loop's worktree.
+            let records = ctx
+                .repo_dir()
+                .ok()
+                .and_then(|d| taskdaemon_core::daemon::DaemonPaths::for_repo(&d).ok())
+                .and_then(|p| Records::open(&p.project).ok());
             let external = |dep: &str| -> Result<Option<String>, String> {
                 let Some(r) = &records else { return Ok(None) };
                 match r.resolution(dep) {

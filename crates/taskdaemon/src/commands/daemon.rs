@@ -101,6 +101,7 @@ fn options(paths: &DaemonPaths, a: &StartArgs, ctx: &Ctx) -> anyhow::Result<Opti
             per_agent,
         },
         default_agent: a.agent.clone(),
+        config: ctx.config.clone(),
         default_agent_kind: a
             .agent
             .as_deref()

@@ -86,8 +86,10 @@ pub fn run(args: LogsArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let paths = daemon_link::paths(ctx)?;
     let mut records = Records::open(&paths.project).map_err(store_err)?;
     let rec = records.find(&args.reference).map_err(store_err)?;
-    let run = latest_run(&records, rec)?;
+    let reference = rec.id().to_string();
+    let mut run = latest_run(&records, rec)?;
     let mut shown: std::collections::BTreeMap<PathBuf, u64> = Default::default();
+    let mut last_look = false;
     loop {
         let dir = log_dirs(&paths, &run)
             .into_iter()
@@ -117,15 +119,30 @@ pub fn run(args: LogsArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             }
             return Ok(0);
         }
-        let _ = records.sync();
-        let status = match records.get(&run.id) {
-            Ok(Some(AnyRecord::Run(r))) => r.status,
-            _ => RunStatus::Stopped,
-        };
-        if !matches!(status, RunStatus::Running | RunStatus::Pending) {
-            emit(&format!("-- run {} is {} --\n", run.id, status.as_str()))?;
+        if last_look {
+            emit(&format!(
+                "-- run {} is {} --\n",
+                run.id,
+                run.status.as_str()
+            ))?;
             return Ok(0);
         }
         std::thread::sleep(Duration::from_millis(300));
+        let _ = records.sync();
+        // The run as it is now (its worktree appears when it starts); for a spec or plan,
+        // its newest run (the next phase).
+        if let Ok(rec) = records.find(&reference) {
+            let newer = latest_run(&records, rec)?;
+            if newer.id != run.id {
+                emit(&format!("-- next: run {} --\n", newer.id))?;
+                shown.clear();
+            }
+            run = newer;
+        }
+        // One more read once it stopped, for what it wrote last.
+        last_look = !matches!(
+            run.status,
+            RunStatus::Running | RunStatus::Pending | RunStatus::Rebasing
+        );
     }
 }

@@ -186,6 +186,29 @@ pub fn run(args: SubmitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
                     .map_err(|e| user(format!("cannot create {}: {e}", dir.display())))?;
             }
             created.push(serde_json::to_value(&plan)?);
+            if idea.is_none() {
+                // A finished plan: its spec loop is queued now, with this submission's agent
+                // and priority.
+                let run = records
+                    .create_run(
+                        NewRun {
+                            loop_type: "spec".into(),
+                            name: Some(format!("specs {}", ids::slug_part(&plan.id))),
+                            parent: Some(plan.id.clone()),
+                            context: context::spec_run(&project, &plan, common.agent.as_deref()),
+                            priority: common.priority,
+                            ..NewRun::default()
+                        },
+                        now,
+                    )
+                    .map_err(store_err)?;
+                let mut p = plan.clone();
+                p.status = PlanStatus::InProgress;
+                records
+                    .update(taskdaemon_core::store::AnyRecord::Plan(p), now)
+                    .map_err(store_err)?;
+                created.push(serde_json::to_value(&run)?);
+            }
             if let Some(i) = &idea {
                 let run = records
                     .create_run(
@@ -204,7 +227,11 @@ pub fn run(args: SubmitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             }
         }
         What::Spec { file, plan, common } => {
-            check_agent(&common)?;
+            if common.agent.is_some() {
+                return Err(user(
+                    "--agent does not apply to a single spec: its phases use the agent the daemon was started with\n  hint: `taskdaemon daemon start --agent SPEC`, or `agent:` in .taskdaemon/config.yaml",
+                ));
+            }
             let abs = std::fs::canonicalize(&file)
                 .map_err(|e| user(format!("cannot read spec file {}: {e}", file.display())))?;
             let dir = abs
