@@ -684,11 +684,20 @@ fn loops_lists_sources_and_overrides() {
     let r = env.run(&["loops", "--json"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    let names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["phase", "plan", "ralph", "spec"], "{v}");
+    let ralph = &v[2];
     assert!(
-        v[0]["source"].as_str().unwrap().starts_with("user: "),
+        ralph["source"].as_str().unwrap().starts_with("user: "),
         "{v}"
     );
-    assert_eq!(v[0]["overrides"], serde_json::json!(["built-in"]));
+    assert_eq!(ralph["overrides"], serde_json::json!(["built-in"]));
+    assert_eq!(v[1]["source"], "built-in", "{v}");
     std::fs::write(user.join("bad.yaml"), "x:\n  prompt-template: [\n").unwrap();
     let r = env.run(&["loops"]);
     assert_eq!(r.code, 64);

@@ -244,17 +244,16 @@ fn a_plan_fans_out_into_specs_built_in_parallel_by_dependency_and_merged_without
             assert_eq!(r["status"], "complete", "{r:#}");
         }
     }
-    let plan_runs: Vec<&str> = s["plans"][0]["runs"]
-        .as_array()
-        .unwrap()
+    // (The test clock is fixed, so records made together list in id order.)
+    let runs = s["plans"][0]["runs"].as_array().unwrap();
+    let mut plan_runs: Vec<&str> = runs
         .iter()
         .map(|r| r["loop-type"].as_str().unwrap())
         .collect();
+    plan_runs.sort();
     assert_eq!(plan_runs, ["plan", "spec"]);
-    assert_eq!(
-        s["plans"][0]["runs"][0]["iteration"], 5,
-        "five review passes"
-    );
+    let plan_run = runs.iter().find(|r| r["loop-type"] == "plan").unwrap();
+    assert_eq!(plan_run["iteration"], 5, "five review passes");
 
     // Overlap where deps allow, order where they do not.
     let t = phase_times(&env);
@@ -354,7 +353,7 @@ fn a_daemon_killed_three_times_finishes_every_run_with_iterations_going_on_and_n
         &specs,
         &[
             ("DONE_AT", "3"),
-            ("PHASE_SLEEP", "0.7"),
+            ("PHASE_SLEEP", "1"),
             ("SPEC_VALIDATE", "ls *.done"),
         ],
     );
@@ -366,7 +365,7 @@ fn a_daemon_killed_three_times_finishes_every_run_with_iterations_going_on_and_n
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        std::thread::sleep(Duration::from_millis(900 + rng % 900));
+        std::thread::sleep(Duration::from_millis(900 + rng % 600));
         let s = d.status();
         assert_ne!(
             plan_status(&s),

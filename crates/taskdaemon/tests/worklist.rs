@@ -467,7 +467,9 @@ fn bad_input_is_a_usage_error_with_a_hint() {
     let r = env.run(&["cancel", "some-ref"]);
     assert_eq!(r.code, 64);
     assert!(
-        r.stderr.contains("is not a directory") && r.stderr.contains("hint:"),
+        r.stderr.contains("no record matches")
+            && r.stderr.contains("is not a directory")
+            && r.stderr.contains("hint:"),
         "{}",
         r.stderr
     );

@@ -106,6 +106,13 @@ struct Dispatcher {
     events: mpsc::UnboundedSender<String>,
     reports: mpsc::UnboundedSender<Report>,
     merges: mpsc::UnboundedSender<(String, MergeEnd)>,
+    /// Time in scheduling passes and in recording what runs report, for the stop line.
+    pass_time: Duration,
+    passes: u64,
+    /// Worktree removals under way: waited for before the daemon exits.
+    removals: Vec<tokio::task::JoinHandle<()>>,
+    record_time: Duration,
+    launched: u64,
 }
 
 fn now_ms() -> i64 {
@@ -212,6 +219,11 @@ pub async fn run(
         events: events.clone(),
         reports: rtx,
         merges: mtx,
+        pass_time: Duration::ZERO,
+        passes: 0,
+        removals: Vec::new(),
+        record_time: Duration::ZERO,
+        launched: 0,
     };
     note(format!(
         "daemon {} started for {} (max {} loops; socket {})",
@@ -228,20 +240,27 @@ pub async fn run(
             break;
         }
         if dirty && !d.shutting_down {
+            let t = Instant::now();
             if let Err(e) = d.pass() {
                 note(format!("scheduling pass failed: {e}"));
             }
+            d.pass_time += t.elapsed();
+            d.passes += 1;
             dirty = false;
         }
         tokio::select! {
             Some(r) = rrx.recv() => {
+                let t = Instant::now();
                 dirty |= d.on_report(r);
                 while let Ok(r) = rrx.try_recv() {
                     dirty |= d.on_report(r);
                 }
+                d.record_time += t.elapsed();
             }
             Some((id, end)) = mrx.recv() => {
+                let t = Instant::now();
                 d.on_merged(&id, end);
+                d.record_time += t.elapsed();
                 dirty = true;
             }
             Some((req, reply)) = irx.recv() => {
@@ -256,6 +275,19 @@ pub async fn run(
         }
     }
     server.abort();
+    for h in std::mem::take(&mut d.removals) {
+        let _ = h.await;
+    }
+    let per_run = |t: Duration| t.as_secs_f64() * 1000.0 / d.launched.max(1) as f64;
+    note(format!(
+        "dispatcher: {} runs launched; {} scheduling passes took {:.1} ms ({:.2} ms per run); recording their reports took {:.1} ms ({:.2} ms per run)",
+        d.launched,
+        d.passes,
+        d.pass_time.as_secs_f64() * 1000.0,
+        per_run(d.pass_time),
+        d.record_time.as_secs_f64() * 1000.0,
+        per_run(d.record_time)
+    ));
     let _ = std::fs::remove_file(&socket);
     let _ = std::fs::remove_file(paths.info());
     note("daemon stopped".into());
@@ -360,8 +392,9 @@ impl Dispatcher {
             .map(|(id, a)| (id.clone(), a.agent.clone()))
             .collect();
         let default_kind = self.opts.default_agent_kind.clone();
-        let agent_of = |r: &LoopRun| {
-            context::text(&r.context, context::AGENT)
+        let agent_of = |agent: Option<&str>| {
+            agent
+                .filter(|a| !a.is_empty())
                 .map(agent_kind)
                 .unwrap_or_else(|| default_kind.clone())
         };
@@ -408,10 +441,11 @@ impl Dispatcher {
                 Action::RemoveWorktree { name } => {
                     let shared = self.shared.clone();
                     let events = self.events.clone();
-                    tokio::task::spawn_blocking(move || {
+                    self.removals.retain(|h| !h.is_finished());
+                    self.removals.push(tokio::task::spawn_blocking(move || {
                         let line = remove_worktree(&shared, &name);
                         let _ = events.send(line);
-                    });
+                    }));
                 }
             }
         }
@@ -439,6 +473,7 @@ impl Dispatcher {
                 }
             }
         }
+        self.launched += 1;
         let cancel = CancellationToken::new();
         self.active.insert(
             run.id.clone(),

@@ -135,8 +135,7 @@ fn block_runs_on_failed_deps(records: &mut Records, now: i64, step: &mut Step) -
 fn latest(records: &Records, parent: &str, loop_type: &str) -> Result<Option<LoopRun>> {
     Ok(runs(records, &[Filter::eq("parent", parent)])?
         .into_iter()
-        .filter(|r| r.loop_type == loop_type)
-        .next_back())
+        .rfind(|r| r.loop_type == loop_type))
 }
 
 fn set_plan(

@@ -1,12 +1,16 @@
 //! Which pending runs start now: deps complete, highest priority first, then the oldest,
 //! within `max-loops` and the per-agent limits.
+//!
+//! It runs on every scheduling pass, so it reads the store's lines without decoding whole
+//! records: the complete ids come from the status index, and of each pending run only the
+//! fields that decide are read. Only the runs chosen are decoded in full.
 
 use std::collections::{BTreeMap, HashSet};
 
+use serde::Deserialize;
 use taskstore::Filter;
 
-use super::runs;
-use crate::store::{LoopRun, Records, Result};
+use crate::store::{AnyRecord, Kind, LoopRun, Records, Result};
 
 pub const DEFAULT_MAX_LOOPS: usize = 4;
 
@@ -26,53 +30,186 @@ impl Default for Limits {
     }
 }
 
+/// What scheduling needs of a pending run's line.
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct Head {
+    id: String,
+    #[serde(default)]
+    deps: Vec<String>,
+    #[serde(default)]
+    priority: i64,
+    #[serde(default)]
+    created_at: i64,
+    #[serde(default)]
+    context: HeadContext,
+}
+
+#[derive(Deserialize, Default)]
+struct HeadContext {
+    #[serde(default)]
+    agent: Option<String>,
+}
+
 /// The pending runs to start now. `running` are the runs active in this daemon with their
-/// agent kind; `agent_of` tells a pending run's agent kind; `held` are runs that must not
-/// start (e.g. their worktree is busy).
+/// agent kind; `agent_of` gives the agent kind of a run's `agent` context value (none: the
+/// default); `held` are runs that must not start.
 pub fn pick(
     records: &Records,
     running: &BTreeMap<String, String>,
     limits: &Limits,
-    agent_of: &dyn Fn(&LoopRun) -> String,
+    agent_of: &dyn Fn(Option<&str>) -> String,
     held: &HashSet<String>,
 ) -> Result<Vec<LoopRun>> {
     let mut free = limits.max_loops.saturating_sub(running.len());
     if free == 0 {
         return Ok(Vec::new());
     }
+    let store = records.store();
+    let pending_filter = [Filter::eq("status", "pending")];
+    let mut heads: Vec<Head> = store
+        .list_raw(Kind::Run.collection(), &pending_filter)?
+        .into_iter()
+        .filter_map(|(_, line)| serde_json::from_slice::<Head>(line).ok())
+        .collect();
+    if heads.is_empty() {
+        return Ok(Vec::new());
+    }
+    let complete_filter = [Filter::eq("status", "complete")];
+    let mut complete: HashSet<&str> = HashSet::new();
+    for k in Kind::ALL {
+        for (id, _) in store.list_raw(k.collection(), &complete_filter)? {
+            complete.insert(id);
+        }
+    }
+    // Priority (higher first), then age, then id.
+    heads.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.created_at.cmp(&b.created_at))
+            .then_with(|| a.id.cmp(&b.id))
+    });
     let mut per_agent: BTreeMap<String, usize> = BTreeMap::new();
     for a in running.values() {
         *per_agent.entry(a.clone()).or_default() += 1;
     }
-    let mut pending = runs(records, &[Filter::eq("status", "pending")])?;
-    // Priority (higher first), then age (list order is oldest first; the sort is stable).
-    pending.sort_by(|a, b| b.priority.cmp(&a.priority));
     let mut out = Vec::new();
-    for run in pending {
+    for head in heads {
         if free == 0 {
             break;
         }
-        if running.contains_key(&run.id) || held.contains(&run.id) {
+        if running.contains_key(&head.id) || held.contains(&head.id) {
             continue;
         }
-        if !records
-            .readiness(&crate::store::AnyRecord::Run(run.clone()))?
-            .ready
+        if !head.deps.iter().all(|d| complete.contains(d.as_str())) {
+            continue;
+        }
+        let agent = agent_of(head.context.agent.as_deref());
+        let n = per_agent.entry(agent.clone()).or_default();
+        if limits
+            .per_agent
+            .get(&agent)
+            .is_some_and(|limit| *n >= *limit)
         {
             continue;
         }
-        let agent = agent_of(&run);
-        if let Some(limit) = limits.per_agent.get(&agent) {
-            let n = per_agent.entry(agent.clone()).or_default();
-            if *n >= *limit {
-                continue;
-            }
-            *n += 1;
-        } else {
-            *per_agent.entry(agent).or_default() += 1;
-        }
+        let Some(AnyRecord::Run(run)) = records.get(&head.id)? else {
+            continue;
+        };
+        *n += 1;
         free -= 1;
         out.push(run);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Map, Value};
+
+    use super::*;
+    use crate::store::{NewRun, RunStatus};
+
+    fn run(
+        r: &mut Records,
+        name: &str,
+        deps: &[&str],
+        priority: i64,
+        agent: Option<&str>,
+        at: i64,
+    ) -> String {
+        let mut context = Map::new();
+        if let Some(a) = agent {
+            context.insert("agent".into(), Value::from(a));
+        }
+        r.create_run(
+            NewRun {
+                loop_type: "ralph".into(),
+                name: Some(name.into()),
+                deps: deps.iter().map(|d| d.to_string()).collect(),
+                priority,
+                context,
+                ..NewRun::default()
+            },
+            at,
+        )
+        .unwrap()
+        .id
+    }
+
+    fn kind(a: Option<&str>) -> String {
+        a.map(|a| a.split(':').next().unwrap_or(a).to_string())
+            .unwrap_or_else(|| "claude".into())
+    }
+
+    #[test]
+    fn ready_runs_by_priority_then_age_within_the_limits() {
+        let d = tempfile::tempdir().unwrap();
+        let mut r = Records::open(d.path()).unwrap();
+        let old = run(&mut r, "old", &[], 0, None, 1);
+        let young = run(&mut r, "young", &[], 0, None, 2);
+        let urgent = run(&mut r, "urgent", &[], 5, Some("cmd:x"), 3);
+        let waiting = run(&mut r, "waiting", &[&old], 9, None, 4);
+        let ids = |v: Vec<LoopRun>| v.into_iter().map(|r| r.id).collect::<Vec<_>>();
+        let none = BTreeMap::new();
+        let limits = Limits {
+            max_loops: 3,
+            per_agent: BTreeMap::new(),
+        };
+        assert_eq!(
+            ids(pick(&r, &none, &limits, &kind, &HashSet::new()).unwrap()),
+            vec![urgent.clone(), old.clone(), young.clone()],
+            "priority first, then age; `waiting` waits for its dep"
+        );
+        // One slot in use: two free.
+        let busy = BTreeMap::from([("x".to_string(), "claude".to_string())]);
+        assert_eq!(
+            ids(pick(&r, &busy, &limits, &kind, &HashSet::new()).unwrap()).len(),
+            2
+        );
+        // At most one claude at a time, and one is running: only the cmd agent starts.
+        let limits = Limits {
+            max_loops: 8,
+            per_agent: BTreeMap::from([("claude".to_string(), 1)]),
+        };
+        assert_eq!(
+            ids(pick(&r, &busy, &limits, &kind, &HashSet::new()).unwrap()),
+            vec![urgent.clone()]
+        );
+        // Its dep complete, `waiting` comes first (priority 9).
+        let Some(AnyRecord::Run(mut o)) = r.get(&old).unwrap() else {
+            panic!()
+        };
+        o.status = RunStatus::Complete;
+        r.update(AnyRecord::Run(o), 5).unwrap();
+        let limits = Limits {
+            max_loops: 8,
+            per_agent: BTreeMap::new(),
+        };
+        let held = HashSet::from([young.clone()]);
+        assert_eq!(
+            ids(pick(&r, &none, &limits, &kind, &held).unwrap()),
+            vec![waiting, urgent]
+        );
+    }
 }

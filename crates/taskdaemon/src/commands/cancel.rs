@@ -67,7 +67,16 @@ pub fn run(args: CancelArgs, ctx: &Ctx) -> anyhow::Result<i32> {
                     t,
                     args.json,
                     ctx,
-                );
+                )
+                .map_err(|e| {
+                    if e.chain().any(|c| c.is::<crate::cli::UserError>()) {
+                        user(format!(
+                            "{e:#}\n  note: `{t}` is not a directory either; `taskdaemon cancel SPEC_DIR` cancels a spec's implement loop"
+                        ))
+                    } else {
+                        e
+                    }
+                });
             }
             spec_dir(Some(Path::new(t)), ctx)?
         }

@@ -236,6 +236,7 @@ fn background(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i3
 }
 
 fn stop(paths: &DaemonPaths) -> anyhow::Result<i32> {
+    let pid = paths.read_info().map(|i| i.pid);
     let Some(r) = daemon_link::call(paths, &Request::Stop)? else {
         emit("no daemon runs for this repository\n")?;
         return Ok(0);
@@ -249,6 +250,20 @@ fn stop(paths: &DaemonPaths) -> anyhow::Result<i32> {
             ));
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+    // The lock goes with the last of its work; the process itself follows at once.
+    if let Some(pid) = pid {
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until && std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+            });
+            if zombie {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
     emit(&format!("{}\ndaemon stopped\n", r.message))?;
     Ok(0)
