@@ -675,3 +675,67 @@ fn pause_resume_and_cancel_act_on_a_running_loop() {
     d.stop();
     assert!(marked_processes(&env).is_empty());
 }
+
+#[test]
+fn a_target_checked_out_with_local_edits_is_never_rewritten_and_the_work_is_held() {
+    let env = Env::new();
+    let repo = env.repo();
+    // The person is on main, the target, with an uncommitted edit.
+    std::fs::write(repo.join("README.md"), "hello\nmine, not committed\n").unwrap();
+    let before = checkout_state(&repo);
+    let main_before = git(&repo, &["rev-parse", "main"]);
+    let d = Daemon::new(
+        &env,
+        "base||\"Phase 1: base\"\nnext|base|\"Phase 1: next\"\n",
+        &[],
+    );
+    d.ok(&["submit", "plan", "held work"]);
+    d.start(2);
+    let s = d.wait_until(Duration::from_secs(120), "the plan completing", |s| {
+        plan_status(s) == "complete"
+    });
+    d.stop();
+    for sp in s["plans"][0]["specs"].as_array().unwrap() {
+        let note = sp["note"].as_str().unwrap_or("");
+        assert!(
+            note.starts_with("held on taskdaemon/integration/main: main is checked out in"),
+            "{sp:#}"
+        );
+    }
+    assert_eq!(
+        git(&repo, &["rev-parse", "main"]),
+        main_before,
+        "main moved"
+    );
+    assert_eq!(checkout_state(&repo), before, "the checkout changed");
+    // Both specs are on the integration branch, `next` built on top of `base`.
+    let files = git(
+        &repo,
+        &[
+            "ls-tree",
+            "-r",
+            "--name-only",
+            "taskdaemon/integration/main",
+        ],
+    );
+    assert!(
+        files.contains("base-0.txt") && files.contains("next-0.txt"),
+        "{files}"
+    );
+    let log = git(
+        &repo,
+        &["log", "--format=%H %s", "taskdaemon/integration/main"],
+    );
+    let next = log
+        .lines()
+        .find(|l| {
+            l.split_once(' ')
+                .is_some_and(|(_, s)| s.starts_with("next "))
+        })
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap();
+    // `next` started from the held work, so its own commit already has base's file.
+    git(&repo, &["cat-file", "-e", &format!("{next}:base-0.txt")]);
+}

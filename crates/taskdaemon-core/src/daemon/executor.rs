@@ -160,9 +160,11 @@ struct Prepared {
 }
 
 fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
+    // Work that depends on merges held for a checked-out target starts from them.
+    let start = crate::git::integrate::start_point(&shared.worktrees, &l.start);
     let path = shared
         .worktrees
-        .ensure(&l.worktree, &branch_for(&l.worktree), &l.start)
+        .ensure(&l.worktree, &branch_for(&l.worktree), &start)
         .map_err(|e| e.to_string())?;
     let ws = Workspace::new(&path);
     let lock = ws.lock().map_err(|e| e.to_string())?;

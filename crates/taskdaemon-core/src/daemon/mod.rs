@@ -763,7 +763,7 @@ fn merge(
             ..
         }) => MergeEnd::Done {
             note: Some(format!(
-                "held on {integration_branch}: {target} is checked out with local changes in {}, whose files are never rewritten; take it with `git merge {integration_branch}` there",
+                "held on {integration_branch}: {target} is checked out in {}, whose files taskdaemon never rewrites; take the work there with `git merge {integration_branch}`",
                 checked_out_at.display()
             )),
         },

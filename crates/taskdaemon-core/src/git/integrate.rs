@@ -81,6 +81,35 @@ pub enum IntegrateError {
     MergeFailed { path: PathBuf, stderr: String },
 }
 
+/// The branch merges into `target` are held on while `target` is checked out.
+pub fn held_branch(target: &str) -> String {
+    format!("taskdaemon/integration/{target}")
+}
+
+/// Where new work for `target` starts: the held branch when it exists and contains the
+/// target (so work that depends on held merges sees them), else the target itself.
+pub fn start_point(worktrees: &Worktrees, target: &str) -> String {
+    let held = held_branch(target);
+    let git = worktrees.git();
+    let has = git
+        .run(&[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("refs/heads/{held}"),
+        ])
+        .is_ok();
+    if has
+        && git
+            .run(&["merge-base", "--is-ancestor", target, &held])
+            .is_ok()
+    {
+        held
+    } else {
+        target.to_string()
+    }
+}
+
 /// Merge `branch` into `target` (branch names); see the module documentation.
 pub fn merge_into(
     worktrees: &Worktrees,
@@ -185,7 +214,7 @@ impl Merger<'_> {
         checked_out_at: PathBuf,
         before_cas: &mut dyn FnMut(&str),
     ) -> Result<Option<MergeResult>, IntegrateError> {
-        let integration = format!("taskdaemon/integration/{target}");
+        let integration = held_branch(target);
         let iref = format!("refs/heads/{integration}");
         if let Some(r) = self
             .wt
