@@ -72,8 +72,10 @@ fn iteration_files(dir: &Path) -> Vec<PathBuf> {
             rd.flatten()
                 .map(|e| e.path())
                 .filter(|p| {
-                    p.file_name()
-                        .is_some_and(|n| n.to_string_lossy().starts_with("iteration-"))
+                    p.file_name().is_some_and(|n| {
+                        let n = n.to_string_lossy();
+                        n.starts_with("iteration-") && n.ends_with(".log")
+                    })
                 })
                 .collect()
         })
