@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -322,7 +322,8 @@ async fn serve(listener: UnixListener, tx: mpsc::Sender<(Request, oneshot::Sende
         tokio::spawn(async move {
             let (r, mut w) = stream.into_split();
             let mut line = String::new();
-            let mut reader = BufReader::new(r.take_limited());
+            // A request is small; a client cannot make the daemon hold more than this.
+            let mut reader = BufReader::new(r.take(64 * 1024));
             if reader.read_line(&mut line).await.is_err() {
                 return;
             }
@@ -342,18 +343,6 @@ async fn serve(listener: UnixListener, tx: mpsc::Sender<(Request, oneshot::Sende
             out.push('\n');
             let _ = w.write_all(out.as_bytes()).await;
         });
-    }
-}
-
-trait TakeLimited: Sized {
-    fn take_limited(self) -> tokio::io::Take<Self>;
-}
-
-impl<R: tokio::io::AsyncRead> TakeLimited for R {
-    fn take_limited(self) -> tokio::io::Take<R> {
-        use tokio::io::AsyncReadExt;
-        // A request is small; a client cannot make the daemon hold more than this.
-        self.take(64 * 1024)
     }
 }
 
@@ -818,9 +807,4 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Time since `since` in whole milliseconds (for status figures).
-pub fn since_ms(since: Instant) -> u64 {
-    since.elapsed().as_millis() as u64
 }

@@ -10,7 +10,6 @@ use clap::{Args, Subcommand};
 use taskdaemon_core::config;
 use taskdaemon_core::daemon::{self, DaemonPaths, Options, ipc::Request};
 use taskdaemon_core::scheduler::Limits;
-use tokio_util::sync::CancellationToken;
 
 use super::daemon_link::{self, current_branch};
 use super::{Ctx, emit, print_json};
@@ -115,15 +114,7 @@ fn options(paths: &DaemonPaths, a: &StartArgs, ctx: &Ctx) -> anyhow::Result<Opti
 
 fn foreground(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let opts = options(paths, &a, ctx)?;
-    taskdaemon_core::agent::become_subreaper();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    rt.block_on(async {
-        let shutdown = CancellationToken::new();
-        super::run::spawn_signal_handler(shutdown.clone())?;
+    super::run::with_signals(|shutdown| async move {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let printer = tokio::spawn(async move {
             while let Some(line) = rx.recv().await {

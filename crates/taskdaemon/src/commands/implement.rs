@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 use taskdaemon_core::agent::script::{Script, ScriptFormat};
-use taskdaemon_core::agent::{self, AgentSpec, OutputFormat};
+use taskdaemon_core::agent::{AgentSpec, OutputFormat};
 use taskdaemon_core::config::{Dur, Settings};
 use taskdaemon_core::engine::{DEFAULT_ITERATION_TIMEOUT, DEFAULT_KILL_GRACE};
 use taskdaemon_core::git::Git;
@@ -18,7 +18,7 @@ use taskdaemon_core::worklist::{
 use tokio_util::sync::CancellationToken;
 
 use super::Ctx;
-use super::run::{dur, hold_for_loop, settings, spawn_signal_handler};
+use super::run::{dur, hold_for_loop, settings, with_signals};
 use crate::cli::user;
 
 const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(10 * 60);
@@ -198,15 +198,7 @@ where
     F: FnOnce(WorklistSink, CancellationToken) -> Fut,
     Fut: std::future::Future<Output = Result<T, WorklistError>>,
 {
-    agent::become_subreaper();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    rt.block_on(async {
-        let cancel = CancellationToken::new();
-        spawn_signal_handler(cancel.clone())?;
+    with_signals(|cancel| async move {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<WorklistEvent>();
         let renderer = tokio::spawn(crate::render::worklist::run(json, rx));
         let result = body(WorklistSink::new(tx), cancel).await;

@@ -321,15 +321,7 @@ pub fn drive(
     resumed: bool,
     json: bool,
 ) -> anyhow::Result<(Outcome, RunSummary)> {
-    agent::become_subreaper();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    rt.block_on(async {
-        let cancel = CancellationToken::new();
-        spawn_signal_handler(cancel.clone())?;
+    with_signals(|cancel| async move {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let renderer = tokio::spawn(Renderer::new(json).run(rx));
         let ctx = EngineContext {
@@ -340,6 +332,26 @@ pub fn drive(
         drop(ctx);
         let _ = renderer.await;
         Ok(result?)
+    })
+}
+
+/// Run `body` on a runtime of two workers, as the reaper of orphaned descendants, with
+/// SIGINT, SIGTERM and SIGHUP cancelling the token it gets.
+pub(crate) fn with_signals<T, F, Fut>(body: F) -> anyhow::Result<T>
+where
+    F: FnOnce(CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    agent::become_subreaper();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async {
+        let cancel = CancellationToken::new();
+        spawn_signal_handler(cancel.clone())?;
+        body(cancel).await
     })
 }
 
