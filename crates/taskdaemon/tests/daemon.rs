@@ -586,6 +586,17 @@ fn a_failed_spec_leaves_its_dependents_blocked_with_the_reason() {
         "{shown}"
     );
     assert!(shown.contains("LIMIT"), "the failed run says why: {shown}");
+    // The failed spec's worktree is kept for inspection; the merged one is gone.
+    let listed: Value = serde_json::from_str(&d.ok(&["worktree", "list", "--json"])).unwrap();
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w["name"].as_str())
+        .collect();
+    assert!(names.contains(&broken_id), "{listed:#}");
+    let free_id = get("free")["id"].as_str().unwrap();
+    assert!(!names.contains(&free_id), "{listed:#}");
 }
 
 #[test]
@@ -738,4 +749,70 @@ fn a_target_checked_out_with_local_edits_is_never_rewritten_and_the_work_is_held
         .unwrap();
     // `next` started from the held work, so its own commit already has base's file.
     git(&repo, &["cat-file", "-e", &format!("{next}:base-0.txt")]);
+}
+
+#[test]
+fn submit_checks_plan_and_spec_documents_and_queues_them() {
+    let env = Env::new();
+    let d = Daemon::new(&env, "", &[]);
+    let dir = env.root().join("docs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = |name: &str| dir.join(name).display().to_string();
+    // A plan document that does not check is refused with its problems.
+    std::fs::write(dir.join("bad-plan.md"), "no title here\n").unwrap();
+    let r = d.run(&["submit", "plan", "--file", &path("bad-plan.md")]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("no title") && r.stderr.contains("hint: `taskdaemon check-doc plan"),
+        "{}",
+        r.stderr
+    );
+    // A good one goes straight to its spec loop.
+    std::fs::write(dir.join("plan.md"), "# Widgets\n\n## Goals\nwidgets\n").unwrap();
+    let out = d.ok(&[
+        "submit",
+        "plan",
+        "--file",
+        &path("plan.md"),
+        "--priority",
+        "3",
+    ]);
+    assert!(
+        out.contains("no daemon runs: start one with `taskdaemon daemon start`"),
+        "{out}"
+    );
+    let s = d.status();
+    assert_eq!(s["plans"][0]["status"], "in-progress", "{s:#}");
+    assert_eq!(s["plans"][0]["runs"][0]["loop-type"], "spec", "{s:#}");
+    // A spec document: front matter checked with file:line, then one spec record.
+    std::fs::write(dir.join("bad.md"), "---\ntitle: X\nphses: [a]\n---\n").unwrap();
+    let r = d.run(&["submit", "spec", &path("bad.md")]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("bad.md:") && r.stderr.contains("phses"),
+        "{}",
+        r.stderr
+    );
+    std::fs::write(
+        dir.join("one.md"),
+        "---\ntitle: One spec\nphases: [\"Phase 1: a\", \"Phase 2: b\"]\n---\nbody\n",
+    )
+    .unwrap();
+    let out = d.ok(&["submit", "spec", &path("one.md"), "--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let spec = v["created"].as_array().unwrap().last().unwrap();
+    assert_eq!(spec["title"], "One spec");
+    assert_eq!(spec["phases"].as_array().unwrap().len(), 2);
+    // --agent has no run to go to for a lone spec: refused with what to do instead.
+    let r = d.run(&["submit", "spec", &path("one.md"), "--agent", "cmd:true"]);
+    assert_eq!(r.code, 64);
+    assert!(r.stderr.contains("daemon start --agent"), "{}", r.stderr);
+    // A target branch that does not exist.
+    let r = d.run(&["submit", "ralph", "x", "--target", "nope"]);
+    assert_eq!(r.code, 64);
+    assert!(
+        r.stderr.contains("target branch `nope` does not exist"),
+        "{}",
+        r.stderr
+    );
 }
