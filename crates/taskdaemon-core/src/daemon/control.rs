@@ -18,6 +18,15 @@ pub enum Action {
 }
 
 impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Start => "start",
+            Action::Pause => "pause",
+            Action::Resume => "resume",
+            Action::Cancel => "cancel",
+        }
+    }
+
     pub fn parse(s: &str) -> Option<Action> {
         Some(match s {
             "start" => Action::Start,
@@ -57,15 +66,6 @@ pub enum ControlError {
         status: String,
         hint: String,
     },
-}
-
-fn name(a: Action) -> &'static str {
-    match a {
-        Action::Start => "start",
-        Action::Pause => "pause",
-        Action::Resume => "resume",
-        Action::Cancel => "cancel",
-    }
 }
 
 /// Apply `action` to the record `reference` names. `active` tells whether a run has a live
@@ -187,7 +187,7 @@ pub fn apply(
 
 fn refused(action: Action, id: &str, status: &str, hint: &str) -> ControlError {
     ControlError::Refused {
-        action: name(action),
+        action: action.as_str(),
         id: id.to_string(),
         status: status.to_string(),
         hint: hint.to_string(),

@@ -20,7 +20,8 @@ use taskstore::Filter;
 
 use crate::store::{AnyRecord, Kind, LoopRun, Plan, Records, Result, Spec};
 
-pub(crate) fn runs(records: &Records, filters: &[Filter]) -> Result<Vec<LoopRun>> {
+/// Live runs passing the filters, oldest first.
+pub fn runs(records: &Records, filters: &[Filter]) -> Result<Vec<LoopRun>> {
     Ok(records
         .list(Kind::Run, filters)?
         .into_iter()

@@ -63,7 +63,6 @@ pub fn run(args: CancelArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             if !p.is_dir() {
                 return super::record_control::act(
                     taskdaemon_core::daemon::control::Action::Cancel,
-                    "cancel",
                     t,
                     args.json,
                     ctx,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use taskdaemon_core::daemon::DaemonPaths;
-use taskdaemon_core::store::{AnyRecord, Kind, LoopRun, Records, RunStatus};
+use taskdaemon_core::store::{AnyRecord, LoopRun, Records, RunStatus};
 use taskstore::Filter;
 
 use super::daemon_link;
@@ -30,15 +30,9 @@ fn latest_run(records: &Records, rec: AnyRecord) -> anyhow::Result<LoopRun> {
         AnyRecord::Run(r) => Ok(r),
         other => {
             let id = other.id().to_string();
-            records
-                .list(Kind::Run, &[Filter::eq("parent", id.as_str())])
+            taskdaemon_core::scheduler::runs(records, &[Filter::eq("parent", id.as_str())])
                 .map_err(store_err)?
-                .into_iter()
-                .filter_map(|r| match r {
-                    AnyRecord::Run(r) => Some(r),
-                    _ => None,
-                })
-                .next_back()
+                .pop()
                 .ok_or_else(|| user(format!("{id} has no runs yet\n  hint: `taskdaemon status` shows what waits for what")))
         }
     }

@@ -16,5 +16,5 @@ pub struct PauseArgs {
 }
 
 pub fn run(args: PauseArgs, ctx: &Ctx) -> anyhow::Result<i32> {
-    super::record_control::act(Action::Pause, "pause", &args.reference, args.json, ctx)
+    super::record_control::act(Action::Pause, &args.reference, args.json, ctx)
 }

@@ -9,13 +9,8 @@ use super::daemon_link;
 use super::{Ctx, emit, now_ms, print_json, store_err};
 use crate::cli::user;
 
-pub fn act(
-    action: Action,
-    name: &str,
-    reference: &str,
-    json: bool,
-    ctx: &Ctx,
-) -> anyhow::Result<i32> {
+pub fn act(action: Action, reference: &str, json: bool, ctx: &Ctx) -> anyhow::Result<i32> {
+    let name = action.as_str();
     let paths = daemon_link::paths(ctx)?;
     let req = Request::Control {
         action: name.to_string(),

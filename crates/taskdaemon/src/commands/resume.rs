@@ -16,5 +16,5 @@ pub struct ResumeArgs {
 }
 
 pub fn run(args: ResumeArgs, ctx: &Ctx) -> anyhow::Result<i32> {
-    super::record_control::act(Action::Resume, "resume", &args.reference, args.json, ctx)
+    super::record_control::act(Action::Resume, &args.reference, args.json, ctx)
 }

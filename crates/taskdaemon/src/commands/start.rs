@@ -16,5 +16,5 @@ pub struct StartArgs {
 }
 
 pub fn run(args: StartArgs, ctx: &Ctx) -> anyhow::Result<i32> {
-    super::record_control::act(Action::Start, "start", &args.reference, args.json, ctx)
+    super::record_control::act(Action::Start, &args.reference, args.json, ctx)
 }

@@ -22,15 +22,7 @@ pub struct StatusArgs {
 }
 
 fn runs_of(records: &Records, parent: &str) -> anyhow::Result<Vec<LoopRun>> {
-    Ok(records
-        .list(Kind::Run, &[Filter::eq("parent", parent)])
-        .map_err(store_err)?
-        .into_iter()
-        .filter_map(|r| match r {
-            AnyRecord::Run(r) => Some(r),
-            _ => None,
-        })
-        .collect())
+    taskdaemon_core::scheduler::runs(records, &[Filter::eq("parent", parent)]).map_err(store_err)
 }
 
 fn run_json(r: &LoopRun) -> Value {
