@@ -173,7 +173,11 @@ pub fn run(args: RunArgs, ctx: &Ctx) -> anyhow::Result<i32> {
 /// is in it).
 pub(crate) fn hold_for_loop(dir: &Path) -> anyhow::Result<std::fs::File> {
     Snapshots::open(dir)
-        .and_then(|s| s.hold_for_loop())
+        .and_then(|s| Ok((s.recover()?, s)))
+        .and_then(|(notices, s)| {
+            notices.iter().for_each(|n| eprintln!("taskdaemon: {n}"));
+            s.hold_for_loop()
+        })
         .map_err(user)
 }
 

@@ -6,8 +6,9 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use taskdaemon_core::clock;
 use taskdaemon_core::duration::format_duration;
-use taskdaemon_core::git::snapshot::{Snapshot, Snapshots, TreeDiff};
+use taskdaemon_core::git::snapshot::{Notice, Snapshot, Snapshots, TreeDiff};
 use taskdaemon_core::lifecycle;
+use taskdaemon_core::workspace::Workspace;
 
 use super::{Ctx, print_json};
 use crate::cli::user;
@@ -54,9 +55,25 @@ pub enum Action {
 
 pub fn run(args: SnapshotArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let (dir, ws) = ctx.workspace()?;
-    let snaps = Snapshots::open(&dir).map_err(user)?;
+    let snaps = Snapshots::open(&dir).map_err(user)?.reporting_busy();
+    // An interrupted rollback or a stale lock is dealt with (and said) before anything.
+    let recovered = snaps.recover();
+    show_notices(recovered.as_deref().unwrap_or(&[]));
+    recovered.map_err(user)?;
     let json = args.json;
-    match args.action {
+    let result = act(args.action, json, &snaps, &ws);
+    show_notices(&snaps.take_notices());
+    result
+}
+
+fn show_notices(notices: &[Notice]) {
+    for n in notices {
+        eprintln!("taskdaemon: {n}");
+    }
+}
+
+fn act(action: Action, json: bool, snaps: &Snapshots, ws: &Workspace) -> anyhow::Result<i32> {
+    match action {
         Action::Save { message } => {
             let s = lifecycle::save_manual(&snaps, &ws, message.as_deref().unwrap_or(""))
                 .map_err(user)?;
