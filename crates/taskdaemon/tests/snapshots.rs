@@ -8,7 +8,6 @@ mod harness;
 #[path = "common/snapshot_state.rs"]
 mod snapshot_state;
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 

@@ -75,7 +75,7 @@ fn show_notices(notices: &[Notice]) {
 fn act(action: Action, json: bool, snaps: &Snapshots, ws: &Workspace) -> anyhow::Result<i32> {
     match action {
         Action::Save { message } => {
-            let s = lifecycle::save_manual(&snaps, &ws, message.as_deref().unwrap_or(""))
+            let s = lifecycle::save_manual(snaps, ws, message.as_deref().unwrap_or(""))
                 .map_err(user)?;
             if json {
                 print_json(&s)?;
@@ -111,7 +111,7 @@ fn act(action: Action, json: bool, snaps: &Snapshots, ws: &Workspace) -> anyhow:
             }
         }
         Action::Rollback { tag } => {
-            let r = lifecycle::rollback(&snaps, &ws, &tag).map_err(user)?;
+            let r = lifecycle::rollback(snaps, ws, &tag).map_err(user)?;
             if json {
                 print_json(&r)?;
             } else {
