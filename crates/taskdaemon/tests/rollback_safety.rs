@@ -492,3 +492,62 @@ fn snapshot_plumbing_runs_none_of_the_users_hooks() {
     let fired = std::fs::read_to_string(&log).unwrap();
     assert!(fired.contains("pre-commit"), "{fired}");
 }
+
+/// A git of the user's holding `index.lock` when the recovery comes: it says what waits,
+/// changes nothing, and finishes once that lock is gone.
+#[test]
+fn an_interrupted_rollback_waits_for_the_users_index_lock() {
+    let env = Env::new();
+    let repo = env.repo();
+    let (tag, a, _) = two_states(&env);
+    kill_at(&env, &["snapshot", "rollback", &tag], "work-tree");
+    // Ours: the marked lock. Replaced by a foreign one, as if the user's git took it.
+    let lock = repo.join(".git/index.lock");
+    assert!(
+        std::fs::read_to_string(&lock)
+            .unwrap()
+            .starts_with("taskdaemon rollback")
+    );
+    std::fs::write(&lock, "").unwrap();
+    let mixed = state(&repo);
+    let r = env.run(&["snapshot", "status"]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("interrupted half way and cannot be finished yet")
+            && r.stderr.contains("git is busy"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(state(&repo), mixed);
+    std::fs::remove_file(&lock).unwrap();
+    let r = env.run(&["snapshot", "status"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(state(&repo), a);
+}
+
+/// Someone worked on after the kill (a file changed to a third content, a commit): the
+/// recovery saves that first, then finishes.
+#[test]
+fn work_done_after_the_kill_is_saved_before_the_recovery_finishes() {
+    let env = Env::new();
+    let repo = env.repo();
+    let (tag, a, _) = two_states(&env);
+    kill_at(&env, &["snapshot", "rollback", &tag], "refs");
+    std::fs::write(repo.join("d1/f1.txt"), "third content\n").unwrap();
+    let r = env.run(&["snapshot", "status"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("what was found after the interruption"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(state(&repo), a);
+    let found = git(&repo, &["tag", "--list", "pre-rollback-*-2"]);
+    let found = found.trim();
+    assert!(!found.is_empty(), "{}", git(&repo, &["tag"]));
+    assert_eq!(
+        git(&repo, &["show", &format!("{found}:d1/f1.txt")]),
+        "third content\n"
+    );
+}

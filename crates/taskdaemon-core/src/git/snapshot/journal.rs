@@ -121,7 +121,7 @@ impl Snapshots {
         target: Snapshot,
         time_ms: i64,
     ) -> Result<Rollback, SnapshotError> {
-        let (work_tree, index_tree) = self.trusted_trees(&target)?;
+        let (work_tree, index_tree, tip) = self.trusted_trees(&target)?;
         if let Some(b) = &target.branch {
             self.refuse_if_checked_out_elsewhere(b)?;
         }
@@ -136,7 +136,7 @@ impl Snapshots {
             cap = self.capture(&collide)?;
             raw = self.raw_diff(&cap.work_tree, &work_tree)?;
         }
-        let moves = self.ref_moves(&target, &cap)?;
+        let moves = self.ref_moves(&target, tip, &cap)?;
         let mut journal = Journal {
             phase: Phase::Prepared,
             owner: std::process::id(),
@@ -379,7 +379,13 @@ impl Snapshots {
                 });
             }
             Phase::Restoring => {
-                let lock = self.take_user_index(&j.nonce)?;
+                let lock =
+                    self.take_user_index(&j.nonce)
+                        .map_err(|e| SnapshotError::Interrupted {
+                            target: j.target.tag.clone(),
+                            saved: j.saved.as_ref().map(|s| s.tag.clone()).unwrap_or_default(),
+                            source: Box::new(e),
+                        })?;
                 self.pause("recovering");
                 let (r, found) = self.finish(&j, lock, true)?;
                 self.notice(super::Notice::RollbackFinished {

@@ -245,6 +245,14 @@ pub enum SnapshotError {
     )]
     Journal { path: PathBuf, why: String },
     #[error(
+        "an earlier `snapshot rollback {target}` was interrupted half way and cannot be finished yet: {source}\n  the next snapshot command (or `run`, `task`) finishes it; the state before it is saved as {saved}"
+    )]
+    Interrupted {
+        target: String,
+        saved: String,
+        source: Box<SnapshotError>,
+    },
+    #[error(
         "the rollback stopped half way: {source}\n  nothing is lost: the state before the rollback is saved as {saved}; `taskdaemon snapshot rollback {saved}` brings it back"
     )]
     HalfWay {
@@ -439,6 +447,12 @@ impl Snapshots {
 
     /// Every snapshot, oldest first.
     pub fn list(&self) -> Result<Vec<Snapshot>, SnapshotError> {
+        Ok(self.tags()?.0)
+    }
+
+    /// Every snapshot (oldest first), and the names of all tags in the snapshot
+    /// namespaces (a de-duplicated name must avoid them, snapshots or not).
+    fn tags(&self) -> Result<(Vec<Snapshot>, BTreeSet<String>), SnapshotError> {
         let mut args = vec![
             "for-each-ref",
             "--format=%(refname:lstrip=2)%00%(*objectname)%00%(contents)%00",
@@ -447,16 +461,18 @@ impl Snapshots {
         let out = self.git.call(&args).bytes()?;
         let text = String::from_utf8_lossy(&out);
         let fields: Vec<&str> = text.split('\0').collect();
+        let mut names = BTreeSet::new();
         let mut snaps: Vec<Snapshot> = fields
             .chunks_exact(3)
             .filter_map(|c| {
                 let tag = c[0].trim_start_matches('\n');
+                names.insert(tag.to_string());
                 parse_tag(tag, c[1], c[2])
             })
             .collect();
         // The sequence number is taken under the save lock: it is the order of saving.
         snaps.sort_by(|a, b| (a.seq, a.time_ms, &a.tag).cmp(&(b.seq, b.time_ms, &b.tag)));
-        Ok(snaps)
+        Ok((snaps, names))
     }
 
     /// The snapshot task `n` started from (`task-N-pre`, or its de-duplicated name).
@@ -759,7 +775,7 @@ impl Snapshots {
                 .input(msg.as_bytes().to_vec())
                 .text()?)
         };
-        let existing = self.list()?;
+        let (existing, taken) = self.tags()?;
         let seq = existing.iter().map(|s| s.seq).max().unwrap_or(0) + 1;
         let message = clean_message(req.message, req.kind);
         let mut snap = Snapshot {
@@ -786,12 +802,6 @@ impl Snapshots {
         parents.extend(keep.iter().map(String::as_str));
         snap.commit = commit(&cap.work_tree, &parents, &text)?;
 
-        let taken: BTreeSet<String> = self
-            .git
-            .run(&["tag", "--list"])?
-            .lines()
-            .map(str::to_string)
-            .collect();
         let base = req.kind.base_name(req.task, secs);
         for n in 1.. {
             let name = if n == 1 {

@@ -9,7 +9,11 @@ use super::{Captured, Snapshot, SnapshotError, Snapshots};
 
 impl Snapshots {
     /// The snapshot's work tree and index trees, once its trailers passed the checks.
-    pub(super) fn trusted_trees(&self, t: &Snapshot) -> Result<(String, String), SnapshotError> {
+    /// Also the branch's tip now (`None`: no such branch yet).
+    pub(super) fn trusted_trees(
+        &self,
+        t: &Snapshot,
+    ) -> Result<(String, String, Option<String>), SnapshotError> {
         let untrusted =
             |field: &'static str, value: &str, why: &'static str| SnapshotError::Untrusted {
                 tag: t.tag.clone(),
@@ -56,6 +60,9 @@ impl Snapshots {
             specs.push(format!("{h}^{{commit}}"));
             specs.push(format!("{}^1", t.commit));
         }
+        if let Some(b) = &t.branch {
+            specs.push(format!("{b}^{{commit}}"));
+        }
         let got = self.resolve_all(&specs)?;
         let (Some(work_tree), Some(index_tree)) = (got[0].clone(), got[1].clone()) else {
             return Err(damaged("its commit or its index parent is missing"));
@@ -72,7 +79,11 @@ impl Snapshots {
                 ));
             }
         }
-        Ok((work_tree, index_tree))
+        let tip = t
+            .branch
+            .as_ref()
+            .and_then(|_| got.last().cloned().flatten());
+        Ok((work_tree, index_tree, tip))
     }
 
     /// Object ids of several revisions with one git process; `None` for what is missing.
@@ -100,15 +111,17 @@ impl Snapshots {
     /// The refs the rollback writes, with their values now. Deleting a branch (the
     /// target is an unborn branch that exists now) is allowed only for the branch checked
     /// out: the safety snapshot's first parent is its tip.
+    /// `tip`: the branch's commit now.
     pub(super) fn ref_moves(
         &self,
         t: &Snapshot,
+        tip: Option<String>,
         now: &Captured,
     ) -> Result<Vec<RefMove>, SnapshotError> {
         let moves = match (&t.branch, &t.head) {
             (Some(b), Some(h)) => vec![RefMove {
                 name: b.clone(),
-                old: self.rev(b)?,
+                old: tip,
                 new: Some(h.clone()),
             }],
             (None, Some(h)) => vec![RefMove {
@@ -117,7 +130,7 @@ impl Snapshots {
                 new: Some(h.clone()),
             }],
             (Some(b), None) => {
-                let old = self.rev(b)?;
+                let old = tip;
                 if old.is_some() && now.branch.as_ref() != Some(b) {
                     return Err(SnapshotError::WouldDeleteBranch {
                         tag: t.tag.clone(),
