@@ -354,6 +354,9 @@ fn stale_locks_of_a_dead_owner_are_recovered_with_a_message() {
     let dead = dead_pid();
     std::fs::write(private.join("snapshot.lock"), format!("{dead}\n")).unwrap();
     std::fs::write(private.join("snapshot.index.lock"), "").unwrap();
+    // flock files of others in the same directory are not ours to remove.
+    std::fs::write(private.join("worktrees.lock"), "").unwrap();
+    std::fs::write(private.join("merge.lock"), "").unwrap();
     let tag_lock = repo.join(format!(".git/refs/tags/manual-{NOW_SECS}.lock"));
     std::fs::write(&tag_lock, "").unwrap();
     // A git that the dead owner left running is waited for.
@@ -383,6 +386,7 @@ fn stale_locks_of_a_dead_owner_are_recovered_with_a_message() {
         r.stdout
     );
     assert!(!tag_lock.exists() && !private.join("snapshot.index.lock").exists());
+    assert!(private.join("worktrees.lock").exists() && private.join("merge.lock").exists());
     // Nothing stale any more: the next command says nothing.
     let r = env.run(&["snapshot", "status"]);
     assert_eq!(r.code, 0);

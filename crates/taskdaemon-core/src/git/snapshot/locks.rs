@@ -23,6 +23,9 @@ use super::{SnapshotError, Snapshots, io};
 /// The environment variable that marks git processes started by snapshots.
 pub(super) const OWNER_ENV: &str = "TASKDAEMON_SNAPSHOT_OWNER";
 
+/// The locks git takes on the private indexes (`GIT_INDEX_FILE`).
+const PRIVATE_INDEX_LOCKS: &[&str] = &["snapshot.index.lock", "index.user.lock", "index.new.lock"];
+
 /// Name prefixes of snapshot tags (see `TAG_PATTERNS`).
 const TAG_PREFIXES: &[&str] = &["task-", "manual-", "stall-", "pre-rollback-"];
 
@@ -166,7 +169,9 @@ impl Snapshots {
     /// and (with a rollback's journal) of the refs that rollback moves.
     fn stale_locks(&self, journal: Option<&Journal>) -> Vec<PathBuf> {
         let mut found = Vec::new();
-        let ours = |name: &str| name != "snapshot.lock" && name != "loops.lock";
+        // Only git's locks of the private indexes: the same directory holds flock files
+        // of others (`worktrees.lock`, `merge.lock`) that must never be removed.
+        let ours = |name: &str| PRIVATE_INDEX_LOCKS.contains(&name);
         for (dir, keep) in [
             (self.private_dir(), &ours as &dyn Fn(&str) -> bool),
             (self.common_dir.join("refs/tags"), &|name: &str| {
