@@ -103,7 +103,7 @@ impl Snapshots {
     /// Serialize snapshot operations on this work tree (they share the private index),
     /// then recover from a killed predecessor. Waits for another live holder, or reports
     /// it with its pid (`reporting_busy`).
-    pub(super) fn lock(&self) -> Result<File, SnapshotError> {
+    pub(super) fn lock(&self) -> Result<SnapshotLock, SnapshotError> {
         let dir = self.private_dir();
         fs::create_dir_all(&dir).map_err(io(&dir))?;
         let path = dir.join("snapshot.lock");
@@ -130,18 +130,20 @@ impl Snapshots {
             .and_then(|()| f.rewind())
             .and_then(|()| writeln!(f, "{}", std::process::id()))
             .map_err(io(&path))?;
+        let lock = SnapshotLock(f);
         self.recover_locked(previous)?;
-        Ok(f)
+        Ok(lock)
     }
 
-    /// Under the lock: end what a killed holder left behind.
+    /// Under the lock: end what a killed holder left behind. `previous`: the pid of a
+    /// holder that did not finish (one that did cleared it).
     fn recover_locked(&self, previous: Option<i32>) -> Result<(), SnapshotError> {
+        if let Some(owner) = previous {
+            self.wait_for_children_of(owner)?;
+        }
         let journal = self.read_journal()?;
         if journal.is_none() && self.stale_locks(None).is_empty() {
             return Ok(());
-        }
-        if let Some(owner) = previous {
-            self.wait_for_children_of(owner)?;
         }
         for path in self.stale_locks(journal.as_ref()) {
             match fs::remove_file(&path) {
@@ -240,6 +242,16 @@ impl Snapshots {
                 std::thread::sleep(Duration::from_secs(3600));
             }
         }
+    }
+}
+
+/// The held snapshot lock. Released normally, it clears the holder's pid: a pid found by
+/// the next holder means a killed one (whose git children may still run).
+pub(super) struct SnapshotLock(File);
+
+impl Drop for SnapshotLock {
+    fn drop(&mut self) {
+        let _ = self.0.set_len(0);
     }
 }
 
