@@ -21,7 +21,9 @@ taskdaemon snapshot diff task-2-post\n  \
 taskdaemon snapshot rollback task-2-pre\n\n\
 A snapshot records the whole work tree (tracked, modified and untracked files; not ignored ones), \
 the index and HEAD, as a commit only its tag reaches: your branch and staging area are not touched. \
-A rollback first saves the current state as pre-rollback-<seconds>, so it can itself be undone.")]
+A rollback first saves the current state as pre-rollback-<seconds>, so it can itself be undone. \
+A rollback that was killed is finished (or, if it had changed nothing yet, dropped) by the next \
+snapshot command, `run` or `task`, which says so. Snapshot commands run none of your git hooks.")]
 pub struct SnapshotArgs {
     #[command(subcommand)]
     pub action: Action,
