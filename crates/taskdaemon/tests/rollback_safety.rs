@@ -452,6 +452,8 @@ fn run_finishes_an_interrupted_rollback_first() {
         "{}",
         r.stderr
     );
+    // Finished before the run made its own files: nothing of the run's was in the way.
+    assert!(!r.stderr.contains("what was found"), "{}", r.stderr);
     let now = state(&env.repo());
     assert_eq!((now.head, now.branch), (a.head, a.branch));
 }

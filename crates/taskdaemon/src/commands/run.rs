@@ -142,8 +142,8 @@ pub fn run(args: RunArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     if let Some(code) = refuse_if_waiting_for_a_human(&ws, false)? {
         return Ok(code);
     }
+    let _no_rollback = hold_for_loop(&dir)?; // first: finishes an interrupted rollback
     let _lock = ws.lock().map_err(user)?;
-    let _no_rollback = hold_for_loop(&dir)?;
     let flags = args.flags.settings();
 
     let (state, resumed) = if args.resume {
