@@ -142,8 +142,8 @@ pub fn run(args: RunArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     if let Some(code) = refuse_if_waiting_for_a_human(&ws, false)? {
         return Ok(code);
     }
+    let _no_rollback = hold_for_loop(&dir)?; // first: finishes an interrupted rollback
     let _lock = ws.lock().map_err(user)?;
-    let _no_rollback = hold_for_loop(&dir)?;
     let flags = args.flags.settings();
 
     let (state, resumed) = if args.resume {
@@ -173,7 +173,11 @@ pub fn run(args: RunArgs, ctx: &Ctx) -> anyhow::Result<i32> {
 /// is in it).
 pub(crate) fn hold_for_loop(dir: &Path) -> anyhow::Result<std::fs::File> {
     Snapshots::open(dir)
-        .and_then(|s| s.hold_for_loop())
+        .and_then(|s| Ok((s.recover()?, s)))
+        .and_then(|(notices, s)| {
+            notices.iter().for_each(|n| eprintln!("taskdaemon: {n}"));
+            s.hold_for_loop()
+        })
         .map_err(user)
 }
 

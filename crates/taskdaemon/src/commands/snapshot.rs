@@ -6,8 +6,9 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use taskdaemon_core::clock;
 use taskdaemon_core::duration::format_duration;
-use taskdaemon_core::git::snapshot::{Snapshot, Snapshots, TreeDiff};
+use taskdaemon_core::git::snapshot::{Notice, Snapshot, Snapshots, TreeDiff};
 use taskdaemon_core::lifecycle;
+use taskdaemon_core::workspace::Workspace;
 
 use super::{Ctx, print_json};
 use crate::cli::user;
@@ -20,7 +21,9 @@ taskdaemon snapshot diff task-2-post\n  \
 taskdaemon snapshot rollback task-2-pre\n\n\
 A snapshot records the whole work tree (tracked, modified and untracked files; not ignored ones), \
 the index and HEAD, as a commit only its tag reaches: your branch and staging area are not touched. \
-A rollback first saves the current state as pre-rollback-<seconds>, so it can itself be undone.")]
+A rollback first saves the current state as pre-rollback-<seconds>, so it can itself be undone. \
+A rollback that was killed is finished (or, if it had changed nothing yet, dropped) by the next \
+snapshot command, `run` or `task`, which says so. Snapshot commands run none of your git hooks.")]
 pub struct SnapshotArgs {
     #[command(subcommand)]
     pub action: Action,
@@ -54,11 +57,27 @@ pub enum Action {
 
 pub fn run(args: SnapshotArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let (dir, ws) = ctx.workspace()?;
-    let snaps = Snapshots::open(&dir).map_err(user)?;
+    let snaps = Snapshots::open(&dir).map_err(user)?.reporting_busy();
+    // An interrupted rollback or a stale lock is dealt with (and said) before anything.
+    let recovered = snaps.recover();
+    show_notices(recovered.as_deref().unwrap_or(&[]));
+    recovered.map_err(user)?;
     let json = args.json;
-    match args.action {
+    let result = act(args.action, json, &snaps, &ws);
+    show_notices(&snaps.take_notices());
+    result
+}
+
+fn show_notices(notices: &[Notice]) {
+    for n in notices {
+        eprintln!("taskdaemon: {n}");
+    }
+}
+
+fn act(action: Action, json: bool, snaps: &Snapshots, ws: &Workspace) -> anyhow::Result<i32> {
+    match action {
         Action::Save { message } => {
-            let s = lifecycle::save_manual(&snaps, &ws, message.as_deref().unwrap_or(""))
+            let s = lifecycle::save_manual(snaps, ws, message.as_deref().unwrap_or(""))
                 .map_err(user)?;
             if json {
                 print_json(&s)?;
@@ -94,7 +113,7 @@ pub fn run(args: SnapshotArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             }
         }
         Action::Rollback { tag } => {
-            let r = lifecycle::rollback(&snaps, &ws, &tag).map_err(user)?;
+            let r = lifecycle::rollback(snaps, ws, &tag).map_err(user)?;
             if json {
                 print_json(&r)?;
             } else {

@@ -103,8 +103,8 @@ pub fn run(args: TaskArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         ));
     }
     let clarification = parse::clarification_for(pending.as_ref(), &message);
+    let _no_rollback = hold_for_loop(&dir)?; // first: finishes an interrupted rollback
     let _lock = ws.lock().map_err(user)?;
-    let _no_rollback = hold_for_loop(&dir)?;
     // Logs, the question file and runtime files are never committed, asked or not.
     Git::new(&dir).ensure_excluded(IGNORED).map_err(user)?;
     if pending.is_some() && clarification.is_none() {

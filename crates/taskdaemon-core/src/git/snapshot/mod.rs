@@ -19,7 +19,20 @@
 //! work tree with `read-tree --reset -u` on the private index (which matches the work tree
 //! exactly at that moment, so only changed files are written and files created since are
 //! removed), moves the branch back, and installs the saved index with the stat data of the
-//! fresh checkout.
+//! fresh checkout. It is a transaction: a journal written before the first destructive
+//! step lets the next snapshot command (or `run`/`task`) finish a killed rollback
+//! ([`journal`]); stale locks of a killed snapshot command are recovered ([`locks`]).
+//! Snapshot tags are untrusted input ([`trust`]).
+//!
+//! The plumbing never runs the user's git hooks (`core.hooksPath=/dev/null`): saving,
+//! tagging and the rollback's own ref moves fire no `reference-transaction`,
+//! `post-index-change` or any other hook.
+
+mod journal;
+mod locks;
+mod trust;
+
+pub use locks::Notice;
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
@@ -27,12 +40,12 @@ use std::fs::{self, File, OpenOptions};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{Git, GitError};
 
 /// Kinds of snapshot, each with its tag name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Kind {
     /// `task-N-pre`: before task N starts.
@@ -96,7 +109,7 @@ const IDENT_NAME: &str = "taskdaemon";
 const IDENT_EMAIL: &str = "taskdaemon@localhost";
 
 /// One saved snapshot, as its tag describes it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     pub tag: String,
     pub kind: Kind,
@@ -114,7 +127,7 @@ pub struct Snapshot {
     /// The snapshot commit the tag points at.
     pub commit: String,
     /// Paths this save could not record (embedded repositories without a commit).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub skipped: Vec<String>,
 }
 
@@ -129,7 +142,7 @@ pub struct SaveRequest<'a> {
 }
 
 /// File-level differences between a snapshot and the current state.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TreeDiff {
     pub added: Vec<String>,
     pub modified: Vec<String>,
@@ -207,6 +220,39 @@ pub enum SnapshotError {
     )]
     LoopRunning,
     #[error(
+        "another taskdaemon ({}) is saving or rolling back snapshots in this work tree (it holds {})\n  hint: wait for it to finish; if it hangs, stop it{}", pid_text(*.pid), .path.display(), .pid.map(|p| format!(" (`kill {p}`)")).unwrap_or_default()
+    )]
+    Busy { pid: Option<i32>, path: PathBuf },
+    #[error(
+        "{} is still held by git (pid {pid}), started by a taskdaemon (pid {owner}) that was killed\n  hint: wait for that git to finish, or stop it (`kill {pid}`), then run the command again", .path.display()
+    )]
+    LockHeld { path: PathBuf, pid: i32, owner: i32 },
+    #[error(
+        "snapshot `{tag}` is not trusted: its {field} `{value}` {why}; nothing was changed\n  hint: this tag was not made by taskdaemon or was edited; roll back to another snapshot (`taskdaemon snapshot list`) or delete it (`git tag -d {tag}`)"
+    )]
+    Untrusted {
+        tag: String,
+        field: &'static str,
+        value: String,
+        why: &'static str,
+    },
+    #[error(
+        "cannot roll back to `{tag}`: it was saved on the unborn branch {branch}, which exists now and is not checked out; a rollback deletes no branch but the one checked out\n  hint: `git switch {branch}` and roll back again, or delete the branch yourself if you mean to"
+    )]
+    WouldDeleteBranch { tag: String, branch: String },
+    #[error(
+        "{}: {why}\n  hint: it records an interrupted rollback; if no taskdaemon runs here, delete it and check `taskdaemon snapshot status`", .path.display()
+    )]
+    Journal { path: PathBuf, why: String },
+    #[error(
+        "an earlier `snapshot rollback {target}` was interrupted half way and cannot be finished yet: {source}\n  the next snapshot command (or `run`, `task`) finishes it; the state before it is saved as {saved}"
+    )]
+    Interrupted {
+        target: String,
+        saved: String,
+        source: Box<SnapshotError>,
+    },
+    #[error(
         "the rollback stopped half way: {source}\n  nothing is lost: the state before the rollback is saved as {saved}; `taskdaemon snapshot rollback {saved}` brings it back"
     )]
     HalfWay {
@@ -218,6 +264,11 @@ pub enum SnapshotError {
         path: PathBuf,
         source: std::io::Error,
     },
+}
+
+fn pid_text(pid: Option<i32>) -> String {
+    pid.map(|p| format!("pid {p}"))
+        .unwrap_or_else(|| "pid unknown".into())
 }
 
 fn closest(nearest: &[String]) -> String {
@@ -258,6 +309,10 @@ pub struct Snapshots {
     git_dir: PathBuf,
     common_dir: PathBuf,
     index: PathBuf,
+    /// Whether to wait for another snapshot command instead of reporting it.
+    wait: bool,
+    /// What recovery did (stale locks, an interrupted rollback), for the caller to show.
+    notices: std::sync::Arc<std::sync::Mutex<Vec<Notice>>>,
 }
 
 impl Snapshots {
@@ -296,9 +351,15 @@ impl Snapshots {
                 "core.autocrlf=false",
                 "core.safecrlf=false",
                 "core.fsmonitor=false",
+                // Internal plumbing fires none of the user's hooks.
+                "core.hooksPath=/dev/null",
             ],
-            // No attributes: no clean/smudge filters, no eol conversion.
-            &[("GIT_ATTR_SOURCE", empty_tree)],
+            // No attributes: no clean/smudge filters, no eol conversion. The owner mark
+            // lets the next command find git children a killed taskdaemon left running.
+            &[
+                ("GIT_ATTR_SOURCE", empty_tree),
+                (locks::OWNER_ENV, &std::process::id().to_string()),
+            ],
         );
         Ok(Snapshots {
             git,
@@ -307,7 +368,32 @@ impl Snapshots {
             git_dir: PathBuf::from(git_dir),
             common_dir: PathBuf::from(common_dir),
             index: PathBuf::from(index),
+            wait: true,
+            notices: Default::default(),
         })
+    }
+
+    /// Report another snapshot command at work here (`SnapshotError::Busy`, with its pid)
+    /// instead of waiting for it: for commands a person runs.
+    pub fn reporting_busy(mut self) -> Snapshots {
+        self.wait = false;
+        self
+    }
+
+    /// What recovery did since the last call: stale locks removed, an interrupted
+    /// rollback finished. Every command that takes the snapshot lock recovers first.
+    pub fn take_notices(&self) -> Vec<Notice> {
+        self.notices
+            .lock()
+            .map(|mut n| std::mem::take(&mut *n))
+            .unwrap_or_default()
+    }
+
+    /// Finish an interrupted rollback and remove stale locks, if there are any; what was
+    /// done, for the caller to show. `run` and `task` call this before their loop starts.
+    pub fn recover(&self) -> Result<Vec<Notice>, SnapshotError> {
+        drop(self.lock()?);
+        Ok(self.take_notices())
     }
 
     pub fn top(&self) -> &Path {
@@ -335,13 +421,6 @@ impl Snapshots {
         Ok((f, path))
     }
 
-    /// Serialize snapshot operations on this work tree (they share the private index).
-    fn lock(&self) -> Result<File, SnapshotError> {
-        let (f, path) = self.open_lock_file("snapshot.lock")?;
-        f.lock().map_err(io(&path))?;
-        Ok(f)
-    }
-
     /// Held (shared) by every loop running anywhere in this work tree, whatever its
     /// directory; a rollback needs it exclusively.
     pub fn hold_for_loop(&self) -> Result<File, SnapshotError> {
@@ -363,11 +442,17 @@ impl Snapshots {
     pub fn save(&self, req: &SaveRequest<'_>) -> Result<Snapshot, SnapshotError> {
         let _lock = self.lock()?;
         let cap = self.capture(&[])?;
-        self.commit_and_tag(req, &cap, &[])
+        self.commit_and_tag(req, &cap, &[], &[])
     }
 
     /// Every snapshot, oldest first.
     pub fn list(&self) -> Result<Vec<Snapshot>, SnapshotError> {
+        Ok(self.tags()?.0)
+    }
+
+    /// Every snapshot (oldest first), and the names of all tags in the snapshot
+    /// namespaces (a de-duplicated name must avoid them, snapshots or not).
+    fn tags(&self) -> Result<(Vec<Snapshot>, BTreeSet<String>), SnapshotError> {
         let mut args = vec![
             "for-each-ref",
             "--format=%(refname:lstrip=2)%00%(*objectname)%00%(contents)%00",
@@ -376,16 +461,18 @@ impl Snapshots {
         let out = self.git.call(&args).bytes()?;
         let text = String::from_utf8_lossy(&out);
         let fields: Vec<&str> = text.split('\0').collect();
+        let mut names = BTreeSet::new();
         let mut snaps: Vec<Snapshot> = fields
             .chunks_exact(3)
             .filter_map(|c| {
                 let tag = c[0].trim_start_matches('\n');
+                names.insert(tag.to_string());
                 parse_tag(tag, c[1], c[2])
             })
             .collect();
         // The sequence number is taken under the save lock: it is the order of saving.
         snaps.sort_by(|a, b| (a.seq, a.time_ms, &a.tag).cmp(&(b.seq, b.time_ms, &b.tag)));
-        Ok(snaps)
+        Ok((snaps, names))
     }
 
     /// The snapshot task `n` started from (`task-N-pre`, or its de-duplicated name).
@@ -455,109 +542,10 @@ impl Snapshots {
     }
 
     fn rollback_unguarded(&self, tag: &str, time_ms: i64) -> Result<Rollback, SnapshotError> {
+        let _lock = self.lock()?;
         self.refuse_if_in_progress()?;
         let target = self.find(tag)?;
-        let _lock = self.lock()?;
-        let damaged = |why: &str| SnapshotError::Damaged {
-            tag: tag.to_string(),
-            why: why.to_string(),
-        };
-        if target.branch.is_none() && target.head.is_none() {
-            return Err(damaged("it records neither a branch nor a HEAD"));
-        }
-        let index_parent = if target.head.is_some() { 2 } else { 1 };
-        let work_tree = self
-            .rev(&format!("{}^{{tree}}", target.commit))?
-            .ok_or_else(|| damaged("its commit is missing"))?;
-        let index_tree = self
-            .rev(&format!("{}^{index_parent}^{{tree}}", target.commit))?
-            .ok_or_else(|| damaged("its commit has no index parent"))?;
-        if let Some(b) = &target.branch {
-            self.refuse_if_checked_out_elsewhere(b)?;
-        }
-
-        // 1. What is here now, and what the rollback would do to it.
-        let mut cap = self.capture(&[])?;
-        let mut raw = self.raw_diff(&cap.work_tree, &work_tree)?;
-        self.refuse_if_repository_in_the_way(&raw, &cap.skipped)?;
-        // Ignored files where the snapshot has a file would be overwritten: they go into
-        // the safety snapshot too.
-        let collide = self.ignored_in_the_way(&raw);
-        if !collide.is_empty() {
-            cap = self.capture(&collide)?;
-            raw = self.raw_diff(&cap.work_tree, &work_tree)?;
-        }
-        self.check_refs(&target)?;
-        let keep = self.tips_a_rollback_moves(&target, &cap)?;
-        let saved = self.commit_and_tag(
-            &SaveRequest {
-                kind: Kind::PreRollback,
-                task: target.task,
-                message: &format!("before rollback to {tag}"),
-                time_ms,
-            },
-            &cap,
-            &keep,
-        )?;
-        let half_way = |e: SnapshotError| SnapshotError::HalfWay {
-            saved: saved.tag.clone(),
-            source: Box::new(e),
-        };
-        let index_lock = self.lock_user_index().map_err(half_way)?;
-        self.restore(&target, &work_tree, &index_tree, &index_lock)
-            .map_err(half_way)?;
-        Ok(Rollback {
-            restored: target,
-            saved,
-            changed: tree_diff(&raw),
-        })
-    }
-
-    /// Steps 2–4 of a rollback, after the safety snapshot.
-    fn restore(
-        &self,
-        target: &Snapshot,
-        work_tree: &str,
-        index_tree: &str,
-        index_lock: &IndexLock,
-    ) -> Result<(), SnapshotError> {
-        // 2. The work tree: the private index matches it exactly, so this writes only what
-        //    differs and removes files created since the snapshot.
-        self.git
-            .call(&[
-                "read-tree",
-                "--reset",
-                "-u",
-                "--no-recurse-submodules",
-                work_tree,
-            ])
-            .env("GIT_INDEX_FILE", self.work_index())
-            .bytes()?;
-
-        // 3. HEAD and the branch.
-        let why = format!("taskdaemon: rollback to {}", target.tag);
-        match (&target.branch, &target.head) {
-            (Some(branch), Some(head)) => {
-                self.git.run(&["update-ref", "-m", &why, branch, head])?;
-                self.git
-                    .run(&["symbolic-ref", "-m", &why, "HEAD", branch])?;
-            }
-            (None, Some(head)) => {
-                self.git
-                    .run(&["update-ref", "-m", &why, "--no-deref", "HEAD", head])?;
-            }
-            (Some(branch), None) => {
-                self.git
-                    .run(&["symbolic-ref", "-m", &why, "HEAD", branch])?;
-                if self.rev(branch)?.is_some() {
-                    self.git.run(&["update-ref", "-m", &why, "-d", branch])?;
-                }
-            }
-            (None, None) => {}
-        }
-
-        // 4. The index, with the stat data of the fresh work tree where entries agree.
-        self.install_index(index_tree, index_lock)
+        self.rollback_locked(target, time_ms)
     }
 
     /// Capture work tree and index as trees (objects only; no refs, no user index write).
@@ -766,6 +754,7 @@ impl Snapshots {
         req: &SaveRequest<'_>,
         cap: &Captured,
         keep: &[String],
+        trailers: &[String],
     ) -> Result<Snapshot, SnapshotError> {
         let secs = req.time_ms.div_euclid(1000);
         let date = format!("@{secs} +0000");
@@ -786,7 +775,7 @@ impl Snapshots {
                 .input(msg.as_bytes().to_vec())
                 .text()?)
         };
-        let existing = self.list()?;
+        let (existing, taken) = self.tags()?;
         let seq = existing.iter().map(|s| s.seq).max().unwrap_or(0) + 1;
         let message = clean_message(req.message, req.kind);
         let mut snap = Snapshot {
@@ -801,7 +790,11 @@ impl Snapshots {
             commit: String::new(),
             skipped: cap.skipped.clone(),
         };
-        let text = tag_message(&snap);
+        let mut text = tag_message(&snap);
+        for t in trailers {
+            text.push_str(t);
+            text.push('\n');
+        }
         let head: Vec<&str> = cap.head.iter().map(String::as_str).collect();
         let index_commit = commit(&cap.index_tree, &head, "taskdaemon snapshot: the index\n")?;
         let mut parents = head.clone();
@@ -809,12 +802,6 @@ impl Snapshots {
         parents.extend(keep.iter().map(String::as_str));
         snap.commit = commit(&cap.work_tree, &parents, &text)?;
 
-        let taken: BTreeSet<String> = self
-            .git
-            .run(&["tag", "--list"])?
-            .lines()
-            .map(str::to_string)
-            .collect();
         let base = req.kind.base_name(req.task, secs);
         for n in 1.. {
             let name = if n == 1 {
@@ -1053,44 +1040,6 @@ impl Snapshots {
             .map(|p| String::from_utf8_lossy(p).into_owned())
             .collect();
         Ok(paths.join(", "))
-    }
-
-    /// Take `index.lock` (git's own protocol: whoever holds it may replace the index).
-    fn lock_user_index(&self) -> Result<IndexLock, SnapshotError> {
-        let mut name = self.index.clone().into_os_string();
-        name.push(".lock");
-        let path = PathBuf::from(name);
-        match OpenOptions::new().write(true).create_new(true).open(&path) {
-            Ok(_) => Ok(IndexLock(path)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                Err(SnapshotError::IndexLocked(path))
-            }
-            Err(e) => Err(io(&path)(e)),
-        }
-    }
-
-    /// Make the user's index the snapshot's, reusing the stat data of the private index
-    /// (fresh after the checkout) for every entry whose content agrees.
-    fn install_index(&self, index_tree: &str, _lock: &IndexLock) -> Result<(), SnapshotError> {
-        let fresh = self.private_dir().join("index.new");
-        copy_keeping_mtime(&self.work_index(), &self.work_index(), &fresh)?;
-        self.git
-            .call(&["read-tree", "-m", index_tree])
-            .env("GIT_INDEX_FILE", &fresh)
-            .bytes()?;
-        File::open(&fresh)
-            .and_then(|f| f.sync_all())
-            .and_then(|()| fs::rename(&fresh, &self.index))
-            .map_err(io(&self.index))
-    }
-}
-
-/// `index.lock`, removed when dropped.
-struct IndexLock(PathBuf);
-
-impl Drop for IndexLock {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.0);
     }
 }
 

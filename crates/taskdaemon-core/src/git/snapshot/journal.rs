@@ -1,0 +1,457 @@
+//! A rollback as a transaction.
+//!
+//! ```text
+//! lock → validate the tag → capture → journal (prepared) → check the refs
+//!      → pre-rollback snapshot → take index.lock → journal (restoring)
+//!      → work tree → refs and HEAD → index → release index.lock → journal removed
+//! ```
+//!
+//! The journal (`<git-dir>/taskdaemon/rollback.journal`, written atomically) holds
+//! everything the rollback needs. Killed while `prepared`, nothing has changed yet: the
+//! next snapshot command drops the journal and its `index.lock` (state: the old one).
+//! Killed while `restoring`, the next command finishes it (state: the new one): it first
+//! brings the private index back in line with whatever the work tree holds, saves what
+//! would otherwise be lost (a path whose content is neither the old nor the new, a ref
+//! moved by someone else), and redoes every step; each is idempotent.
+//!
+//! `index.lock` is ours when it holds the journal's marker: it is made by `link`ing a
+//! file with that content into place (atomic like git's `O_EXCL`), so a lock git or a user
+//! made is never taken for ours.
+
+use std::collections::BTreeSet;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Captured, Kind, Rollback, SaveRequest, Snapshot, SnapshotError, Snapshots, TreeDiff,
+    copy_keeping_mtime, io, tree_diff,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum Phase {
+    /// Nothing destructive has happened yet.
+    Prepared,
+    /// The work tree, refs or index may be changing.
+    Restoring,
+}
+
+/// One ref a rollback writes (`HEAD` itself for a detached target).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct RefMove {
+    pub name: String,
+    pub old: Option<String>,
+    pub new: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) struct Journal {
+    pub phase: Phase,
+    pub owner: u32,
+    /// In `index.lock` while this rollback holds it.
+    pub nonce: String,
+    pub target: Snapshot,
+    pub work_tree: String,
+    pub index_tree: String,
+    /// The state replaced: work tree (as captured), branch and HEAD.
+    pub old_work_tree: String,
+    pub old_branch: Option<String>,
+    pub old_head: Option<String>,
+    pub moves: Vec<RefMove>,
+    /// The `pre-rollback-*` snapshot, once made.
+    pub saved: Option<Snapshot>,
+    pub changed: TreeDiff,
+}
+
+/// `index.lock` while a rollback holds it; removed when dropped.
+pub(super) struct IndexLock(PathBuf);
+
+impl Drop for IndexLock {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+impl Snapshots {
+    fn journal_path(&self) -> PathBuf {
+        self.private_dir().join("rollback.journal")
+    }
+
+    pub(super) fn read_journal(&self) -> Result<Option<Journal>, SnapshotError> {
+        let path = self.journal_path();
+        let text = match fs::read(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(&path)(e)),
+        };
+        serde_json::from_slice(&text)
+            .map(Some)
+            .map_err(|e| SnapshotError::Journal {
+                path,
+                why: e.to_string(),
+            })
+    }
+
+    fn write_journal(&self, j: &Journal) -> Result<(), SnapshotError> {
+        let path = self.journal_path();
+        let text = serde_json::to_vec_pretty(j).map_err(|e| SnapshotError::Journal {
+            path: path.clone(),
+            why: e.to_string(),
+        })?;
+        crate::fsutil::write_atomic(&path, &text).map_err(io(&path))
+    }
+
+    fn remove_journal(&self) -> Result<(), SnapshotError> {
+        let path = self.journal_path();
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io(&path)(e)),
+        }
+    }
+
+    /// Restore the state saved as `target` (see the module's steps). The caller holds the
+    /// snapshot lock.
+    pub(super) fn rollback_locked(
+        &self,
+        target: Snapshot,
+        time_ms: i64,
+    ) -> Result<Rollback, SnapshotError> {
+        let (work_tree, index_tree, tip) = self.trusted_trees(&target)?;
+        if let Some(b) = &target.branch {
+            self.refuse_if_checked_out_elsewhere(b)?;
+        }
+        // What is here now, and what the rollback would do to it.
+        let mut cap = self.capture(&[])?;
+        let mut raw = self.raw_diff(&cap.work_tree, &work_tree)?;
+        self.refuse_if_repository_in_the_way(&raw, &cap.skipped)?;
+        // Ignored files where the snapshot has a file would be overwritten: they go into
+        // the safety snapshot too.
+        let collide = self.ignored_in_the_way(&raw);
+        if !collide.is_empty() {
+            cap = self.capture(&collide)?;
+            raw = self.raw_diff(&cap.work_tree, &work_tree)?;
+        }
+        let moves = self.ref_moves(&target, tip, &cap)?;
+        let mut journal = Journal {
+            phase: Phase::Prepared,
+            owner: std::process::id(),
+            nonce: nonce(),
+            target,
+            work_tree,
+            index_tree,
+            old_work_tree: cap.work_tree.clone(),
+            old_branch: cap.branch.clone(),
+            old_head: cap.head.clone(),
+            moves,
+            saved: None,
+            changed: tree_diff(&raw),
+        };
+        self.write_journal(&journal)?;
+        let lock = match self.prepare(&mut journal, &cap, time_ms) {
+            Ok(lock) => lock,
+            Err(e) => {
+                self.remove_journal()?;
+                return Err(e);
+            }
+        };
+        self.pause("locked");
+        journal.phase = Phase::Restoring;
+        if let Err(e) = self.write_journal(&journal) {
+            drop(lock);
+            self.remove_journal()?;
+            return Err(e);
+        }
+        self.finish(&journal, lock, false).map(|(r, _)| r)
+    }
+
+    /// The steps before anything changes: refs checked, the safety snapshot, index.lock.
+    fn prepare(
+        &self,
+        j: &mut Journal,
+        cap: &Captured,
+        time_ms: i64,
+    ) -> Result<IndexLock, SnapshotError> {
+        self.check_refs(&j.target)?;
+        self.pause("prepared");
+        let keep = self.tips_a_rollback_moves(&j.target, cap)?;
+        let trailers: Vec<String> = j
+            .moves
+            .iter()
+            .map(|m| {
+                format!(
+                    "Snapshot-Ref: {} {} {}",
+                    m.name,
+                    m.old.as_deref().unwrap_or("none"),
+                    m.new.as_deref().unwrap_or("none")
+                )
+            })
+            .collect();
+        let saved = self.commit_and_tag(
+            &SaveRequest {
+                kind: Kind::PreRollback,
+                task: j.target.task,
+                message: &format!("before rollback to {}", j.target.tag),
+                time_ms,
+            },
+            cap,
+            &keep,
+            &trailers,
+        )?;
+        let tag = saved.tag.clone();
+        j.saved = Some(saved);
+        self.write_journal(j)?;
+        self.pause("tagged");
+        self.take_user_index(&j.nonce)
+            .map_err(|e| SnapshotError::HalfWay {
+                saved: tag,
+                source: Box::new(e),
+            })
+    }
+
+    /// The destructive steps, then the journal goes. An error (not a kill) releases
+    /// `index.lock` and drops the journal: the message names the safety snapshot. With
+    /// the rollback, the snapshot recovery made of what it found, if any.
+    fn finish(
+        &self,
+        j: &Journal,
+        lock: IndexLock,
+        recovering: bool,
+    ) -> Result<(Rollback, Option<String>), SnapshotError> {
+        let Some(saved) = j.saved.clone() else {
+            return Err(SnapshotError::Journal {
+                path: self.journal_path(),
+                why: "it is restoring but names no pre-rollback snapshot".into(),
+            });
+        };
+        match self.restore(j, &lock, recovering) {
+            Ok(found) => {
+                drop(lock);
+                self.remove_journal()?;
+                let r = Rollback {
+                    restored: j.target.clone(),
+                    saved,
+                    changed: j.changed.clone(),
+                };
+                Ok((r, found))
+            }
+            Err(e) => {
+                drop(lock);
+                self.remove_journal()?;
+                Err(SnapshotError::HalfWay {
+                    saved: saved.tag,
+                    source: Box::new(e),
+                })
+            }
+        }
+    }
+
+    fn restore(
+        &self,
+        j: &Journal,
+        lock: &IndexLock,
+        recovering: bool,
+    ) -> Result<Option<String>, SnapshotError> {
+        let mut found = None;
+        if recovering {
+            // The private index must match the work tree again (a checkout may have
+            // stopped in the middle); what only this mix holds is saved first.
+            let now = self.capture(&[])?;
+            found = self.save_what_only_the_mix_holds(j, &now)?;
+        }
+        // The work tree: the private index matches it exactly, so this writes only what
+        // differs and removes files created since the snapshot.
+        self.git
+            .call(&[
+                "read-tree",
+                "--reset",
+                "-u",
+                "--no-recurse-submodules",
+                &j.work_tree,
+            ])
+            .env("GIT_INDEX_FILE", self.work_index())
+            .bytes()?;
+        self.pause("work-tree");
+        self.move_refs(j)?;
+        self.pause("refs");
+        self.install_index(&j.index_tree, lock)?;
+        self.pause("index");
+        Ok(found)
+    }
+
+    /// Branch and HEAD: one ref transaction, then HEAD's symbolic link.
+    fn move_refs(&self, j: &Journal) -> Result<(), SnapshotError> {
+        let why = format!("taskdaemon: rollback to {}", j.target.tag);
+        let mut input = String::from("start\n");
+        for m in &j.moves {
+            if m.name == "HEAD" {
+                input.push_str("option no-deref\n");
+            }
+            match (&m.old, &m.new) {
+                (_, Some(new)) => input.push_str(&format!("update {} {new}\n", m.name)),
+                (Some(_), None) => input.push_str(&format!("delete {}\n", m.name)),
+                (None, None) => {}
+            }
+        }
+        input.push_str("commit\n");
+        self.git
+            .call(&["update-ref", "-m", &why, "--stdin"])
+            .input(input.into_bytes())
+            .bytes()?;
+        if let Some(branch) = &j.target.branch {
+            self.git
+                .run(&["symbolic-ref", "-m", &why, "HEAD", branch])?;
+        }
+        Ok(())
+    }
+
+    /// Make the user's index the snapshot's, reusing the stat data of the private index
+    /// (fresh after the checkout) for every entry whose content agrees.
+    fn install_index(&self, index_tree: &str, _lock: &IndexLock) -> Result<(), SnapshotError> {
+        let fresh = self.private_dir().join("index.new");
+        copy_keeping_mtime(&self.work_index(), &self.work_index(), &fresh)?;
+        self.git
+            .call(&["read-tree", "-m", index_tree])
+            .env("GIT_INDEX_FILE", &fresh)
+            .bytes()?;
+        File::open(&fresh)
+            .and_then(|f| f.sync_all())
+            .and_then(|()| fs::rename(&fresh, &self.index))
+            .map_err(io(&self.index))
+    }
+
+    fn user_index_lock(&self) -> PathBuf {
+        let mut name = self.index.clone().into_os_string();
+        name.push(".lock");
+        PathBuf::from(name)
+    }
+
+    /// Take `index.lock` with this rollback's marker in it, or keep it if it already holds
+    /// that marker (recovery). Held by anyone else: "git is busy".
+    fn take_user_index(&self, nonce: &str) -> Result<IndexLock, SnapshotError> {
+        let path = self.user_index_lock();
+        let marker = marker(nonce);
+        if fs::read(&path).is_ok_and(|c| c == marker.as_bytes()) {
+            return Ok(IndexLock(path));
+        }
+        let tmp = self.private_dir().join("index.lock.tmp");
+        fs::write(&tmp, &marker).map_err(io(&tmp))?;
+        let linked = fs::hard_link(&tmp, &path);
+        let _ = fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => Ok(IndexLock(path)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Err(SnapshotError::IndexLocked(path))
+            }
+            // Another file system (an index moved by GIT_INDEX_FILE): git's own way.
+            Err(_) => {
+                let mut f = match OpenOptions::new().write(true).create_new(true).open(&path) {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        return Err(SnapshotError::IndexLocked(path));
+                    }
+                    Err(e) => return Err(io(&path)(e)),
+                };
+                let lock = IndexLock(path.clone());
+                f.write_all(marker.as_bytes()).map_err(io(&path))?;
+                Ok(lock)
+            }
+        }
+    }
+
+    /// Under the lock, with the killed holder's git children gone: end its rollback.
+    pub(super) fn recover_journal(&self, j: Journal) -> Result<(), SnapshotError> {
+        match j.phase {
+            Phase::Prepared => {
+                let path = self.user_index_lock();
+                if fs::read(&path).is_ok_and(|c| c == marker(&j.nonce).as_bytes()) {
+                    fs::remove_file(&path).map_err(io(&path))?;
+                }
+                self.remove_journal()?;
+                self.notice(super::Notice::RollbackDropped {
+                    target: j.target.tag.clone(),
+                    saved: j.saved.as_ref().map(|s| s.tag.clone()),
+                    owner: j.owner,
+                });
+            }
+            Phase::Restoring => {
+                let lock =
+                    self.take_user_index(&j.nonce)
+                        .map_err(|e| SnapshotError::Interrupted {
+                            target: j.target.tag.clone(),
+                            saved: j.saved.as_ref().map(|s| s.tag.clone()).unwrap_or_default(),
+                            source: Box::new(e),
+                        })?;
+                self.pause("recovering");
+                let (r, found) = self.finish(&j, lock, true)?;
+                self.notice(super::Notice::RollbackFinished {
+                    target: r.restored.tag,
+                    saved: r.saved.tag,
+                    owner: j.owner,
+                    found,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// During recovery: if some path's content is neither the old nor the new one, or a
+    /// ref the rollback moves is at neither value (someone worked on after the kill), save
+    /// the state found as another `pre-rollback-*` snapshot before finishing.
+    fn save_what_only_the_mix_holds(
+        &self,
+        j: &Journal,
+        now: &Captured,
+    ) -> Result<Option<String>, SnapshotError> {
+        let paths = |from: &str| -> Result<BTreeSet<Vec<u8>>, SnapshotError> {
+            Ok(self
+                .raw_diff(from, &now.work_tree)?
+                .into_iter()
+                .map(|c| c.path)
+                .collect())
+        };
+        let neither = paths(&j.old_work_tree)?
+            .intersection(&paths(&j.work_tree)?)
+            .next()
+            .is_some();
+        let mut keep = Vec::new();
+        for m in j.moves.iter().filter(|m| m.name != "HEAD") {
+            let at = self.rev(&m.name)?;
+            if at != m.old && at != m.new {
+                keep.extend(at);
+            }
+        }
+        let head_elsewhere = now.head != j.old_head && now.head != j.target.head;
+        if !neither && keep.is_empty() && !head_elsewhere {
+            return Ok(None);
+        }
+        let s = self.commit_and_tag(
+            &SaveRequest {
+                kind: Kind::PreRollback,
+                task: j.target.task,
+                message: &format!("found after an interrupted rollback to {}", j.target.tag),
+                time_ms: crate::clock::now().as_millisecond(),
+            },
+            now,
+            &keep,
+            &[],
+        )?;
+        Ok(Some(s.tag))
+    }
+}
+
+fn marker(nonce: &str) -> String {
+    format!("taskdaemon rollback {nonce}\n")
+}
+
+fn nonce() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{}-{t}", std::process::id())
+}

@@ -1,0 +1,278 @@
+//! The snapshot lock and recovery from a killed snapshot command.
+//!
+//! `<git-dir>/taskdaemon/snapshot.lock` is an `flock` (it dies with its holder) that
+//! serializes every snapshot command of one work tree; its content is the holder's pid.
+//! Whoever takes it next knows the previous holder is gone. What that holder may have left:
+//!
+//! - git children still running (a SIGKILL of taskdaemon alone does not end them): every
+//!   git the snapshots run carries `TASKDAEMON_SNAPSHOT_OWNER=<pid>` in its environment,
+//!   so they are found in `/proc` and waited for (reported with their pid if they hang);
+//! - stale lock files of its own: the private indexes' (`snapshot.index.lock`, …), a
+//!   snapshot tag's (`refs/tags/manual-<s>.lock`, …), and during a rollback the locks of
+//!   the refs it moves: removed, each with a [`Notice`];
+//! - a rollback journal: finished or dropped by [`super::journal`].
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::journal::Journal;
+use super::{SnapshotError, Snapshots, io};
+
+/// The environment variable that marks git processes started by snapshots.
+pub(super) const OWNER_ENV: &str = "TASKDAEMON_SNAPSHOT_OWNER";
+
+/// The locks git takes on the private indexes (`GIT_INDEX_FILE`).
+const PRIVATE_INDEX_LOCKS: &[&str] = &["snapshot.index.lock", "index.user.lock", "index.new.lock"];
+
+/// Name prefixes of snapshot tags (see `TAG_PATTERNS`).
+const TAG_PREFIXES: &[&str] = &["task-", "manual-", "stall-", "pre-rollback-"];
+
+/// How long to wait for git children of a killed taskdaemon before reporting them.
+const ORPHAN_WAIT: Duration = Duration::from_secs(30);
+
+/// Something recovery did, for the caller to show.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "kebab-case", tag = "notice")]
+pub enum Notice {
+    /// A lock file left by a killed snapshot command, removed.
+    StaleLock { path: PathBuf, owner: Option<i32> },
+    /// A killed rollback that had started changing the repository, finished.
+    RollbackFinished {
+        target: String,
+        saved: String,
+        owner: u32,
+        /// A snapshot of what was found (files changed after the kill, a moved ref).
+        found: Option<String>,
+    },
+    /// A killed rollback that had changed nothing yet, dropped.
+    RollbackDropped {
+        target: String,
+        saved: Option<String>,
+        owner: u32,
+    },
+}
+
+impl std::fmt::Display for Notice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Notice::StaleLock { path, owner } => write!(
+                f,
+                "removed the stale lock {} (left by taskdaemon {}, which is no longer running)",
+                path.display(),
+                super::pid_text(*owner)
+            ),
+            Notice::RollbackFinished {
+                target,
+                saved,
+                owner,
+                found,
+            } => {
+                write!(
+                    f,
+                    "an earlier `snapshot rollback {target}` (pid {owner}) was interrupted half way; it is finished now: the work tree, index and HEAD are those of {target}.\n  the state before it is saved as {saved}; `taskdaemon snapshot rollback {saved}` undoes it"
+                )?;
+                if let Some(found) = found {
+                    write!(
+                        f,
+                        "\n  what was found after the interruption (changed since) is saved as {found}"
+                    )?;
+                }
+                Ok(())
+            }
+            Notice::RollbackDropped {
+                target,
+                saved,
+                owner,
+            } => {
+                write!(
+                    f,
+                    "an earlier `snapshot rollback {target}` (pid {owner}) was interrupted before it changed anything; the repository is as it was before it"
+                )?;
+                if let Some(s) = saved {
+                    write!(f, " (also saved as {s})")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Snapshots {
+    /// Serialize snapshot operations on this work tree (they share the private index),
+    /// then recover from a killed predecessor. Waits for another live holder, or reports
+    /// it with its pid (`reporting_busy`).
+    pub(super) fn lock(&self) -> Result<SnapshotLock, SnapshotError> {
+        let dir = self.private_dir();
+        fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let path = dir.join("snapshot.lock");
+        let mut f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(io(&path))?;
+        match f.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) if self.wait => f.lock().map_err(io(&path))?,
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(SnapshotError::Busy {
+                    pid: read_pid(&mut f),
+                    path,
+                });
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(io(&path)(e)),
+        }
+        let previous = read_pid(&mut f).filter(|p| *p != std::process::id() as i32);
+        f.set_len(0)
+            .and_then(|()| f.rewind())
+            .and_then(|()| writeln!(f, "{}", std::process::id()))
+            .map_err(io(&path))?;
+        let lock = SnapshotLock(f);
+        self.recover_locked(previous)?;
+        Ok(lock)
+    }
+
+    /// Under the lock: end what a killed holder left behind. `previous`: the pid of a
+    /// holder that did not finish (one that did cleared it).
+    fn recover_locked(&self, previous: Option<i32>) -> Result<(), SnapshotError> {
+        if let Some(owner) = previous {
+            self.wait_for_children_of(owner)?;
+        }
+        let journal = self.read_journal()?;
+        if journal.is_none() && self.stale_locks(None).is_empty() {
+            return Ok(());
+        }
+        for path in self.stale_locks(journal.as_ref()) {
+            match fs::remove_file(&path) {
+                Ok(()) => self.notice(Notice::StaleLock {
+                    path,
+                    owner: previous,
+                }),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&path)(e)),
+            }
+        }
+        if let Some(j) = journal {
+            self.recover_journal(j)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn notice(&self, n: Notice) {
+        if let Ok(mut all) = self.notices.lock() {
+            all.push(n);
+        }
+    }
+
+    /// Lock files only a snapshot command makes: of the private indexes, of snapshot tags,
+    /// and (with a rollback's journal) of the refs that rollback moves.
+    fn stale_locks(&self, journal: Option<&Journal>) -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        // Only git's locks of the private indexes: the same directory holds flock files
+        // of others (`worktrees.lock`, `merge.lock`) that must never be removed.
+        let ours = |name: &str| PRIVATE_INDEX_LOCKS.contains(&name);
+        for (dir, keep) in [
+            (self.private_dir(), &ours as &dyn Fn(&str) -> bool),
+            (self.common_dir.join("refs/tags"), &|name: &str| {
+                TAG_PREFIXES.iter().any(|p| name.starts_with(p))
+            }),
+        ] {
+            let Ok(rd) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let is_file = e.file_type().is_ok_and(|t| t.is_file());
+                if is_file && name.ends_with(".lock") && keep(&name) {
+                    found.push(e.path());
+                }
+            }
+        }
+        if let Some(j) = journal {
+            let refs = j.moves.iter().map(|m| m.name.as_str());
+            for name in refs.chain(["HEAD"]) {
+                let base = if name == "HEAD" {
+                    &self.git_dir
+                } else {
+                    &self.common_dir
+                };
+                let lock = base.join(format!("{name}.lock"));
+                if lock.is_file() {
+                    found.push(lock);
+                }
+            }
+        }
+        found.sort();
+        found.dedup();
+        found
+    }
+
+    /// Wait until no git started by `owner` (a killed taskdaemon) runs any more.
+    fn wait_for_children_of(&self, owner: i32) -> Result<(), SnapshotError> {
+        let start = Instant::now();
+        loop {
+            let left = children_of(owner);
+            let Some(pid) = left.first() else {
+                return Ok(());
+            };
+            if start.elapsed() > ORPHAN_WAIT {
+                return Err(SnapshotError::LockHeld {
+                    path: self.private_dir(),
+                    pid: *pid,
+                    owner,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Test hook: with `TASKDAEMON_TEST_ROLLBACK_PAUSE=<step>`, stop at that step for good
+    /// (after writing `paused-<step>` with the pid into the private directory) so a test
+    /// can kill the process at an exact point of a rollback.
+    pub(super) fn pause(&self, step: &str) {
+        if std::env::var_os("TASKDAEMON_TEST_ROLLBACK_PAUSE").is_some_and(|v| v == step) {
+            let _ = fs::write(
+                self.private_dir().join(format!("paused-{step}")),
+                std::process::id().to_string(),
+            );
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+        }
+    }
+}
+
+/// The held snapshot lock. Released normally, it clears the holder's pid: a pid found by
+/// the next holder means a killed one (whose git children may still run).
+pub(super) struct SnapshotLock(File);
+
+impl Drop for SnapshotLock {
+    fn drop(&mut self) {
+        let _ = self.0.set_len(0);
+    }
+}
+
+fn read_pid(f: &mut File) -> Option<i32> {
+    let mut text = String::new();
+    f.rewind().ok()?;
+    f.read_to_string(&mut text).ok()?;
+    text.trim().parse().ok()
+}
+
+/// Live processes whose environment marks them as git started by `owner`.
+fn children_of(owner: i32) -> Vec<i32> {
+    let needle = format!("{OWNER_ENV}={owner}\0");
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            fs::read(Path::new("/proc").join(pid.to_string()).join("environ"))
+                .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_bytes()))
+        })
+        .collect()
+}

@@ -1,0 +1,150 @@
+//! Snapshot tags are input: anyone can push a tag whose message carries `Snapshot-*`
+//! trailers. Before a rollback acts on one, its branch must be a `refs/heads/…` name that
+//! passes `git check-ref-format`, its head an existing commit that is the snapshot
+//! commit's first parent; and the rollback deletes no branch but the one checked out
+//! (whose tip the safety snapshot keeps as its first parent).
+
+use super::journal::RefMove;
+use super::{Captured, Snapshot, SnapshotError, Snapshots};
+
+impl Snapshots {
+    /// The snapshot's work tree and index trees, once its trailers passed the checks.
+    /// Also the branch's tip now (`None`: no such branch yet).
+    pub(super) fn trusted_trees(
+        &self,
+        t: &Snapshot,
+    ) -> Result<(String, String, Option<String>), SnapshotError> {
+        let untrusted =
+            |field: &'static str, value: &str, why: &'static str| SnapshotError::Untrusted {
+                tag: t.tag.clone(),
+                field,
+                value: value.to_string(),
+                why,
+            };
+        if let Some(b) = &t.branch {
+            let valid = b.len() > "refs/heads/".len()
+                && b.starts_with("refs/heads/")
+                && self
+                    .git
+                    .call(&["check-ref-format", b.as_str()])
+                    .output()?
+                    .status
+                    .success();
+            if !valid {
+                return Err(untrusted(
+                    "Snapshot-Branch",
+                    b,
+                    "is not a valid branch name (refs/heads/…)",
+                ));
+            }
+        }
+        let damaged = |why: &str| SnapshotError::Damaged {
+            tag: t.tag.clone(),
+            why: why.to_string(),
+        };
+        if t.branch.is_none() && t.head.is_none() {
+            return Err(damaged("it records neither a branch nor a HEAD"));
+        }
+        let index_parent = if t.head.is_some() { 2 } else { 1 };
+        let mut specs = vec![
+            format!("{}^{{tree}}", t.commit),
+            format!("{}^{index_parent}^{{tree}}", t.commit),
+        ];
+        if let Some(h) = &t.head {
+            let hex = matches!(h.len(), 40 | 64)
+                && h.bytes()
+                    .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c));
+            if !hex {
+                return Err(untrusted("Snapshot-Head", h, "is not a commit id"));
+            }
+            specs.push(format!("{h}^{{commit}}"));
+            specs.push(format!("{}^1", t.commit));
+        }
+        if let Some(b) = &t.branch {
+            specs.push(format!("{b}^{{commit}}"));
+        }
+        let got = self.resolve_all(&specs)?;
+        let (Some(work_tree), Some(index_tree)) = (got[0].clone(), got[1].clone()) else {
+            return Err(damaged("its commit or its index parent is missing"));
+        };
+        if let Some(h) = &t.head {
+            if got[2].as_deref() != Some(h.as_str()) {
+                return Err(untrusted("Snapshot-Head", h, "is not an existing commit"));
+            }
+            if got[3].as_deref() != Some(h.as_str()) {
+                return Err(untrusted(
+                    "Snapshot-Head",
+                    h,
+                    "is not the snapshot commit's first parent",
+                ));
+            }
+        }
+        let tip = t
+            .branch
+            .as_ref()
+            .and_then(|_| got.last().cloned().flatten());
+        Ok((work_tree, index_tree, tip))
+    }
+
+    /// Object ids of several revisions with one git process; `None` for what is missing.
+    fn resolve_all(&self, specs: &[String]) -> Result<Vec<Option<String>>, SnapshotError> {
+        let mut input = specs.join("\n");
+        input.push('\n');
+        let out = self
+            .git
+            .call(&["cat-file", "--batch-check=%(objectname)"])
+            .input(input.into_bytes())
+            .bytes()?;
+        let text = String::from_utf8_lossy(&out);
+        let mut lines = text.lines();
+        Ok(specs
+            .iter()
+            .map(|_| {
+                lines
+                    .next()
+                    .filter(|l| !l.contains(' ') && !l.is_empty())
+                    .map(str::to_string)
+            })
+            .collect())
+    }
+
+    /// The refs the rollback writes, with their values now. Deleting a branch (the
+    /// target is an unborn branch that exists now) is allowed only for the branch checked
+    /// out: the safety snapshot's first parent is its tip.
+    /// `tip`: the branch's commit now.
+    pub(super) fn ref_moves(
+        &self,
+        t: &Snapshot,
+        tip: Option<String>,
+        now: &Captured,
+    ) -> Result<Vec<RefMove>, SnapshotError> {
+        let moves = match (&t.branch, &t.head) {
+            (Some(b), Some(h)) => vec![RefMove {
+                name: b.clone(),
+                old: tip,
+                new: Some(h.clone()),
+            }],
+            (None, Some(h)) => vec![RefMove {
+                name: "HEAD".into(),
+                old: now.head.clone(),
+                new: Some(h.clone()),
+            }],
+            (Some(b), None) => {
+                let old = tip;
+                if old.is_some() && now.branch.as_ref() != Some(b) {
+                    return Err(SnapshotError::WouldDeleteBranch {
+                        tag: t.tag.clone(),
+                        branch: b.trim_start_matches("refs/heads/").to_string(),
+                    });
+                }
+                vec![RefMove {
+                    name: b.clone(),
+                    old,
+                    new: None,
+                }]
+            }
+            (None, None) => Vec::new(),
+        };
+        Ok(moves)
+    }
+}
