@@ -127,7 +127,9 @@ pub async fn run(
     events: mpsc::UnboundedSender<String>,
     shutdown: CancellationToken,
 ) -> Result<(), DaemonError> {
-    std::fs::create_dir_all(&paths.dir).map_err(io(format!("creating {}", paths.dir.display())))?;
+    paths
+        .prepare_dir()
+        .map_err(io(format!("creating {}", paths.dir.display())))?;
     let lock = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -174,10 +176,13 @@ pub async fn run(
     crate::agent::tracked::track_process_groups(groups)
         .map_err(io("creating the process-group records"))?;
 
-    let socket = paths.socket();
-    let _ = std::fs::remove_file(&socket);
+    let socket = paths.prepare_socket().map_err(|e| DaemonError::Io {
+        what: "preparing the socket".into(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
     let listener =
         UnixListener::bind(&socket).map_err(io(format!("listening on {}", socket.display())))?;
+    paths::restrict_socket(&socket).map_err(io(format!("securing {}", socket.display())))?;
     let started_at = crate::clock::now_rfc3339();
     let info = DaemonInfo {
         pid: std::process::id(),
@@ -320,6 +325,17 @@ async fn serve(listener: UnixListener, tx: mpsc::Sender<(Request, oneshot::Sende
         };
         let tx = tx.clone();
         tokio::spawn(async move {
+            // Only the daemon's owner (or root) may talk to it, whatever the socket's mode.
+            let owner = nix::unistd::geteuid().as_raw();
+            let peer = stream.peer_cred().map(|c| c.uid()).unwrap_or(u32::MAX);
+            if !ipc::peer_allowed(peer, owner) {
+                let (_, mut w) = stream.into_split();
+                let mut out = serde_json::to_string(&ipc::refused_peer(peer, owner))
+                    .unwrap_or_else(|_| "{\"ok\":false}".into());
+                out.push('\n');
+                let _ = w.write_all(out.as_bytes()).await;
+                return;
+            }
             let (r, mut w) = stream.into_split();
             let mut line = String::new();
             // A request is small; a client cannot make the daemon hold more than this.
