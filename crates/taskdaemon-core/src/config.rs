@@ -34,9 +34,11 @@ impl<'de> Deserialize<'de> for Dur {
             Text(String),
         }
         match Raw::deserialize(d)? {
-            Raw::Num(secs) => crate::duration::check_bound(&secs.to_string(), Duration::from_secs(secs))
-                .map(Dur)
-                .map_err(serde::de::Error::custom),
+            Raw::Num(secs) => {
+                crate::duration::check_bound(&secs.to_string(), Duration::from_secs(secs))
+                    .map(Dur)
+                    .map_err(serde::de::Error::custom)
+            }
             Raw::Text(s) => parse_duration(&s)
                 .map(Dur)
                 .map_err(serde::de::Error::custom),
@@ -191,10 +193,14 @@ pub fn check_worktrees_dir(path: &Path) -> Result<(), String> {
     use std::path::Component;
     let shown = path.display();
     if path.as_os_str().is_empty() {
-        return Err("worktrees-dir is empty; remove it for the default `.taskdaemon/worktrees`".into());
+        return Err(
+            "worktrees-dir is empty; remove it for the default `.taskdaemon/worktrees`".into(),
+        );
     }
     if path.is_relative() {
-        let mut parts = path.components().filter(|c| !matches!(c, Component::CurDir));
+        let mut parts = path
+            .components()
+            .filter(|c| !matches!(c, Component::CurDir));
         let first = parts.next();
         if path.components().any(|c| matches!(c, Component::ParentDir)) {
             return Err(format!(
@@ -391,7 +397,21 @@ mod tests {
         for good in ["main", "feature/x-1", "a.b", "v1.2"] {
             assert!(check_branch_name(good).is_ok(), "{good}");
         }
-        for bad in ["", "-x", "a..b", "HEAD", "a b", "x.lock", ".x", "a/", "a//b", "a@{1}", "x:y", "refs/heads/x", "a/.b"] {
+        for bad in [
+            "",
+            "-x",
+            "a..b",
+            "HEAD",
+            "a b",
+            "x.lock",
+            ".x",
+            "a/",
+            "a//b",
+            "a@{1}",
+            "x:y",
+            "refs/heads/x",
+            "a/.b",
+        ] {
             assert!(check_branch_name(bad).is_err(), "{bad}");
         }
     }

@@ -290,7 +290,9 @@ mod tests {
         fs::write(repo.join("inner"), "x").unwrap();
         let inner = repo.join(".ralph/progress.md");
         std::os::unix::fs::symlink(repo.join("inner"), &inner).unwrap();
-        assert!(is_refused_link(&append_record(&inner, b"y", false).unwrap_err()));
+        assert!(is_refused_link(
+            &append_record(&inner, b"y", false).unwrap_err()
+        ));
     }
 
     #[test]

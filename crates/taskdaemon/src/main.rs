@@ -11,6 +11,7 @@ macro_rules! eprintln {
     () => {{ $crate::out::write_err("\n"); }};
     ($($arg:tt)*) => {{ $crate::out::write_err(&format!("{}\n", format_args!($($arg)*))); }};
 }
+#[allow(unused_macros)] // kept so a future `eprint!` cannot panic either
 macro_rules! eprint {
     ($($arg:tt)*) => {{ $crate::out::write_err(&format!($($arg)*)); }};
 }

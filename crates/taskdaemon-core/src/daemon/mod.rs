@@ -456,8 +456,37 @@ impl Dispatcher {
         }
     }
 
+    /// A run is input (its record may come from another clone): its paths must resolve
+    /// inside the repository, and its commands must be ones this machine made or the local
+    /// user configured (see `store::trust`).
+    fn admit(&self, run: &LoopRun) -> Result<(), String> {
+        for (field, path) in AnyRecord::Run(run.clone()).paths() {
+            crate::store::paths::inside(&path, &self.shared.paths.project)
+                .map_err(|why| format!("not started: {field}: {why}"))?;
+        }
+        let user = crate::config::user_config_dir()
+            .and_then(|d| crate::config::load_file(&d.join("config.yaml")).ok())
+            .unwrap_or_default();
+        let configured: Vec<String> = [self.opts.default_agent.clone(), user.agent, user.validate]
+            .into_iter()
+            .flatten()
+            .collect();
+        self.records
+            .check_commands(run, &configured)
+            .map_err(|e| e.to_string())?
+    }
+
     fn launch(&mut self, mut run: LoopRun) {
         if self.active.contains_key(&run.id) || self.shutting_down {
+            return;
+        }
+        if let Err(why) = self.admit(&run) {
+            self.note(format!("run {}: {why}", run.id));
+            run.status = RunStatus::Blocked;
+            run.note = Some(why);
+            if let Err(e) = self.records.update(AnyRecord::Run(run.clone()), now_ms()) {
+                self.note(format!("cannot block run {}: {e}", run.id));
+            }
             return;
         }
         // Queued again by a person (resume/start), as opposed to relaunched after a stop.

@@ -159,7 +159,10 @@ impl DaemonPaths {
     /// the umask, so no other user reaches its files or socket.
     pub fn prepare_dir(&self) -> std::io::Result<()> {
         std::fs::create_dir_all(&self.dir)?;
-        for d in [self.dir.parent(), Some(self.dir.as_path())].into_iter().flatten() {
+        for d in [self.dir.parent(), Some(self.dir.as_path())]
+            .into_iter()
+            .flatten()
+        {
             private_dir(d)?;
         }
         Ok(())
@@ -252,7 +255,12 @@ mod tests {
         assert!(e.to_string().contains("not a socket"), "{e}");
         std::fs::remove_file(p.dir.join("sock")).unwrap();
         std::os::unix::fs::symlink("/tmp", p.dir.join("sock")).unwrap();
-        assert!(p.prepare_socket().unwrap_err().to_string().contains("symbolic link"));
+        assert!(
+            p.prepare_socket()
+                .unwrap_err()
+                .to_string()
+                .contains("symbolic link")
+        );
         // A stale socket of ours is cleared.
         std::fs::remove_file(p.dir.join("sock")).unwrap();
         let l = std::os::unix::net::UnixListener::bind(p.dir.join("sock")).unwrap();
@@ -272,7 +280,10 @@ mod tests {
         assert_eq!(mode, 0o700);
         let link = d.path().join("link");
         std::os::unix::fs::symlink(&own, &link).unwrap();
-        assert!(matches!(check_owned(&link, true), Err(SocketError::Squatted { .. })));
+        assert!(matches!(
+            check_owned(&link, true),
+            Err(SocketError::Squatted { .. })
+        ));
         if !nix::unistd::geteuid().is_root() {
             // `/` belongs to root: another user's directory.
             let e = check_owned(Path::new("/"), true).unwrap_err();

@@ -269,7 +269,10 @@ fn param(p: &Parameter, out: &mut BTreeSet<String>, loop_name: &str) -> Result<(
             }
         },
         Parameter::Path(Path::Local((_, _, raw))) => {
-            return Err(bad(raw, "`@` names exist only inside `each`, which loop templates do not have"));
+            return Err(bad(
+                raw,
+                "`@` names exist only inside `each`, which loop templates do not have",
+            ));
         }
         Parameter::Name(n) => {
             out.insert(n.clone());
@@ -298,7 +301,11 @@ fn check_shape(source: &str) -> Result<(), String> {
         let open = i + off;
         let body_start = open + b[open..].iter().take_while(|&&c| c == b'{').count();
         let is_comment = b[body_start..].starts_with(b"!--");
-        let close = if is_comment { b"--}}".as_slice() } else { b"}}".as_slice() };
+        let close = if is_comment {
+            b"--}}".as_slice()
+        } else {
+            b"}}".as_slice()
+        };
         let Some(len) = find(&b[body_start..], close) else {
             return Ok(()); // unclosed: the parser reports it
         };
@@ -324,7 +331,9 @@ fn check_shape(source: &str) -> Result<(), String> {
             }
         }
         if !is_comment && max > MAX_NESTING {
-            return Err(format!("subexpressions nest deeper than {MAX_NESTING} levels"));
+            return Err(format!(
+                "subexpressions nest deeper than {MAX_NESTING} levels"
+            ));
         }
         i = body_start + len + close.len();
     }
@@ -404,8 +413,15 @@ mod tests {
             );
         }
         let e = PromptTemplate::compile("t", "{{iteration.a.b.c}}").unwrap_err();
-        assert!(e.to_string().contains("iteration.a.b.c") && e.to_string().contains("plain values"), "{e}");
-        PromptTemplate::compile("t", "{{#if (eq iteration 1)}}first{{else}}{{progress}}{{/if}}").unwrap();
+        assert!(
+            e.to_string().contains("iteration.a.b.c") && e.to_string().contains("plain values"),
+            "{e}"
+        );
+        PromptTemplate::compile(
+            "t",
+            "{{#if (eq iteration 1)}}first{{else}}{{progress}}{{/if}}",
+        )
+        .unwrap();
     }
 
     #[test]
@@ -416,8 +432,15 @@ mod tests {
             let e = PromptTemplate::compile("t", &deep(n)).unwrap_err();
             assert!(matches!(e, TemplateError::TooComplex { .. }), "{e}");
         }
-        let parens = format!("{{{{not {}progress{}}}}}", "(not ".repeat(10_000), ")".repeat(10_000));
-        assert!(matches!(PromptTemplate::compile("t", &parens), Err(TemplateError::TooComplex { .. })));
+        let parens = format!(
+            "{{{{not {}progress{}}}}}",
+            "(not ".repeat(10_000),
+            ")".repeat(10_000)
+        );
+        assert!(matches!(
+            PromptTemplate::compile("t", &parens),
+            Err(TemplateError::TooComplex { .. })
+        ));
         // Many blocks side by side: up to the tag limit they load, beyond it are refused
         // before the (quadratic) parser runs.
         PromptTemplate::compile("t", &"{{#if progress}}x{{/if}}".repeat(MAX_TAGS / 2)).unwrap();
