@@ -49,12 +49,25 @@ impl Records {
             return Ok(());
         };
         let text: String = ids.map(|id| format!("{id}\n")).collect();
-        crate::fsutil::append_record(&path, text.as_bytes(), false).map_err(|e| {
-            StoreError::Invalid {
-                field: "local-records".into(),
-                reason: format!("{}: {e}", path.display()),
-                hint: "check the permissions of the repository's .git directory".into(),
+        // Inside `.git` (never checked out, so no link a repository could plant): a plain
+        // append, without the per-call checks of `fsutil`.
+        let append = || -> std::io::Result<()> {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
             }
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .custom_flags(nix::libc::O_NOFOLLOW)
+                .open(&path)?
+                .write_all(text.as_bytes())
+        };
+        append().map_err(|e| StoreError::Invalid {
+            field: "local-records".into(),
+            reason: format!("{}: {e}", path.display()),
+            hint: "check the permissions of the repository's .git directory".into(),
         })
     }
 
