@@ -34,7 +34,11 @@ impl<'de> Deserialize<'de> for Dur {
             Text(String),
         }
         match Raw::deserialize(d)? {
-            Raw::Num(secs) => Ok(Dur(Duration::from_secs(secs))),
+            Raw::Num(secs) => {
+                crate::duration::check_bound(&secs.to_string(), Duration::from_secs(secs))
+                    .map(Dur)
+                    .map_err(serde::de::Error::custom)
+            }
             Raw::Text(s) => parse_duration(&s)
                 .map(Dur)
                 .map_err(serde::de::Error::custom),
@@ -75,12 +79,16 @@ pub struct Settings {
     pub parse_timeout: Option<Dur>,
     /// The daemon: how many loops run at once.
     pub max_loops: Option<u32>,
-    /// The daemon: at most this many loops at once per agent (`claude: 2`, `cmd: 8`).
+    /// The daemon: at most this many loops at once per agent (`claude: 2`, `cmd: 8`); ≥ 1.
+    #[serde(default, deserialize_with = "de_agent_limits")]
     pub agent_limits: Option<std::collections::BTreeMap<String, u32>>,
     /// The daemon: the branch finished specs and runs are merged into [default: the branch
-    /// checked out where the work was submitted].
+    /// checked out where the work was submitted]. Must be a valid branch name.
+    #[serde(default, deserialize_with = "de_target_branch")]
     pub target_branch: Option<String>,
-    /// Where loops' git worktrees live; relative paths start at the repository's top level.
+    /// Where loops' git worktrees live; relative paths start at the repository's top level
+    /// (and may not leave it), absolute ones must be the user's own.
+    #[serde(default, deserialize_with = "de_worktrees_dir")]
     pub worktrees_dir: Option<PathBuf>,
 }
 
@@ -110,6 +118,121 @@ impl Settings {
             worktrees_dir: over.worktrees_dir.or(self.worktrees_dir),
         }
     }
+}
+
+fn de_agent_limits<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<std::collections::BTreeMap<String, u32>>, D::Error> {
+    let map = std::collections::BTreeMap::<String, u32>::deserialize(d)?;
+    if let Some((agent, _)) = map.iter().find(|(_, n)| **n == 0) {
+        return Err(serde::de::Error::custom(format!(
+            "agent-limits.{agent} is 0, so no `{agent}` run could ever start; write 1 or more, or remove the entry for no limit"
+        )));
+    }
+    Ok(Some(map))
+}
+
+fn de_target_branch<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let name = String::deserialize(d)?;
+    check_branch_name(&name).map_err(serde::de::Error::custom)?;
+    Ok(Some(name))
+}
+
+fn de_worktrees_dir<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+    let path = PathBuf::deserialize(d)?;
+    check_worktrees_dir(&path).map_err(serde::de::Error::custom)?;
+    Ok(Some(path))
+}
+
+/// A branch name as `git check-ref-format --branch` takes it (and not `HEAD`): no `..`,
+/// `@{`, `//`, control characters, space, `~^:?*[\\`; no component starting with `.` or
+/// ending with `.lock`; not starting with `-`, not ending with `/` or `.`.
+pub fn check_branch_name(name: &str) -> Result<(), String> {
+    let bad = |why: &str| {
+        Err(format!(
+            "`{name}` is not a valid branch name ({why}); write a name such as `main` or `release/1.2`"
+        ))
+    };
+    if name.is_empty() {
+        return bad("it is empty");
+    }
+    if name == "HEAD" || name == "@" {
+        return bad("it is a reserved name");
+    }
+    if name.starts_with('-') {
+        return bad("it starts with `-`");
+    }
+    if name.starts_with("refs/") {
+        return bad("write the branch's short name, without `refs/`");
+    }
+    if name.contains("..") || name.contains("@{") || name.contains("//") {
+        return bad("it contains `..`, `@{` or `//`");
+    }
+    if name
+        .chars()
+        .any(|c| c.is_control() || " ~^:?*[\\".contains(c))
+    {
+        return bad("it contains a space, a control character or one of ~^:?*[\\");
+    }
+    if name.ends_with('/') || name.ends_with('.') || name.starts_with('/') {
+        return bad("it starts or ends with `/` or ends with `.`");
+    }
+    if name
+        .split('/')
+        .any(|c| c.starts_with('.') || c.ends_with(".lock"))
+    {
+        return bad("a part starts with `.` or ends with `.lock`");
+    }
+    Ok(())
+}
+
+/// `worktrees-dir`: a relative path that stays inside the repository (no `..`, not in
+/// `.git`), or an absolute path that is not `/` and whose nearest existing directory
+/// belongs to the current user.
+pub fn check_worktrees_dir(path: &Path) -> Result<(), String> {
+    use std::path::Component;
+    let shown = path.display();
+    if path.as_os_str().is_empty() {
+        return Err(
+            "worktrees-dir is empty; remove it for the default `.taskdaemon/worktrees`".into(),
+        );
+    }
+    if path.is_relative() {
+        let mut parts = path
+            .components()
+            .filter(|c| !matches!(c, Component::CurDir));
+        let first = parts.next();
+        if path.components().any(|c| matches!(c, Component::ParentDir)) {
+            return Err(format!(
+                "worktrees-dir `{shown}` leaves the repository (`..`); use a path inside it such as `.taskdaemon/worktrees`, or an absolute directory of yours"
+            ));
+        }
+        if first.is_none() || first == Some(Component::Normal(".git".as_ref())) {
+            return Err(format!(
+                "worktrees-dir `{shown}` is the repository itself or inside `.git`; use e.g. `.taskdaemon/worktrees`"
+            ));
+        }
+        return Ok(());
+    }
+    if path.parent().is_none() {
+        return Err("worktrees-dir `/` is the root directory; use a directory of yours, e.g. `~/worktrees/PROJECT` written out in full".into());
+    }
+    let mut cur = Some(path);
+    while let Some(p) = cur {
+        if let Ok(meta) = std::fs::metadata(p) {
+            use std::os::unix::fs::MetadataExt;
+            let me = nix::unistd::geteuid().as_raw();
+            if meta.uid() != me || p.parent().is_none() {
+                return Err(format!(
+                    "worktrees-dir `{shown}`: {} belongs to another user; create the directory yourself first (`mkdir -p {shown}`), or use a relative path inside the repository",
+                    p.display()
+                ));
+            }
+            return Ok(());
+        }
+        cur = p.parent();
+    }
+    Ok(())
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -239,6 +362,80 @@ mod tests {
             e.message.contains("parsecs") || e.message.contains("duration"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn garbage_values_are_refused_with_their_line() {
+        let cases = [
+            ("iteration-timeout: 99999999999999999999h\n", "too long"),
+            ("max-runtime: 18446744073709551615\n", "too long"),
+            ("agent-limits: {cmd: 0}\n", "agent-limits.cmd is 0"),
+            ("worktrees-dir: /\n", "root directory"),
+            ("worktrees-dir: ../../outside\n", "leaves the repository"),
+            ("worktrees-dir: .git/wt\n", "inside `.git`"),
+            ("target-branch: -x\n", "not a valid branch name"),
+            ("target-branch: a..b\n", "not a valid branch name"),
+            ("target-branch: HEAD\n", "reserved"),
+        ];
+        for (text, want) in cases {
+            let e = yaml::parse::<Settings>(Path::new("c.yaml"), &format!("max-stuck: 2\n{text}"))
+                .unwrap_err();
+            assert_eq!(e.line, Some(2), "{text}: {e}");
+            assert!(e.to_string().contains(want), "{text}: {e}");
+        }
+        let ok = yaml::parse::<Settings>(
+            Path::new("c.yaml"),
+            "agent-limits: {cmd: 1}\ntarget-branch: release/1.2\nworktrees-dir: .taskdaemon/wt\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(ok.target_branch.as_deref(), Some("release/1.2"));
+    }
+
+    #[test]
+    fn branch_names_follow_check_ref_format() {
+        for good in ["main", "feature/x-1", "a.b", "v1.2"] {
+            assert!(check_branch_name(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "-x",
+            "a..b",
+            "HEAD",
+            "a b",
+            "x.lock",
+            ".x",
+            "a/",
+            "a//b",
+            "a@{1}",
+            "x:y",
+            "refs/heads/x",
+            "a/.b",
+        ] {
+            assert!(check_branch_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_absolute_worktrees_dir_must_be_the_users() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(check_worktrees_dir(&d.path().join("not/yet")).is_ok());
+        if !nix::unistd::geteuid().is_root() {
+            assert!(check_worktrees_dir(Path::new("/usr/local/wt")).is_err());
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// Any text, and any value under every key, parses or fails with a message.
+        #[test]
+        fn config_never_panics(text in "\\PC{0,200}", key in proptest::sample::select(vec![
+            "agent", "iteration-timeout", "max-runtime", "kill-grace", "agent-limits",
+            "target-branch", "worktrees-dir", "max-iterations", "task-parser", "max-cost",
+        ]), value in "[ -~]{0,40}") {
+            let _ = yaml::parse::<Settings>(Path::new("c.yaml"), &text);
+            let _ = yaml::parse::<Settings>(Path::new("c.yaml"), &format!("{key}: {value}\n"));
+        }
     }
 
     #[test]

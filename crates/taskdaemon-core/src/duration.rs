@@ -2,6 +2,20 @@
 
 use std::time::Duration;
 
+/// The longest duration taskdaemon takes anywhere (timeouts, budgets, retention): a year.
+/// Longer values would overflow the clock arithmetic; they are refused, never a panic.
+pub const MAX_DURATION: Duration = Duration::from_secs(366 * 86400);
+
+/// `Err` with a hint when `d` exceeds [`MAX_DURATION`].
+pub fn check_bound(input: &str, d: Duration) -> Result<Duration, String> {
+    if d > MAX_DURATION {
+        return Err(format!(
+            "`{input}` is too long; the longest duration taskdaemon accepts is 366d"
+        ));
+    }
+    Ok(d)
+}
+
 /// Parse `90s`, `15m`, `2h`, `1d`, `500ms` or a combination such as `1h30m`. A bare number
 /// means seconds. Returns a message saying what was wrong.
 pub fn parse_duration(input: &str) -> Result<Duration, String> {
@@ -9,10 +23,13 @@ pub fn parse_duration(input: &str) -> Result<Duration, String> {
     if s.is_empty() {
         return Err("empty duration; write it like 90s, 15m or 2h".into());
     }
-    if let Ok(secs) = s.parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
+    if s.bytes().all(|b| b.is_ascii_digit()) {
+        return match s.parse::<u64>() {
+            Ok(secs) => check_bound(input, Duration::from_secs(secs)),
+            Err(_) => check_bound(input, Duration::MAX),
+        };
     }
-    let mut total = Duration::ZERO;
+    let mut total = 0.0f64;
     let mut rest = s;
     while !rest.is_empty() {
         let digits = rest
@@ -49,9 +66,12 @@ pub fn parse_duration(input: &str) -> Result<Duration, String> {
                 ));
             }
         };
-        total += Duration::from_secs_f64(number * factor);
+        total += number * factor;
+        if !total.is_finite() || total > MAX_DURATION.as_secs_f64() {
+            return check_bound(input, Duration::MAX);
+        }
     }
-    Ok(total)
+    check_bound(input, Duration::from_secs_f64(total))
 }
 
 /// Format a duration for people: `850ms`, `42s`, `3m 05s`, `1h 02m`.
@@ -93,6 +113,33 @@ mod tests {
                 e.contains("ms, s, m, h") || e.contains("like 90s"),
                 "{bad}: {e}"
             );
+        }
+    }
+
+    #[test]
+    fn huge_values_are_refused_not_a_panic() {
+        for bad in [
+            "99999999999999999999h",
+            "99999999999999999999",
+            "18446744073709551615",
+            "367d",
+            "1e400h",
+            "9999999999999999999999999999999999999999999999999999999999.9s",
+        ] {
+            let e = parse_duration(bad).unwrap_err();
+            assert!(e.contains("too long") || e.contains("unit"), "{bad}: {e}");
+        }
+        assert_eq!(parse_duration("366d"), Ok(MAX_DURATION));
+        assert!(parse_duration(".").is_err());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+        #[test]
+        fn never_panics(s in "\\PC{0,30}", n in proptest::num::u64::ANY, u in "(ms|s|m|h|d|x|)") {
+            let _ = parse_duration(&s);
+            let _ = parse_duration(&format!("{n}{u}"));
+            let _ = parse_duration(&format!("{n}.{n}{u}{n}{u}"));
         }
     }
 

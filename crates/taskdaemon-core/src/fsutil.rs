@@ -1,20 +1,119 @@
 //! Durable file writes. Every file the harness writes goes through here: whole files are
 //! written to a temp file in the same directory, fsynced and renamed over the target;
 //! append-only logs append one complete record per `write` call and sync it.
+//!
+//! **Symbolic links.** A repository is untrusted input: a committed `.ralph/run.lock ->
+//! ~/somefile` must not make the harness write into the user's files. Every function here
+//! refuses a path whose last component is a symbolic link (`O_NOFOLLOW`), and a path whose
+//! directories resolve outside the work tree it lies in ([`confine`]). Links inside the
+//! work tree that stay inside it (a `.ralph` pointing at another directory of the same
+//! repository) are followed.
+//!
+//! **Modes.** A rewritten file keeps its permissions; a new one gets the umask's default
+//! (`0666 & !umask`), as an editor or `git` would give it.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::path::Path;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The error for a path the harness refuses to follow; names the path and what to do.
+fn refused(path: &Path, why: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!(
+            "refusing to use {}: {why}\n  hint: taskdaemon never follows a symbolic link out of the repository; remove the link (`rm {}`) and run again",
+            path.display(),
+            path.display()
+        ),
+    )
+}
+
+/// Whether `err` is a refusal of [`confine`] or `O_NOFOLLOW` (for callers that report it).
+pub fn is_refused_link(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::PermissionDenied && err.to_string().starts_with("refusing to use")
+}
+
+/// The work tree `path` lies in: the nearest ancestor that holds a `.git` and is not
+/// itself a symbolic link (git never checks out a `.git` entry, so a repository cannot
+/// plant one). `None` outside any work tree.
+fn work_tree_of(path: &Path) -> Option<PathBuf> {
+    let mut cur = path.parent();
+    while let Some(dir) = cur {
+        let is_link = fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink());
+        if !is_link && fs::symlink_metadata(dir.join(".git")).is_ok() {
+            return Some(dir.to_path_buf());
+        }
+        cur = dir.parent();
+    }
+    None
+}
+
+/// Refuse `path` when its last component is a symbolic link, or when the directories it
+/// lies in (as far as they exist) resolve outside the work tree that contains it.
+/// Missing files and directories are fine: nothing is created here.
+pub fn confine(path: &Path) -> io::Result<()> {
+    let path = std::path::absolute(path)?;
+    if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(refused(&path, "it is a symbolic link"));
+    }
+    let Some(root) = work_tree_of(&path) else {
+        return Ok(());
+    };
+    let Ok(root_real) = fs::canonicalize(&root) else {
+        return Ok(());
+    };
+    let mut dir = path.parent();
+    while let Some(d) = dir {
+        if let Ok(real) = fs::canonicalize(d) {
+            if !real.starts_with(&root_real) {
+                return Err(refused(
+                    &path,
+                    &format!(
+                        "{} leads to {}, outside the work tree {}",
+                        d.display(),
+                        real.display(),
+                        root.display()
+                    ),
+                ));
+            }
+            return Ok(());
+        }
+        dir = d.parent();
+    }
+    Ok(())
+}
+
+/// Create `dir` (and its parents) after checking that it stays inside its work tree.
+pub fn create_dir_confined(dir: &Path) -> io::Result<()> {
+    confine(&dir.join(".probe"))?;
+    fs::create_dir_all(dir)?;
+    // Created now: check again what the new directories resolve to.
+    confine(&dir.join(".probe"))
+}
 
 /// Write `contents` to `path` atomically: a reader sees the old file or the new one, never
-/// a torn mix, and after a crash the new contents are on disk once this returned.
+/// a torn mix, and after a crash the new contents are on disk once this returned. An
+/// existing file keeps its mode; a new one gets `0666 & !umask`.
 pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
+    confine(path)?;
+    create_dir_confined(dir)?;
+    let existing_mode = fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.permissions().mode() & 0o7777);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tmp-")
+        .permissions(fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)?;
+    if let Some(mode) = existing_mode {
+        tmp.as_file()
+            .set_permissions(fs::Permissions::from_mode(mode))?;
+    }
     tmp.write_all(contents)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
@@ -25,13 +124,60 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Open `path` for appending (created with the umask's default mode when missing), never
+/// through a symbolic link and never outside its work tree.
+pub fn open_append(path: &Path) -> io::Result<File> {
+    confine(path)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        create_dir_confined(dir)?;
+    }
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| nofollow_error(path, e))
+}
+
+/// Open `path` for writing without truncating (a lock file), never through a symbolic link
+/// and never outside its work tree.
+pub fn open_lock_file(path: &Path) -> io::Result<File> {
+    confine(path)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        create_dir_confined(dir)?;
+    }
+    OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| nofollow_error(path, e))
+}
+
+/// Open `path` for reading, never through a symbolic link and never outside its work tree.
+pub fn open_read(path: &Path) -> io::Result<File> {
+    confine(path)?;
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| nofollow_error(path, e))
+}
+
+/// `ELOOP` from `O_NOFOLLOW` (a link appeared after the check) as the same clear refusal.
+fn nofollow_error(path: &Path, e: io::Error) -> io::Error {
+    if e.raw_os_error() == Some(nix::libc::ELOOP) {
+        refused(path, "it is a symbolic link")
+    } else {
+        e
+    }
+}
+
 /// Append one complete record (a CSV row, a log block) with a single `write` call and
 /// sync its data, so a crash leaves either the whole record or none of it.
 pub fn append_record(path: &Path, record: &[u8], sync: bool) -> io::Result<()> {
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir)?;
-    }
-    let mut f = OpenOptions::new().create(true).append(true).open(path)?;
+    let mut f = open_append(path)?;
     f.write_all(record)?;
     if sync {
         f.sync_data()?;
@@ -40,12 +186,16 @@ pub fn append_record(path: &Path, record: &[u8], sync: bool) -> io::Result<()> {
 }
 
 /// Read a file that may not exist: `Ok(None)` when it is absent.
+/// Never through a symbolic link, never outside its work tree.
 pub fn read_optional(path: &Path) -> io::Result<Option<String>> {
-    match fs::read(path) {
-        Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
+    let mut f = match open_read(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut bytes = Vec::new();
+    io::Read::read_to_end(&mut f, &mut bytes)?;
+    Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
 }
 
 /// Keep the head and the tail of a long text, with a note of what was left out. Cuts only
@@ -84,6 +234,92 @@ mod tests {
         assert_eq!(fs::read_to_string(&p).unwrap(), "two");
         let names: Vec<_> = fs::read_dir(p.parent().unwrap()).unwrap().collect();
         assert_eq!(names.len(), 1);
+    }
+
+    fn umask() -> u32 {
+        let status = fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("Umask:")).unwrap();
+        u32::from_str_radix(line.split_whitespace().nth(1).unwrap(), 8).unwrap()
+    }
+
+    #[test]
+    fn atomic_write_keeps_the_mode_and_new_files_get_the_umask_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.yaml");
+        write_atomic(&p, b"one").unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&p), 0o666 & !umask());
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o640)).unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(mode(&p), 0o640);
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        write_atomic(&p, b"three").unwrap();
+        assert_eq!(mode(&p), 0o755);
+    }
+
+    /// A work tree (a `.git` directory is enough) and a directory outside it.
+    fn tree() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path().join("repo");
+        let outside = d.path().join("outside");
+        fs::create_dir_all(repo.join(".git")).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        (d, repo, outside)
+    }
+
+    #[test]
+    fn a_symlinked_file_is_refused_and_its_target_untouched() {
+        let (_d, repo, outside) = tree();
+        let target = outside.join("somefile");
+        fs::write(&target, "precious").unwrap();
+        fs::create_dir_all(repo.join(".ralph")).unwrap();
+        let link = repo.join(".ralph/run.lock");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        for r in [
+            open_lock_file(&link).map(drop),
+            append_record(&link, b"x", false),
+            write_atomic(&link, b"x"),
+            read_optional(&link).map(drop),
+        ] {
+            let e = r.unwrap_err();
+            assert!(is_refused_link(&e), "{e}");
+            assert!(e.to_string().contains("run.lock"), "{e}");
+        }
+        assert_eq!(fs::read_to_string(&target).unwrap(), "precious");
+        // A link inside the tree is refused as a last component too (a lock would truncate).
+        fs::write(repo.join("inner"), "x").unwrap();
+        let inner = repo.join(".ralph/progress.md");
+        std::os::unix::fs::symlink(repo.join("inner"), &inner).unwrap();
+        assert!(is_refused_link(
+            &append_record(&inner, b"y", false).unwrap_err()
+        ));
+    }
+
+    #[test]
+    fn a_symlinked_directory_leading_outside_is_refused() {
+        let (_d, repo, outside) = tree();
+        std::os::unix::fs::symlink(&outside, repo.join(".ralph")).unwrap();
+        let e = write_atomic(&repo.join(".ralph/logs/summary.csv"), b"x").unwrap_err();
+        assert!(is_refused_link(&e), "{e}");
+        assert!(e.to_string().contains("outside the work tree"), "{e}");
+        assert!(fs::read_dir(&outside).unwrap().next().is_none());
+        // .ralph real, .ralph/logs a link out.
+        fs::remove_file(repo.join(".ralph")).unwrap();
+        fs::create_dir_all(repo.join(".ralph")).unwrap();
+        std::os::unix::fs::symlink(&outside, repo.join(".ralph/logs")).unwrap();
+        let e = append_record(&repo.join(".ralph/logs/summary.csv"), b"x", false).unwrap_err();
+        assert!(is_refused_link(&e), "{e}");
+        assert!(read_optional(&repo.join(".ralph/logs/summary.csv")).is_err());
+        assert!(fs::read_dir(&outside).unwrap().next().is_none());
+    }
+
+    #[test]
+    fn a_directory_link_inside_the_tree_is_followed() {
+        let (_d, repo, _outside) = tree();
+        fs::create_dir_all(repo.join("state")).unwrap();
+        std::os::unix::fs::symlink(repo.join("state"), repo.join(".ralph")).unwrap();
+        write_atomic(&repo.join(".ralph/a.txt"), b"x").unwrap();
+        assert_eq!(fs::read_to_string(repo.join("state/a.txt")).unwrap(), "x");
     }
 
     #[test]

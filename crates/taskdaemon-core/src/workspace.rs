@@ -1,10 +1,10 @@
 //! Typed access to the `.ralph/` files that agent and harness share. Every write is atomic.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::fsutil::{read_optional, write_atomic};
+use crate::fsutil::{create_dir_confined, open_lock_file, open_read, read_optional, write_atomic};
 
 /// Files in `.ralph/` that git must ignore: logs, escalations, runtime state. `init` puts
 /// them in `.gitignore`; `run` puts any that are missing in `.git/info/exclude`, so an
@@ -66,6 +66,7 @@ impl Workspace {
     /// logs start fresh and nothing is overwritten. Whether any moved.
     pub fn set_aside_logs(&self, name: &str) -> std::io::Result<bool> {
         let logs = self.logs_dir();
+        crate::fsutil::confine(&logs.join(name))?;
         let Ok(entries) = std::fs::read_dir(&logs) else {
             return Ok(false);
         };
@@ -134,13 +135,9 @@ impl Workspace {
     /// Hold the run lock of this work tree; released when the returned guard drops.
     pub fn lock(&self) -> Result<RunLock, WorkspaceError> {
         let path = self.lock_file();
-        std::fs::create_dir_all(&self.root).map_err(io(&self.root))?;
-        let mut f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(io(&path))?;
+        create_dir_confined(&self.root).map_err(io(&self.root))?;
+        // Never through a link: a committed `run.lock -> ~/file` would be truncated.
+        let mut f = open_lock_file(&path).map_err(io(&path))?;
         match f.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -158,7 +155,7 @@ impl Workspace {
 
     /// Whether a loop holds the lock right now.
     pub fn is_locked(&self) -> bool {
-        match File::open(self.lock_file()) {
+        match open_read(&self.lock_file()) {
             Ok(f) => matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)),
             Err(_) => false,
         }
@@ -419,6 +416,24 @@ mod tests {
         // An agent's question is never read as the parser's.
         ws.write_decide("### Task message\n> x", 1, "t").unwrap();
         assert_eq!(ws.read_decide().unwrap().unwrap().task_message, None);
+    }
+
+    #[test]
+    fn a_symlinked_run_lock_leaves_its_target_untouched() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path().join("repo");
+        std::fs::create_dir_all(repo.join(".git")).unwrap();
+        std::fs::create_dir_all(repo.join(".ralph")).unwrap();
+        let target = d.path().join("somefile");
+        std::fs::write(&target, "precious\n").unwrap();
+        std::os::unix::fs::symlink(&target, repo.join(".ralph/run.lock")).unwrap();
+        let ws = Workspace::new(&repo);
+        let e = ws.lock().unwrap_err().to_string();
+        assert!(e.contains("run.lock") && e.contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious\n");
+        std::fs::remove_file(repo.join(".ralph/run.lock")).unwrap();
+        std::os::unix::fs::symlink(&target, repo.join(".ralph/progress.md")).unwrap();
+        assert!(ws.read_progress_notes().is_err());
     }
 
     #[test]

@@ -70,8 +70,35 @@ pub enum IpcError {
     Exchange(String),
 }
 
-/// Send `req` and wait up to `timeout` for the reply.
+/// Whether a client with user id `peer` may talk to a daemon run by `owner`: the same
+/// user, or root. Checked on every connection (`SO_PEERCRED`).
+pub fn peer_allowed(peer: u32, owner: u32) -> bool {
+    peer == owner || peer == 0
+}
+
+/// The reply to a refused peer.
+pub fn refused_peer(peer: u32, owner: u32) -> Response {
+    Response::err(format!(
+        "refused: this daemon belongs to uid {owner}; a connection from uid {peer} may not control it"
+    ))
+}
+
+/// Send `req` and wait up to `timeout` for the reply. A socket that belongs to another
+/// user (not root) is not ours: refused before anything is sent.
 pub fn call(socket: &Path, req: &Request, timeout: Duration) -> Result<Response, IpcError> {
+    if let Ok(meta) = std::fs::symlink_metadata(socket) {
+        use std::os::unix::fs::MetadataExt;
+        let me = nix::unistd::geteuid().as_raw();
+        if !peer_allowed(meta.uid(), me) {
+            return Err(IpcError::Connect {
+                socket: socket.display().to_string(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!("the socket belongs to uid {}, not to you", meta.uid()),
+                ),
+            });
+        }
+    }
     let mut s = UnixStream::connect(socket).map_err(|source| IpcError::Connect {
         socket: socket.display().to_string(),
         source,
@@ -85,4 +112,19 @@ pub fn call(socket: &Path, req: &Request, timeout: Duration) -> Result<Response,
     let mut reply = String::new();
     BufReader::new(&s).read_line(&mut reply).map_err(ex)?;
     serde_json::from_str(&reply).map_err(|e| IpcError::Exchange(format!("bad reply: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_owner_or_root_may_connect() {
+        assert!(peer_allowed(1000, 1000));
+        assert!(peer_allowed(0, 1000));
+        assert!(!peer_allowed(1001, 1000));
+        assert!(!peer_allowed(1000, 0));
+        let r = refused_peer(1001, 1000);
+        assert!(!r.ok && r.message.contains("uid 1001"));
+    }
 }

@@ -127,7 +127,9 @@ pub async fn run(
     events: mpsc::UnboundedSender<String>,
     shutdown: CancellationToken,
 ) -> Result<(), DaemonError> {
-    std::fs::create_dir_all(&paths.dir).map_err(io(format!("creating {}", paths.dir.display())))?;
+    paths
+        .prepare_dir()
+        .map_err(io(format!("creating {}", paths.dir.display())))?;
     let lock = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -174,10 +176,13 @@ pub async fn run(
     crate::agent::tracked::track_process_groups(groups)
         .map_err(io("creating the process-group records"))?;
 
-    let socket = paths.socket();
-    let _ = std::fs::remove_file(&socket);
+    let socket = paths.prepare_socket().map_err(|e| DaemonError::Io {
+        what: "preparing the socket".into(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
     let listener =
         UnixListener::bind(&socket).map_err(io(format!("listening on {}", socket.display())))?;
+    paths::restrict_socket(&socket).map_err(io(format!("securing {}", socket.display())))?;
     let started_at = crate::clock::now_rfc3339();
     let info = DaemonInfo {
         pid: std::process::id(),
@@ -320,6 +325,17 @@ async fn serve(listener: UnixListener, tx: mpsc::Sender<(Request, oneshot::Sende
         };
         let tx = tx.clone();
         tokio::spawn(async move {
+            // Only the daemon's owner (or root) may talk to it, whatever the socket's mode.
+            let owner = nix::unistd::geteuid().as_raw();
+            let peer = stream.peer_cred().map(|c| c.uid()).unwrap_or(u32::MAX);
+            if !ipc::peer_allowed(peer, owner) {
+                let (_, mut w) = stream.into_split();
+                let mut out = serde_json::to_string(&ipc::refused_peer(peer, owner))
+                    .unwrap_or_else(|_| "{\"ok\":false}".into());
+                out.push('\n');
+                let _ = w.write_all(out.as_bytes()).await;
+                return;
+            }
             let (r, mut w) = stream.into_split();
             let mut line = String::new();
             // A request is small; a client cannot make the daemon hold more than this.
@@ -440,8 +456,37 @@ impl Dispatcher {
         }
     }
 
+    /// A run is input (its record may come from another clone): its paths must resolve
+    /// inside the repository, and its commands must be ones this machine made or the local
+    /// user configured (see `store::trust`).
+    fn admit(&self, run: &LoopRun) -> Result<(), String> {
+        for (field, path) in AnyRecord::Run(run.clone()).paths() {
+            crate::store::paths::inside(&path, &self.shared.paths.project)
+                .map_err(|why| format!("not started: {field}: {why}"))?;
+        }
+        let user = crate::config::user_config_dir()
+            .and_then(|d| crate::config::load_file(&d.join("config.yaml")).ok())
+            .unwrap_or_default();
+        let configured: Vec<String> = [self.opts.default_agent.clone(), user.agent, user.validate]
+            .into_iter()
+            .flatten()
+            .collect();
+        self.records
+            .check_commands(run, &configured)
+            .map_err(|e| e.to_string())?
+    }
+
     fn launch(&mut self, mut run: LoopRun) {
         if self.active.contains_key(&run.id) || self.shutting_down {
+            return;
+        }
+        if let Err(why) = self.admit(&run) {
+            self.note(format!("run {}: {why}", run.id));
+            run.status = RunStatus::Blocked;
+            run.note = Some(why);
+            if let Err(e) = self.records.update(AnyRecord::Run(run.clone()), now_ms()) {
+                self.note(format!("cannot block run {}: {e}", run.id));
+            }
             return;
         }
         // Queued again by a person (resume/start), as opposed to relaunched after a stop.

@@ -338,9 +338,9 @@ impl RunState {
 
     pub fn load(ws: &Workspace) -> Result<Option<RunState>, StateError> {
         let path = ws.run_state();
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        let text = match crate::fsutil::read_optional(&path) {
+            Ok(Some(t)) => t,
+            Ok(None) => return Ok(None),
             Err(source) => return Err(StateError::Read { path, source }),
         };
         serde_json::from_str(&text)

@@ -193,6 +193,16 @@ pub fn parse_file(path: &Path, text: &str) -> Result<BTreeMap<String, LoopType>,
                 message: "field `max-iterations` must be at least 1".into(),
             });
         }
+        if def
+            .iteration_timeout_ms
+            .is_some_and(|ms| u128::from(ms) > crate::duration::MAX_DURATION.as_millis())
+        {
+            return Err(LoopError::Invalid {
+                file,
+                name: name.clone(),
+                message: "field `iteration-timeout-ms` is longer than a year (366d); write a shorter timeout".into(),
+            });
+        }
         PromptTemplate::compile(name, &def.prompt_template).map_err(|source| {
             LoopError::Template {
                 file: file.clone(),
@@ -206,6 +216,17 @@ pub fn parse_file(path: &Path, text: &str) -> Result<BTreeMap<String, LoopType>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// Any text, and loop files with any values, load or fail with an error.
+        #[test]
+        fn loop_files_never_panic(text in "\\PC{0,200}", name in "[a-z-]{0,8}", n in proptest::num::u64::ANY, tpl in "[{}#/a-z. -]{0,40}") {
+            let _ = parse_file(Path::new("l.yaml"), &text);
+            let yaml = format!("{name}:\n  max-iterations: {n}\n  iteration-timeout-ms: {n}\n  prompt-template: \"{tpl}\"\n");
+            let _ = parse_file(Path::new("l.yaml"), &yaml);
+        }
+    }
 
     #[test]
     fn every_builtin_parses() {

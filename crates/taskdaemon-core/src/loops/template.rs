@@ -38,11 +38,24 @@ pub const VARIABLES: &[&str] = &[
     "completed-phases",
 ];
 
-/// Helpers Handlebars ships; a name in this list is not a variable.
+/// Helpers a template may call (`{{eq a b}}`, `{{#if (not x)}}`). Loop variables are plain
+/// strings and numbers, so `each`, `with`, `lookup`, partials and decorators have nothing
+/// to work on and are refused when the template is loaded.
 const HELPERS: &[&str] = &[
-    "if", "unless", "each", "with", "lookup", "log", "eq", "ne", "gt", "gte", "lt", "lte", "and",
-    "or", "not", "len", "raw",
+    "if", "unless", "eq", "ne", "gt", "gte", "lt", "lte", "and", "or", "not", "len",
 ];
+/// Block helpers (`{{#if}}`, `{{#unless}}`).
+const BLOCKS: &[&str] = &["if", "unless"];
+/// Variables that are numbers; every other one is a string.
+const NUMBERS: &[&str] = &["iteration", "max-iterations", "review-pass"];
+/// How deep blocks and subexpressions may nest (the parser and the renderer recurse).
+pub const MAX_NESTING: usize = 64;
+/// The longest template loaded (bytes).
+pub const MAX_TEMPLATE_BYTES: usize = 256 * 1024;
+/// The most `{{…}}` tags a template may have: Handlebars computes each element's line and
+/// column from the start of the text, so loading is quadratic in the number of tags; the
+/// built-in templates have under 100.
+pub const MAX_TAGS: usize = 2_000;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TemplateError {
@@ -63,6 +76,18 @@ pub enum TemplateError {
         "template of loop `{loop_name}` uses a partial (`{{{{> …}}}}`), which loop templates do not support"
     )]
     Partial { loop_name: String },
+    #[error(
+        "template of loop `{loop_name}` uses `{{{{{raw}}}}}`: {why}\n  hint: loop variables are plain values; name them alone, like `{{{{iteration}}}}`"
+    )]
+    Unsupported {
+        loop_name: String,
+        raw: String,
+        why: String,
+    },
+    #[error(
+        "template of loop `{loop_name}` is too large or nests too deep: {why}\n  hint: at most {MAX_NESTING} nested blocks, {MAX_TAGS} {{{{…}}}} tags and {MAX_TEMPLATE_BYTES} bytes"
+    )]
+    TooComplex { loop_name: String, why: String },
     #[error("rendering the prompt of loop `{loop_name}` failed: {message}")]
     Render { loop_name: String, message: String },
 }
@@ -78,6 +103,10 @@ pub struct PromptTemplate {
 impl PromptTemplate {
     /// Compile `source`, rejecting names outside `VARIABLES`.
     pub fn compile(loop_name: &str, source: &str) -> Result<Self, TemplateError> {
+        check_shape(source).map_err(|why| TemplateError::TooComplex {
+            loop_name: loop_name.to_string(),
+            why,
+        })?;
         let tpl = Template::compile(source).map_err(|e| TemplateError::Syntax {
             loop_name: loop_name.to_string(),
             message: e.to_string().lines().next().unwrap_or_default().to_string(),
@@ -99,11 +128,34 @@ impl PromptTemplate {
         registry.set_strict_mode(true);
         registry.register_escape_fn(handlebars::no_escape);
         registry.register_template(loop_name, tpl);
-        Ok(PromptTemplate {
+        let t = PromptTemplate {
             loop_name: loop_name.to_string(),
             registry,
             used,
-        })
+        };
+        // What would fail at render time (a helper's arguments, a comparison of a string
+        // with a number) fails now: render once with every variable empty, once filled.
+        for filled in [false, true] {
+            t.render(&t.sample(filled))?;
+        }
+        Ok(t)
+    }
+
+    /// Values of the right type for every variable the template uses.
+    fn sample(&self, filled: bool) -> serde_json::Value {
+        let m = self
+            .used
+            .iter()
+            .map(|n| {
+                let v = match (NUMBERS.contains(&n.as_str()), filled) {
+                    (true, f) => serde_json::json!(u32::from(f)),
+                    (false, true) => serde_json::json!("x"),
+                    (false, false) => serde_json::json!(""),
+                };
+                (n.clone(), v)
+            })
+            .collect();
+        serde_json::Value::Object(m)
     }
 
     /// Whether the template names `var`, so the engine computes only what is used.
@@ -141,58 +193,155 @@ fn collect_element(
     out: &mut BTreeSet<String>,
     loop_name: &str,
 ) -> Result<(), TemplateError> {
-    {
-        match el {
-            TemplateElement::Expression(h) | TemplateElement::HtmlExpression(h) => {
-                let is_helper_call = !h.params.is_empty() || !h.hash.is_empty();
-                match &h.name {
-                    Parameter::Name(n) if !is_helper_call && !HELPERS.contains(&n.as_str()) => {
-                        out.insert(n.clone());
+    let unsupported = |raw: String, why: &str| TemplateError::Unsupported {
+        loop_name: loop_name.to_string(),
+        raw,
+        why: why.to_string(),
+    };
+    match el {
+        TemplateElement::Expression(h) | TemplateElement::HtmlExpression(h) => {
+            let is_helper_call = !h.params.is_empty() || !h.hash.is_empty();
+            match &h.name {
+                Parameter::Name(n) if is_helper_call || HELPERS.contains(&n.as_str()) => {
+                    if !HELPERS.contains(&n.as_str()) || BLOCKS.contains(&n.as_str()) {
+                        return Err(unsupported(n.clone(), "not a helper loop templates have"));
                     }
-                    other => param(other, out, loop_name)?,
                 }
-                for p in h.params.iter().chain(h.hash.values()) {
-                    param(p, out, loop_name)?;
+                Parameter::Name(n) => {
+                    out.insert(n.clone());
                 }
+                other => param(other, out, loop_name)?,
             }
-            TemplateElement::HelperBlock(h) => {
-                for p in h.params.iter().chain(h.hash.values()) {
-                    param(p, out, loop_name)?;
-                }
-                // Inside `each`/`with` names are relative to the item: not checked here.
-                let scoped = matches!(&h.name, Parameter::Name(n) if n == "each" || n == "with")
-                    || h.block_param.is_some();
-                if !scoped && let Some(t) = &h.template {
-                    collect(t, out, loop_name)?;
-                }
-                if let Some(t) = &h.inverse {
-                    collect(t, out, loop_name)?;
-                }
+            for p in h.params.iter().chain(h.hash.values()) {
+                param(p, out, loop_name)?;
             }
-            TemplateElement::PartialExpression(_) | TemplateElement::PartialBlock(_) => {
-                return Err(TemplateError::Partial {
-                    loop_name: loop_name.to_string(),
-                });
-            }
-            _ => {}
         }
+        TemplateElement::HelperBlock(h) => {
+            match &h.name {
+                Parameter::Name(n) if BLOCKS.contains(&n.as_str()) && h.block_param.is_none() => {}
+                Parameter::Name(n) => {
+                    return Err(unsupported(
+                        format!("#{n}"),
+                        "only {{#if}} and {{#unless}} blocks work on plain values",
+                    ));
+                }
+                _ => return Err(unsupported("#…".into(), "not a block helper")),
+            }
+            for p in h.params.iter().chain(h.hash.values()) {
+                param(p, out, loop_name)?;
+            }
+            for t in [&h.template, &h.inverse].into_iter().flatten() {
+                collect(t, out, loop_name)?;
+            }
+        }
+        TemplateElement::PartialExpression(_) | TemplateElement::PartialBlock(_) => {
+            return Err(TemplateError::Partial {
+                loop_name: loop_name.to_string(),
+            });
+        }
+        TemplateElement::DecoratorExpression(_) | TemplateElement::DecoratorBlock(_) => {
+            return Err(unsupported("*…".into(), "decorators are not supported"));
+        }
+        TemplateElement::RawString(_) | TemplateElement::Comment(_) => {}
+        _ => return Err(unsupported("…".into(), "not supported in loop templates")),
     }
     Ok(())
 }
 
+/// A parameter: a literal, a subexpression, or one plain variable name — no `a.b`, `a/b`,
+/// `../x`, `this` or `@index`, which only mean something for objects and lists.
 fn param(p: &Parameter, out: &mut BTreeSet<String>, loop_name: &str) -> Result<(), TemplateError> {
+    let bad = |raw: &str, why: &str| TemplateError::Unsupported {
+        loop_name: loop_name.to_string(),
+        raw: raw.to_string(),
+        why: why.to_string(),
+    };
     match p {
-        Parameter::Path(Path::Relative((segs, _))) => {
-            if let Some(PathSeg::Named(n)) = segs.first()
-                && n != "this"
-            {
+        Parameter::Path(Path::Relative((segs, raw))) => match segs.as_slice() {
+            [PathSeg::Named(n)] if n != "this" => {
                 out.insert(n.clone());
             }
+            _ => {
+                return Err(bad(
+                    raw,
+                    "variables are plain values, so a path into one (`.`, `/`, `../`, `this`) has nothing to reach",
+                ));
+            }
+        },
+        Parameter::Path(Path::Local((_, _, raw))) => {
+            return Err(bad(
+                raw,
+                "`@` names exist only inside `each`, which loop templates do not have",
+            ));
+        }
+        Parameter::Name(n) => {
+            out.insert(n.clone());
         }
         Parameter::Subexpression(sub) => collect_element(&sub.element, out, loop_name)?,
-        _ => {}
+        Parameter::Literal(_) => {}
+        _ => return Err(bad("…", "not supported in loop templates")),
     }
     Ok(())
+}
+
+/// One linear pass before the parser sees the text: the size, and how deep `{{#…}}` blocks
+/// and `(…)` subexpressions nest (the parser and renderer recurse, so 6,000 levels would
+/// overflow the stack, and deep nesting makes parsing quadratic).
+fn check_shape(source: &str) -> Result<(), String> {
+    if source.len() > MAX_TEMPLATE_BYTES {
+        return Err(format!("{} bytes", source.len()));
+    }
+    let b = source.as_bytes();
+    let (mut i, mut depth, mut tags) = (0usize, 0usize, 0usize);
+    while let Some(off) = find(&b[i..], b"{{") {
+        tags += 1;
+        if tags > MAX_TAGS {
+            return Err(format!("more than {MAX_TAGS} tags"));
+        }
+        let open = i + off;
+        let body_start = open + b[open..].iter().take_while(|&&c| c == b'{').count();
+        let is_comment = b[body_start..].starts_with(b"!--");
+        let close = if is_comment {
+            b"--}}".as_slice()
+        } else {
+            b"}}".as_slice()
+        };
+        let Some(len) = find(&b[body_start..], close) else {
+            return Ok(()); // unclosed: the parser reports it
+        };
+        let body = &b[body_start..body_start + len];
+        let trimmed: &[u8] = body.strip_prefix(b"~").unwrap_or(body);
+        match trimmed.first() {
+            Some(b'#') => depth += 1,
+            Some(b'/') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if depth > MAX_NESTING {
+            return Err(format!("blocks nest deeper than {MAX_NESTING} levels"));
+        }
+        let (mut parens, mut max) = (0usize, 0usize);
+        for &c in body {
+            match c {
+                b'(' => {
+                    parens += 1;
+                    max = max.max(parens);
+                }
+                b')' => parens = parens.saturating_sub(1),
+                _ => {}
+            }
+        }
+        if !is_comment && max > MAX_NESTING {
+            return Err(format!(
+                "subexpressions nest deeper than {MAX_NESTING} levels"
+            ));
+        }
+        i = body_start + len + close.len();
+    }
+    Ok(())
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 #[cfg(test)]
@@ -239,6 +388,80 @@ mod tests {
             .render(&json!({"task-description": "a < b && \"c\"", "iteration": 2}))
             .unwrap();
         assert_eq!(out, "a < b && \"c\" #2");
+    }
+
+    #[test]
+    fn paths_into_values_fail_at_load() {
+        for src in [
+            "{{iteration.a.b.c}}",
+            "{{../../x}}",
+            "{{this}}",
+            "{{@index}}",
+            "{{#if iteration.a}}x{{/if}}",
+            "{{#each progress}}{{this}}{{/each}}",
+            "{{#with progress}}{{x}}{{/with}}",
+            "{{lookup progress \"a\"}}",
+            "{{nohelper progress}}",
+            "{{#if}}x{{/if}}",
+            "{{eq}}",
+            "{{*inline}}",
+        ] {
+            let e = PromptTemplate::compile("t", src).unwrap_err();
+            assert!(
+                !matches!(e, TemplateError::Render { .. }) || e.to_string().contains("rendering"),
+                "{src}: {e}"
+            );
+        }
+        let e = PromptTemplate::compile("t", "{{iteration.a.b.c}}").unwrap_err();
+        assert!(
+            e.to_string().contains("iteration.a.b.c") && e.to_string().contains("plain values"),
+            "{e}"
+        );
+        PromptTemplate::compile(
+            "t",
+            "{{#if (eq iteration 1)}}first{{else}}{{progress}}{{/if}}",
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_quickly() {
+        let deep = |n: usize| format!("{}x{}", "{{#if progress}}".repeat(n), "{{/if}}".repeat(n));
+        PromptTemplate::compile("t", &deep(MAX_NESTING)).unwrap();
+        for n in [MAX_NESTING + 1, 6_000, 20_000] {
+            let e = PromptTemplate::compile("t", &deep(n)).unwrap_err();
+            assert!(matches!(e, TemplateError::TooComplex { .. }), "{e}");
+        }
+        let parens = format!(
+            "{{{{not {}progress{}}}}}",
+            "(not ".repeat(10_000),
+            ")".repeat(10_000)
+        );
+        assert!(matches!(
+            PromptTemplate::compile("t", &parens),
+            Err(TemplateError::TooComplex { .. })
+        ));
+        // Many blocks side by side: up to the tag limit they load, beyond it are refused
+        // before the (quadratic) parser runs.
+        PromptTemplate::compile("t", &"{{#if progress}}x{{/if}}".repeat(MAX_TAGS / 2)).unwrap();
+        let e = PromptTemplate::compile("t", &"{{#if progress}}x{{/if}}".repeat(20_000));
+        assert!(matches!(e, Err(TemplateError::TooComplex { .. })));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+        /// Any text, and text made of template pieces, compiles or fails with an error.
+        #[test]
+        fn never_panics(s in "\\PC{0,120}", pieces in proptest::collection::vec(proptest::sample::select(vec![
+            "{{", "}}", "{{#if ", "{{/if}}", "{{else}}", "progress", "iteration", "(", ")",
+            "{{#each ", "{{/each}}", "../", ".", "@index", "\"s\"", " ", "{{!-- ", " --}}", "~", "x",
+            "{{{", "}}}", "{{>", "eq ", "1",
+        ]), 0..40)) {
+            let _ = PromptTemplate::compile("t", &s);
+            if let Ok(t) = PromptTemplate::compile("t", &pieces.concat()) {
+                let _ = t.render(&t.sample(true));
+            }
+        }
     }
 
     #[test]

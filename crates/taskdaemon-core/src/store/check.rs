@@ -45,6 +45,15 @@ impl Records {
                     }
                 }
                 deps.insert(r.id().to_string(), r.deps().to_vec());
+                // A record may come from another clone: its paths must stay inside.
+                for (field, path) in r.paths() {
+                    if let Err(why) = super::paths::inside(&path, self.project()) {
+                        issues.push(GraphIssue {
+                            id: r.id().to_string(),
+                            problem: format!("{field}: {why}"),
+                        });
+                    }
+                }
             }
         }
         for cycle in cycles(&deps) {

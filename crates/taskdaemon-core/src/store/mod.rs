@@ -11,6 +11,7 @@ pub mod ids;
 pub mod manager;
 pub mod paths;
 pub mod records;
+pub mod trust;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
@@ -255,8 +256,8 @@ impl Records {
                 Kind::Spec => self.store.get_as::<Spec>(id)?.map(AnyRecord::Spec),
                 Kind::Run => self.store.get_as::<LoopRun>(id)?.map(AnyRecord::Run),
             };
-            if found.is_some() {
-                return Ok(found);
+            if let Some(r) = found {
+                return Ok(Some(self.localized(r)));
             }
         }
         Ok(None)
@@ -342,7 +343,7 @@ impl Records {
                 .cmp(&b.created_at())
                 .then_with(|| a.id().cmp(b.id()))
         });
-        Ok(out)
+        Ok(out.into_iter().map(|r| self.localized(r)).collect())
     }
 
     /// Every dep complete?
@@ -471,8 +472,12 @@ impl Records {
             new_ids.insert(record.id().to_string(), made.len());
             made.push(record);
         }
+        for r in &made {
+            self.check_paths_inside(r, None)?;
+        }
         let mut by_kind: BTreeMap<Kind, Vec<Op>> = BTreeMap::new();
         for r in &made {
+            let r = &self.portable(r.clone());
             let op = match r {
                 AnyRecord::Plan(p) => Op::create(p),
                 AnyRecord::Spec(s) => Op::create(s),
@@ -480,6 +485,8 @@ impl Records {
             }?;
             by_kind.entry(r.kind()).or_default().push(op);
         }
+        // Made on this machine: remembered outside git (see `trust`).
+        self.mark_local(made.iter().map(AnyRecord::id))?;
         for (kind, ops) in by_kind {
             let ch = self.store.apply(kind.collection(), ops)?;
             self.changes.extend(ch);
@@ -624,13 +631,47 @@ impl Records {
         if let Some(cycle) = self.cycle_through(record.id(), record.deps())? {
             return Err(StoreError::Cycle { cycle });
         }
-        let ch = match &record {
+        self.check_paths_inside(&record, Some(&stored))?;
+        let written = self.portable(record.clone());
+        let ch = match &written {
             AnyRecord::Plan(p) => self.store.update_record(p),
             AnyRecord::Spec(s) => self.store.update_record(s),
             AnyRecord::Run(r) => self.store.update_record(r),
         }?;
         self.changes.extend(ch);
         Ok(record)
+    }
+
+    /// The in-memory form of a stored record: relative paths made absolute.
+    fn localized(&self, mut r: AnyRecord) -> AnyRecord {
+        r.map_paths(|p| paths::local(p, &self.project));
+        r
+    }
+
+    /// The stored form: paths inside the repository relative to its top level.
+    fn portable(&self, mut r: AnyRecord) -> AnyRecord {
+        r.map_paths(|p| paths::portable(p, &self.project));
+        r
+    }
+
+    /// Every path of `record` that is new (not in `before`) must resolve inside the
+    /// repository. Unchanged old values are left to `store check` and to the daemon, which
+    /// refuse to use them, so a status change of such a record still saves.
+    fn check_paths_inside(&self, record: &AnyRecord, before: Option<&AnyRecord>) -> Result<()> {
+        let old = before.map(AnyRecord::paths).unwrap_or_default();
+        for (field, path) in record.paths() {
+            if old.iter().any(|(f, p)| *f == field && *p == path) {
+                continue;
+            }
+            if let Err(reason) = paths::inside(&path, &self.project) {
+                return Err(StoreError::Invalid {
+                    field,
+                    reason,
+                    hint: "keep plans and specs inside the repository".into(),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// If `id` depended on `deps`, would a chain of deps lead back to `id`? The cycle,

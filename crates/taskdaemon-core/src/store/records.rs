@@ -386,6 +386,40 @@ impl AnyRecord {
             AnyRecord::Run(r) => r.updated_at,
         }
     }
+    /// Apply `f` to every path the record holds (a plan's or spec's file, a run's context
+    /// paths; a run's worktree is the daemon's own and stays as it is).
+    pub fn map_paths(&mut self, f: impl Fn(&str) -> String) {
+        match self {
+            AnyRecord::Plan(p) => p.file = f(&p.file),
+            AnyRecord::Spec(s) => s.file = f(&s.file),
+            AnyRecord::Run(r) => {
+                for key in super::paths::CONTEXT_PATHS {
+                    if let Some(Value::String(v)) = r.context.get_mut(*key) {
+                        *v = f(v);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The paths of [`map_paths`](Self::map_paths), with their field names.
+    pub fn paths(&self) -> Vec<(String, String)> {
+        match self {
+            AnyRecord::Plan(p) => vec![("file".into(), p.file.clone())],
+            AnyRecord::Spec(s) => vec![("file".into(), s.file.clone())],
+            AnyRecord::Run(r) => super::paths::CONTEXT_PATHS
+                .iter()
+                .filter_map(|k| {
+                    r.context
+                        .get(*k)
+                        .and_then(Value::as_str)
+                        .filter(|v| !v.is_empty())
+                        .map(|v| (format!("context.{k}"), v.to_string()))
+                })
+                .collect(),
+        }
+    }
+
     pub fn set_updated_at(&mut self, t: i64) {
         match self {
             AnyRecord::Plan(r) => r.updated_at = t,

@@ -15,13 +15,7 @@ pub struct IterationLog {
 
 impl IterationLog {
     pub fn create(path: &Path) -> std::io::Result<IterationLog> {
-        if let Some(d) = path.parent() {
-            std::fs::create_dir_all(d)?;
-        }
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
+        let f = crate::fsutil::open_append(path)?;
         Ok(IterationLog {
             path: path.to_path_buf(),
             out: BufWriter::new(f),

@@ -5,6 +5,7 @@
 
 mod agent;
 pub mod coordinator;
+pub mod current_spec;
 pub mod events;
 pub mod lock;
 pub mod progress;

@@ -88,6 +88,7 @@ fn options(paths: &DaemonPaths, a: &StartArgs, ctx: &Ctx) -> anyhow::Result<Opti
         Some(t) => t,
         None => current_branch(&paths.project)?,
     };
+    config::check_branch_name(&default_target).map_err(user)?;
     Ok(Options {
         script_runner: std::env::current_exe().context("finding the taskdaemon executable")?,
         worktrees_dir: s

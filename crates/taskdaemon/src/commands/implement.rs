@@ -129,18 +129,9 @@ pub(crate) fn spec_dir(arg: Option<&Path>, ctx: &Ctx) -> anyhow::Result<PathBuf>
         return std::fs::canonicalize(&p).with_context(|| format!("resolving {}", p.display()));
     }
     let top = Git::new(&cwd).toplevel().map_err(user)?;
-    let current = top.join("specs").join(".current-spec");
-    if let Ok(name) = std::fs::read_to_string(&current) {
-        let name = name.trim();
-        let p = top.join("specs").join(name);
-        if name.is_empty() || !p.is_dir() {
-            return Err(user(format!(
-                "{} names `{name}`, but {} is not a directory\n  hint: write the name of a directory under specs/ into it, or pass SPEC_DIR",
-                current.display(),
-                p.display()
-            )));
-        }
-        return std::fs::canonicalize(&p).with_context(|| format!("resolving {}", p.display()));
+    let current = worklist::current_spec::file(&top);
+    if let Some(dir) = worklist::current_spec::resolve(&top).map_err(user)? {
+        return Ok(dir);
     }
     if cwd.join(worklist::coordinator::TASKS_FILE).is_file() {
         return Ok(cwd);

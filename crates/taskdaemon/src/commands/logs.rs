@@ -105,7 +105,7 @@ pub fn run(args: LogsArgs, ctx: &Ctx) -> anyhow::Result<i32> {
                 }
             }
         }
-        if !args.follow {
+        if !args.follow || crate::out::stdout_closed() {
             if dir.is_none() {
                 emit(&format!(
                     "run {} ({}) has no iteration logs yet\n",

@@ -107,12 +107,7 @@ pub fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
 
 /// Write to stdout; a reader that went away (`| head`) is not an error.
 pub fn emit(text: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => Ok(r?),
-    }
+    Ok(crate::out::write_out(text)?)
 }
 
 /// `println!` into a String (for `emit`).

@@ -27,6 +27,15 @@ pub enum StoreCommand {
     Compact(CompactArgs),
     /// Sizes and counts per collection.
     Stats(StatsArgs),
+    /// Allow the commands (`cmd:`/`script:` agent, validate) of a record that came from
+    /// another clone, and of the records above it: read them first (`taskdaemon show REF`).
+    Trust(TrustArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TrustArgs {
+    /// The record (id, hex or name).
+    pub reference: String,
 }
 
 #[derive(Debug, Args)]
@@ -58,7 +67,20 @@ pub fn run(args: StoreArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         StoreCommand::Check(a) => check(a, ctx),
         StoreCommand::Compact(a) => compact(a, ctx),
         StoreCommand::Stats(a) => stats(a, ctx),
+        StoreCommand::Trust(a) => trust(a, ctx),
     }
+}
+
+fn trust(a: TrustArgs, ctx: &Ctx) -> anyhow::Result<i32> {
+    let dir = ctx.project_dir()?;
+    let records = taskdaemon_core::store::Records::open(&dir).map_err(store_err)?;
+    let id = records.resolve(&a.reference).map_err(store_err)?;
+    let chain = records.trust(&id).map_err(store_err)?;
+    emit(&format!(
+        "trusted as if created here: {}\n",
+        chain.join(", ")
+    ))?;
+    Ok(0)
 }
 
 /// Loads anything: these commands are how a too-large store gets fixed.

@@ -89,6 +89,7 @@ pub enum What {
 
 fn target(ctx: &Ctx, project: &std::path::Path, c: &Common) -> anyhow::Result<String> {
     if let Some(t) = &c.target {
+        taskdaemon_core::config::check_branch_name(t).map_err(user)?;
         return Ok(t.clone());
     }
     let s = taskdaemon_core::config::load_layers(project, ctx.config.as_deref()).map_err(user)?;

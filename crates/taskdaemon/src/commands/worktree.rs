@@ -71,7 +71,10 @@ pub fn run(args: WorktreeArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let dir = ctx.repo_dir()?;
     let project = ctx.project_dir()?;
     let base = match args.worktrees_dir {
-        Some(d) => d,
+        Some(d) => {
+            config::check_worktrees_dir(&d).map_err(user)?;
+            d
+        }
         None => config::load_layers(&project, ctx.config.as_deref())
             .map_err(user)?
             .worktrees_dir
