@@ -160,10 +160,10 @@ pub async fn run(
     let left = crate::agent::tracked::end_leftover_groups(&groups, opts.grace);
     for l in &left {
         note(format!(
-            "ended {} leftover process(es) of run {} (process group {}) from a daemon that stopped without cleaning up{}",
+            "ended {} leftover process(es) of run {} (token {}) from a daemon that stopped without cleaning up{}",
             l.processes,
             l.run_id,
-            l.pgid,
+            l.token,
             if l.survived {
                 "; some survived KILL"
             } else {
