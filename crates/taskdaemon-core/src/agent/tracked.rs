@@ -33,6 +33,32 @@ pub fn track_process_groups(dir: PathBuf) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Take over `dir`: end what a dead harness recorded there, then record every tree started
+/// from now on in it. Call before anything starts, holding the lock that makes this
+/// process the only user of `dir`.
+pub fn take_over(dir: PathBuf, grace: Duration) -> std::io::Result<Vec<Leftover>> {
+    let left = end_leftover_groups(&dir, grace);
+    track_process_groups(dir)?;
+    Ok(left)
+}
+
+/// Where a foreground loop (`run`, `task`) working in `workdir` records its trees: inside
+/// the work tree's git dir (never in the work tree, whose files are the repository's), one
+/// directory per work directory, since loops in two directories of one work tree may run at
+/// the same time.
+pub fn loop_records_dir(workdir: &Path) -> Result<PathBuf, crate::git::GitError> {
+    let git_dir = crate::git::Git::new(workdir).run(&["rev-parse", "--absolute-git-dir"])?;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in workdir.as_os_str().as_encoded_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    Ok(PathBuf::from(git_dir.trim())
+        .join("taskdaemon")
+        .join("loop-processes")
+        .join(format!("{h:016x}")))
+}
+
 /// The variable that marks a tracked tree's processes.
 pub const GROUP_VAR: &str = "TASKDAEMON_GROUP";
 

@@ -157,7 +157,8 @@ pub async fn run(
 
     // What a dead daemon left running ends before anything resumes.
     let groups = paths.groups();
-    let left = crate::agent::tracked::end_leftover_groups(&groups, opts.grace);
+    let left = crate::agent::tracked::take_over(groups, opts.grace)
+        .map_err(io("creating the process-group records"))?;
     for l in &left {
         note(format!(
             "ended {} leftover process(es) of run {} (token {}) from a daemon that stopped without cleaning up{}",
@@ -171,8 +172,6 @@ pub async fn run(
             }
         ));
     }
-    crate::agent::tracked::track_process_groups(groups)
-        .map_err(io("creating the process-group records"))?;
 
     let socket = paths.socket();
     let _ = std::fs::remove_file(&socket);

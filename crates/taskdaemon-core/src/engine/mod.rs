@@ -31,7 +31,7 @@ use crate::guards::{self, Limit};
 use crate::lifecycle::stall;
 use crate::loops::{PromptTemplate, TemplateError};
 use crate::signals::{self, Signal};
-use crate::telemetry::{IterationLog, RunSummary, SummaryRow, append_row, count_stories};
+use crate::telemetry::{IterationLog, RunSummary, SummaryRow, count_stories, write_row};
 use crate::workspace::{Workspace, WorkspaceError};
 
 #[derive(Debug, thiserror::Error)]
@@ -633,7 +633,7 @@ async fn iteration(
         cost_usd: format!("{:.6}", parsed.cost_usd.unwrap_or(0.0)),
     };
     let csv = ws.summary_csv();
-    append_row(&csv, &row).map_err(io_err(format!("appending to {}", csv.display())))?;
+    write_row(&csv, &row).map_err(io_err(format!("writing to {}", csv.display())))?;
 
     // Limits, after the evidence: a passing last iteration still completes.
     if outcome.is_none()

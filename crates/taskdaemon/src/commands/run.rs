@@ -321,6 +321,7 @@ pub fn drive(
     resumed: bool,
     json: bool,
 ) -> anyhow::Result<(Outcome, RunSummary)> {
+    take_over_processes(&state)?;
     with_signals(|cancel| async move {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let renderer = tokio::spawn(Renderer::new(json).run(rx));
@@ -333,6 +334,29 @@ pub fn drive(
         let _ = renderer.await;
         Ok(result?)
     })
+}
+
+/// Before the loop starts (its lock held): end every process a killed loop in this
+/// directory left running, and record this loop's processes before each starts.
+fn take_over_processes(state: &RunState) -> anyhow::Result<()> {
+    let workdir = &state.config.workdir;
+    let dir = agent::tracked::loop_records_dir(workdir).map_err(user)?;
+    let left = agent::tracked::take_over(dir.clone(), state.config.kill_grace())
+        .with_context(|| format!("recording the loop's processes in {}", dir.display()))?;
+    for l in left {
+        eprintln!(
+            "taskdaemon: ended {} process(es) of run {} that a stopped loop left running in {}{}",
+            l.processes,
+            if l.run_id.is_empty() { "?" } else { &l.run_id },
+            workdir.display(),
+            if l.survived {
+                "; some survived KILL (uninterruptible?): check `ps`"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(())
 }
 
 /// Run `body` on a runtime of two workers, as the reaper of orphaned descendants, with
