@@ -116,6 +116,13 @@ pub async fn run_loop(
             "--max-cost is set but this agent's plain-text output reports no cost; the limit cannot trigger",
         );
     }
+    let cleaned = state::clean_temp_files(ws);
+    if cleaned > 0 {
+        warn(
+            ctx,
+            &format!("removed {cleaned} temporary file(s) of writes a stopped run left unfinished"),
+        );
+    }
     st.save(ws)?;
 
     let outcome = loop {
@@ -229,7 +236,7 @@ async fn iteration(
         .map_err(io_err(format!("writing {}", prompt_path.display())))?;
 
     let log_path = ws.iteration_log(n);
-    let mut log = IterationLog::create(&log_path)
+    let mut log = IterationLog::create(&log_path, cfg.max_log_bytes)
         .map_err(io_err(format!("creating {}", log_path.display())))?;
     log.note(&format!(
         "run {} iteration {n}/{} started {started_at}; agent {}; prompt {} ({} bytes)",

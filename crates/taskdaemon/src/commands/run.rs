@@ -88,6 +88,9 @@ pub struct RunFlags {
     /// Time between TERM and KILL when the agent is stopped [default: 5s].
     #[arg(long, value_name = "DUR", env = "TASKDAEMON_KILL_GRACE", value_parser = dur)]
     pub kill_grace: Option<Dur>,
+    /// Cap of one iteration's log (50MB, 512KB, 1GB): past it the first and last part are kept, with a note of what was dropped [default: 50MB].
+    #[arg(long, value_name = "SIZE", env = "TASKDAEMON_MAX_LOG_SIZE")]
+    pub max_log_size: Option<String>,
 }
 
 pub(crate) fn dur(s: &str) -> Result<Dur, String> {
@@ -111,6 +114,7 @@ impl RunFlags {
             max_cost: self.max_cost,
             completion_promise: self.completion_promise.clone(),
             kill_grace: self.kill_grace,
+            max_log_size: self.max_log_size.clone(),
             ..Settings::default()
         }
     }
