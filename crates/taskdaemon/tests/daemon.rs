@@ -842,7 +842,14 @@ fn wait_for_lines(p: &Path, n: usize, what: &str, d: &Daemon) -> Vec<String> {
 }
 
 fn submit_ralph(d: &Daemon, validate: &str) -> String {
-    let out = d.ok(&["submit", "ralph", "a task", "--validate", validate, "--json"]);
+    let out = d.ok(&[
+        "submit",
+        "ralph",
+        "a task",
+        "--validate",
+        validate,
+        "--json",
+    ]);
     let v: Value = serde_json::from_str(&out).unwrap();
     v["created"][0]["id"].as_str().unwrap().to_string()
 }
@@ -914,7 +921,10 @@ fn a_daemon_killed_right_after_a_spawn_leaves_no_orphan_and_loses_no_commit() {
     .unwrap();
     let t = Instant::now();
     while pid_alive(pid) {
-        assert!(t.elapsed() < Duration::from_secs(10), "daemon survived SIGKILL");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "daemon survived SIGKILL"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let before = wait_for_lines(&env.root().join("escaped"), 1, "the sleeper", &paused);
@@ -937,9 +947,12 @@ fn a_daemon_killed_right_after_a_spawn_leaves_no_orphan_and_loses_no_commit() {
     });
     d.stop();
     let commits = std::fs::read_to_string(env.root().join("commits")).unwrap();
-    let target = if git(&env.repo(), &["branch", "--list", "taskdaemon/integration/main"])
-        .trim()
-        .is_empty()
+    let target = if git(
+        &env.repo(),
+        &["branch", "--list", "taskdaemon/integration/main"],
+    )
+    .trim()
+    .is_empty()
     {
         "main".to_string()
     } else {
@@ -952,7 +965,10 @@ fn a_daemon_killed_right_after_a_spawn_leaves_no_orphan_and_loses_no_commit() {
             .env("GIT_CONFIG_GLOBAL", env.home().join(".gitconfig"))
             .status()
             .unwrap();
-        assert!(merged.success(), "commit {c} of run {id} is not on {target}");
+        assert!(
+            merged.success(),
+            "commit {c} of run {id} is not on {target}"
+        );
     }
     assert!(
         marked_processes(&env).is_empty(),

@@ -27,8 +27,7 @@ echo "worked on iteration $TASKDAEMON_ITERATION"
 fn setup(env: &Env) -> String {
     let agent = env.root().join("agent.sh");
     std::fs::write(&agent, AGENT).unwrap();
-    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     format!("cmd:{}", agent.display())
 }
 
@@ -73,7 +72,11 @@ fn pids(env: &Env) -> Vec<i32> {
 fn wait_lines(p: &Path, n: usize, limit: Duration) {
     let t = Instant::now();
     while lines(p).len() < n {
-        assert!(t.elapsed() < limit, "{} never reached {n} lines", p.display());
+        assert!(
+            t.elapsed() < limit,
+            "{} never reached {n} lines",
+            p.display()
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -126,7 +129,10 @@ fn fifty_sigkills_of_run_each_resumed_leave_no_process_no_repeated_row_and_never
         std::thread::sleep(Duration::from_millis(next() % 400));
         child.kill().unwrap();
         let status = wait_timeout(&mut child, Duration::from_secs(10));
-        assert!(status.code().is_none(), "run ended before the kill: {status:?}");
+        assert!(
+            status.code().is_none(),
+            "run ended before the kill: {status:?}"
+        );
         let mut err = String::new();
         std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
         if err.contains("that a stopped loop left running") {
@@ -140,7 +146,12 @@ fn fifty_sigkills_of_run_each_resumed_leave_no_process_no_repeated_row_and_never
         .env("TD_TEST_DIR", env.root())
         .output()
         .unwrap();
-    assert_eq!(r.status.code(), Some(0), "{}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(
+        r.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
     assert!(ended_messages > 0, "no resume ended a leftover process");
     let all = pids(&env);
     assert!(
@@ -151,7 +162,10 @@ fn fifty_sigkills_of_run_each_resumed_leave_no_process_no_repeated_row_and_never
 
     // summary.csv: one row per iteration, 1..=N, none repeated, none lost.
     let rows = csv_rows(&env.repo());
-    let its: Vec<u32> = rows.iter().map(|r| r["iteration"].parse().unwrap()).collect();
+    let its: Vec<u32> = rows
+        .iter()
+        .map(|r| r["iteration"].parse().unwrap())
+        .collect();
     let run_ids: BTreeSet<&str> = rows.iter().map(|r| r["run_id"].as_str()).collect();
     assert_eq!(run_ids.len(), 1, "{run_ids:?}");
     assert_eq!(its, (1..=its.len() as u32).collect::<Vec<_>>(), "{its:?}");
@@ -189,4 +203,81 @@ fn rss_kb(pid: i32) -> u64 {
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
+}
+
+#[test]
+fn a_flooding_agent_and_a_flooding_validation_are_capped_in_the_log_and_in_memory() {
+    let env = Env::new();
+    let agent = env.root().join("flood.sh");
+    std::fs::write(&agent, "#!/bin/sh\nseq 200000\necho agent-end\n").unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut child = env
+        .cmd()
+        .args([
+            "run",
+            "flood",
+            "--agent",
+            &format!("cmd:{}", agent.display()),
+            "--validate",
+            "seq 1000000 1200000; echo validation-end; false",
+            "--max-iterations",
+            "1",
+            "--max-log-size",
+            "256KB",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let mut peak = 0;
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        peak = peak.max(rss_kb(pid));
+        assert!(
+            t.elapsed() < Duration::from_secs(600),
+            "the flood never ended"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        child.wait().unwrap().code(),
+        Some(1),
+        "LIMIT after one iteration"
+    );
+    let log = std::fs::read_to_string(env.repo().join(".ralph/logs/iteration-001.log")).unwrap();
+    let cap = 256 * 1024;
+    assert!(
+        log.len() <= cap + 4096,
+        "log of {} bytes over the cap",
+        log.len()
+    );
+    let lines: Vec<&str> = log.lines().collect();
+    // The head and the tail of each flood are kept, with what was cut noted between.
+    assert!(lines.contains(&"1") && lines.contains(&"2"), "head lost");
+    assert!(lines.contains(&"agent-end") && lines.contains(&"validation-end"));
+    assert!(lines.contains(&"1200000"), "the validation's tail lost");
+    let cuts = lines.iter().filter(|l| l.contains("output cut")).count();
+    assert_eq!(
+        cuts,
+        2,
+        "one cut per flood:\n{}",
+        lines
+            .iter()
+            .filter(|l| l.starts_with("[taskdaemon]"))
+            .copied()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    for note in [
+        "agent exited with 0",
+        "validation: $ seq",
+        "validation exited with 1",
+        "iteration 1 ended",
+    ] {
+        assert!(log.contains(note), "the note `{note}` was dropped");
+    }
+    // The harness holds a bounded amount, not the 2.6 MB it was sent.
+    eprintln!("flood: log {} bytes, harness peak RSS {peak} kB", log.len());
+    assert!(peak > 0 && peak < 200 * 1024, "peak RSS {peak} kB");
 }

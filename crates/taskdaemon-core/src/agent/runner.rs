@@ -546,7 +546,10 @@ mod tests {
 
     fn gone(pid: i32) -> bool {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')))
+            .map(|s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+            })
             .unwrap_or(true)
     }
 
@@ -571,7 +574,11 @@ mod tests {
         assert_eq!(r.status, ExitStatus::Code(0));
         assert!(r.leftovers_ended);
         for f in ["a", "b"] {
-            let pid: i32 = std::fs::read_to_string(p(f)).unwrap().trim().parse().unwrap();
+            let pid: i32 = std::fs::read_to_string(p(f))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
             assert!(gone(pid), "{f} ({pid}) survived the iteration");
         }
     }

@@ -412,6 +412,7 @@ async fn iteration(
                             iteration: n,
                             command: cmd.clone(),
                         });
+                        log.section();
                         log.note(&format!("validation: $ {cmd}"));
                         let v = run_validation(
                             Validation {

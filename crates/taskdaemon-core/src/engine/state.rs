@@ -11,8 +11,8 @@ use crate::agent::script::{Script, ScriptError, ScriptFormat};
 use crate::agent::{AgentError, AgentSpec, OutputFormat};
 use crate::config::Settings;
 use crate::fsutil::write_atomic;
-use crate::telemetry::{DEFAULT_LOG_CAP, MIN_LOG_CAP, parse_size};
 use crate::loops::{LoopError, LoopType, PromptTemplate, Registry, TemplateError};
+use crate::telemetry::{DEFAULT_LOG_CAP, MIN_LOG_CAP, parse_size};
 use crate::workspace::Workspace;
 
 pub const DEFAULT_LOOP: &str = "ralph";

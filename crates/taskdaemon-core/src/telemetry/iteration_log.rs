@@ -1,10 +1,12 @@
 //! `.ralph/logs/iteration-NNN.log`: everything the agent and the validation printed, as they
 //! printed it, plus the harness's notes (lines starting with `[taskdaemon]`).
 //!
-//! Bounded: output past the cap's head part is held in a tail buffer of fixed size; what
-//! falls out of it is counted, and the file gets one note saying how many lines and bytes
-//! were dropped where. The harness's notes are never dropped. So a log holds at most the
-//! cap plus the notes, and memory at most the tail part, whatever the agent prints.
+//! Bounded: the agent's output takes at most 3/4 of the cap, the validation's (a new
+//! [`IterationLog::section`]) what is left. In each section, output past the section's head
+//! part is held in a tail buffer of fixed size; what falls out of it is counted, and the
+//! file gets one note saying how many lines and bytes were dropped where. The harness's
+//! notes are never dropped. So a log holds at most the cap plus the notes, and memory at
+//! most one tail, whatever the agent prints.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -26,7 +28,10 @@ const NOTE: u8 = b'n';
 pub struct IterationLog {
     path: PathBuf,
     out: BufWriter<File>,
-    /// Output bytes the head may still take.
+    cap: u64,
+    /// Bytes in the file (of earlier attempts too) and output written to it.
+    used: u64,
+    /// Output bytes the section's head may still take.
     head_left: u64,
     tail_cap: usize,
     /// Entries past the head: a tag byte (output or note), the line, `\n`; `start` is where
@@ -50,23 +55,40 @@ impl IterationLog {
             .open(path)?;
         let earlier = f.metadata().map(|m| m.len()).unwrap_or(0);
         let cap = cap.max(MIN_LOG_CAP);
-        let tail_cap = (cap / 2).min(MAX_TAIL);
         let mut log = IterationLog {
             path: path.to_path_buf(),
             out: BufWriter::new(f),
-            head_left: (cap - tail_cap).saturating_sub(earlier),
-            tail_cap: tail_cap as usize,
+            cap,
+            used: earlier,
+            head_left: 0,
+            tail_cap: 0,
             tail: Vec::new(),
             start: 0,
             dropped_lines: 0,
             dropped_bytes: 0,
         };
+        log.budget(cap / 4 * 3);
         if earlier > 0 {
             log.note(
                 "this iteration starts again: an earlier attempt (above) ended without finishing (the harness was killed)",
             );
         }
         Ok(log)
+    }
+
+    /// Give the next output `bytes` (less what the file holds already), at least a little.
+    fn budget(&mut self, bytes: u64) {
+        let b = bytes.saturating_sub(self.used).max(MIN_LOG_CAP / 2);
+        let tail = (b / 2).min(MAX_TAIL);
+        self.tail_cap = tail as usize;
+        self.head_left = b - tail;
+    }
+
+    /// A new section of output (the validation's): what is held of the last one is
+    /// written, and the new one gets the rest of the cap.
+    pub fn section(&mut self) {
+        self.flush_tail();
+        self.budget(self.cap);
     }
 
     pub fn path(&self) -> &Path {
@@ -83,6 +105,7 @@ impl IterationLog {
         let len = (mark.len() + line.len() + 1) as u64;
         if self.tail.is_empty() && len <= self.head_left {
             self.head_left -= len;
+            self.used += len;
             let _ = self.out.write_all(mark);
             let _ = self.out.write_all(line);
             let _ = self.out.write_all(b"\n");
@@ -155,8 +178,8 @@ impl IterationLog {
         self.dropped_bytes = 0;
     }
 
-    /// Write the tail, flush and sync: called at the end of every iteration.
-    pub fn finish(mut self) -> std::io::Result<()> {
+    /// Write what the tail holds, after the note of what was dropped.
+    fn flush_tail(&mut self) {
         self.write_dropped();
         let tail = std::mem::take(&mut self.tail);
         for entry in tail[self.start..].split_inclusive(|b| *b == b'\n') {
@@ -164,10 +187,19 @@ impl IterationLog {
                 continue;
             };
             if *tag == NOTE {
-                self.out.write_all(b"[taskdaemon] ")?;
+                let _ = self.out.write_all(b"[taskdaemon] ");
+            } else {
+                self.used += rest.len() as u64;
             }
-            self.out.write_all(rest)?;
+            let _ = self.out.write_all(rest);
         }
+        self.start = 0;
+        self.head_left = 0;
+    }
+
+    /// Write the tail, flush and sync: called at the end of every iteration.
+    pub fn finish(mut self) -> std::io::Result<()> {
+        self.flush_tail();
         self.out.flush()?;
         self.out.get_ref().sync_data()
     }
@@ -176,9 +208,7 @@ impl IterationLog {
 /// Parse a size: `52428800`, `50MB`, `50M`, `512KB`, `1GB` (powers of 1024).
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let n: u64 = num
         .parse()
@@ -188,7 +218,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "K" | "KB" | "KIB" => 1024,
         "M" | "MB" | "MIB" => 1024 * 1024,
         "G" | "GB" | "GIB" => 1024 * 1024 * 1024,
-        u => return Err(format!("unknown size unit `{u}` in `{text}`; use B, KB, MB or GB")),
+        u => {
+            return Err(format!(
+                "unknown size unit `{u}` in `{text}`; use B, KB, MB or GB"
+            ));
+        }
     };
     n.checked_mul(mult)
         .ok_or_else(|| format!("`{text}` is too large"))
@@ -207,7 +241,12 @@ mod tests {
         log.note("started");
         for i in 0..100_000u32 {
             log.output(Stream::Stdout, format!("line {i}").as_bytes());
+            if i == 30_000 {
+                log.note("a note amid the flood");
+            }
             if i == 50_000 {
+                log.output(Stream::Stdout, b"agent end");
+                log.section();
                 log.note("validation: $ flood");
             }
         }
@@ -217,10 +256,15 @@ mod tests {
         let text = std::fs::read_to_string(&p).unwrap();
         assert!(text.len() as u64 <= cap + 1024, "{}", text.len());
         assert!(text.starts_with("[taskdaemon] started\nline 0\nline 1\n"));
-        assert!(text.contains("[taskdaemon] validation: $ flood\n"));
+        assert!(text.contains("[taskdaemon] a note amid the flood\n"));
+        assert!(text.contains("agent end\n[taskdaemon] validation: $ flood\nline 50001\n"));
         assert!(text.ends_with("line 99999\n[stderr] the very end\n[taskdaemon] ended\n"));
         let cuts: Vec<&str> = text.lines().filter(|l| l.contains("output cut")).collect();
-        assert_eq!(cuts.len(), 2, "before the kept note and before the tail: {cuts:?}");
+        assert_eq!(
+            cuts.len(),
+            3,
+            "before the kept note and before each tail: {cuts:?}"
+        );
         // Every line is either kept or counted.
         let kept = text.lines().filter(|l| l.starts_with("line ")).count() as u64;
         let dropped: u64 = cuts
@@ -228,6 +272,11 @@ mod tests {
             .map(|c| c.split_whitespace().nth(3).unwrap().parse::<u64>().unwrap())
             .sum();
         assert_eq!(kept + dropped, 100_000);
+        let validation = text.split("validation: $ flood").nth(1).unwrap();
+        assert!(
+            validation.len() as u64 > cap / 8,
+            "the validation got its share"
+        );
     }
 
     #[test]
