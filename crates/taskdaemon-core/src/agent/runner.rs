@@ -107,7 +107,9 @@ pub async fn run_process(
     // as a whole) and has no controlling terminal, so a tool that opens /dev/tty (a password
     // prompt, pinentry) fails instead of being stopped by SIGTTIN until the timeout.
     // The parent-death signal ends it with the harness; a harness that died between the
-    // fork and the prctl is caught by comparing the parent pid.
+    // fork and the prctl is caught by comparing the parent pid. (Linux sends it when the
+    // spawning *thread* exits: call this from a thread that outlives the child, as tokio's
+    // workers and a current-thread runtime's thread do; never from `block_in_place`.)
     let parent = nix::unistd::getpid();
     // SAFETY: setsid, prctl and getppid are async-signal-safe and touch no memory of the
     // parent.
