@@ -115,7 +115,7 @@ pub struct Leftover {
 
 /// End every tree recorded in `dir` whose processes still carry its token: TERM to all,
 /// one `grace` for all, then KILL to what is left (and to what forked meanwhile). Records
-/// are removed. Linux (`/proc`).
+/// are removed, except those of trees that survived KILL. Linux (`/proc`).
 pub fn end_leftover_groups(dir: &Path, grace: Duration) -> Vec<Leftover> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
@@ -164,7 +164,10 @@ pub fn end_leftover_groups(dir: &Path, grace: Duration) -> Vec<Leftover> {
         .into_iter()
         .map(|(path, token, run_id, processes)| {
             let survived = !carriers(&token).is_empty();
-            let _ = std::fs::remove_file(path);
+            if !survived {
+                // A survivor's record stays: the next start tries again.
+                let _ = std::fs::remove_file(path);
+            }
             Leftover {
                 token,
                 run_id,

@@ -347,18 +347,22 @@ fn take_over_processes(state: &RunState) -> anyhow::Result<()> {
     let dir = agent::tracked::loop_records_dir(workdir).map_err(user)?;
     let left = agent::tracked::take_over(dir.clone(), state.config.kill_grace())
         .with_context(|| format!("recording the loop's processes in {}", dir.display()))?;
-    for l in left {
+    for l in &left {
         eprintln!(
-            "taskdaemon: ended {} process(es) of run {} that a stopped loop left running in {}{}",
+            "taskdaemon: ended {} process(es) of run {} that a stopped loop left running in {}",
             l.processes,
             if l.run_id.is_empty() { "?" } else { &l.run_id },
             workdir.display(),
-            if l.survived {
-                "; some survived KILL (uninterruptible?): check `ps`"
-            } else {
-                ""
-            }
         );
+    }
+    if let Some(l) = left.iter().find(|l| l.survived) {
+        return Err(user(format!(
+            "not starting: processes of run {} (environment {}={}) survived KILL and would run beside this loop\n  hint: find them with `grep -l {} /proc/*/environ`, end them, then start again",
+            l.run_id,
+            agent::tracked::GROUP_VAR,
+            l.token,
+            l.token
+        )));
     }
     Ok(())
 }
