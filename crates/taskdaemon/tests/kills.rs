@@ -69,18 +69,6 @@ fn pids(env: &Env) -> Vec<i32> {
         .collect()
 }
 
-fn wait_lines(p: &Path, n: usize, limit: Duration) {
-    let t = Instant::now();
-    while lines(p).len() < n {
-        assert!(
-            t.elapsed() < limit,
-            "{} never reached {n} lines",
-            p.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[test]
 fn fifty_sigkills_of_run_each_resumed_leave_no_process_no_repeated_row_and_never_go_back() {
     let env = Env::new();
@@ -119,7 +107,19 @@ fn fifty_sigkills_of_run_each_resumed_leave_no_process_no_repeated_row_and_never
             spawn(&env, &["run", "--resume"])
         };
         // This run's first agent started: whatever the killed one left must be gone by now.
-        wait_lines(&starts, before + 1, Duration::from_secs(60));
+        let t = Instant::now();
+        while lines(&starts).len() <= before {
+            if let Some(st) = child.try_wait().unwrap() {
+                let mut err = String::new();
+                std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+                panic!("kill {kill}: the run ended ({st:?}) before its agent started:\n{err}");
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(120),
+                "kill {kill}: no agent started"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let survivors = ours_alive(&env, &old);
         assert!(
             survivors.is_empty(),
