@@ -71,6 +71,8 @@ pub struct Settings {
     pub completion_promise: Option<String>,
     /// Time between TERM and KILL when an agent is stopped.
     pub kill_grace: Option<Dur>,
+    /// The cap of one iteration's log: `50MB` (the default), `512KB`, `1GB`.
+    pub max_log_size: Option<String>,
     /// How `taskdaemon task` parses the message: `auto`, `model` or `rules`.
     pub task_parser: Option<ParserMode>,
     /// The agent the task parser asks (option A); same forms as `agent`.
@@ -109,6 +111,7 @@ impl Settings {
             max_cost: over.max_cost.or(self.max_cost),
             completion_promise: over.completion_promise.or(self.completion_promise),
             kill_grace: over.kill_grace.or(self.kill_grace),
+            max_log_size: over.max_log_size.or(self.max_log_size),
             task_parser: over.task_parser.or(self.task_parser),
             parse_agent: over.parse_agent.or(self.parse_agent),
             parse_timeout: over.parse_timeout.or(self.parse_timeout),

@@ -47,13 +47,17 @@ phase)
   echo "<promise>COMPLETE</promise>"
   ;;
 ralph)
-  echo "ralph start $TASKDAEMON_ITERATION $$" >> "$log"
   echo "$$" >> "$TD_TEST_DIR/pids"
+  if [ -n "$SETSID_SLEEPER" ]; then
+    setsid sh -c 'echo $$ >> "$TD_TEST_DIR/pids"; echo $$ >> "$TD_TEST_DIR/escaped"; exec sleep 600' &
+  fi
+  echo "ralph start $TASKDAEMON_ITERATION $$" >> "$log"
   sleep "${RALPH_SLEEP:-30}" &
   echo "$!" >> "$TD_TEST_DIR/pids"
-  wait
+  wait "$!"
   echo "iteration $TASKDAEMON_ITERATION" >> ralph.txt
   git add -A && git commit -qm "ralph iteration $TASKDAEMON_ITERATION"
+  git rev-parse HEAD >> "$TD_TEST_DIR/commits"
   ;;
 esac
 "#;
@@ -817,5 +821,158 @@ fn submit_checks_plan_and_spec_documents_and_queues_them() {
         r.stderr.contains("target branch `nope` does not exist"),
         "{}",
         r.stderr
+    );
+}
+
+fn wait_for_lines(p: &Path, n: usize, what: &str, d: &Daemon) -> Vec<String> {
+    let t = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(p).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(String::from).collect();
+        if lines.len() >= n {
+            return lines;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "{what} never came\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn submit_ralph(d: &Daemon, validate: &str) -> String {
+    let out = d.ok(&[
+        "submit",
+        "ralph",
+        "a task",
+        "--validate",
+        validate,
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    v["created"][0]["id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_setsid_sleeper_is_gone_after_the_iteration_after_cancel_and_after_daemon_stop() {
+    let env = Env::new();
+    let escaped = env.root().join("escaped");
+    let check = |d: &Daemon, n: usize, when: &str| {
+        let pids = wait_for_lines(&escaped, n, "the escaped sleeper", d);
+        let pid: i32 = pids[n - 1].trim().parse().unwrap();
+        let t = Instant::now();
+        while pid_alive(pid) && t.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(!pid_alive(pid), "the setsid sleeper {pid} survived {when}");
+    };
+    // 1. The iteration ends (the agent exits after a moment); the run goes on.
+    let d = Daemon::new(&env, "", &[("SETSID_SLEEPER", "1"), ("RALPH_SLEEP", "0.3")]);
+    let id = submit_ralph(&d, "false");
+    d.start(2);
+    wait_for_lines(&escaped, 2, "the second iteration", &d);
+    check(&d, 1, "the end of its iteration");
+    // 2. Cancel.
+    d.ok(&["cancel", &id]);
+    d.wait_until(Duration::from_secs(30), "the run stopping", |s| {
+        s["runs"][0]["status"] == "stopped"
+    });
+    let n = std::fs::read_to_string(&escaped).unwrap().lines().count();
+    check(&d, n, "cancel");
+    d.stop();
+    // 3. Daemon stop, with the agent in a long iteration.
+    let d = Daemon::new(&env, "", &[("SETSID_SLEEPER", "1"), ("RALPH_SLEEP", "600")]);
+    submit_ralph(&d, "false");
+    d.start(2);
+    wait_for_lines(&escaped, n + 1, "the sleeper of the second run", &d);
+    d.stop();
+    check(&d, n + 1, "daemon stop");
+    assert!(
+        marked_processes(&env).is_empty(),
+        "processes left: {:?}",
+        marked_processes(&env)
+    );
+}
+
+#[test]
+fn a_daemon_killed_right_after_a_spawn_leaves_no_orphan_and_loses_no_commit() {
+    let env = Env::new();
+    // The harness pauses after each spawn, before it does anything else: the kill lands
+    // in the moment the agent runs and nothing but its record exists.
+    let paused = Daemon::new(
+        &env,
+        "",
+        &[
+            ("SETSID_SLEEPER", "1"),
+            ("RALPH_SLEEP", "1"),
+            ("TASKDAEMON_TEST_SPAWN_PAUSE_MS", "5000"),
+        ],
+    );
+    let id = submit_ralph(&paused, "test $(git rev-list --count HEAD) -ge 4");
+    paused.start(2);
+    let log = env.root().join("agent.log");
+    wait_for_lines(&log, 1, "the first agent", &paused);
+    let pid = paused.pid();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let t = Instant::now();
+    while pid_alive(pid) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "daemon survived SIGKILL"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let before = wait_for_lines(&env.root().join("escaped"), 1, "the sleeper", &paused);
+    assert_eq!(before.len(), 1);
+    let started = recorded_pids(&env);
+    let d = Daemon::new(&env, "", &[("SETSID_SLEEPER", "1"), ("RALPH_SLEEP", "1")]);
+    d.start(2);
+    // The new daemon answers only after ending what the dead one left: the agent (dead
+    // with its parent), its sleep, and the sleeper that left its session.
+    let orphans: Vec<i32> = started
+        .iter()
+        .copied()
+        .filter(|p| pid_alive(*p) && !is_daemon(*p))
+        .collect();
+    assert!(orphans.is_empty(), "orphans: {orphans:?}\n{}", d.log());
+    assert!(d.log().contains("leftover process"), "{}", d.log());
+    // The run goes on and completes; every commit an agent made is kept.
+    d.wait_until(Duration::from_secs(120), "the run merging", |s| {
+        s["runs"][0]["status"] == "complete" || s["runs"][0]["status"] == "merged"
+    });
+    d.stop();
+    let commits = std::fs::read_to_string(env.root().join("commits")).unwrap();
+    let target = if git(
+        &env.repo(),
+        &["branch", "--list", "taskdaemon/integration/main"],
+    )
+    .trim()
+    .is_empty()
+    {
+        "main".to_string()
+    } else {
+        "taskdaemon/integration/main".to_string()
+    };
+    for c in commits.lines() {
+        let merged = std::process::Command::new("git")
+            .current_dir(env.repo())
+            .args(["merge-base", "--is-ancestor", c, &target])
+            .env("GIT_CONFIG_GLOBAL", env.home().join(".gitconfig"))
+            .status()
+            .unwrap();
+        assert!(
+            merged.success(),
+            "commit {c} of run {id} is not on {target}"
+        );
+    }
+    assert!(
+        marked_processes(&env).is_empty(),
+        "processes left: {:?}",
+        marked_processes(&env)
     );
 }

@@ -1,12 +1,17 @@
-//! Runs one child process in its own process group and never leaves anything behind.
+//! Runs one child process and never leaves anything behind.
 //!
 //! - The child leads a new session and process group (setsid), so a terminal's Ctrl-C
-//!   reaches only the harness, the harness can signal everything the child started, and
-//!   nothing in it can be stopped by the terminal.
-//! - On timeout or cancellation the whole group gets TERM, then KILL after the grace time.
-//! - When the leader exits on its own, whatever it left running in its group (background
-//!   grandchildren) is ended the same way: an iteration owns nothing after it is over.
-//! - With [`become_subreaper`], orphaned grandchildren are re-parented to the harness and
+//!   reaches only the harness, and nothing in it can be stopped by the terminal. It gets a
+//!   parent-death signal (KILL): it dies with the harness, even a `kill -9`ed one.
+//! - Every process of the spawn carries a token (see [`super::tracked`]), recorded on disk
+//!   before the spawn when tracking is on, so a restarted harness can end what a dead one
+//!   left.
+//! - On timeout or cancellation the whole tree (process group, token carriers, their
+//!   descendants: also what called `setsid` or double-forked) gets TERM, then KILL after
+//!   the grace time.
+//! - When the leader exits on its own, whatever it left running is ended the same way: an
+//!   iteration owns nothing after it is over.
+//! - With [`become_subreaper`], orphaned descendants are re-parented to the harness and
 //!   reaped here, so none lingers as a zombie.
 //! - Output is split into lines (long lines are cut at [`MAX_LINE`]) and handed to a
 //!   callback in the order read, stdout and stderr interleaved.
@@ -96,25 +101,30 @@ pub async fn run_process(
     let start = Instant::now();
     let mut cmd = Command::new(&spec.program);
     cmd.args(&spec.args).current_dir(&spec.cwd);
+    let token = super::tracked::token();
+    cmd.env(super::tracked::GROUP_VAR, &token);
     // A new session: the child leads its own process group (so the group can be signalled
     // as a whole) and has no controlling terminal, so a tool that opens /dev/tty (a password
     // prompt, pinentry) fails instead of being stopped by SIGTTIN until the timeout.
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
-    // Under a daemon, the child also dies with it, and its group is recorded (see `tracked`).
-    let token = super::tracked::token();
-    let die_with_parent = token.is_some();
-    if let Some(t) = &token {
-        cmd.env(super::tracked::GROUP_VAR, t);
-    }
+    // The parent-death signal ends it with the harness; a harness that died between the
+    // fork and the prctl is caught by comparing the parent pid. (Linux sends it when the
+    // spawning *thread* exits: call this from a thread that outlives the child, as tokio's
+    // workers and a current-thread runtime's thread do; never from `block_in_place`.)
+    let parent = nix::unistd::getpid();
+    // SAFETY: setsid, prctl and getppid are async-signal-safe and touch no memory of the
+    // parent.
     unsafe {
         cmd.pre_exec(move || {
             nix::unistd::setsid()
                 .map(|_| ())
                 .map_err(std::io::Error::from)?;
             #[cfg(target_os = "linux")]
-            if die_with_parent {
+            {
                 nix::sys::prctl::set_pdeathsig(Some(Signal::SIGKILL))
                     .map_err(std::io::Error::from)?;
+                if nix::unistd::getppid() != parent {
+                    return Err(std::io::Error::other("the harness is gone"));
+                }
             }
             Ok(())
         });
@@ -128,11 +138,20 @@ pub async fn run_process(
     .stderr(Stdio::piped())
     .kill_on_drop(true);
     for (k, v) in &spec.env {
-        cmd.env(k, v);
+        if k != super::tracked::GROUP_VAR {
+            cmd.env(k, v);
+        }
     }
+    // Recorded before it exists: a harness killed at any later moment leaves a record.
+    let _record = super::tracked::record(&token, &spec.env)?;
     let mut child = cmd.spawn()?;
     let pgid = child.id().map(|id| id as i32).unwrap_or(0);
-    let _record = super::tracked::record(pgid, token.as_deref(), &spec.env);
+    test_pause_after_spawn().await;
+    let stop = Tree {
+        token: &token,
+        pgid,
+        grace: spec.grace,
+    };
 
     if let (Some(mut stdin), Some(data)) = (child.stdin.take(), spec.stdin.clone()) {
         // An agent that never reads stdin must not block us: write from a task, ignore EPIPE.
@@ -142,7 +161,8 @@ pub async fn run_process(
         });
     }
 
-    let (tx, mut rx) = mpsc::channel::<(Stream, Vec<u8>)>(1024);
+    // Small: a line may be MAX_LINE long, and a flood must not fill memory.
+    let (tx, mut rx) = mpsc::channel::<(Stream, Vec<u8>)>(64);
     let readers = [
         child
             .stdout
@@ -171,22 +191,23 @@ pub async fn run_process(
             biased;
             _ = cancel.cancelled() => {
                 interrupted = true;
-                break stop_group(&mut child, pgid, spec.grace, &mut rx, &mut on_line).await?;
+                break stop_group(&mut child, &stop, &mut rx, &mut on_line).await?;
             }
             _ = &mut timer => {
                 timed_out = true;
-                break stop_group(&mut child, pgid, spec.grace, &mut rx, &mut on_line).await?;
+                break stop_group(&mut child, &stop, &mut rx, &mut on_line).await?;
             }
             st = child.wait() => break st?,
             Some((s, line)) = rx.recv() => on_line(s, &line),
         }
     };
 
-    // The leader is reaped; end and reap whatever it left in its group.
-    let leftovers_ended = end_leftovers(pgid, spec.grace, &mut rx, &mut on_line).await;
+    // The leader is reaped; end and reap whatever it left, in its group or out of it.
+    let leftovers_ended = end_leftovers(&stop, &mut rx, &mut on_line).await;
 
     // Remaining output: everything is dead now, so the pipes close unless a process escaped
-    // the group (setsid) holding them; do not wait for that one forever.
+    // the tree holding them (emptied its environment and double-forked); do not wait for
+    // that one forever.
     let drain = async {
         while let Some((s, line)) = rx.recv().await {
             on_line(s, &line);
@@ -211,17 +232,49 @@ pub async fn run_process(
     })
 }
 
-/// TERM the group, keep reading output during the grace time, then KILL; returns the
+/// What one spawn owns: its token, its process group, and how long TERM may take.
+struct Tree<'a> {
+    token: &'a str,
+    pgid: i32,
+    grace: Duration,
+}
+
+impl Tree<'_> {
+    /// The live processes of the tree; zombies among them that are our children (orphans
+    /// re-parented to the subreaper) are reaped on the way.
+    fn live(&self) -> Vec<i32> {
+        reap_group(self.pgid);
+        let me = nix::unistd::getpid().as_raw();
+        let mut live = Vec::new();
+        for p in super::tracked::tree(self.token, self.pgid) {
+            if p.zombie {
+                if p.ppid == me && p.pid != self.pgid {
+                    // Not the leader (tokio reaps it): an orphan only we can reap.
+                    let _ = waitpid(Pid::from_raw(p.pid), Some(WaitPidFlag::WNOHANG));
+                }
+            } else {
+                live.push(p.pid);
+            }
+        }
+        live
+    }
+
+    fn signal(&self, sig: Signal) {
+        signal_group(self.pgid, sig);
+        super::tracked::signal_all(&self.live(), sig);
+    }
+}
+
+/// TERM the tree, keep reading output during the grace time, then KILL; returns the
 /// leader's status.
 async fn stop_group(
     child: &mut Child,
-    pgid: i32,
-    grace: Duration,
+    tree: &Tree<'_>,
     rx: &mut mpsc::Receiver<(Stream, Vec<u8>)>,
     on_line: &mut impl FnMut(Stream, &[u8]),
 ) -> std::io::Result<std::process::ExitStatus> {
-    signal_group(pgid, Signal::SIGTERM);
-    let grace_timer = tokio::time::sleep(grace);
+    tree.signal(Signal::SIGTERM);
+    let grace_timer = tokio::time::sleep(tree.grace);
     tokio::pin!(grace_timer);
     loop {
         tokio::select! {
@@ -230,35 +283,38 @@ async fn stop_group(
             Some((s, line)) = rx.recv() => on_line(s, &line),
         }
     }
-    signal_group(pgid, Signal::SIGKILL);
+    tree.signal(Signal::SIGKILL);
     child.wait().await
 }
 
-/// After the leader is gone: if members of its group remain, TERM them, KILL after the
-/// grace time, and reap them. Returns whether any were found.
+/// After the leader is gone: if processes of its tree remain (in its group, or escaped
+/// with `setsid` or a double fork), TERM them, KILL after the grace time, and reap them.
+/// Returns whether any were found.
 async fn end_leftovers(
-    pgid: i32,
-    grace: Duration,
+    tree: &Tree<'_>,
     rx: &mut mpsc::Receiver<(Stream, Vec<u8>)>,
     on_line: &mut impl FnMut(Stream, &[u8]),
 ) -> bool {
-    reap_group(pgid);
-    if !group_exists(pgid) {
+    let live = tree.live();
+    if live.is_empty() && !group_exists(tree.pgid) {
         return false;
     }
-    signal_group(pgid, Signal::SIGTERM);
-    let until = Instant::now() + grace;
-    let mut killed = false;
+    tree.signal(Signal::SIGTERM);
+    let until = Instant::now() + tree.grace;
+    let mut last_kill: Option<Instant> = None;
     loop {
-        reap_group(pgid);
-        if !group_exists(pgid) {
+        let live = tree.live();
+        if live.is_empty() && !group_exists(tree.pgid) {
             return true;
         }
-        if Instant::now() >= until && !killed {
-            signal_group(pgid, Signal::SIGKILL);
-            killed = true;
+        let now = Instant::now();
+        if now >= until && last_kill.is_none_or(|t| now >= t + Duration::from_millis(100)) {
+            // Again and again: what forked since the last KILL is caught by the next.
+            super::tracked::signal_all(&live, Signal::SIGKILL);
+            signal_group(tree.pgid, Signal::SIGKILL);
+            last_kill = Some(now);
         }
-        if killed && Instant::now() >= until + Duration::from_secs(5) {
+        if now >= until + Duration::from_secs(5) {
             // Unkillable (uninterruptible sleep) or not our child to reap: give up waiting.
             return true;
         }
@@ -268,6 +324,17 @@ async fn end_leftovers(
         {
             on_line(s, &line);
         }
+    }
+}
+
+/// A test hook: `TASKDAEMON_TEST_SPAWN_PAUSE_MS` holds the harness right after a spawn, so
+/// tests can kill it in the moment between a process starting and anything else happening.
+async fn test_pause_after_spawn() {
+    if let Some(ms) = std::env::var("TASKDAEMON_TEST_SPAWN_PAUSE_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
     }
 }
 
@@ -477,5 +544,44 @@ mod tests {
         .unwrap();
         assert_eq!(r.status, ExitStatus::Code(0));
         assert!(r.leftovers_ended);
+    }
+
+    fn gone(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(true)
+    }
+
+    #[tokio::test]
+    async fn processes_that_left_the_group_are_ended_with_the_iteration() {
+        become_subreaper();
+        let dir = tempfile::tempdir().unwrap();
+        let p = |n: &str| dir.path().join(n).display().to_string();
+        // One leaves the session, one is double-forked and orphaned; both ignore TERM.
+        let script = format!(
+            "setsid sh -c 'trap \"\" TERM; echo $$ > {a}; exec sleep 600' & \
+             (sh -c 'trap \"\" TERM; echo $$ > {b}; sleep 600' &) ; \
+             while [ ! -s {a} ] || [ ! -s {b} ]; do sleep 0.05; done; echo started",
+            a = p("a"),
+            b = p("b")
+        );
+        let mut spec = sh(&script, None);
+        spec.grace = Duration::from_millis(200);
+        let r = run_process(&spec, &CancellationToken::new(), |_, _| {})
+            .await
+            .unwrap();
+        assert_eq!(r.status, ExitStatus::Code(0));
+        assert!(r.leftovers_ended);
+        for f in ["a", "b"] {
+            let pid: i32 = std::fs::read_to_string(p(f))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            assert!(gone(pid), "{f} ({pid}) survived the iteration");
+        }
     }
 }

@@ -1,58 +1,97 @@
-//! Process groups a daemon started, recorded on disk so that a daemon restarted after a
-//! crash (`kill -9`) can end what the dead one left running before it resumes the runs.
+//! Every process the harness starts, and everything that process starts, found again: by
+//! a token in the environment and by parentage.
 //!
-//! Once [`track_process_groups`] is called, every group the runner starts gets a fresh token
-//! in its environment (`TASKDAEMON_GROUP`), is recorded as `<dir>/<pgid>` holding that token
-//! and its run id, and the record is removed when the group is gone. Only processes that
-//! still carry the token are ever signalled, so a recycled pid is safe. The children also get a parent-death signal (KILL), which ends the
-//! direct child at once when the daemon dies; the record ends the rest of its group.
+//! Each spawn gets a fresh token in `TASKDAEMON_GROUP`; every descendant inherits it,
+//! including processes that leave the process group (`setsid`, a double fork), so the
+//! harness can end a whole tree, not only a process group ([`tree`]). Once
+//! [`track_process_groups`] is called (the daemon, `run`, `task`), the token and run id are
+//! written to `<dir>/<token>` *before* the process is spawned, so there is no moment in
+//! which a process runs unrecorded: a harness restarted after a `kill -9` ends whatever
+//! still carries a recorded token ([`end_leftover_groups`]) before it resumes anything.
+//! Records are removed when the tree is gone. Only processes that carry the token are ever
+//! signalled after a restart, so a recycled pid is safe.
+//!
+//! Not covered (documented in ARCHITECTURE.md): a process that both empties its
+//! environment (`env -i`) and leaves the tree by a double fork while the harness is dead.
+//! Linux only (`/proc`); elsewhere only the process group is ended.
 
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 static DIR: OnceLock<PathBuf> = OnceLock::new();
 
-/// Record every process group started from now on in `dir` (once per process).
+/// Record every process tree started from now on in `dir` (once per process).
 pub fn track_process_groups(dir: PathBuf) -> std::io::Result<()> {
     std::fs::create_dir_all(&dir)?;
     let _ = DIR.set(dir);
     Ok(())
 }
 
-/// The variable that marks a tracked group's processes.
-pub const GROUP_VAR: &str = "TASKDAEMON_GROUP";
-
-/// A fresh token for a group about to start, when tracking is on.
-pub(crate) fn token() -> Option<String> {
-    DIR.get().map(|_| uuid::Uuid::new_v4().simple().to_string())
+/// Take over `dir`: end what a dead harness recorded there, then record every tree started
+/// from now on in it. Call before anything starts, holding the lock that makes this
+/// process the only user of `dir`.
+pub fn take_over(dir: PathBuf, grace: Duration) -> std::io::Result<Vec<Leftover>> {
+    let left = end_leftover_groups(&dir, grace);
+    track_process_groups(dir)?;
+    Ok(left)
 }
 
-/// The record of one group; removed on drop.
+/// Where a foreground loop (`run`, `task`) working in `workdir` records its trees: inside
+/// the work tree's git dir (never in the work tree, whose files are the repository's), one
+/// directory per work directory, since loops in two directories of one work tree may run at
+/// the same time.
+pub fn loop_records_dir(workdir: &Path) -> Result<PathBuf, crate::git::GitError> {
+    let git_dir = crate::git::Git::new(workdir).run(&["rev-parse", "--absolute-git-dir"])?;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in workdir.as_os_str().as_encoded_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    Ok(PathBuf::from(git_dir.trim())
+        .join("taskdaemon")
+        .join("loop-processes")
+        .join(format!("{h:016x}")))
+}
+
+/// The variable that marks a tracked tree's processes.
+pub const GROUP_VAR: &str = "TASKDAEMON_GROUP";
+
+/// A fresh token for a tree about to start.
+pub(crate) fn token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// The record of one tree; removed on drop.
 pub(crate) struct Record(Option<PathBuf>);
 
-pub(crate) fn record(pgid: i32, token: Option<&str>, env: &[(OsString, OsString)]) -> Record {
-    let (Some(dir), Some(token)) = (DIR.get(), token) else {
-        return Record(None);
+/// Record `token` (with the run id from `env`) before its process is spawned. Without
+/// tracking, nothing is written.
+pub(crate) fn record(token: &str, env: &[(OsString, OsString)]) -> std::io::Result<Record> {
+    let Some(dir) = DIR.get() else {
+        return Ok(Record(None));
     };
-    if pgid <= 0 {
-        return Record(None);
-    }
     let run = env
         .iter()
         .find(|(k, _)| k == "TASKDAEMON_RUN_ID")
         .map(|(_, v)| v.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let path = dir.join(pgid.to_string());
-    match crate::fsutil::write_atomic(&path, format!("{token}\n{run}").as_bytes()) {
-        Ok(()) => Record(Some(path)),
-        Err(_) => Record(None),
-    }
+    let path = dir.join(token);
+    crate::fsutil::write_atomic(&path, format!("{token}\n{run}\n").as_bytes()).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "recording the process before it starts ({}): {e}",
+                path.display()
+            ),
+        )
+    })?;
+    Ok(Record(Some(path)))
 }
 
 impl Drop for Record {
@@ -63,77 +102,74 @@ impl Drop for Record {
     }
 }
 
-/// A group a dead daemon left behind, and what was done to it.
+/// A tree a dead harness left behind, and what was done to it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Leftover {
-    pub pgid: i32,
+    pub token: String,
     pub run_id: String,
-    /// Processes of the group found alive.
+    /// Processes of the tree found alive.
     pub processes: usize,
     /// Still alive after TERM, grace and KILL (uninterruptible).
     pub survived: bool,
 }
 
-/// End every group recorded in `dir` whose processes still carry its token: TERM to all,
-/// one `grace` for all, then KILL to what is left. Records are removed. Linux (`/proc`).
+/// End every tree recorded in `dir` whose processes still carry its token: TERM to all,
+/// one `grace` for all, then KILL to what is left (and to what forked meanwhile). Records
+/// are removed, except those of trees that survived KILL. Linux (`/proc`).
 pub fn end_leftover_groups(dir: &Path, grace: Duration) -> Vec<Leftover> {
-    let mut found: Vec<(PathBuf, i32, String, String, usize)> = Vec::new();
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
+    let mut found: Vec<(PathBuf, String, String, usize)> = Vec::new();
     for e in entries.flatten() {
         let path = e.path();
-        let Some(pgid) = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.parse::<i32>().ok())
-            .filter(|p| *p > 1)
-        else {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            // A temp file of an interrupted record write.
+            let _ = std::fs::remove_file(&path);
             continue;
-        };
+        }
         let text = std::fs::read_to_string(&path).unwrap_or_default();
-        let (token, run_id) = text.split_once('\n').unwrap_or((text.as_str(), ""));
-        let (token, run_id) = (token.trim().to_string(), run_id.trim().to_string());
+        let mut lines = text.lines();
+        let token = lines.next().unwrap_or("").trim().to_string();
+        let run_id = lines.next().unwrap_or("").trim().to_string();
         let n = if token.is_empty() {
             0
         } else {
-            members_of(pgid, &token).len()
+            carriers(&token).len()
         };
         if n == 0 {
             let _ = std::fs::remove_file(&path);
             continue;
         }
-        let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
-        let _ = killpg(Pid::from_raw(pgid), Signal::SIGCONT);
-        found.push((path, pgid, token, run_id, n));
+        found.push((path, token, run_id, n));
     }
-    let alive = |found: &[(PathBuf, i32, String, String, usize)]| {
-        found
-            .iter()
-            .any(|(_, pgid, token, _, _)| !members_of(*pgid, token).is_empty())
-    };
+    let tokens: Vec<String> = found.iter().map(|f| f.1.clone()).collect();
+    let all = |tokens: &[String]| -> Vec<i32> { tokens.iter().flat_map(|t| carriers(t)).collect() };
+    signal_all(&all(&tokens), Signal::SIGTERM);
     let until = Instant::now() + grace;
-    while Instant::now() < until && alive(&found) {
+    while Instant::now() < until && !all(&tokens).is_empty() {
         std::thread::sleep(Duration::from_millis(20));
     }
-    if alive(&found) {
-        for (_, pgid, token, _, _) in &found {
-            if !members_of(*pgid, token).is_empty() {
-                let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
-            }
+    let until = Instant::now() + Duration::from_secs(2);
+    loop {
+        let left = all(&tokens);
+        if left.is_empty() || Instant::now() >= until {
+            break;
         }
-        let until = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < until && alive(&found) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        signal_all(&left, Signal::SIGKILL);
+        std::thread::sleep(Duration::from_millis(20));
     }
     found
         .into_iter()
-        .map(|(path, pgid, token, run_id, processes)| {
-            let survived = !members_of(pgid, &token).is_empty();
-            let _ = std::fs::remove_file(path);
+        .map(|(path, token, run_id, processes)| {
+            let survived = !carriers(&token).is_empty();
+            if !survived {
+                // A survivor's record stays: the next start tries again.
+                let _ = std::fs::remove_file(path);
+            }
             Leftover {
-                pgid,
+                token,
                 run_id,
                 processes,
                 survived,
@@ -142,76 +178,164 @@ pub fn end_leftover_groups(dir: &Path, grace: Duration) -> Vec<Leftover> {
         .collect()
 }
 
-/// Live (not zombie) processes in group `pgid` whose environment has
-/// `TASKDAEMON_GROUP=token`.
-fn members_of(pgid: i32, token: &str) -> Vec<i32> {
-    if matches!(killpg(Pid::from_raw(pgid), None), Err(Errno::ESRCH)) {
-        return Vec::new();
+/// TERM (with CONT, so a stopped process acts on it) or KILL to each pid.
+pub(crate) fn signal_all(pids: &[i32], sig: Signal) {
+    for &p in pids {
+        if p > 1 && p != std::process::id() as i32 {
+            let _ = kill(Pid::from_raw(p), sig);
+            if sig == Signal::SIGTERM {
+                let _ = kill(Pid::from_raw(p), Signal::SIGCONT);
+            }
+        }
     }
+}
+
+/// One process as `/proc` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Proc {
+    pub pid: i32,
+    pub ppid: i32,
+    pub pgid: i32,
+    pub zombie: bool,
+}
+
+fn read_stat(dir: &Path, pid: i32) -> Option<Proc> {
+    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+    // Fields after the command (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(Proc {
+        pid,
+        zombie: *f.first()? == "Z",
+        ppid: f.get(1)?.parse().ok()?,
+        pgid: f.get(2)?.parse().ok()?,
+    })
+}
+
+fn has_token(dir: &Path, want: &[u8]) -> bool {
+    std::fs::read(dir.join("environ"))
+        .map(|env| env.split(|b| *b == 0).any(|kv| kv == want))
+        .unwrap_or(false)
+}
+
+/// Every process on the system, and whether it carries `token` (zombies have no
+/// environment to read).
+fn scan(token: &str) -> Vec<(Proc, bool)> {
     let want = format!("{GROUP_VAR}={token}");
-    let mut found = Vec::new();
+    let me = std::process::id() as i32;
     let Ok(procs) = std::fs::read_dir("/proc") else {
-        return found;
+        return Vec::new();
     };
-    for p in procs.flatten() {
-        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(p.path().join("stat")) else {
-            continue;
-        };
-        // Fields after the command (which may hold spaces) start after the last ')'.
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        // state is field 3, pgrp field 5 of stat: here indexes 0 and 2.
-        if fields.first() == Some(&"Z") || fields.get(2) != Some(&pgid.to_string().as_str()) {
-            continue;
-        }
-        let Ok(environ) = std::fs::read(p.path().join("environ")) else {
-            continue;
-        };
-        if environ.split(|b| *b == 0).any(|kv| kv == want.as_bytes()) {
-            found.push(pid);
+    procs
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<i32>().ok()?;
+            if pid == me {
+                return None;
+            }
+            let p = read_stat(&e.path(), pid)?;
+            let marked = !p.zombie && has_token(&e.path(), want.as_bytes());
+            Some((p, marked))
+        })
+        .collect()
+}
+
+/// Live processes that carry `token`.
+pub(crate) fn carriers(token: &str) -> Vec<i32> {
+    scan(token)
+        .into_iter()
+        .filter(|(p, marked)| *marked && !p.zombie)
+        .map(|(p, _)| p.pid)
+        .collect()
+}
+
+/// The tree of one spawn: processes that carry `token`, members of process group `pgid`,
+/// and every descendant of those (a child that emptied its environment is still found
+/// while its parent lives). Zombies are included (to be reaped), marked as such.
+pub(crate) fn tree(token: &str, pgid: i32) -> Vec<Proc> {
+    let all = scan(token);
+    let me = std::process::id() as i32;
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    for (p, _) in &all {
+        children.entry(p.ppid).or_default().push(p.pid);
+    }
+    let mut inside: HashSet<i32> = all
+        .iter()
+        .filter(|(p, marked)| *marked || (pgid > 1 && p.pgid == pgid))
+        .map(|(p, _)| p.pid)
+        .collect();
+    let mut todo: Vec<i32> = inside.iter().copied().collect();
+    while let Some(pid) = todo.pop() {
+        for c in children.get(&pid).into_iter().flatten() {
+            if inside.insert(*c) {
+                todo.push(*c);
+            }
         }
     }
-    found
+    all.into_iter()
+        .map(|(p, _)| p)
+        .filter(|p| inside.contains(&p.pid) && p.pid != me)
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn spawn(token: &str, script: &str) -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        let mut c = std::process::Command::new("sh");
+        c.args(["-c", script])
+            .env(GROUP_VAR, token)
+            .process_group(0);
+        c.spawn().unwrap()
+    }
+
     #[test]
-    fn a_recorded_group_is_ended_and_a_stranger_is_left_alone() {
+    fn a_recorded_tree_is_ended_even_after_setsid_and_a_stranger_is_left_alone() {
         let d = tempfile::tempdir().unwrap();
-        let spawn = |token: &str| {
-            use std::os::unix::process::CommandExt;
-            let mut c = std::process::Command::new("sh");
-            c.args(["-c", "sleep 30 & sleep 30; wait"])
-                .env(GROUP_VAR, token)
-                .process_group(0);
-            c.spawn().unwrap()
-        };
-        let mut ours = spawn("t-a");
-        let mut other = spawn("t-b");
-        // A record for `other`'s group with another token: a recycled pid, not ours to end.
-        std::fs::write(d.path().join(ours.id().to_string()), "t-a\nrun-a").unwrap();
-        std::fs::write(d.path().join(other.id().to_string()), "t-x\nrun-x").unwrap();
-        std::thread::sleep(Duration::from_millis(200));
+        let mut ours = spawn("t-a", "setsid sleep 30 & sleep 30 & wait");
+        let mut other = spawn("t-b", "sleep 30 & sleep 30; wait");
+        std::fs::write(d.path().join("t-a"), "t-a\nrun-a\n").unwrap();
+        // A record whose token no process carries: nothing to end, removed.
+        std::fs::write(d.path().join("t-x"), "t-x\nrun-x\n").unwrap();
+        let t = Instant::now();
+        while carriers("t-a").len() < 3 && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let ended = end_leftover_groups(d.path(), Duration::from_secs(2));
         assert_eq!(ended.len(), 1, "{ended:?}");
         assert_eq!(ended[0].run_id, "run-a");
-        assert!(ended[0].processes >= 2, "{ended:?}");
+        assert!(ended[0].processes >= 3, "{ended:?}");
         assert!(!ended[0].survived);
+        assert!(carriers("t-a").is_empty());
         let _ = ours.wait();
         assert!(
             other.try_wait().unwrap().is_none(),
             "the stranger was killed"
         );
-        let _ = killpg(Pid::from_raw(other.id() as i32), Signal::SIGKILL);
+        signal_all(&carriers("t-b"), Signal::SIGKILL);
         let _ = other.wait();
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn the_tree_holds_descendants_without_the_token() {
+        let mut c = spawn("t-tree", "env -u TASKDAEMON_GROUP sleep 30 & wait");
+        let leader = c.id() as i32;
+        let t = Instant::now();
+        let mut found = Vec::new();
+        while found.len() < 2 && t.elapsed() < Duration::from_secs(5) {
+            // Not by its group: only by token and parentage.
+            found = tree("t-tree", 0);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(found.iter().any(|p| p.pid == leader), "{found:?}");
+        assert_eq!(found.len(), 2, "{found:?}");
+        signal_all(
+            &found.iter().map(|p| p.pid).collect::<Vec<_>>(),
+            Signal::SIGKILL,
+        );
+        let _ = c.wait();
     }
 }

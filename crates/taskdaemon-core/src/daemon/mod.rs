@@ -159,13 +159,14 @@ pub async fn run(
 
     // What a dead daemon left running ends before anything resumes.
     let groups = paths.groups();
-    let left = crate::agent::tracked::end_leftover_groups(&groups, opts.grace);
+    let left = crate::agent::tracked::take_over(groups, opts.grace)
+        .map_err(io("creating the process-group records"))?;
     for l in &left {
         note(format!(
-            "ended {} leftover process(es) of run {} (process group {}) from a daemon that stopped without cleaning up{}",
+            "ended {} leftover process(es) of run {} (token {}) from a daemon that stopped without cleaning up{}",
             l.processes,
             l.run_id,
-            l.pgid,
+            l.token,
             if l.survived {
                 "; some survived KILL"
             } else {
@@ -173,8 +174,6 @@ pub async fn run(
             }
         ));
     }
-    crate::agent::tracked::track_process_groups(groups)
-        .map_err(io("creating the process-group records"))?;
 
     let socket = paths.prepare_socket().map_err(|e| DaemonError::Io {
         what: "preparing the socket".into(),

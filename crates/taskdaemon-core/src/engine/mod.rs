@@ -31,7 +31,7 @@ use crate::guards::{self, Limit};
 use crate::lifecycle::stall;
 use crate::loops::{PromptTemplate, TemplateError};
 use crate::signals::{self, Signal};
-use crate::telemetry::{IterationLog, RunSummary, SummaryRow, append_row, count_stories};
+use crate::telemetry::{IterationLog, RunSummary, SummaryRow, count_stories, write_row};
 use crate::workspace::{Workspace, WorkspaceError};
 
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +114,13 @@ pub async fn run_loop(
         warn(
             ctx,
             "--max-cost is set but this agent's plain-text output reports no cost; the limit cannot trigger",
+        );
+    }
+    let cleaned = state::clean_temp_files(ws);
+    if cleaned > 0 {
+        warn(
+            ctx,
+            &format!("removed {cleaned} temporary file(s) of writes a stopped run left unfinished"),
         );
     }
     st.save(ws)?;
@@ -229,7 +236,7 @@ async fn iteration(
         .map_err(io_err(format!("writing {}", prompt_path.display())))?;
 
     let log_path = ws.iteration_log(n);
-    let mut log = IterationLog::create(&log_path)
+    let mut log = IterationLog::create(&log_path, cfg.max_log_bytes)
         .map_err(io_err(format!("creating {}", log_path.display())))?;
     log.note(&format!(
         "run {} iteration {n}/{} started {started_at}; agent {}; prompt {} ({} bytes)",
@@ -405,6 +412,7 @@ async fn iteration(
                             iteration: n,
                             command: cmd.clone(),
                         });
+                        log.section();
                         log.note(&format!("validation: $ {cmd}"));
                         let v = run_validation(
                             Validation {
@@ -633,7 +641,7 @@ async fn iteration(
         cost_usd: format!("{:.6}", parsed.cost_usd.unwrap_or(0.0)),
     };
     let csv = ws.summary_csv();
-    append_row(&csv, &row).map_err(io_err(format!("appending to {}", csv.display())))?;
+    write_row(&csv, &row).map_err(io_err(format!("writing to {}", csv.display())))?;
 
     // Limits, after the evidence: a passing last iteration still completes.
     if outcome.is_none()

@@ -12,6 +12,7 @@ use crate::agent::{AgentError, AgentSpec, OutputFormat};
 use crate::config::Settings;
 use crate::fsutil::write_atomic;
 use crate::loops::{LoopError, LoopType, PromptTemplate, Registry, TemplateError};
+use crate::telemetry::{DEFAULT_LOG_CAP, MIN_LOG_CAP, parse_size};
 use crate::workspace::Workspace;
 
 pub const DEFAULT_LOOP: &str = "ralph";
@@ -44,6 +45,9 @@ pub struct RunConfig {
     /// Set: completion also needs `<promise>TEXT</promise>`.
     pub completion_promise: Option<String>,
     pub kill_grace_ms: u64,
+    /// The cap of one iteration's log (agent and validation output), in bytes.
+    #[serde(default = "default_log_cap")]
+    pub max_log_bytes: u64,
     /// Values the run was spawned with (a daemon run: `plan-file`, `spec-file`,
     /// `phase-name`, …): template variables, and `TASKDAEMON_<NAME>` in the agent's and
     /// the validation's environment.
@@ -121,6 +125,7 @@ impl RunConfig {
             max_cost: None,
             completion_promise: None,
             kill_grace_ms: DEFAULT_KILL_GRACE.as_millis() as u64,
+            max_log_bytes: DEFAULT_LOG_CAP,
             context: serde_json::Map::new(),
             loop_def: def,
         };
@@ -215,6 +220,16 @@ impl RunConfig {
         }
         if let Some(g) = s.kill_grace {
             self.kill_grace_ms = g.0.as_millis() as u64;
+        }
+        if let Some(size) = &s.max_log_size {
+            let n = parse_size(size).map_err(|m| value("max-log-size", m))?;
+            if n < MIN_LOG_CAP {
+                return Err(value(
+                    "max-log-size",
+                    format!("{size} is too small; use at least 16KB"),
+                ));
+            }
+            self.max_log_bytes = n;
         }
         Ok(())
     }
@@ -359,6 +374,31 @@ impl RunState {
         })?;
         write_atomic(&path, &json).map_err(|source| StateError::Write { path, source })
     }
+}
+
+fn default_log_cap() -> u64 {
+    DEFAULT_LOG_CAP
+}
+
+/// Remove the temporary files of atomic writes (`.tmp-*`) a kill left in `.ralph/` and its
+/// logs. Called at the start of a run, under its lock. How many were removed.
+pub fn clean_temp_files(ws: &Workspace) -> usize {
+    let mut n = 0;
+    for dir in [ws.root().to_path_buf(), ws.logs_dir()] {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let is_file = e.file_type().is_ok_and(|t| t.is_file());
+            if is_file
+                && e.file_name().to_string_lossy().starts_with(".tmp-")
+                && std::fs::remove_file(e.path()).is_ok()
+            {
+                n += 1;
+            }
+        }
+    }
+    n
 }
 
 fn default_max_stall() -> u32 {

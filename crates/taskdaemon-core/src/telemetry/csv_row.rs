@@ -1,12 +1,14 @@
 //! `.ralph/logs/summary.csv`: the columns of spec 2 §3, then run_id, outcome,
 //! agent_exit_code, validation_passed, tokens_in, tokens_out, cost_usd. One row per
-//! iteration, appended with one write and synced.
+//! (run id, iteration): a new one is appended with one write and synced; an iteration done
+//! again after a kill (its row written, the run state not yet) replaces its row, so no
+//! iteration is ever listed twice.
 
 use std::path::Path;
 
 use serde::Serialize;
 
-use crate::fsutil::append_record;
+use crate::fsutil::{append_record, write_atomic};
 
 pub const CSV_COLUMNS: &[&str] = &[
     "iteration",
@@ -49,10 +51,14 @@ pub struct SummaryRow {
     pub cost_usd: String,
 }
 
-pub fn append_row(path: &Path, row: &SummaryRow) -> std::io::Result<()> {
-    let needs_header = std::fs::metadata(path)
-        .map(|m| m.len() == 0)
-        .unwrap_or(true);
+/// Write `row`: replace the row of the same (run id, iteration), else append.
+pub fn write_row(path: &Path, row: &SummaryRow) -> std::io::Result<()> {
+    let existing = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let needs_header = existing.is_empty();
     let mut w = csv::WriterBuilder::new()
         .has_headers(false)
         .from_writer(Vec::new());
@@ -63,7 +69,49 @@ pub fn append_row(path: &Path, row: &SummaryRow) -> std::io::Result<()> {
     let bytes = w
         .into_inner()
         .map_err(|e| std::io::Error::other(e.to_string()))?;
-    append_record(path, &bytes, true)
+    match find_row(&existing, &row.run_id, row.iteration) {
+        Some(range) => {
+            let mut out = Vec::with_capacity(existing.len() + bytes.len());
+            out.extend_from_slice(&existing[..range.start]);
+            out.extend_from_slice(&bytes);
+            out.extend_from_slice(&existing[range.end..]);
+            write_atomic(path, &out)
+        }
+        None => append_record(path, &bytes, true),
+    }
+}
+
+/// The byte range (newline included) of the first row of `run_id` and `iteration`, by
+/// the file's own header. Unreadable rows are skipped.
+fn find_row(csv_bytes: &[u8], run_id: &str, iteration: u32) -> Option<std::ops::Range<usize>> {
+    let mut r = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .flexible(true)
+        .from_reader(csv_bytes);
+    let header = r.byte_headers().ok()?.clone();
+    let col = |name: &str| header.iter().position(|h| h == name.as_bytes());
+    let (run_col, it_col) = (col("run_id")?, col("iteration")?);
+    let iteration = iteration.to_string();
+    let mut rec = csv::ByteRecord::new();
+    let mut found: Option<usize> = None;
+    loop {
+        let start = r.position().byte() as usize;
+        match r.read_byte_record(&mut rec) {
+            Ok(false) => return found.map(|s| s..csv_bytes.len()),
+            Ok(true) => {}
+            // Skipped, unless the reader cannot get past it.
+            Err(_) if r.position().byte() as usize > start => continue,
+            Err(_) => return found.map(|s| s..csv_bytes.len()),
+        }
+        if let Some(s) = found {
+            return Some(s..start);
+        }
+        if rec.get(run_col) == Some(run_id.as_bytes())
+            && rec.get(it_col) == Some(iteration.as_bytes())
+        {
+            found = Some(start);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -91,8 +139,8 @@ mod tests {
             tokens_out: 0,
             cost_usd: "0.000000".into(),
         };
-        append_row(&p, &row).unwrap();
-        append_row(
+        write_row(&p, &row).unwrap();
+        write_row(
             &p,
             &SummaryRow {
                 iteration: 2,
@@ -105,5 +153,53 @@ mod tests {
         assert_eq!(lines.len(), 3);
         assert_eq!(lines[0], CSV_COLUMNS.join(","));
         assert_eq!(lines[1].split(',').count(), CSV_COLUMNS.len());
+    }
+
+    #[test]
+    fn a_redone_iteration_replaces_its_row() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("summary.csv");
+        let row = |run: &str, n: u32, outcome: &str| SummaryRow {
+            iteration: n,
+            mode: "ralph".into(),
+            duration_seconds: "1.000".into(),
+            commit_hash: String::new(),
+            stories_complete: 0,
+            stories_total: 0,
+            stuck_count: 0,
+            timestamp: "2026-11-21T12:00:00Z".into(),
+            run_id: run.into(),
+            outcome: outcome.into(),
+            agent_exit_code: 0,
+            validation_passed: "skipped".into(),
+            tokens_in: 0,
+            tokens_out: 0,
+            cost_usd: "0.000000".into(),
+        };
+        write_row(&p, &row("old", 1, "continue")).unwrap();
+        write_row(&p, &row("r", 1, "continue")).unwrap();
+        write_row(&p, &row("r", 2, "killed")).unwrap();
+        write_row(&p, &row("r", 2, "continue")).unwrap();
+        write_row(&p, &row("r", 1, "again")).unwrap();
+        write_row(&p, &row("r", 3, "complete")).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        let rows: Vec<(String, String, String)> = text
+            .lines()
+            .skip(1)
+            .map(|l| {
+                let f: Vec<&str> = l.split(',').collect();
+                (f[8].into(), f[0].into(), f[9].into())
+            })
+            .collect();
+        let want = [
+            ("old", "1", "continue"),
+            ("r", "1", "again"),
+            ("r", "2", "continue"),
+            ("r", "3", "complete"),
+        ];
+        assert_eq!(
+            rows,
+            want.map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+        );
     }
 }

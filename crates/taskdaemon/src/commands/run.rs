@@ -88,6 +88,9 @@ pub struct RunFlags {
     /// Time between TERM and KILL when the agent is stopped [default: 5s].
     #[arg(long, value_name = "DUR", env = "TASKDAEMON_KILL_GRACE", value_parser = dur)]
     pub kill_grace: Option<Dur>,
+    /// Cap of one iteration's log (50MB, 512KB, 1GB): past it the first and last part are kept, with a note of what was dropped [default: 50MB].
+    #[arg(long, value_name = "SIZE", env = "TASKDAEMON_MAX_LOG_SIZE")]
+    pub max_log_size: Option<String>,
 }
 
 pub(crate) fn dur(s: &str) -> Result<Dur, String> {
@@ -111,6 +114,7 @@ impl RunFlags {
             max_cost: self.max_cost,
             completion_promise: self.completion_promise.clone(),
             kill_grace: self.kill_grace,
+            max_log_size: self.max_log_size.clone(),
             ..Settings::default()
         }
     }
@@ -325,6 +329,7 @@ pub fn drive(
     resumed: bool,
     json: bool,
 ) -> anyhow::Result<(Outcome, RunSummary)> {
+    take_over_processes(&state)?;
     with_signals(|cancel| async move {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let renderer = tokio::spawn(Renderer::new(json).run(rx));
@@ -337,6 +342,33 @@ pub fn drive(
         let _ = renderer.await;
         Ok(result?)
     })
+}
+
+/// Before the loop starts (its lock held): end every process a killed loop in this
+/// directory left running, and record this loop's processes before each starts.
+fn take_over_processes(state: &RunState) -> anyhow::Result<()> {
+    let workdir = &state.config.workdir;
+    let dir = agent::tracked::loop_records_dir(workdir).map_err(user)?;
+    let left = agent::tracked::take_over(dir.clone(), state.config.kill_grace())
+        .with_context(|| format!("recording the loop's processes in {}", dir.display()))?;
+    for l in &left {
+        eprintln!(
+            "taskdaemon: ended {} process(es) of run {} that a stopped loop left running in {}",
+            l.processes,
+            if l.run_id.is_empty() { "?" } else { &l.run_id },
+            workdir.display(),
+        );
+    }
+    if let Some(l) = left.iter().find(|l| l.survived) {
+        return Err(user(format!(
+            "not starting: processes of run {} (environment {}={}) survived KILL and would run beside this loop\n  hint: find them with `grep -l {} /proc/*/environ`, end them, then start again",
+            l.run_id,
+            agent::tracked::GROUP_VAR,
+            l.token,
+            l.token
+        )));
+    }
+    Ok(())
 }
 
 /// Run `body` on a runtime of two workers, as the reaper of orphaned descendants, with
