@@ -15,6 +15,7 @@ pub const IGNORED: &[&str] = &[
     ".ralph/decide.txt",
     ".ralph/run.json",
     ".ralph/run.lock",
+    ".ralph/requirements.json",
     ".ralph/archive/*/logs/",
 ];
 

@@ -182,38 +182,39 @@ async fn iteration(
     let started_at = clock::now_rfc3339();
 
     // Spec 4: in the plan phase a plan with content is validated first; valid → build.
-    let phase_note = match crate::gates::phase::at_iteration_top(&cfg.workdir, &ws.feedback_file())
-        .map_err(io_err(
-            "checking the plan phase (.ralph/phase.txt, the plan)",
-        ))? {
-        crate::gates::phase::PhaseStep::Inert => None,
-        crate::gates::phase::PhaseStep::Flipped { plan } => {
-            let message = format!("{} is valid: the phase is now build", plan.display());
-            ctx.events.emit(EngineEvent::Gate {
-                iteration: n,
-                gate: "phase".into(),
-                passed: true,
-                severity: crate::gates::scope::Severity::Hard,
-                message: message.clone(),
-            });
-            Some(message)
-        }
-        crate::gates::phase::PhaseStep::Invalid { plan, problems } => {
-            let message = format!(
-                "{} has {} problem(s): still in the plan phase (see .ralph/feedback.md)",
-                plan.display(),
-                problems.len()
-            );
-            ctx.events.emit(EngineEvent::Gate {
-                iteration: n,
-                gate: "phase".into(),
-                passed: false,
-                severity: crate::gates::scope::Severity::Soft,
-                message: message.clone(),
-            });
-            Some(message)
-        }
-    };
+    let phase_note =
+        match crate::gates::phase::at_iteration_top(&cfg.workdir, &ws.feedback_file(), st.task)
+            .map_err(io_err(
+                "checking the plan phase (.ralph/phase.txt, the plan)",
+            ))? {
+            crate::gates::phase::PhaseStep::Inert => None,
+            crate::gates::phase::PhaseStep::Flipped { plan } => {
+                let message = format!("{} is valid: the phase is now build", plan.display());
+                ctx.events.emit(EngineEvent::Gate {
+                    iteration: n,
+                    gate: "phase".into(),
+                    passed: true,
+                    severity: crate::gates::scope::Severity::Hard,
+                    message: message.clone(),
+                });
+                Some(message)
+            }
+            crate::gates::phase::PhaseStep::Invalid { plan, problems } => {
+                let message = format!(
+                    "{} has {} problem(s): still in the plan phase (see .ralph/feedback.md)",
+                    plan.display(),
+                    problems.len()
+                );
+                ctx.events.emit(EngineEvent::Gate {
+                    iteration: n,
+                    gate: "phase".into(),
+                    passed: false,
+                    severity: crate::gates::scope::Severity::Soft,
+                    message: message.clone(),
+                });
+                Some(message)
+            }
+        };
 
     // A human's answer to an earlier DECIDE goes into this prompt.
     let decide = ws.read_decide()?;

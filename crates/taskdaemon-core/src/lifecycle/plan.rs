@@ -191,6 +191,22 @@ impl Plan {
                 });
             }
             for m in &s.markers {
+                let contradicts = m.kind == MarkerKind::NoChanges
+                    && s.markers.iter().any(|o| {
+                        o.task == m.task
+                            && !matches!(o.kind, MarkerKind::NoChanges | MarkerKind::Preserved)
+                    });
+                if contradicts {
+                    p.push(PlanProblem {
+                        line: m.line,
+                        message: format!(
+                            "section `{}` says NO CHANGES for task-{} but also has a TASK-{} marker; keep one",
+                            s.name,
+                            m.task.unwrap_or(0),
+                            m.task.unwrap_or(0)
+                        ),
+                    });
+                }
                 let counted = matches!(
                     m.kind,
                     MarkerKind::Add | MarkerKind::Preserved | MarkerKind::Remove

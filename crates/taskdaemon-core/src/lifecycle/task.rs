@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use crate::clock;
 use crate::engine::Outcome;
+use crate::gates::contract::Contract;
+use crate::gates::count::count_items;
 use crate::git::snapshot::{Kind, Rollback, SaveRequest, Snapshot, SnapshotError, Snapshots};
 use crate::git::{Git, GitError};
 use crate::workspace::Workspace;
@@ -214,7 +216,22 @@ pub fn begin_task(
     // Spec 4: every task starts in the plan phase (inert when it has no plan).
     files.write(&files.root().join("phase.txt"), "plan\n")?;
     files.write(&files.counter(), &format!("{number}\n"))?;
-    let task_text = task_md(number, &previous_ref, message, parsed, clarification);
+    // The requirements the harness checks itself at completion (issue 12).
+    let repo_files = super::parser::project_context(snaps.top(), ws).files;
+    let contract = Contract::of(number, parsed, &repo_files);
+    contract
+        .save(files.root())
+        .map_err(|source| LifecycleError::Io {
+            path: Contract::path(files.root()),
+            source,
+        })?;
+    let count_now = |f: &str| {
+        std::fs::read_to_string(snaps.top().join(f))
+            .map(|t| count_items(f, &t))
+            .unwrap_or(0)
+    };
+    let mut task_text = task_md(number, &previous_ref, message, parsed, clarification);
+    task_text.push_str(&contract.describe(&count_now));
     files.write(&files.task(), &task_text)?;
     if files.read(&files.origin())?.is_none() {
         files.write(
