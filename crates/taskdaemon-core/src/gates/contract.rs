@@ -348,3 +348,180 @@ fn check_one(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::lifecycle::parser::Requirement as Req;
+
+    struct World {
+        before: HashMap<&'static str, String>,
+        now: HashMap<&'static str, String>,
+    }
+    impl ScopeWorld for World {
+        fn before(&self, p: &str) -> Option<String> {
+            self.before.get(p).cloned()
+        }
+        fn now(&self, p: &str) -> Option<String> {
+            self.now.get(p).cloned()
+        }
+        fn check_passes(&self, _: &str) -> bool {
+            false
+        }
+    }
+
+    fn list(names: &[&str]) -> String {
+        let items: Vec<String> = names.iter().map(|n| format!("  \"{n}\",")).collect();
+        format!("export const flavors = [\n{}\n];\n", items.join("\n"))
+    }
+
+    const EIGHT: &[&str] = &["a1", "b2", "c3", "d4", "e5", "f6", "g7", "h8"];
+
+    fn world(now: &[&str]) -> World {
+        World {
+            before: HashMap::from([("src/flavors.ts", list(EIGHT))]),
+            now: HashMap::from([("src/flavors.ts", list(now))]),
+        }
+    }
+
+    fn parsed(reqs: Vec<Req>, preserve: Vec<&str>) -> ParsedTask {
+        ParsedTask {
+            kind: TaskKind::Mutation,
+            title: "t".into(),
+            requirements: reqs,
+            preserve: preserve.into_iter().map(String::from).collect(),
+            affected_files: Vec::new(),
+            question: None,
+            ambiguities: Vec::new(),
+        }
+    }
+
+    fn req(marker: Marker, text: &str, count: Option<u32>, keep: bool) -> Req {
+        Req {
+            marker,
+            text: text.into(),
+            count,
+            keep_existing: keep,
+        }
+    }
+
+    fn files() -> Vec<String> {
+        vec!["src/flavors.ts".into(), "src/store.ts".into()]
+    }
+
+    fn blocks(c: &Contract, w: &World, plan: Option<&Plan>) -> Vec<String> {
+        check_contract(c, plan, w)
+            .into_iter()
+            .filter(GateResult::blocks)
+            .map(|r| r.message)
+            .collect()
+    }
+
+    #[test]
+    fn add_n_counts_exactly_and_keeps_the_existing_items() {
+        let c = Contract::of(
+            1,
+            &parsed(
+                vec![req(Marker::Add, "Add 2 more flavors", Some(2), true)],
+                vec![],
+            ),
+            &files(),
+        );
+        assert_eq!(c.requirements.len(), 2, "{c:?}");
+        assert_eq!(c.requirements[0].files, ["src/flavors.ts"]);
+        let mut ten = EIGHT.to_vec();
+        ten.extend(["n1", "n2"]);
+        assert!(blocks(&c, &world(&ten), None).is_empty());
+        let mut eleven = ten.clone();
+        eleven.push("n3");
+        let b = blocks(&c, &world(&eleven), None);
+        assert!(
+            b[0].contains("expected 10 items (8 + 2) in src/flavors.ts, found 11"),
+            "{b:?}"
+        );
+        let mut converted = EIGHT.to_vec();
+        converted[4..].copy_from_slice(&["n1", "n2", "n3", "n4"]);
+        let b = blocks(&c, &world(&converted), None);
+        assert_eq!(b.len(), 2, "{b:?}");
+        assert!(b[0].contains("found 8"), "{b:?}");
+        assert!(
+            b[1].contains("existing items were changed or removed: src/flavors.ts: `\"e5\"`"),
+            "{b:?}"
+        );
+    }
+
+    #[test]
+    fn preserve_fails_when_the_collection_shrinks_or_an_item_changes() {
+        let c = Contract::of(
+            1,
+            &parsed(
+                vec![req(Marker::Modify, "Polish the store", None, false)],
+                vec![
+                    "Keep the existing flavors",
+                    "Everything the requirements above do not name",
+                ],
+            ),
+            &files(),
+        );
+        assert_eq!(c.requirements.len(), 1, "{c:?}");
+        assert_eq!(c.requirements[0].check, Check::Preserve);
+        assert!(blocks(&c, &world(EIGHT), None).is_empty());
+        let b = blocks(&c, &world(&EIGHT[..7]), None);
+        assert!(
+            b[0].contains("had 8 items in src/flavors.ts, now 7"),
+            "{b:?}"
+        );
+        let mut renamed = EIGHT.to_vec();
+        renamed[0] = "zz";
+        let b = blocks(&c, &world(&renamed), None);
+        assert!(b[0].contains("`\"a1\"`"), "{b:?}");
+    }
+
+    #[test]
+    fn remove_needs_fewer_items() {
+        let c = Contract::of(
+            1,
+            &parsed(
+                vec![req(Marker::Remove, "Remove 2 flavors", Some(2), false)],
+                vec![],
+            ),
+            &files(),
+        );
+        assert!(!blocks(&c, &world(EIGHT), None).is_empty());
+        assert!(blocks(&c, &world(&EIGHT[..6]), None).is_empty());
+        assert!(!blocks(&c, &world(&EIGHT[..7]), None).is_empty());
+    }
+
+    #[test]
+    fn an_unmappable_requirement_fails_until_the_plan_names_its_files() {
+        let c = Contract::of(
+            1,
+            &parsed(
+                vec![req(Marker::Add, "Add 2 widgets", Some(2), false)],
+                vec![],
+            ),
+            &files(),
+        );
+        assert!(c.requirements[0].files.is_empty());
+        assert!(
+            c.describe(&|_| 0)
+                .contains("matches no file of the repository")
+        );
+        let mut ten = EIGHT.to_vec();
+        ten.extend(["n1", "n2"]);
+        let b = blocks(&c, &world(&ten), None);
+        assert!(b[0].contains("cannot be checked"), "{b:?}");
+        let text = "## widgets\nFiles: src/flavors.ts\n<!-- TASK-1 [ADD]: 2 widgets -->\n";
+        let (plan, _) = Plan::parse(Path::new("plan.md"), text);
+        assert!(blocks(&c, &world(&ten), Some(&plan)).is_empty());
+        // A fresh task has nothing existing to count against.
+        let mut fresh = parsed(
+            vec![req(Marker::Add, "Add 2 widgets", Some(2), false)],
+            vec![],
+        );
+        fresh.kind = TaskKind::Fresh;
+        assert!(Contract::of(1, &fresh, &files()).requirements.is_empty());
+    }
+}

@@ -351,4 +351,61 @@ mod tests {
         assert!(again.changes.is_empty(), "{:?}", again.changes);
         assert_eq!(again.text, u.text);
     }
+
+    #[test]
+    fn the_parser_mapping_places_the_add_and_nothing_contradicts() {
+        // "drinks" shares no word with `features`; the parser maps it to the file.
+        let plan = "## features\nFiles: src/flavors.ts\n<!-- NO CHANGES for task-1 -->\n\n## store\nFiles: src/store.ts\n";
+        let reqs = vec![Requirement {
+            kind: MarkerKind::Add,
+            text: "Add 2 more drinks for nighttime".into(),
+        }];
+        let read = |_: &str| Some("[1, 2, 3, 4, 5, 6, 7, 8]".to_string());
+        let files_for = |_: &str| vec!["src/flavors.ts".to_string()];
+        let world = UpdateWorld {
+            read: &read,
+            files_for: &files_for,
+        };
+        let u = update_plan(Path::new("plan.md"), plan, 1, &reqs, &world).unwrap();
+        let (p, problems) = Plan::parse(Path::new("plan.md"), &u.text);
+        assert!(p.validate(problems).is_empty(), "{}", u.text);
+        let kinds: Vec<MarkerKind> = p
+            .section("features")
+            .unwrap()
+            .markers
+            .iter()
+            .map(|m| m.kind)
+            .collect();
+        assert_eq!(
+            kinds,
+            [MarkerKind::Add, MarkerKind::Preserved],
+            "{}",
+            u.text
+        );
+        // Refused: an ADD that would land where no file can be counted.
+        let none = |_: &str| Vec::new();
+        let world = UpdateWorld {
+            read: &read,
+            files_for: &none,
+        };
+        let bare = "## ideas\n";
+        let reqs = vec![Requirement {
+            kind: MarkerKind::Add,
+            text: "Add 2 widgets".into(),
+        }];
+        let e = update_plan(Path::new("plan.md"), bare, 1, &reqs, &world).unwrap_err();
+        assert!(e.to_string().contains("matches no file"), "{e}");
+        // A section listing an affected file is never NO CHANGES.
+        let two = "## grid\nFiles: src/flavors.ts\n\n## data\nFiles: src/flavors.ts, src/x.ts\n";
+        let reqs = vec![Requirement {
+            kind: MarkerKind::Modify,
+            text: "Refine the grid".into(),
+        }];
+        let world = UpdateWorld {
+            read: &read,
+            files_for: &files_for,
+        };
+        let u = update_plan(Path::new("plan.md"), two, 1, &reqs, &world).unwrap();
+        assert!(!u.text.contains("NO CHANGES"), "{}", u.text);
+    }
 }
