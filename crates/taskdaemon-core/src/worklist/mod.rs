@@ -4,6 +4,7 @@
 //! harness checks. Emits [`WorklistEvent`]s; never prints.
 
 mod agent;
+pub mod contradiction;
 pub mod coordinator;
 pub mod events;
 pub mod lock;
