@@ -535,3 +535,113 @@ fn vibrant_energy_c_markers_in_the_wrong_section_and_d_correct_markers() {
     assert_eq!(outcomes(&env.repo()), ["plan-phase", "complete"]);
     assert!(git(&env.repo(), &["tag", "--list"]).contains("task-1-post"));
 }
+
+/// A spec with two phases, committed.
+fn spec_project() -> Env {
+    let env = Env::new();
+    let repo = env.repo();
+    std::fs::create_dir_all(repo.join("specs")).unwrap();
+    std::fs::write(
+        repo.join("specs/auth.md"),
+        "---\ntitle: auth\ndeps: []\nphases: [\"Phase 1: tokens\", \"Phase 2: login\"]\n---\nBuild auth.\n",
+    )
+    .unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "spec"]);
+    env
+}
+
+#[test]
+fn a_phase_run_by_hand_needs_its_variables_and_completes_only_with_a_commit() {
+    let env = spec_project();
+    let idle = env.script(
+        "idle.yaml",
+        "after-last: repeat-last\niterations:\n  - steps: [ { say: \"<promise>COMPLETE</promise>\" } ]\n",
+    );
+    // Without the spec: refused, naming what is missing; nothing ran.
+    let r = env.run(&["run", "--loop", "phase", "implement", "--agent", &idle]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("the `phase` loop needs `spec-file`")
+            && r.stderr.contains("--var spec-file=VALUE"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !env.repo()
+            .join(".ralph/logs/iteration-001.prompt.md")
+            .exists()
+    );
+    let r = env.run(&[
+        "run",
+        "--loop",
+        "phase",
+        "implement",
+        "--agent",
+        &idle,
+        "--var",
+        "spec-file=specs/auth.md",
+        "--var",
+        "phase-number=3",
+    ]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("a phase number between 1 and 2"),
+        "{}",
+        r.stderr
+    );
+
+    // The agent claims COMPLETE and commits nothing: the clean tree passes the phase's
+    // validation, but the phase is not complete.
+    let r = env.run(&[
+        "run",
+        "--loop",
+        "phase",
+        "implement",
+        "--agent",
+        &idle,
+        "--var",
+        "spec-file=specs/auth.md",
+        "--var",
+        "phase-number=2",
+        "--max-iterations",
+        "2",
+        "--max-stuck",
+        "0",
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("gate work: not met: no commit since this phase started"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(outcomes(&env.repo()), ["rejected", "rejected"]);
+    let p1 =
+        std::fs::read_to_string(env.repo().join(".ralph/logs/iteration-001.prompt.md")).unwrap();
+    assert!(
+        p1.contains("## Implement phase 2 of 2: Phase 2: login"),
+        "{p1}"
+    );
+    assert!(p1.contains("- Phase 1: tokens"), "{p1}");
+    assert!(p1.contains("Build auth."), "{p1}");
+
+    // With a commit it completes.
+    let env = spec_project();
+    let worker = env.script(
+        "w.yaml",
+        "iterations:\n  - steps:\n      - write: { path: src/auth.rs, content: tokens }\n      - commit: tokens\n      - say: \"<promise>COMPLETE</promise>\"\n",
+    );
+    let r = env.run(&[
+        "run",
+        "--loop",
+        "phase",
+        "implement",
+        "--agent",
+        &worker,
+        "--var",
+        "spec-file=specs/auth.md",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(outcomes(&env.repo()), ["complete"]);
+}

@@ -53,6 +53,7 @@ pub async fn gates(
     let plan = read_plan(workdir)?;
     // The task's own requirements are checked first, whatever the plan says (issue 12).
     let mut results = contract(st, cfg, ws, plan.as_ref())?;
+    results.extend(no_work(st, cfg)?);
     let swallow =
         phase::swallows_completion(workdir).map_err(io("reading .ralph/phase.txt".into()))?;
     if swallow {
@@ -121,7 +122,7 @@ fn rejection_text(attempt: u32, results: &[GateResult], plan_phase: bool) -> Str
     format!(
         "## Gate failures (attempt {attempt} of {MAX_GATE_FAILURES})\n\n\
 The validation passed, but the harness's checks of this task are not met, so the task is not done:\n{list}{}{}\n\
-Fix these first. After {MAX_GATE_FAILURES} rejected completions in a row the task is aborted and rolled back.\n",
+Fix these first. After {MAX_GATE_FAILURES} rejected completions in a row the run fails (a task is rolled back to task-N-pre).\n",
         if soft.is_empty() {
             String::new()
         } else {
@@ -133,6 +134,38 @@ Fix these first. After {MAX_GATE_FAILURES} rejected completions in a row the tas
             ""
         }
     )
+}
+
+/// A phase loop completes only with work: at least one commit since the run started,
+/// unless its phase is a no-op (its name says `no-op`).
+fn no_work(st: &RunState, cfg: &RunConfig) -> Result<Option<GateResult>, EngineError> {
+    if cfg.loop_name != "phase" {
+        return Ok(None);
+    }
+    let name = match cfg.context.get("phase-name") {
+        Some(serde_json::Value::String(s)) => s.to_lowercase(),
+        _ => String::new(),
+    };
+    if name.contains("no-op") || name.contains("noop") {
+        return Ok(None);
+    }
+    let head = Git::new(&cfg.workdir).head()?;
+    if head.is_some() && head != st.start_head {
+        return Ok(None);
+    }
+    let at = st
+        .start_head
+        .as_deref()
+        .map(|h| h.chars().take(12).collect::<String>())
+        .unwrap_or_else(|| "no commit".into());
+    Ok(Some(GateResult {
+        gate: "work".into(),
+        severity: Severity::Hard,
+        passed: false,
+        message: format!(
+            "no commit since this phase started (HEAD is still {at}): a phase completes only with committed work. Implement the phase and commit it; if the phase truly needs no change, its name in the spec must say `no-op`."
+        ),
+    }))
 }
 
 /// The plan of the work tree, parsed, with its parse problems.

@@ -7,6 +7,7 @@ mod state;
 
 mod completion;
 pub mod events;
+pub mod standalone;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -115,6 +116,9 @@ pub async fn run_loop(
             ctx,
             "--max-cost is set but this agent's plain-text output reports no cost; the limit cannot trigger",
         );
+    }
+    if st.iterations_done == 0 && st.start_head.is_none() {
+        st.start_head = git.head()?;
     }
     st.save(ws)?;
 
@@ -494,7 +498,7 @@ async fn iteration(
             completion::Verdict::Rejected { attempt } => {
                 label = "rejected";
                 let reason = format!(
-                    "the plan's scope gates rejected the completion (attempt {attempt} of {}); see .ralph/feedback.md",
+                    "the harness's gates rejected the completion (attempt {attempt} of {}); see .ralph/feedback.md",
                     completion::MAX_GATE_FAILURES
                 );
                 log.note(&reason);
