@@ -16,6 +16,8 @@ pub const IGNORED: &[&str] = &[
     ".ralph/run.json",
     ".ralph/run.lock",
     ".ralph/requirements.json",
+    ".ralph/status.txt",
+    ".ralph/iteration.txt",
     ".ralph/archive/*/logs/",
 ];
 

@@ -175,6 +175,69 @@ fn five_rejected_completions_abort_the_task_and_roll_back() {
         std::fs::read_to_string(repo.join(".ralph/status.txt")).unwrap(),
         "failed\n"
     );
+    // The failed task keeps its number and goes into the history as failed.
+    assert_eq!(
+        std::fs::read_to_string(repo.join(".ralph/task-counter.txt")).unwrap(),
+        "1\n"
+    );
+    let idle = env.script(
+        "idle.yaml",
+        "iterations:\n  - steps: [ { say: looking } ]\n",
+    );
+    let r = env.run(&[
+        "task",
+        "fix the store",
+        "--agent",
+        &idle,
+        "--max-iterations",
+        "1",
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let history = std::fs::read_to_string(repo.join(".ralph/task-history.md")).unwrap();
+    assert_eq!(
+        history.trim_end(),
+        "- Task 1: add 2 nighttime drinks (failed)",
+        "{history}"
+    );
+    let task = std::fs::read_to_string(repo.join(".ralph/task.md")).unwrap();
+    assert!(
+        task.contains("Counter: 2") && task.contains("Previous: task 1 (it did not complete)"),
+        "{task}"
+    );
+}
+
+#[test]
+fn the_task_files_follow_the_iterations_and_a_finished_task_leaves_a_clean_tree() {
+    let env = project();
+    let repo = env.repo();
+    let a = env.script(
+        "a.yaml",
+        "iterations:\n  - steps:\n      - run: cp .ralph/iteration.txt it1.txt\n      - write: { path: .ralph/status.txt, content: \"complete\\n\" }\n      - commit: first\n      - say: \"<promise>COMPLETE</promise>\"\n  - steps:\n      - run: cp .ralph/iteration.txt it2.txt && cp .ralph/status.txt st2.txt\n      - write: { path: done, content: yes }\n      - commit: done\n      - say: \"<promise>COMPLETE</promise>\"\n",
+    );
+    let r = env.run(&[
+        "task",
+        "fix the store",
+        "--agent",
+        &a,
+        "--validate",
+        "test -f done",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let read = |f: &str| std::fs::read_to_string(repo.join(f)).unwrap();
+    assert_eq!(read("it1.txt"), "1\n");
+    assert_eq!(read("it2.txt"), "2\n");
+    assert_eq!(
+        read("st2.txt"),
+        "running\n",
+        "the agent's `complete` did not stick"
+    );
+    assert_eq!(read(".ralph/status.txt"), "complete\n");
+    assert_eq!(read(".ralph/iteration.txt"), "2\n");
+    assert_eq!(
+        git(&repo, &["status", "--porcelain"]),
+        "",
+        "nothing left modified"
+    );
 }
 
 #[test]

@@ -220,6 +220,9 @@ async fn iteration(
             }
         };
 
+    if st.task.is_some() {
+        crate::lifecycle::note_iteration(ws, n)?;
+    }
     // A human's answer to an earlier DECIDE goes into this prompt.
     let decide = ws.read_decide()?;
     let decision = decide.as_ref().and_then(|d| {

@@ -40,6 +40,9 @@ pub enum PhaseStep {
     },
 }
 
+/// The heading of the flip's word in `feedback.md`.
+const VALIDATED: &str = "## Plan validated";
+
 pub fn phase_file(workdir: &Path) -> PathBuf {
     workdir.join(".ralph").join("phase.txt")
 }
@@ -136,6 +139,10 @@ pub fn at_iteration_top(
     task: Option<u32>,
 ) -> std::io::Result<PhaseStep> {
     if read_phase(workdir)? == Phase::Build {
+        // The word of the flip was for the iteration it started; it is not repeated.
+        if read_optional(feedback)?.is_some_and(|f| f.starts_with(VALIDATED)) {
+            write_atomic(feedback, b"")?;
+        }
         return Ok(PhaseStep::Inert);
     }
     let Some((path, text)) = plan_with_content(workdir)? else {
@@ -157,7 +164,7 @@ pub fn at_iteration_top(
         write_atomic(
             feedback,
             format!(
-                "## Plan validated\n\n{shown} is valid ({} sections: {}). The phase is now BUILD: implement the plan, \
+                "{VALIDATED}\n\n{shown} is valid ({} sections: {}). The phase is now BUILD: implement the plan, \
 only in the sections it marks for this task; a completion claim is checked against its markers.\n",
                 sections.len(),
                 sections.join(", ")
@@ -216,7 +223,13 @@ mod tests {
             PhaseStep::Flipped { .. }
         ));
         assert_eq!(read_phase(w).unwrap(), Phase::Build);
+        assert!(std::fs::read_to_string(&fb).unwrap().starts_with(VALIDATED));
         assert!(!swallows_completion(w).unwrap());
         assert_eq!(at_iteration_top(w, &fb, None).unwrap(), PhaseStep::Inert);
+        assert_eq!(
+            std::fs::read_to_string(&fb).unwrap(),
+            "",
+            "the flip's word is shown once"
+        );
     }
 }

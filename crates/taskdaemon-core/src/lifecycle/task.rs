@@ -281,6 +281,14 @@ pub fn finish_task(
     })?))
 }
 
+/// At the top of iteration `n` of a task: `iteration.txt` says `n` and `status.txt`
+/// `running` (whatever an agent wrote there: only the harness decides the status).
+pub fn note_iteration(ws: &Workspace, n: u32) -> Result<(), LifecycleError> {
+    let files = TaskFiles::new(ws);
+    files.write(&files.iteration(), &format!("{n}\n"))?;
+    files.write(&files.status(), "running\n")
+}
+
 /// Abort the task the loop works on (a second stall, gates failing again and again): roll
 /// back to `task-N-pre` when there is one, mark it failed, and say why in `feedback.md`.
 /// `cause` completes "failed after …". Returns the rollback, if one happened.
@@ -294,11 +302,31 @@ pub fn fail_task(
         Some(n) => snaps.task_pre(n)?,
         None => None,
     };
+    let files = TaskFiles::new(ws);
+    // The task's own record survives its rollback: task-N-pre is from before the task
+    // started, so without this the counter, task.md and the history would describe the
+    // task before it, and the failed task would vanish from the history.
+    let kept: Vec<(PathBuf, Option<String>)> = [
+        files.counter(),
+        files.task(),
+        files.history(),
+        files.summary(),
+        files.iteration(),
+    ]
+    .into_iter()
+    .map(|p| files.read(&p).map(|t| (p, t)))
+    .collect::<Result<_, _>>()?;
     let rollback = match &pre {
         Some(p) => Some(snaps.rollback_from_loop(&p.tag, now_ms())?),
         None => None,
     };
-    let files = TaskFiles::new(ws);
+    if rollback.is_some() {
+        for (p, text) in &kept {
+            if let Some(t) = text {
+                files.write(p, t)?;
+            }
+        }
+    }
     files.write(&files.status(), "failed\n")?;
     let what = match (&rollback, task) {
         (Some(r), Some(n)) => format!(
