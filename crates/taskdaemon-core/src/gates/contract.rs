@@ -299,6 +299,18 @@ fn check_one(
     match r.check {
         Check::Add { count } => {
             let want = b + count as usize;
+            let changed = files.iter().any(|f| world.before(f) != world.now(f));
+            if b == 0 && n == 0 && changed {
+                // No list, array or repeated element to count in: the validation decides.
+                return GateResult {
+                    gate: gate.clone(),
+                    severity: Severity::Soft,
+                    passed: false,
+                    message: format!(
+                        "task requirement {label}: {where_} changed, but holds no list, array or repeated element to count, so the {count} new items were not counted"
+                    ),
+                };
+            }
             if n == want {
                 pass(format!(
                     "task requirement {label}: {b} + {count} = {n} items in {where_}"
