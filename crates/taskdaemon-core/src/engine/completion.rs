@@ -54,6 +54,7 @@ pub async fn gates(
     // The task's own requirements are checked first, whatever the plan says (issue 12).
     let mut results = contract(st, cfg, ws, plan.as_ref())?;
     results.extend(no_work(st, cfg)?);
+    results.extend(summary_note(st, ws)?);
     let swallow =
         phase::swallows_completion(workdir).map_err(io("reading .ralph/phase.txt".into()))?;
     if swallow {
@@ -165,6 +166,25 @@ fn no_work(st: &RunState, cfg: &RunConfig) -> Result<Option<GateResult>, EngineE
         message: format!(
             "no commit since this phase started (HEAD is still {at}): a phase completes only with committed work. Implement the phase and commit it; if the phase truly needs no change, its name in the spec must say `no-op`."
         ),
+    }))
+}
+
+/// Spec 1 §3's `summary.md`: a task's completion without one is reported (a warning that
+/// goes into the feedback of a rejection), not refused: validated work is not rejected for
+/// a note, and the history line falls back to the task's message.
+fn summary_note(st: &RunState, ws: &Workspace) -> Result<Option<GateResult>, EngineError> {
+    if st.task.is_none() {
+        return Ok(None);
+    }
+    let path = ws.root().join("summary.md");
+    let text = crate::fsutil::read_optional(&path)
+        .map_err(io("reading .ralph/summary.md".into()))?
+        .unwrap_or_default();
+    Ok(text.trim().is_empty().then(|| GateResult {
+        gate: "summary".into(),
+        severity: Severity::Soft,
+        passed: false,
+        message: "`.ralph/summary.md` is empty: put a one-line summary of what this task did there (it goes into the task history)".into(),
     }))
 }
 
