@@ -725,3 +725,35 @@ fn a_phase_run_by_hand_needs_its_variables_and_completes_only_with_a_commit() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(outcomes(&env.repo()), ["complete"]);
 }
+
+#[test]
+fn git_diff_shows_the_change_since_the_run_started_even_when_committed() {
+    let env = project();
+    let repo = env.repo();
+    std::fs::create_dir_all(repo.join(".taskdaemon/loops")).unwrap();
+    std::fs::write(
+        repo.join(".taskdaemon/loops/diffy.yaml"),
+        "diffy:\n  description: shows the diff\n  validation-command: \"\"\n  success-exit-code: 0\n  max-iterations: 2\n  inputs: []\n  outputs: []\n  prompt-template: |\n    {{task-description}}\n    ## Diff\n    {{git-diff}}\n",
+    )
+    .unwrap();
+    let a = env.script(
+        "a.yaml",
+        "iterations:\n  - steps:\n      - write: { path: src/one.ts, content: \"hello-one\\n\" }\n      - commit: one\n  - steps: [ { say: looking } ]\n",
+    );
+    let r = env.run(&[
+        "run",
+        "--loop",
+        "diffy",
+        "look",
+        "--agent",
+        &a,
+        "--max-iterations",
+        "2",
+        "--max-stuck",
+        "0",
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let p2 = std::fs::read_to_string(repo.join(".ralph/logs/iteration-002.prompt.md")).unwrap();
+    assert!(p2.contains("+hello-one"), "{p2}");
+    assert!(p2.contains("the commit this run started from"), "{p2}");
+}

@@ -167,3 +167,33 @@ fn phase_context(
     }
     Ok(m)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_and_spec_loops_name_what_they_lack() {
+        let d = tempfile::tempdir().unwrap();
+        let none = |_: &str| None;
+        let e = standalone_context("plan", d.path(), "an idea", &none).unwrap_err();
+        assert!(e.to_string().contains("`plan-file`"), "{e}");
+        assert!(e.to_string().contains("TASKDAEMON_PLAN_FILE"), "{e}");
+        let plan_file = |k: &str| (k == "plan-file").then(|| "plan.md".to_string());
+        let m = standalone_context("plan", d.path(), "an idea", &plan_file)
+            .unwrap()
+            .unwrap();
+        assert_eq!(m["user-request"], "an idea");
+        assert_eq!(
+            m["plan-file"],
+            d.path().join("plan.md").display().to_string()
+        );
+        // The spec loop reads the plan: it must exist.
+        let e = standalone_context("spec", d.path(), "x", &plan_file).unwrap_err();
+        assert!(e.to_string().contains("does not exist"), "{e}");
+        std::fs::write(d.path().join("plan.md"), "# p\n").unwrap();
+        let e = standalone_context("spec", d.path(), "x", &plan_file).unwrap_err();
+        assert!(e.to_string().contains("`specs-dir`"), "{e}");
+        assert_eq!(standalone_context("ralph", d.path(), "x", &none), Ok(None));
+    }
+}
