@@ -553,6 +553,15 @@ fn vibrant_energy_a_converting_four_without_a_plan_update_is_rejected() {
             && fb.contains("has no `TASK-1 [ADD]` marker"),
         "{fb}"
     );
+    // `plan validate` says the same.
+    let v = env.run(&["plan", "validate"]);
+    assert_eq!(v.code, 1, "{}{}", v.stdout, v.stderr);
+    assert!(
+        v.stdout
+            .contains("has no `TASK-1 [ADD]` marker in a section that names its files"),
+        "{}",
+        v.stdout
+    );
     // Iteration 1 already named what the harness counts.
     let p1 =
         std::fs::read_to_string(env.repo().join(".ralph/logs/iteration-001.prompt.md")).unwrap();

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use taskdaemon_core::gates::phase::coverage;
 use taskdaemon_core::gates::scope::{GitWorld, Severity, scope_gates};
 use taskdaemon_core::git::Git;
 use taskdaemon_core::git::snapshot::Snapshots;
@@ -68,7 +69,20 @@ fn load(ctx: &Ctx, explicit: Option<&Path>) -> anyhow::Result<(PathBuf, Plan, Ve
 
 /// `plan validate`: exit 0 when valid, 1 with every problem (file:line) otherwise.
 pub fn validate(args: PlanFileArgs, ctx: &Ctx) -> anyhow::Result<i32> {
-    let (_, plan, problems) = load(ctx, args.plan.as_deref())?;
+    let (dir, plan, mut problems) = load(ctx, args.plan.as_deref())?;
+    // A mutation task's plan must also cover the current task (what the harness checks
+    // before it leaves the plan phase).
+    let (_, ws) = ctx.workspace()?;
+    let counter = TaskFiles::new(&ws).read_counter().unwrap_or(0);
+    if counter > 0 {
+        let uncovered = coverage(&dir, &plan, counter)
+            .map_err(|e| user(format!("cannot read .ralph/task.md: {e}")))?;
+        problems.extend(
+            uncovered
+                .into_iter()
+                .map(|p| format!("{}:{}: {}", plan.path.display(), p.line, p.message)),
+        );
+    }
     if args.json {
         print_json(&serde_json::json!({
             "plan": plan.path,
