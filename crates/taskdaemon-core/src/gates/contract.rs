@@ -100,7 +100,7 @@ impl Contract {
             if r.marker == Marker::Add && r.keep_existing {
                 reqs.push(Requirement {
                     check: Check::Preserve,
-                    text: format!("the existing items \"{}\" adds to", r.text),
+                    text: format!("the existing items the ADD extends ({})", r.text),
                     files: mapped,
                 });
             }
