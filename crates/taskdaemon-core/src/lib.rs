@@ -15,6 +15,7 @@ pub mod guards;
 pub mod lifecycle;
 pub mod loops;
 pub mod scheduler;
+pub mod shell;
 pub mod signals;
 pub mod store;
 pub mod telemetry;

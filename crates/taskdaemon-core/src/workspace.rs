@@ -15,6 +15,9 @@ pub const IGNORED: &[&str] = &[
     ".ralph/decide.txt",
     ".ralph/run.json",
     ".ralph/run.lock",
+    ".ralph/requirements.json",
+    ".ralph/status.txt",
+    ".ralph/iteration.txt",
     ".ralph/archive/*/logs/",
 ];
 

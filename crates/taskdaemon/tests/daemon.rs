@@ -15,7 +15,7 @@ use serde_json::Value;
 /// The fake agent. Plan: writes the plan. Spec: writes the documents of `SPECS` (a file of
 /// `name|deps|phases[|validate]` lines; `NAME` in a validation becomes the spec's name).
 /// Phase: records start/end times, makes one commit per iteration, and is done at
-/// iteration `$DONE_AT` (default 1).
+/// iteration `$DONE_AT` (default 1); with `$NO_COMMIT` it only claims COMPLETE.
 const AGENT: &str = r#"#!/bin/sh
 log="$TD_TEST_DIR/agent.log"
 case "$TASKDAEMON_LOOP" in
@@ -35,6 +35,7 @@ phase)
   spec=$(echo "$TASKDAEMON_SPEC_ID" | sed 's/^[0-9a-f]*-spec-//')
   echo "$$" >> "$TD_TEST_DIR/pids"
   echo "start $(date +%s%N) $spec $TASKDAEMON_PHASE_INDEX $TASKDAEMON_ITERATION $TASKDAEMON_RUN_ID" >> "$log"
+  if [ -n "$NO_COMMIT" ]; then echo "<promise>COMPLETE</promise>"; exit 0; fi
   sleep "${PHASE_SLEEP:-1}" &
   echo "$!" >> "$TD_TEST_DIR/pids"
   wait
@@ -549,6 +550,41 @@ fn a_merge_conflict_blocks_the_spec_with_its_files_and_resume_finishes_it_once_r
         files.contains("alpha-0.txt") && files.contains("beta-0.txt"),
         "{files}"
     );
+}
+
+#[test]
+fn a_phase_whose_agent_commits_nothing_does_not_complete_its_spec() {
+    let env = Env::new();
+    let d = Daemon::new(
+        &env,
+        "idle||\"Phase 1: claims only\"\n",
+        &[("PHASE_SLEEP", "0"), ("NO_COMMIT", "1")],
+    );
+    d.ok(&["submit", "plan", "nothing done", "--target", "main"]);
+    std::fs::create_dir_all(env.repo().join(".taskdaemon")).unwrap();
+    std::fs::write(
+        env.repo().join(".taskdaemon/config.yaml"),
+        "max-iterations: 2\n",
+    )
+    .unwrap();
+    d.start(2);
+    let s = d.wait_until(Duration::from_secs(120), "the idle spec ending", |s| {
+        s["plans"][0]["specs"].as_array().is_some_and(|v| {
+            v.iter().any(|sp| {
+                sp["title"] == "idle" && sp["status"] != "pending" && sp["status"] != "running"
+            })
+        })
+    });
+    d.stop();
+    let spec = &s["plans"][0]["specs"][0];
+    assert_eq!(spec["status"], "failed", "{s:#}");
+    let main_log = git(&env.repo(), &["log", "--format=%s", "main"]);
+    assert!(
+        !main_log.contains("idle phase"),
+        "nothing merged: {main_log}"
+    );
+    let shown = d.ok(&["status"]);
+    assert!(shown.contains("LIMIT"), "{shown}");
 }
 
 #[test]

@@ -634,13 +634,15 @@ fn two_tasks_snapshot_their_boundaries_and_a_failed_one_rolls_back() {
     assert_eq!(read("a.txt"), "task one\n");
     assert!(!repo.join("b.txt").exists());
     assert_eq!(read(".ralph/task-counter.txt"), "1\n");
-    assert_eq!(read(".ralph/status.txt"), "complete\n");
+    // status.txt and iteration.txt are runtime files (never committed, not in snapshots):
+    // they still say how the last loop ended.
+    assert_eq!(read(".ralph/status.txt"), "limit\n");
     assert_eq!(read(".ralph/feedback.md"), "stale feedback\n");
     assert_eq!(git(&repo, &["rev-parse", "HEAD"]), task1_head);
-    // Exactly as it was: the harness's status files were written after the agent's commit.
+    // Exactly as it was: only the uncommitted feedback.
     assert_eq!(
         git(&repo, &["status", "--porcelain"]),
-        " M .ralph/feedback.md\n M .ralph/iteration.txt\n M .ralph/status.txt\n"
+        " M .ralph/feedback.md\n"
     );
 
     // The next task after the rollback gets a new number: tags are never reused.
@@ -694,9 +696,15 @@ fn the_first_task_of_an_empty_project_takes_no_pre_snapshot() {
         "{stderr}"
     );
     assert_eq!(git_ok(&repo, &["tag", "--list"]).unwrap(), "task-1-post\n");
-    // task-1-post holds the committed .ralph/ state with status complete.
-    let status = git_ok(&repo, &["show", "task-1-post^{commit}:.ralph/status.txt"]).unwrap();
-    assert_eq!(status, "complete\n");
+    // task-1-post holds the committed .ralph/ state; status.txt is a runtime file, so a
+    // finished task leaves nothing modified.
+    let task = git_ok(&repo, &["show", "task-1-post^{commit}:.ralph/task.md"]).unwrap();
+    assert!(task.contains("Counter: 1"), "{task}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join(".ralph/status.txt")).unwrap(),
+        "complete\n"
+    );
+    assert_eq!(git_ok(&repo, &["status", "--porcelain"]).unwrap(), "");
 }
 
 #[test]

@@ -360,7 +360,10 @@ fn an_ambiguous_task_asks_first_and_starts_once_answered() {
     let before = fingerprint(&repo);
     let agent = env.script(
         "a.yaml",
-        "iterations:\n  - steps:\n      - append: { path: src/data/flavors.ts, content: \"moonlit\\ndeep rest\\n\" }\n      - commit: two nighttime drinks\n      - say: \"<promise>COMPLETE</promise>\"\n",
+        &format!(
+            "after-last: repeat-last\niterations:\n  - steps:\n      - write: {{ path: .ralph/plan.md, content: {plan:?} }}\n      - write: {{ path: src/data/flavors.ts, content: \"// src/data/flavors.ts\\nmoonlit\\ndeep rest\\n\" }}\n      - commit: two nighttime drinks\n      - say: \"<promise>COMPLETE</promise>\"\n",
+            plan = "## drinks\nFiles: src/data/flavors.ts\n<!-- TASK-1 [ADD]: 2 nighttime drinks -->\n<!-- EXISTING drinks PRESERVED -->\n"
+        ),
     );
     let r = env.run(&["task", "make some drinks nighttime", "--agent", &agent]);
     assert_eq!(r.code, 3, "{}", r.stderr);

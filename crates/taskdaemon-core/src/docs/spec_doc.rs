@@ -111,7 +111,8 @@ pub fn read_specs(dir: &Path) -> (Vec<SpecDoc>, Vec<Problem>) {
     (docs, problems)
 }
 
-fn read_one(file: &Path) -> Result<SpecDoc, Problem> {
+/// One spec document.
+pub fn read_one(file: &Path) -> Result<SpecDoc, Problem> {
     let place = file.display().to_string();
     let text = std::fs::read_to_string(file).map_err(|e| Problem {
         place: place.clone(),

@@ -1,6 +1,8 @@
-//! The gate pipeline a completion must pass after the validation command, in order:
-//! `phase` (a claim in the plan phase is swallowed), then the `scope` gates of the plan's
-//! markers for this task. Hard failures block completion and go into `feedback.md` with
+//! The gate pipeline a completion must pass after the validation command, in order: the
+//! task's own requirements (`task:` gates of `.ralph/requirements.json`, against
+//! `task-N-pre`, whatever the plan says), `phase` (a claim in the plan phase is swallowed
+//! unless a requirement already fails), `plan validate`'s problems, then the `scope` gates
+//! of the plan's markers for this task. Hard failures block completion and go into `feedback.md` with
 //! "attempt n of 5"; the fifth consecutive rejection aborts the task (rolled back to
 //! `task-N-pre`, exit 5). Soft failures are only reported.
 
@@ -11,12 +13,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::state::{RunConfig, RunState};
 use super::{EngineContext, EngineError, EngineEvent};
+use crate::gates::contract::{Contract, check_contract};
 use crate::gates::phase;
 use crate::gates::scope::{GateResult, GitWorld, Severity, scope_gates};
 use crate::gates::{Validation, run_validation};
 use crate::git::Git;
 use crate::git::snapshot::Snapshots;
-use crate::lifecycle::plan::{MarkerKind, Plan};
+use crate::lifecycle::plan::{MarkerKind, Plan, PlanProblem};
 use crate::workspace::Workspace;
 
 /// Consecutive rejected completions before the task is aborted.
@@ -47,7 +50,14 @@ pub async fn gates(
     cancel: &CancellationToken,
 ) -> Result<Verdict, EngineError> {
     let workdir = &cfg.workdir;
-    if phase::swallows_completion(workdir).map_err(io("reading .ralph/phase.txt".into()))? {
+    let plan = read_plan(workdir)?;
+    // The task's own requirements are checked first, whatever the plan says (issue 12).
+    let mut results = contract(st, cfg, ws, plan.as_ref())?;
+    results.extend(no_work(st, cfg)?);
+    results.extend(summary_note(st, ws)?);
+    let swallow =
+        phase::swallows_completion(workdir).map_err(io("reading .ralph/phase.txt".into()))?;
+    if swallow {
         ctx.events.emit(EngineEvent::Gate {
             iteration: n,
             gate: "phase".into(),
@@ -55,9 +65,13 @@ pub async fn gates(
             severity: Severity::Soft,
             message: "completion claimed in the plan phase: ignored; the plan is validated at the top of the next iteration".into(),
         });
-        return Ok(Verdict::Swallowed);
+        if !results.iter().any(GateResult::blocks) {
+            return Ok(Verdict::Swallowed);
+        }
+    } else {
+        results.extend(plan_problems(workdir, plan.as_ref()));
+        results.extend(scope(st, cfg, plan.as_ref(), cancel).await?);
     }
-    let results = scope(st, cfg, cancel).await?;
     for r in &results {
         ctx.events.emit(EngineEvent::Gate {
             iteration: n,
@@ -90,24 +104,163 @@ pub async fn gates(
         };
         return Ok(Verdict::Abort { reason });
     }
-    let list: String = hard.iter().map(|r| format!("- {}\n", r.message)).collect();
+    ws.write_feedback(&rejection_text(attempt, &results, swallow))?;
+    Ok(Verdict::Rejected { attempt })
+}
+
+/// `feedback.md` after a rejected completion.
+fn rejection_text(attempt: u32, results: &[GateResult], plan_phase: bool) -> String {
+    let list: String = results
+        .iter()
+        .filter(|r| r.blocks())
+        .map(|r| format!("- {}\n", r.message))
+        .collect();
     let soft: String = results
         .iter()
         .filter(|r| !r.passed && r.severity == Severity::Soft)
         .map(|r| format!("- {}\n", r.message))
         .collect();
-    let text = format!(
+    format!(
         "## Gate failures (attempt {attempt} of {MAX_GATE_FAILURES})\n\n\
-The validation passed, but the plan's markers for this task are not met, so the task is not done:\n{list}{}\n\
-Fix these first. After {MAX_GATE_FAILURES} rejected completions in a row the task is aborted and rolled back.\n",
+The validation passed, but the harness's checks of this task are not met, so the task is not done:\n{list}{}{}\n\
+Fix these first. After {MAX_GATE_FAILURES} rejected completions in a row the run fails (a task is rolled back to task-N-pre).\n",
         if soft.is_empty() {
             String::new()
         } else {
             format!("\nAlso check (warnings):\n{soft}")
+        },
+        if plan_phase {
+            "\nThe plan does not cover this task yet either: still the plan phase (see the plan's problems at the top of the next iteration).\n"
+        } else {
+            ""
         }
-    );
-    ws.write_feedback(&text)?;
-    Ok(Verdict::Rejected { attempt })
+    )
+}
+
+/// A phase loop completes only with work: at least one commit since the run started,
+/// unless its phase is a no-op (its name says `no-op`).
+fn no_work(st: &RunState, cfg: &RunConfig) -> Result<Option<GateResult>, EngineError> {
+    if cfg.loop_name != "phase" {
+        return Ok(None);
+    }
+    let name = match cfg.context.get("phase-name") {
+        Some(serde_json::Value::String(s)) => s.to_lowercase(),
+        _ => String::new(),
+    };
+    if name.contains("no-op") || name.contains("noop") {
+        return Ok(None);
+    }
+    let head = Git::new(&cfg.workdir).head()?;
+    if head.is_some() && head != st.start_head {
+        return Ok(None);
+    }
+    let at = st
+        .start_head
+        .as_deref()
+        .map(|h| h.chars().take(12).collect::<String>())
+        .unwrap_or_else(|| "no commit".into());
+    Ok(Some(GateResult {
+        gate: "work".into(),
+        severity: Severity::Hard,
+        passed: false,
+        message: format!(
+            "no commit since this phase started (HEAD is still {at}): a phase completes only with committed work. Implement the phase and commit it; if the phase truly needs no change, its name in the spec must say `no-op`."
+        ),
+    }))
+}
+
+/// Spec 1 §3's `summary.md`: a task's completion without one is reported (a warning that
+/// goes into the feedback of a rejection), not refused: validated work is not rejected for
+/// a note, and the history line falls back to the task's message.
+fn summary_note(st: &RunState, ws: &Workspace) -> Result<Option<GateResult>, EngineError> {
+    if st.task.is_none() {
+        return Ok(None);
+    }
+    let path = ws.root().join("summary.md");
+    let text = crate::fsutil::read_optional(&path)
+        .map_err(io("reading .ralph/summary.md".into()))?
+        .unwrap_or_default();
+    Ok(text.trim().is_empty().then(|| GateResult {
+        gate: "summary".into(),
+        severity: Severity::Soft,
+        passed: false,
+        message: "`.ralph/summary.md` is empty: put a one-line summary of what this task did there (it goes into the task history)".into(),
+    }))
+}
+
+/// The plan of the work tree, parsed, with its parse problems.
+fn read_plan(workdir: &Path) -> Result<Option<(Plan, Vec<PlanProblem>)>, EngineError> {
+    let Some(path) = Plan::locate(workdir) else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(&path).map_err(io(format!("reading {}", path.display())))?;
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Plan::parse(&path, &text)))
+}
+
+/// `plan validate`'s problems, each a hard failure at every completion.
+fn plan_problems(workdir: &Path, plan: Option<&(Plan, Vec<PlanProblem>)>) -> Vec<GateResult> {
+    let Some((plan, parse)) = plan else {
+        return Vec::new();
+    };
+    let shown = plan
+        .path
+        .strip_prefix(workdir)
+        .unwrap_or(&plan.path)
+        .display()
+        .to_string();
+    plan.validate(parse.clone())
+        .into_iter()
+        .map(|p| GateResult {
+            gate: "plan".into(),
+            severity: Severity::Hard,
+            passed: false,
+            message: format!(
+                "{shown}:{}: {} (`taskdaemon plan validate`)",
+                p.line, p.message
+            ),
+        })
+        .collect()
+}
+
+/// The baseline of the run's task: its `task-N-pre` snapshot.
+fn baseline(st: &RunState, workdir: &Path) -> Result<Option<(u32, GitWorld)>, EngineError> {
+    let Some(task) = st.task else {
+        return Ok(None);
+    };
+    let snaps = Snapshots::open(workdir)?;
+    let Some(pre) = snaps.task_pre(task)? else {
+        return Ok(None);
+    };
+    Ok(Some((
+        task,
+        GitWorld {
+            workdir: workdir.to_path_buf(),
+            git: Git::new(workdir),
+            baseline: format!("{}^{{commit}}", pre.commit),
+            checks: HashMap::new(),
+        },
+    )))
+}
+
+/// The task's requirements checked against `task-N-pre` (none outside a task).
+fn contract(
+    st: &RunState,
+    cfg: &RunConfig,
+    ws: &Workspace,
+    plan: Option<&(Plan, Vec<PlanProblem>)>,
+) -> Result<Vec<GateResult>, EngineError> {
+    let Some((task, world)) = baseline(st, &cfg.workdir)? else {
+        return Ok(Vec::new());
+    };
+    let Some(c) =
+        Contract::load(ws.root(), task).map_err(io("reading .ralph/requirements.json".into()))?
+    else {
+        return Ok(Vec::new());
+    };
+    Ok(check_contract(&c, plan.map(|(p, _)| p), &world))
 }
 
 /// The scope gates for the run's task, when it has a task, a `task-N-pre` snapshot and a
@@ -115,29 +268,23 @@ Fix these first. After {MAX_GATE_FAILURES} rejected completions in a row the tas
 async fn scope(
     st: &RunState,
     cfg: &RunConfig,
+    plan: Option<&(Plan, Vec<PlanProblem>)>,
     cancel: &CancellationToken,
 ) -> Result<Vec<GateResult>, EngineError> {
-    let Some(task) = st.task else {
+    let Some((plan, _)) = plan else {
         return Ok(Vec::new());
     };
     let workdir = &cfg.workdir;
-    let Some(path) = Plan::locate(workdir) else {
+    let Some((task, mut world)) = baseline(st, workdir)? else {
         return Ok(Vec::new());
     };
-    let text = std::fs::read_to_string(&path).map_err(io(format!("reading {}", path.display())))?;
-    let (plan, _) = Plan::parse(&path, &text);
     if plan.marked_for(task).next().is_none() {
         return Ok(Vec::new());
     }
-    let snaps = Snapshots::open(workdir)?;
-    let Some(pre) = snaps.task_pre(task)? else {
-        return Ok(Vec::new());
-    };
-    let mut checks = HashMap::new();
     for (_, m) in plan.marked_for(task) {
         if m.kind == MarkerKind::Fix
             && let Some(cmd) = &m.check
-            && !checks.contains_key(cmd)
+            && !world.checks.contains_key(cmd)
         {
             let v = run_validation(
                 Validation {
@@ -153,14 +300,8 @@ async fn scope(
             )
             .await
             .map_err(io(format!("running the FIX check `{cmd}`")))?;
-            checks.insert(cmd.clone(), v.passed);
+            world.checks.insert(cmd.clone(), v.passed);
         }
     }
-    let world = GitWorld {
-        workdir: workdir.clone(),
-        git: Git::new(Path::new(workdir)),
-        baseline: format!("{}^{{commit}}", pre.commit),
-        checks,
-    };
-    Ok(scope_gates(&plan, task, &world))
+    Ok(scope_gates(plan, task, &world))
 }

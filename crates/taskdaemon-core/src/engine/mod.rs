@@ -7,6 +7,7 @@ mod state;
 
 mod completion;
 pub mod events;
+pub mod standalone;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -123,6 +124,9 @@ pub async fn run_loop(
             &format!("removed {cleaned} temporary file(s) of writes a stopped run left unfinished"),
         );
     }
+    if st.iterations_done == 0 && st.start_head.is_none() {
+        st.start_head = git.head()?;
+    }
     st.save(ws)?;
 
     let outcome = loop {
@@ -189,39 +193,43 @@ async fn iteration(
     let started_at = clock::now_rfc3339();
 
     // Spec 4: in the plan phase a plan with content is validated first; valid → build.
-    let phase_note = match crate::gates::phase::at_iteration_top(&cfg.workdir, &ws.feedback_file())
-        .map_err(io_err(
-            "checking the plan phase (.ralph/phase.txt, the plan)",
-        ))? {
-        crate::gates::phase::PhaseStep::Inert => None,
-        crate::gates::phase::PhaseStep::Flipped { plan } => {
-            let message = format!("{} is valid: the phase is now build", plan.display());
-            ctx.events.emit(EngineEvent::Gate {
-                iteration: n,
-                gate: "phase".into(),
-                passed: true,
-                severity: crate::gates::scope::Severity::Hard,
-                message: message.clone(),
-            });
-            Some(message)
-        }
-        crate::gates::phase::PhaseStep::Invalid { plan, problems } => {
-            let message = format!(
-                "{} has {} problem(s): still in the plan phase (see .ralph/feedback.md)",
-                plan.display(),
-                problems.len()
-            );
-            ctx.events.emit(EngineEvent::Gate {
-                iteration: n,
-                gate: "phase".into(),
-                passed: false,
-                severity: crate::gates::scope::Severity::Soft,
-                message: message.clone(),
-            });
-            Some(message)
-        }
-    };
+    let phase_note =
+        match crate::gates::phase::at_iteration_top(&cfg.workdir, &ws.feedback_file(), st.task)
+            .map_err(io_err(
+                "checking the plan phase (.ralph/phase.txt, the plan)",
+            ))? {
+            crate::gates::phase::PhaseStep::Inert => None,
+            crate::gates::phase::PhaseStep::Flipped { plan } => {
+                let message = format!("{} is valid: the phase is now build", plan.display());
+                ctx.events.emit(EngineEvent::Gate {
+                    iteration: n,
+                    gate: "phase".into(),
+                    passed: true,
+                    severity: crate::gates::scope::Severity::Hard,
+                    message: message.clone(),
+                });
+                Some(message)
+            }
+            crate::gates::phase::PhaseStep::Invalid { plan, problems } => {
+                let message = format!(
+                    "{} has {} problem(s): still in the plan phase (see .ralph/feedback.md)",
+                    plan.display(),
+                    problems.len()
+                );
+                ctx.events.emit(EngineEvent::Gate {
+                    iteration: n,
+                    gate: "phase".into(),
+                    passed: false,
+                    severity: crate::gates::scope::Severity::Soft,
+                    message: message.clone(),
+                });
+                Some(message)
+            }
+        };
 
+    if st.task.is_some() {
+        crate::lifecycle::note_iteration(ws, n)?;
+    }
     // A human's answer to an earlier DECIDE goes into this prompt.
     let decide = ws.read_decide()?;
     let decision = decide.as_ref().and_then(|d| {
@@ -501,7 +509,7 @@ async fn iteration(
             completion::Verdict::Rejected { attempt } => {
                 label = "rejected";
                 let reason = format!(
-                    "the plan's scope gates rejected the completion (attempt {attempt} of {}); see .ralph/feedback.md",
+                    "the harness's gates rejected the completion (attempt {attempt} of {}); see .ralph/feedback.md",
                     completion::MAX_GATE_FAILURES
                 );
                 log.note(&reason);

@@ -25,9 +25,22 @@ pub enum PromptError {
     Workspace(#[from] WorkspaceError),
 }
 
-/// What the agent is told about the plan, by the task's type (spec 1 §5–§6): a mutation
-/// updates the existing plan with markers, a fresh task writes one first, a bugfix leaves it.
-pub fn plan_instructions(task_md: &str) -> String {
+/// Where the task stands with its plan, for [`plan_instructions`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanStage {
+    /// No plan file.
+    NoPlan,
+    /// A plan exists; the phase is still `plan` (it does not cover this task yet).
+    Planning,
+    /// The plan was validated for this task: the phase is `build`.
+    Building,
+}
+
+/// What the agent is told about the plan, by the task's type (spec 1 §5–§6) and where it
+/// stands: a mutation updates the existing plan with markers (only while the phase is
+/// `plan`: once it is `build` the block is one line), a fresh task writes one first, a
+/// bugfix leaves it. Commands are written `"$TASKDAEMON_BIN" …`, which works in any shell.
+pub fn plan_instructions(task_md: &str, stage: PlanStage) -> String {
     let field = |name: &str| {
         task_md
             .lines()
@@ -37,24 +50,47 @@ pub fn plan_instructions(task_md: &str) -> String {
     };
     let n = field("Counter:");
     let n = if n.is_empty() { "N".to_string() } else { n };
-    match field("Type:").as_str() {
+    let kind = field("Type:");
+    if stage == PlanStage::Building && matches!(kind.as_str(), "mutation" | "fresh") {
+        return format!(
+            "## Build (the plan covers task {n})
+Implement what the plan's `TASK-{n}` markers say, in the sections that carry them; leave sections marked `NO CHANGES for task-{n}` and the items marked PRESERVED as they are. At completion the harness checks the markers and task.md's \"Checks at completion\" against task-{n}-pre."
+        );
+    }
+    match kind.as_str() {
+        "mutation" if stage == PlanStage::NoPlan => format!(
+            "## No plan yet (a mutation task)
+There is no `.ralph/plan.md`; work from `.ralph/task.md`. Its \"Checks at completion\" are what the harness verifies against task-{n}-pre before a completion counts."
+        ),
         "mutation" => format!(
-            "## Plan update (a mutation task: you are UPDATING the existing plan, not starting over)
+            "## Plan update first (a mutation task: you are UPDATING the existing plan, not starting over)
+The phase is PLAN until the plan covers task {n}; a completion claim before that does not count.
 1. Read `.ralph/plan.md` (or `plan.tsx`), `.ralph/task.md` and `.ralph/task-history.md`.
-2. For each requirement, find its section and add a marker comment: `<!-- TASK-{n} [ADD|MODIFY|FIX|REMOVE]: description -->`. An ADD says how many new items: `<!-- TASK-{n} [ADD]: 2 nighttime flavors -->`. A FIX may name its proof: `… check: npm test -- toggle`.
-3. Sections the task does not concern get `<!-- NO CHANGES for task-{n} -->`.
-4. Items to keep get `<!-- EXISTING 8 flavors PRESERVED -->`, with their count.
-5. A new area gets a new `## section` with an [ADD] marker. Never remove a section without a [REMOVE] requirement.
+2. For each requirement, find the section that lists the files it changes and add a marker comment there: `<!-- TASK-{n} [ADD|MODIFY|FIX|REMOVE]: description -->`. An ADD says how many new items: `<!-- TASK-{n} [ADD]: 2 nighttime flavors -->`. A FIX may name its proof: `… check: npm test -- toggle`.
+3. The section an ADD extends gets `<!-- EXISTING 8 flavors PRESERVED -->`, with today's count.
+4. Sections the task does not concern get `<!-- NO CHANGES for task-{n} -->` (never one that also has a TASK-{n} marker).
+5. A new area gets a new `## section` with `Files: …` and an [ADD] marker. Never remove a section without a [REMOVE] requirement.
 6. Every section names its files: `Files: src/data/flavors.ts`.
-The markers are your contract: before a completion counts, the harness checks them against the project as it was before this task (exact counts for ADD, nothing lost where PRESERVED). `taskdaemon plan update` writes the markers from task.md for you; `taskdaemon plan validate` checks the plan."
+`\"$TASKDAEMON_BIN\" plan update` writes these markers from task.md for you (check what it wrote); `\"$TASKDAEMON_BIN\" plan validate` checks the plan. The harness switches to BUILD at the top of the next iteration once every requirement has its marker in a section with files."
         ),
         "fresh" => format!(
             "## Plan first (a fresh task)
-Write `.ralph/plan.md` before building: one `## section` per part of the work, each with `Files: …` and a marker `<!-- TASK-{n} [ADD]: what it adds -->`. The harness validates the plan at the top of the next iteration and then switches to the build phase; a completion claim before that is ignored. `taskdaemon plan validate` checks it."
+Write `.ralph/plan.md` before building: one `## section` per part of the work, each with `Files: …` and a marker `<!-- TASK-{n} [ADD]: what it adds -->`. The harness validates the plan at the top of the next iteration and then switches to the build phase; a completion claim before that is ignored. `\"$TASKDAEMON_BIN\" plan validate` checks it."
         ),
         "bugfix" => "## A bug fix
 Do not update the plan: reproduce the bug, fix it, prove it with the tests, commit.".to_string(),
         _ => String::new(),
+    }
+}
+
+/// Where the work tree's task stands with its plan.
+fn plan_stage(workdir: &std::path::Path) -> PlanStage {
+    if crate::lifecycle::plan::Plan::locate(workdir).is_none() {
+        return PlanStage::NoPlan;
+    }
+    match crate::gates::phase::read_phase(workdir) {
+        Ok(crate::gates::phase::Phase::Build) => PlanStage::Building,
+        _ => PlanStage::Planning,
     }
 }
 
@@ -114,7 +150,7 @@ pub fn variables(
     set("feedback", json!(feedback));
     let plan_instructions = if t.uses("plan-instructions") && st.task.is_some() {
         ws.read_task_md()?
-            .map(|t| plan_instructions(&t))
+            .map(|t| plan_instructions(&t, plan_stage(&cfg.workdir)))
             .unwrap_or_default()
     } else {
         String::new()
@@ -127,7 +163,7 @@ pub fn variables(
     };
     set("git-status", json!(status));
     let diff = if t.uses("git-diff") {
-        bound_text(&git.diff_head()?, MAX_DIFF)
+        bound_text(&diff_since_start(st, git)?, MAX_DIFF)
     } else {
         String::new()
     };
@@ -136,6 +172,21 @@ pub fn variables(
         m.insert(k, v);
     }
     Ok(Value::Object(m))
+}
+
+/// The change since the run (a task's run: the task) started, committed or not: an agent
+/// that commits every iteration still sees its work. Untracked files are not in it.
+fn diff_since_start(st: &RunState, git: &Git) -> Result<String, GitError> {
+    match &st.start_head {
+        Some(start) if git.head()?.is_some() => {
+            let diff = git.run(&["diff", start.as_str(), "--stat", "--patch", "--"])?;
+            Ok(format!(
+                "(changes since {} — the commit this run started from)\n{diff}",
+                start.chars().take(12).collect::<String>()
+            ))
+        }
+        _ => git.diff_head(),
+    }
 }
 
 /// Documents put into a prompt whole are bounded to this many bytes.
@@ -232,18 +283,37 @@ fn cascade_variables(t: &PromptTemplate, st: &RunState, n: u32) -> Vec<(String, 
 
 #[cfg(test)]
 mod tests {
-    use super::plan_instructions;
+    use super::{PlanStage, plan_instructions};
 
     #[test]
-    fn plan_instructions_follow_the_task_type() {
-        let m = plan_instructions("# Task: x\nType: mutation\nPrevious: task-2-post\nCounter: 3\n");
+    fn plan_instructions_follow_the_task_type_and_the_phase() {
+        let task = "# Task: x\nType: mutation\nPrevious: task-2-post\nCounter: 3\n";
+        let m = plan_instructions(task, PlanStage::Planning);
         assert!(
             m.contains("`<!-- TASK-3 [ADD|MODIFY|FIX|REMOVE]: description -->`"),
             "{m}"
         );
         assert!(m.contains("NO CHANGES for task-3"));
-        assert!(plan_instructions("Type: fresh\nCounter: 1\n").contains("Plan first"));
-        assert!(plan_instructions("Type: bugfix\n").contains("Do not update the plan"));
-        assert_eq!(plan_instructions("Type: pending\n"), "");
+        assert!(m.contains("`\"$TASKDAEMON_BIN\" plan update`"), "{m}");
+        assert!(!m.contains("BUILD: implement"), "{m}");
+        // Once the plan covers the task, the update block is not repeated.
+        let b = plan_instructions(task, PlanStage::Building);
+        assert!(b.starts_with("## Build (the plan covers task 3)"), "{b}");
+        assert!(!b.contains("UPDATING"), "{b}");
+        assert!(
+            plan_instructions(task, PlanStage::NoPlan).contains("There is no `.ralph/plan.md`")
+        );
+        assert!(
+            plan_instructions("Type: fresh\nCounter: 1\n", PlanStage::NoPlan)
+                .contains("Plan first")
+        );
+        assert!(
+            plan_instructions("Type: bugfix\n", PlanStage::Planning)
+                .contains("Do not update the plan")
+        );
+        assert_eq!(
+            plan_instructions("Type: pending\n", PlanStage::Planning),
+            ""
+        );
     }
 }

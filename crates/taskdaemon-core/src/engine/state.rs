@@ -292,6 +292,10 @@ pub struct RunState {
     /// `task-N-post` snapshot, also after a resume.
     #[serde(default)]
     pub task: Option<u32>,
+    /// HEAD when the run first started (kept across resumes): a phase loop completes only
+    /// with a commit since then.
+    #[serde(default)]
+    pub start_head: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -348,6 +352,7 @@ impl RunState {
             last_signature: None,
             stall_recoveries: 0,
             gate_failures: 0,
+            start_head: None,
         }
     }
 

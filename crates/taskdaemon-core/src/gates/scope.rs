@@ -137,7 +137,17 @@ fn gate(s: &Section, m: &Marker, task: u32, world: &dyn ScopeWorld) -> GateResul
             match m.count {
                 Some(k) => {
                     let want = b + k as usize;
-                    if n == want {
+                    if b == 0 && n == 0 && !changed(&s.files, world).is_empty() {
+                        GateResult::fail(
+                            name,
+                            Severity::Soft,
+                            format!(
+                                "ADD {k} in `{}`: {} changed but holds no list, array or repeated element to count; not counted",
+                                s.name,
+                                s.files.join(", ")
+                            ),
+                        )
+                    } else if n == want {
                         GateResult::pass(
                             name,
                             format!("ADD {k} in `{}`: {b} + {k} = {n} items{where_}", s.name),

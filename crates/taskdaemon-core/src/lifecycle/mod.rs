@@ -12,6 +12,6 @@ mod task;
 
 pub use files::TaskFiles;
 pub use task::{
-    LifecycleError, NextTask, TaskStart, begin_task, fail_task, finish_task, next_task, rollback,
-    save_manual,
+    LifecycleError, NextTask, TaskStart, begin_task, fail_task, finish_task, next_task,
+    note_iteration, rollback, save_manual,
 };

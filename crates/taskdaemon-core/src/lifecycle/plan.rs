@@ -191,6 +191,22 @@ impl Plan {
                 });
             }
             for m in &s.markers {
+                let contradicts = m.kind == MarkerKind::NoChanges
+                    && s.markers.iter().any(|o| {
+                        o.task == m.task
+                            && !matches!(o.kind, MarkerKind::NoChanges | MarkerKind::Preserved)
+                    });
+                if contradicts {
+                    p.push(PlanProblem {
+                        line: m.line,
+                        message: format!(
+                            "section `{}` says NO CHANGES for task-{} but also has a TASK-{} marker; keep one",
+                            s.name,
+                            m.task.unwrap_or(0),
+                            m.task.unwrap_or(0)
+                        ),
+                    });
+                }
                 let counted = matches!(
                     m.kind,
                     MarkerKind::Add | MarkerKind::Preserved | MarkerKind::Remove
@@ -417,5 +433,18 @@ mod tests {
         assert_eq!(flat.sections[0].markers.len(), 1);
         let (empty, p) = Plan::parse(Path::new("plan.tsx"), "<App>\n</App>\n");
         assert_eq!(empty.validate(p).len(), 1);
+    }
+
+    #[test]
+    fn a_section_with_a_task_marker_and_no_changes_for_it_is_invalid() {
+        let text = "## features\nFiles: a.ts\n<!-- TASK-2 [ADD]: 2 drinks -->\n<!-- NO CHANGES for task-2 -->\n";
+        let (plan, problems) = Plan::parse(Path::new("plan.md"), text);
+        let p = plan.validate(problems);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].line, 4);
+        assert!(
+            p[0].message
+                .contains("says NO CHANGES for task-2 but also has a TASK-2 marker")
+        );
     }
 }

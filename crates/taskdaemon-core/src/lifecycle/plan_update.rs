@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use super::plan::{MarkerKind, Plan, PlanFormat};
+use super::plan::{MarkerKind, Plan, PlanFormat, Section};
 use crate::gates::count::count_items;
 
 /// One requirement of `task.md`.
@@ -106,122 +106,188 @@ pub struct Update {
     pub changes: Vec<String>,
 }
 
-/// Put task `n`'s requirements into `plan_text` as markers. `read` gives a file of the work
-/// tree (for the counts of PRESERVED).
+/// Why `plan update` refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UpdateError {
+    #[error(
+        "requirement `[{kind}] {text}` matches no file of the repository and no section of the plan that names files, so its count could never be checked\n  hint: add a section for it with `Files: path` (the files it changes) to the plan, then run `taskdaemon plan update` again"
+    )]
+    NoFiles { kind: &'static str, text: String },
+}
+
+/// What `update_plan` reads of the work tree.
+pub struct UpdateWorld<'a> {
+    /// A file of the work tree (for the counts of PRESERVED).
+    pub read: &'a dyn Fn(&str) -> Option<String>,
+    /// The files a requirement's words point at (the task parser's mapping).
+    pub files_for: &'a dyn Fn(&str) -> Vec<String>,
+}
+
+/// The section a requirement goes to: the one listing most of its files, else the one
+/// whose name and files share most of its words.
+fn best_section<'p>(plan: &'p Plan, text: &str, files: &[String]) -> Option<&'p Section> {
+    let rw = words(text);
+    plan.sections
+        .iter()
+        .map(|s| {
+            let by_file = s.files.iter().filter(|f| files.contains(f)).count();
+            let mut sw = words(&s.name);
+            for f in &s.files {
+                sw.extend(words(f));
+            }
+            (by_file * 100 + rw.intersection(&sw).count(), s)
+        })
+        .filter(|(score, _)| *score > 0)
+        .max_by_key(|(score, s)| (*score, std::cmp::Reverse(s.line)))
+        .map(|(_, s)| s)
+}
+
+/// Put task `n`'s requirements into `plan_text` as markers. Refuses an ADD or REMOVE
+/// that would land in a section without files.
 pub fn update_plan(
     path: &Path,
     plan_text: &str,
     n: u32,
     reqs: &[Requirement],
-    read: &dyn Fn(&str) -> Option<String>,
-) -> Update {
+    world: &UpdateWorld,
+) -> Result<Update, UpdateError> {
     let (plan, _) = Plan::parse(path, plan_text);
     let comment = |body: &str| match plan.format {
         PlanFormat::Markdown => format!("<!-- {body} -->"),
         PlanFormat::Tsx => format!("{{/* {body} */}}"),
     };
-    // Insertions after a line (1-based), and new sections at the end.
+    // Insertions after a line (1-based), lines dropped, and new sections at the end.
     let mut after: Vec<(usize, String)> = Vec::new();
+    let mut drop: BTreeSet<usize> = BTreeSet::new();
     let mut appended: Vec<String> = Vec::new();
     let mut changes = Vec::new();
     let mut touched: BTreeSet<String> = BTreeSet::new();
-    let has = |section: &str, kind: MarkerKind, text: &str| {
-        plan.section(section).is_some_and(|s| {
-            s.markers
-                .iter()
-                .any(|m| m.kind == kind && m.task == Some(n) && (text.is_empty() || m.text == text))
-        })
-    };
-    // The line after which a section's markers go: its heading, then its `Files:` line.
-    let anchor = |name: &str| -> usize {
-        let Some(s) = plan.section(name) else {
-            return 0;
-        };
-        let files_line = s
-            .body
-            .lines()
-            .position(|l| {
-                l.trim()
-                    .trim_start_matches(['-', '*'])
-                    .trim()
-                    .starts_with("Files:")
-            })
-            .map(|i| s.line + 1 + i);
-        files_line.unwrap_or(s.line)
+    let mut affected: BTreeSet<String> = BTreeSet::new();
+    let mut preserved: BTreeSet<String> = BTreeSet::new();
+    let has = |s: &Section, kind: MarkerKind, text: &str| {
+        s.markers
+            .iter()
+            .any(|m| m.kind == kind && m.task == Some(n) && (text.is_empty() || m.text == text))
     };
     for r in reqs {
-        let rw = words(&r.text);
-        let best = plan
-            .sections
-            .iter()
-            .map(|s| {
-                let mut sw = words(&s.name);
-                for f in &s.files {
-                    sw.extend(words(f));
-                }
-                (rw.intersection(&sw).count(), s)
-            })
-            .filter(|(score, _)| *score > 0)
-            .max_by_key(|(score, s)| (*score, std::cmp::Reverse(s.line)));
+        let files = (world.files_for)(&r.text);
+        affected.extend(files.iter().cloned());
+        let counted = matches!(r.kind, MarkerKind::Add | MarkerKind::Remove);
         let marker = format!("TASK-{n} [{}]: {}", r.kind.label(), r.text);
-        match best {
-            Some((_, s)) => {
-                touched.insert(s.name.clone());
-                if has(&s.name, r.kind, &r.text) {
-                    continue;
-                }
-                after.push((anchor(&s.name), comment(&marker)));
-                changes.push(format!("`{}`: {marker}", s.name));
-                if r.kind == MarkerKind::Add
-                    && !s.files.is_empty()
-                    && !s.markers.iter().any(|m| m.kind == MarkerKind::Preserved)
-                {
-                    let count: usize = s
-                        .files
-                        .iter()
-                        .filter_map(|f| read(f).map(|t| count_items(f, &t)))
-                        .sum();
-                    if count > 0 {
-                        let keep =
-                            format!("EXISTING {count} items PRESERVED — do not remove or convert");
-                        after.push((anchor(&s.name), comment(&keep)));
-                        changes.push(format!("`{}`: {keep}", s.name));
-                    }
-                }
+        let best = best_section(&plan, &r.text, &files)
+            .filter(|s| !(counted && s.files.is_empty() && !files.is_empty()));
+        let Some(s) = best else {
+            if counted && files.is_empty() {
+                return Err(UpdateError::NoFiles {
+                    kind: r.kind.label(),
+                    text: r.text.clone(),
+                });
             }
-            None => {
-                let name: Vec<&str> = r.text.split_whitespace().take(5).collect();
-                let name = name.join(" ").trim_end_matches([',', '.', ';']).to_string();
-                let block = match plan.format {
-                    PlanFormat::Markdown => format!("\n## {name}\n{}\n", comment(&marker)),
-                    PlanFormat::Tsx => format!(
-                        "  <Section gumdrop=\"{}\">\n    {}\n  </Section>\n",
-                        name.to_lowercase().replace(' ', "-"),
-                        comment(&marker)
-                    ),
-                };
-                appended.push(block);
-                changes.push(format!("new section `{name}`: {marker}"));
+            let name: Vec<&str> = r.text.split_whitespace().take(5).collect();
+            let name = name.join(" ").trim_end_matches([',', '.', ';']).to_string();
+            appended.push(new_section(plan.format, &name, &files, &comment(&marker)));
+            changes.push(format!("new section `{name}`: {marker}"));
+            continue;
+        };
+        if counted && s.files.is_empty() {
+            return Err(UpdateError::NoFiles {
+                kind: r.kind.label(),
+                text: r.text.clone(),
+            });
+        }
+        touched.insert(s.name.clone());
+        // A section that gets a marker of this task is no longer "NO CHANGES" for it.
+        for m in s
+            .markers
+            .iter()
+            .filter(|m| m.kind == MarkerKind::NoChanges && m.task == Some(n))
+        {
+            if drop.insert(m.line) {
+                changes.push(format!("`{}`: NO CHANGES for task-{n} removed", s.name));
+            }
+        }
+        if !has(s, r.kind, &r.text) {
+            after.push((anchor(s), comment(&marker)));
+            changes.push(format!("`{}`: {marker}", s.name));
+        }
+        let keeps = s.markers.iter().any(|m| m.kind == MarkerKind::Preserved);
+        if r.kind == MarkerKind::Add && !keeps && preserved.insert(s.name.clone()) {
+            let count: usize = s
+                .files
+                .iter()
+                .filter_map(|f| (world.read)(f).map(|t| count_items(f, &t)))
+                .sum();
+            if count > 0 {
+                let keep = format!("EXISTING {count} items PRESERVED — do not remove or convert");
+                after.push((anchor(s), comment(&keep)));
+                changes.push(format!("`{}`: {keep}", s.name));
             }
         }
     }
     for s in &plan.sections {
-        if !touched.contains(&s.name) && !has(&s.name, MarkerKind::NoChanges, "") {
+        let lists_affected = s.files.iter().any(|f| affected.contains(f));
+        if !touched.contains(&s.name) && !lists_affected && !has(s, MarkerKind::NoChanges, "") {
             let m = format!("NO CHANGES for task-{n}");
             after.push((s.line, comment(&m)));
             changes.push(format!("`{}`: {m}", s.name));
         }
     }
+    Ok(Update {
+        text: splice(plan_text, plan.format, &after, &drop, appended),
+        changes,
+    })
+}
+
+/// The line after which a section's markers go: its heading, then its `Files:` line.
+fn anchor(s: &Section) -> usize {
+    s.body
+        .lines()
+        .position(|l| {
+            l.trim()
+                .trim_start_matches(['-', '*'])
+                .trim()
+                .starts_with("Files:")
+        })
+        .map(|i| s.line + 1 + i)
+        .unwrap_or(s.line)
+}
+
+fn new_section(format: PlanFormat, name: &str, files: &[String], marker: &str) -> String {
+    match format {
+        PlanFormat::Markdown if files.is_empty() => format!("\n## {name}\n{marker}\n"),
+        PlanFormat::Markdown => format!("\n## {name}\nFiles: {}\n{marker}\n", files.join(", ")),
+        PlanFormat::Tsx => format!(
+            "  <Section gumdrop=\"{}\"{}>\n    {marker}\n  </Section>\n",
+            name.to_lowercase().replace(' ', "-"),
+            if files.is_empty() {
+                String::new()
+            } else {
+                format!(" files=\"{}\"", files.join(" "))
+            }
+        ),
+    }
+}
+
+/// The plan text with the insertions, without the dropped lines, new sections at the end.
+fn splice(
+    plan_text: &str,
+    format: PlanFormat,
+    after: &[(usize, String)],
+    drop: &BTreeSet<usize>,
+    mut appended: Vec<String>,
+) -> String {
     let mut out = String::new();
     for (i, line) in plan_text.lines().enumerate() {
-        if plan.format == PlanFormat::Tsx && line.trim() == "</App>" {
+        if format == PlanFormat::Tsx && line.trim() == "</App>" {
             for b in &appended {
                 out.push_str(b);
             }
             appended.clear();
         }
-        out.push_str(line);
-        out.push('\n');
+        if !drop.contains(&(i + 1)) {
+            out.push_str(line);
+            out.push('\n');
+        }
         for (_, c) in after.iter().filter(|(at, _)| *at == i + 1) {
             out.push_str(c);
             out.push('\n');
@@ -230,7 +296,7 @@ pub fn update_plan(
     for b in appended {
         out.push_str(&b);
     }
-    Update { text: out, changes }
+    out
 }
 
 #[cfg(test)]
@@ -249,7 +315,18 @@ mod tests {
             (f == "src/data/flavors.ts")
                 .then(|| "export const f = [1, 2, 3, 4, 5, 6, 7, 8];".to_string())
         };
-        let u = update_plan(Path::new("plan.md"), PLAN, 3, &reqs, &read);
+        let files_for = |t: &str| {
+            if t.contains("drinks") {
+                vec!["src/data/flavors.ts".to_string()]
+            } else {
+                Vec::new()
+            }
+        };
+        let world = UpdateWorld {
+            read: &read,
+            files_for: &files_for,
+        };
+        let u = update_plan(Path::new("plan.md"), PLAN, 3, &reqs, &world).unwrap();
         let (plan, problems) = Plan::parse(Path::new("plan.md"), &u.text);
         assert!(plan.validate(problems).is_empty(), "{}", u.text);
         let hero = plan.section("hero").unwrap();
@@ -270,8 +347,65 @@ mod tests {
             u.text
         );
         // Idempotent.
-        let again = update_plan(Path::new("plan.md"), &u.text, 3, &reqs, &read);
+        let again = update_plan(Path::new("plan.md"), &u.text, 3, &reqs, &world).unwrap();
         assert!(again.changes.is_empty(), "{:?}", again.changes);
         assert_eq!(again.text, u.text);
+    }
+
+    #[test]
+    fn the_parser_mapping_places_the_add_and_nothing_contradicts() {
+        // "drinks" shares no word with `features`; the parser maps it to the file.
+        let plan = "## features\nFiles: src/flavors.ts\n<!-- NO CHANGES for task-1 -->\n\n## store\nFiles: src/store.ts\n";
+        let reqs = vec![Requirement {
+            kind: MarkerKind::Add,
+            text: "Add 2 more drinks for nighttime".into(),
+        }];
+        let read = |_: &str| Some("[1, 2, 3, 4, 5, 6, 7, 8]".to_string());
+        let files_for = |_: &str| vec!["src/flavors.ts".to_string()];
+        let world = UpdateWorld {
+            read: &read,
+            files_for: &files_for,
+        };
+        let u = update_plan(Path::new("plan.md"), plan, 1, &reqs, &world).unwrap();
+        let (p, problems) = Plan::parse(Path::new("plan.md"), &u.text);
+        assert!(p.validate(problems).is_empty(), "{}", u.text);
+        let kinds: Vec<MarkerKind> = p
+            .section("features")
+            .unwrap()
+            .markers
+            .iter()
+            .map(|m| m.kind)
+            .collect();
+        assert_eq!(
+            kinds,
+            [MarkerKind::Add, MarkerKind::Preserved],
+            "{}",
+            u.text
+        );
+        // Refused: an ADD that would land where no file can be counted.
+        let none = |_: &str| Vec::new();
+        let world = UpdateWorld {
+            read: &read,
+            files_for: &none,
+        };
+        let bare = "## ideas\n";
+        let reqs = vec![Requirement {
+            kind: MarkerKind::Add,
+            text: "Add 2 widgets".into(),
+        }];
+        let e = update_plan(Path::new("plan.md"), bare, 1, &reqs, &world).unwrap_err();
+        assert!(e.to_string().contains("matches no file"), "{e}");
+        // A section listing an affected file is never NO CHANGES.
+        let two = "## grid\nFiles: src/flavors.ts\n\n## data\nFiles: src/flavors.ts, src/x.ts\n";
+        let reqs = vec![Requirement {
+            kind: MarkerKind::Modify,
+            text: "Refine the grid".into(),
+        }];
+        let world = UpdateWorld {
+            read: &read,
+            files_for: &files_for,
+        };
+        let u = update_plan(Path::new("plan.md"), two, 1, &reqs, &world).unwrap();
+        assert!(!u.text.contains("NO CHANGES"), "{}", u.text);
     }
 }

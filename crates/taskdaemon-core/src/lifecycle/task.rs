@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use crate::clock;
 use crate::engine::Outcome;
+use crate::gates::contract::Contract;
+use crate::gates::count::count_items;
 use crate::git::snapshot::{Kind, Rollback, SaveRequest, Snapshot, SnapshotError, Snapshots};
 use crate::git::{Git, GitError};
 use crate::workspace::Workspace;
@@ -214,7 +216,22 @@ pub fn begin_task(
     // Spec 4: every task starts in the plan phase (inert when it has no plan).
     files.write(&files.root().join("phase.txt"), "plan\n")?;
     files.write(&files.counter(), &format!("{number}\n"))?;
-    let task_text = task_md(number, &previous_ref, message, parsed, clarification);
+    // The requirements the harness checks itself at completion (issue 12).
+    let repo_files = super::parser::project_context(snaps.top(), ws).files;
+    let contract = Contract::of(number, parsed, &repo_files);
+    contract
+        .save(files.root())
+        .map_err(|source| LifecycleError::Io {
+            path: Contract::path(files.root()),
+            source,
+        })?;
+    let count_now = |f: &str| {
+        std::fs::read_to_string(snaps.top().join(f))
+            .map(|t| count_items(f, &t))
+            .unwrap_or(0)
+    };
+    let mut task_text = task_md(number, &previous_ref, message, parsed, clarification);
+    task_text.push_str(&contract.describe(&count_now));
     files.write(&files.task(), &task_text)?;
     if files.read(&files.origin())?.is_none() {
         files.write(
@@ -264,6 +281,14 @@ pub fn finish_task(
     })?))
 }
 
+/// At the top of iteration `n` of a task: `iteration.txt` says `n` and `status.txt`
+/// `running` (whatever an agent wrote there: only the harness decides the status).
+pub fn note_iteration(ws: &Workspace, n: u32) -> Result<(), LifecycleError> {
+    let files = TaskFiles::new(ws);
+    files.write(&files.iteration(), &format!("{n}\n"))?;
+    files.write(&files.status(), "running\n")
+}
+
 /// Abort the task the loop works on (a second stall, gates failing again and again): roll
 /// back to `task-N-pre` when there is one, mark it failed, and say why in `feedback.md`.
 /// `cause` completes "failed after …". Returns the rollback, if one happened.
@@ -277,11 +302,31 @@ pub fn fail_task(
         Some(n) => snaps.task_pre(n)?,
         None => None,
     };
+    let files = TaskFiles::new(ws);
+    // The task's own record survives its rollback: task-N-pre is from before the task
+    // started, so without this the counter, task.md and the history would describe the
+    // task before it, and the failed task would vanish from the history.
+    let kept: Vec<(PathBuf, Option<String>)> = [
+        files.counter(),
+        files.task(),
+        files.history(),
+        files.summary(),
+        files.iteration(),
+    ]
+    .into_iter()
+    .map(|p| files.read(&p).map(|t| (p, t)))
+    .collect::<Result<_, _>>()?;
     let rollback = match &pre {
         Some(p) => Some(snaps.rollback_from_loop(&p.tag, now_ms())?),
         None => None,
     };
-    let files = TaskFiles::new(ws);
+    if rollback.is_some() {
+        for (p, text) in &kept {
+            if let Some(t) = text {
+                files.write(p, t)?;
+            }
+        }
+    }
     files.write(&files.status(), "failed\n")?;
     let what = match (&rollback, task) {
         (Some(r), Some(n)) => format!(

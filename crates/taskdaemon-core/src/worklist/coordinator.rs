@@ -483,7 +483,8 @@ impl Coord<'_> {
             .collect())
     }
 
-    /// Layers 1–4, then layer 5 when they pass.
+    /// Layers 1–4, then layer 5: its failure rejects; when 1–4 already failed, its result is
+    /// named too (so a rejection for the checkbox alone says whether the work is there).
     async fn verdict(
         &self,
         task: &Task,
@@ -508,7 +509,7 @@ impl Coord<'_> {
                 message: "the agent was stopped at the iteration timeout before it finished; take smaller steps".into(),
             });
         }
-        if failures.is_empty() {
+        if !run.timed_out {
             let grace = self.cfg.setup.grace;
             let verified =
                 verify::run_verify_command(task, tree, self.cfg.verify_timeout, grace, self.cancel)
@@ -523,6 +524,12 @@ impl Coord<'_> {
                 });
                 if !r.passed && !r.interrupted {
                     failures.push(verify::verify_failure(task, &cmd, &r));
+                } else if r.passed
+                    && let Some(first) = failures.first_mut()
+                {
+                    first.message.push_str(&format!(
+                        " (The task's Verify command `{cmd}` passes now; the attempt is rejected for the reasons above.)"
+                    ));
                 }
             }
         }
@@ -769,7 +776,8 @@ impl Coord<'_> {
         let restore: Vec<usize> = outside.into_iter().chain(failed.iter().copied()).collect();
         self.restore_boxes(&restore, checked_before)?;
         let ids: Vec<String> = group.iter().map(|i| tasks[*i].id.clone()).collect();
-        let merged = progress::merge(&self.cfg.spec_dir, &ids)?;
+        let rejected: Vec<String> = failed.iter().map(|i| tasks[*i].id.clone()).collect();
+        let merged = progress::merge(&self.cfg.spec_dir, &ids, &rejected)?;
         if !merged.is_empty() {
             self.events
                 .emit(WorklistEvent::ProgressMerged { task_ids: merged });

@@ -39,8 +39,13 @@ pub fn read_for_prompt(spec_dir: &Path, max: usize) -> String {
 }
 
 /// Append the per-task files of `ids` (in that order) to `.progress.md` and delete them;
-/// the ids whose file had something in it.
-pub fn merge(spec_dir: &Path, ids: &[String]) -> Result<Vec<String>, WorklistError> {
+/// the ids whose file had something in it. The notes of a `rejected` task are marked so:
+/// they are not work done.
+pub fn merge(
+    spec_dir: &Path,
+    ids: &[String],
+    rejected: &[String],
+) -> Result<Vec<String>, WorklistError> {
     let main = path(spec_dir);
     let mut text = read_optional(&main)
         .map_err(WorklistError::io(&main))?
@@ -59,10 +64,12 @@ pub fn merge(spec_dir: &Path, ids: &[String]) -> Result<Vec<String>, WorklistErr
         if !text.ends_with('\n') {
             text.push('\n');
         }
-        text.push_str(&format!(
-            "\n### Task {id} (parallel group)\n\n{}\n",
-            body.trim()
-        ));
+        let heading = if rejected.contains(id) {
+            format!("Task {id} (parallel group, REJECTED: not done, it will be retried)")
+        } else {
+            format!("Task {id} (parallel group)")
+        };
+        text.push_str(&format!("\n### {heading}\n\n{}\n", body.trim()));
         merged.push(id.clone());
     }
     if !merged.is_empty() {
@@ -85,9 +92,19 @@ mod tests {
         assert!(!ensure(dir.path()).unwrap());
         std::fs::write(task_file(dir.path(), "2.2"), "second\n").unwrap();
         std::fs::write(task_file(dir.path(), "2.1"), "first\n").unwrap();
-        let merged = merge(dir.path(), &["2.1".into(), "2.2".into(), "2.3".into()]).unwrap();
+        let merged = merge(
+            dir.path(),
+            &["2.1".into(), "2.2".into(), "2.3".into()],
+            &["2.2".into()],
+        )
+        .unwrap();
         assert_eq!(merged, ["2.1", "2.2"]);
         let text = std::fs::read_to_string(path(dir.path())).unwrap();
+        assert!(text.contains("### Task 2.1 (parallel group)\n"), "{text}");
+        assert!(
+            text.contains("### Task 2.2 (parallel group, REJECTED: not done"),
+            "{text}"
+        );
         let (a, b) = (text.find("first").unwrap(), text.find("second").unwrap());
         assert!(a < b, "{text}");
         assert!(!task_file(dir.path(), "2.1").exists());

@@ -7,6 +7,7 @@ use std::path::Path;
 use super::tasks_md::Task;
 use super::verify::{TASK_COMPLETE, VERIFICATION_FAIL, VERIFICATION_PASS};
 use crate::fsutil::{bound_text, read_optional};
+use crate::shell::quote;
 
 /// Spec files given to every task, with their size budget.
 const SPEC_FILES: &[(&str, usize)] = &[("requirements.md", 8 * 1024), ("design.md", 12 * 1024)];
@@ -32,6 +33,28 @@ pub struct ParallelPaths<'a> {
     pub progress_file: &'a Path,
 }
 
+/// `flock LOCK sed -i 's/^- \[ \] ID /- [x] ID /' TASKS`, every word shell-quoted and the
+/// id's regex characters escaped, so that it works pasted into `sh` wherever the files are.
+pub fn mark_command(id: &str, pp: &ParallelPaths<'_>) -> String {
+    let escaped: String = id
+        .chars()
+        .flat_map(|c| {
+            let special = ".[]*^$\\/&".contains(c);
+            special
+                .then_some('\\')
+                .into_iter()
+                .chain(std::iter::once(c))
+        })
+        .collect();
+    let script = format!("s/^- \\[ \\] {escaped} /- [x] {escaped} /");
+    format!(
+        "flock {} sed -i {} {}",
+        quote(&pp.lock.display().to_string()),
+        quote(&script),
+        quote(&pp.tasks_file.display().to_string())
+    )
+}
+
 pub fn task_prompt(p: &TaskPrompt<'_>) -> String {
     let t = p.task;
     let mut s = String::new();
@@ -55,7 +78,7 @@ pub fn task_prompt(p: &TaskPrompt<'_>) -> String {
     if let Some(err) = p.previous_error {
         let _ = writeln!(
             s,
-            "## Your previous attempt was rejected\n\nThe harness checked the last attempt of this task and rejected it:\n\n{err}\n\nFix exactly this, then finish the task.\n"
+            "## Your previous attempt was rejected\n\nThe harness checked the last attempt of this task and rejected it:\n\n{err}\n\nFix this, and do the whole task as its **Do** and **Done when** say: checking the box or saying {TASK_COMPLETE} without the work is rejected again.\n"
         );
     }
     for (name, max) in SPEC_FILES {
@@ -98,35 +121,34 @@ pub fn task_prompt(p: &TaskPrompt<'_>) -> String {
             ),
         );
     }
-    let mark = format!("sed -i 's/^- \\[ \\] {} /- [x] {} /'", t.id, t.id);
+    let commit = t
+        .fields
+        .commit
+        .as_deref()
+        .map(|c| format!(" (message: {c})"))
+        .unwrap_or_default();
     match &p.parallel {
         None => {
             rule(
                 &mut s,
                 format!(
-                    "When the task is done: check its box in `{}/tasks.md` (`- [x] {}`), add what you did and learned to `{}/.progress.md`, and commit your work together with tasks.md and .progress.md{}.",
-                    p.spec_rel,
-                    t.id,
-                    p.spec_rel,
-                    t.fields
-                        .commit
-                        .as_deref()
-                        .map(|c| format!(" (message: {c})"))
-                        .unwrap_or_default()
+                    "When the task is done: check its box in `{}/tasks.md` (`- [x] {}`), add what you did and learned to `{}/.progress.md`, and commit your work together with tasks.md and .progress.md{commit}.",
+                    p.spec_rel, t.id, p.spec_rel,
                 ),
             );
         }
         Some(pp) => {
             rule(
                 &mut s,
-                "You run in your own git worktree, at the same time as other tasks. Commit your work there; do not edit tasks.md or .progress.md in the worktree.".into(),
+                format!(
+                    "You run in your own git worktree, at the same time as other tasks. Commit your work there{commit}; do not edit tasks.md or .progress.md in the worktree."
+                ),
             );
             rule(
                 &mut s,
                 format!(
-                    "When the task is done: check its box in the shared tasks.md under its lock: `flock {} {mark} {}`, and write your progress notes to `{}` (the harness merges them into .progress.md).",
-                    pp.lock.display(),
-                    pp.tasks_file.display(),
+                    "When the task is done: check its box in the shared tasks.md under its lock, with this command exactly: `{}`, and write your progress notes to `{}` (the harness merges them into .progress.md).",
+                    mark_command(&t.id, pp),
                     pp.progress_file.display()
                 ),
             );
@@ -153,4 +175,76 @@ pub fn task_prompt(p: &TaskPrompt<'_>) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The mark command, pasted into `sh` in a directory whose path holds a space and a
+    /// quote, checks exactly the task's box and leaves no stray file.
+    #[test]
+    fn the_mark_command_works_pasted_into_sh_anywhere() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("my spec's dir");
+        std::fs::create_dir_all(&dir).unwrap();
+        let tasks = dir.join("tasks.md");
+        std::fs::write(
+            &tasks,
+            "- [ ] 1.2 first\n- [ ] 1.20 other\n- [ ] 1x2 near\n",
+        )
+        .unwrap();
+        let lock = dir.join(".tasks.md.lock");
+        let progress = dir.join(".progress-task-1.2.md");
+        let pp = ParallelPaths {
+            tasks_file: &tasks,
+            lock: &lock,
+            progress_file: &progress,
+        };
+        let parsed =
+            crate::worklist::tasks_md::parse("- [ ] 1.2 first\n  - **Commit**: feat: first\n");
+        let task = &parsed[0];
+        let prompt = task_prompt(&TaskPrompt {
+            task,
+            spec_name: "s",
+            spec_rel: "specs/s",
+            spec_dir: &dir,
+            attempt: 1,
+            max_attempts: 3,
+            previous_error: None,
+            progress: "",
+            parallel: Some(pp),
+        });
+        assert!(prompt.contains("(message: feat: first)"), "{prompt}");
+        // Every command in backticks that starts with a program the prompt names.
+        let cmd = prompt
+            .split('`')
+            .find(|c| c.starts_with("flock "))
+            .unwrap_or_else(|| panic!("{prompt}"));
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(cmd)
+            .current_dir(tmp.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            std::fs::read_to_string(&tasks).unwrap(),
+            "- [x] 1.2 first\n- [ ] 1.20 other\n- [ ] 1x2 near\n"
+        );
+        let mut entries: Vec<String> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        entries.sort();
+        assert_eq!(
+            entries,
+            ["my spec's dir"],
+            "no stray file outside the spec dir"
+        );
+    }
 }

@@ -21,30 +21,6 @@ pub const TASK_COMPLETE: &str = "TASK_COMPLETE";
 pub const VERIFICATION_PASS: &str = "VERIFICATION_PASS";
 pub const VERIFICATION_FAIL: &str = "VERIFICATION_FAIL";
 
-/// Words that say a human still has to do something.
-const CONTRADICTIONS: &[&str] = &[
-    "requires manual",
-    "manual testing",
-    "manual verification",
-    "manual intervention",
-    "manual step",
-    "manually verify",
-    "manually test",
-    "needs to be done manually",
-    "must be done manually",
-    "cannot be automated",
-    "can't be automated",
-    "could not complete",
-    "couldn't complete",
-    "unable to complete",
-    "needs human",
-    "requires human",
-    "human verification",
-    "you will need to manually",
-    "you'll need to manually",
-    "please verify manually",
-];
-
 /// One failed layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
@@ -68,11 +44,7 @@ pub struct Evidence<'a> {
     pub group: &'a [usize],
 }
 
-/// Layer 1: the phrase that contradicts a completion claim.
-pub fn contradiction(words: &str) -> Option<&'static str> {
-    let lower = words.to_lowercase();
-    CONTRADICTIONS.iter().copied().find(|p| lower.contains(p))
-}
+pub use super::contradiction::contradiction;
 
 /// The last of the QA signals in `words`.
 fn qa_verdict(words: &str) -> Option<bool> {
@@ -106,7 +78,7 @@ pub fn check(ev: &Evidence<'_>) -> Vec<Failure> {
         out.push(Failure {
             layer: 1,
             message: format!(
-                "CONTRADICTION: you claimed task {} complete but also said \"{p}\". Do the work yourself (write an automated check instead of asking for manual action), or do not claim completion",
+                "CONTRADICTION: you claimed task {} complete but also said \"{p}\", which leaves work to a human. Do the work yourself (write an automated check instead of asking for manual action), or do not claim completion",
                 t.id
             ),
         });

@@ -5,12 +5,14 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use taskdaemon_core::gates::phase::coverage;
 use taskdaemon_core::gates::scope::{GitWorld, Severity, scope_gates};
 use taskdaemon_core::git::Git;
 use taskdaemon_core::git::snapshot::Snapshots;
 use taskdaemon_core::lifecycle::TaskFiles;
+use taskdaemon_core::lifecycle::parser::{files_for, project_context};
 use taskdaemon_core::lifecycle::plan::Plan;
-use taskdaemon_core::lifecycle::plan_update::{task_requirements, update_plan};
+use taskdaemon_core::lifecycle::plan_update::{UpdateWorld, task_requirements, update_plan};
 use taskdaemon_core::{clock, fsutil};
 
 use super::{Ctx, print_json};
@@ -67,7 +69,20 @@ fn load(ctx: &Ctx, explicit: Option<&Path>) -> anyhow::Result<(PathBuf, Plan, Ve
 
 /// `plan validate`: exit 0 when valid, 1 with every problem (file:line) otherwise.
 pub fn validate(args: PlanFileArgs, ctx: &Ctx) -> anyhow::Result<i32> {
-    let (_, plan, problems) = load(ctx, args.plan.as_deref())?;
+    let (dir, plan, mut problems) = load(ctx, args.plan.as_deref())?;
+    // A mutation task's plan must also cover the current task (what the harness checks
+    // before it leaves the plan phase).
+    let (_, ws) = ctx.workspace()?;
+    let counter = TaskFiles::new(&ws).read_counter().unwrap_or(0);
+    if counter > 0 {
+        let uncovered = coverage(&dir, &plan, counter)
+            .map_err(|e| user(format!("cannot read .ralph/task.md: {e}")))?;
+        problems.extend(
+            uncovered
+                .into_iter()
+                .map(|p| format!("{}:{}: {}", plan.path.display(), p.line, p.message)),
+        );
+    }
     if args.json {
         print_json(&serde_json::json!({
             "plan": plan.path,
@@ -197,7 +212,14 @@ pub fn update(args: PlanFileArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let old = std::fs::read_to_string(&plan.path)
         .map_err(|e| user(format!("cannot read {}: {e}", plan.path.display())))?;
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
-    let u = update_plan(&plan.path, &old, n, &reqs, &read);
+    let repo_files = project_context(&dir, &ws).files;
+    let files_for = |t: &str| files_for(t, &repo_files);
+    let world = UpdateWorld {
+        read: &read,
+        files_for: &files_for,
+    };
+    let u = update_plan(&plan.path, &old, n, &reqs, &world)
+        .map_err(|e| user(format!("{}: not updated: {e}", plan.path.display())))?;
     if !u.changes.is_empty() {
         // Nothing destroyed: the plan as it was goes to .ralph/archive/ first.
         let keep = ws.archive_dir().join(format!(

@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use clap::Args;
 use taskdaemon_core::config::{self, Dur, Settings};
 use taskdaemon_core::duration::parse_duration;
+use taskdaemon_core::engine::standalone::standalone_context;
 use taskdaemon_core::engine::{
     EngineContext, EventSink, Outcome, RunConfig, RunState, exit_code, run_loop,
 };
@@ -37,6 +38,10 @@ pub struct RunArgs {
     pub prompt_file: Option<PathBuf>,
     #[command(flatten)]
     pub flags: RunFlags,
+    /// A variable of a cascade loop run by hand (`--loop plan|spec|phase`), repeatable:
+    /// `--var spec-file=specs/auth.md --var phase-number=2` (else TASKDAEMON_SPEC_FILE, …).
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    pub vars: Vec<String>,
     /// Continue the last run in this directory at its next iteration, with its saved settings
     /// (options given now override them).
     #[arg(long)]
@@ -162,7 +167,8 @@ pub fn run(args: RunArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             user("no task given\n  hint: `taskdaemon run \"what to do\"`, `taskdaemon run -f task.md`, or `taskdaemon run --resume`")
         })?;
         let settings = settings(&dir, &flags, ctx.config.as_deref())?;
-        let cfg = resolve(&dir, task, &settings)?;
+        let mut cfg = resolve(&dir, task, &settings)?;
+        cascade_context(&dir, &mut cfg, &args.vars)?;
         (new_state(&dir, &ws, cfg)?, false)
     };
     let task = state.task;
@@ -280,6 +286,43 @@ pub(crate) fn resolve(dir: &Path, task: String, settings: &Settings) -> anyhow::
     )
     .map_err(user)?;
     RunConfig::resolve(dir, task, settings, &registry).map_err(user)
+}
+
+/// A cascade loop outside the daemon: its variables from `--var`, the environment and the
+/// files, or a refusal naming what is missing.
+fn cascade_context(dir: &Path, cfg: &mut RunConfig, vars: &[String]) -> anyhow::Result<()> {
+    let mut given = std::collections::BTreeMap::new();
+    for v in vars {
+        let (k, val) = v.split_once('=').ok_or_else(|| {
+            user(format!(
+                "--var {v}: expected NAME=VALUE\n  hint: `--var spec-file=specs/auth.md`"
+            ))
+        })?;
+        given.insert(k.trim().to_string(), val.to_string());
+    }
+    let lookup = |k: &str| {
+        given
+            .get(k)
+            .cloned()
+            .or_else(|| {
+                std::env::var(format!(
+                    "TASKDAEMON_{}",
+                    k.to_ascii_uppercase().replace('-', "_")
+                ))
+                .ok()
+            })
+            .filter(|v| !v.trim().is_empty())
+    };
+    let ctx = standalone_context(&cfg.loop_name, dir, &cfg.task, &lookup).map_err(user)?;
+    if let Some(ctx) = ctx {
+        cfg.context = ctx;
+    } else if !given.is_empty() {
+        return Err(user(format!(
+            "--var is for the cascade's loops (plan, spec, phase), not `{}`",
+            cfg.loop_name
+        )));
+    }
+    Ok(())
 }
 
 /// A new run of `cfg`; the logs of an earlier run move aside.

@@ -217,16 +217,32 @@ pub fn finish(
     let pre = snaps.task_pre(number).map_err(user)?.map(|s| s.tag);
     let has_pre = pre.is_some();
     let pre = pre.unwrap_or_default();
+    // A task whose validation passed on the project as it was: fine, and said so.
+    let unchanged = if post.is_some() && has_pre {
+        let d = snaps.diff(&pre).map_err(user)?;
+        d.added
+            .iter()
+            .chain(&d.modified)
+            .chain(&d.deleted)
+            .all(|p| p.starts_with(".ralph/"))
+    } else {
+        false
+    };
     if json {
         return print_json(&serde_json::json!({
             "event": "task_finished",
             "task": number,
             "outcome": outcome.label(),
             "post_snapshot": post.as_ref().map(|s| &s.tag),
+            "changed": !unchanged,
             "rollback": has_pre.then(|| format!("taskdaemon snapshot rollback {pre}")),
         }));
     }
     match (&post, has_pre) {
+        (Some(s), _) if unchanged => eprintln!(
+            "taskdaemon: task {number} complete with no change to the project: the validation passed on it as it was, so nothing needed doing (saved as {})",
+            s.tag
+        ),
         (Some(s), _) => eprintln!("taskdaemon: task {number} complete: saved as {}", s.tag),
         (None, _) if matches!(outcome, Outcome::Failed { .. }) => {
             eprintln!("taskdaemon: task {number} failed: {}", outcome.detail())

@@ -253,6 +253,20 @@ pub async fn parse_task(
     }
 }
 
+/// The repository files (of `files`) a requirement's or keep instruction's words point
+/// at, best first (the same mapping as the task's AFFECTED FILES).
+pub fn files_for(text: &str, files: &[String]) -> Vec<String> {
+    files::affected(
+        &[Requirement {
+            marker: Marker::Modify,
+            text: text.to_string(),
+            count: None,
+            keep_existing: false,
+        }],
+        files,
+    )
+}
+
 /// A title from the requirements: the first one, or the first few joined, shortened.
 pub(crate) fn title_from(requirements: &[Requirement], message: &str) -> String {
     let joined = if requirements.is_empty() {

@@ -196,7 +196,7 @@ pub fn parse(input: &ParseInput) -> ParsedTask {
                         units.push(u);
                     } else if !answer.units.is_empty() {
                         if !replaced {
-                            units.extend(answer.units.iter().cloned());
+                            units.extend(merged_answer(&answer.units, &u.text));
                             replaced = true;
                         }
                     } else {
@@ -207,7 +207,7 @@ pub fn parse(input: &ParseInput) -> ParsedTask {
                     }
                 }
                 if units.is_empty() {
-                    units = answer.units.clone();
+                    units = merged_answer(&answer.units, &shorten(message, 200));
                 }
                 if units.is_empty() {
                     let mut u = Unit::new(
@@ -985,6 +985,28 @@ fn vague_question(text: &str) -> String {
     )
 }
 
+/// The answer's requests, each carrying the words of the request it settles: "Add 2 new
+/// ones" answering "2 nighttime drinks" becomes "Add 2 new ones (2 nighttime drinks)", so
+/// the drinks (and the files they map to) are not lost.
+fn merged_answer(answer: &[Unit], original: &str) -> Vec<Unit> {
+    let original = original.trim().trim_end_matches(['.', '!', '?']);
+    answer
+        .iter()
+        .cloned()
+        .map(|mut u| {
+            let lower = u.text.to_lowercase();
+            let covered = original
+                .split_whitespace()
+                .filter(|w| w.len() > 4)
+                .all(|w| lower.contains(&w.to_lowercase()));
+            if !original.is_empty() && !covered {
+                u.text = format!("{} ({original})", u.text);
+            }
+            u
+        })
+        .collect()
+}
+
 /// PRESERVE lines: what the person said to keep, what each ADD adds to, where it goes, and
 /// everything not named.
 fn preserve_lines(read: &Read, kind: TaskKind) -> Vec<String> {
@@ -1127,6 +1149,25 @@ mod tests {
         assert_eq!(t.kind, TaskKind::Mutation);
         assert_eq!(markers(&t), [(Marker::Add, Some(2))]);
         assert!(t.preserve.iter().any(|p| p.contains("existing")));
+        // A short answer keeps the request it answers: the drinks are not lost.
+        let t = parse(&ParseInput {
+            message: "2 nighttime drinks".into(),
+            clarification: Some(super::super::Clarification {
+                question: "what should change?".into(),
+                answer: "Add 2 new ones".into(),
+            }),
+            context: web(),
+        });
+        assert_eq!(markers(&t), [(Marker::Add, Some(2))]);
+        assert_eq!(
+            t.requirements[0].text,
+            "Add 2 new ones (2 nighttime drinks)"
+        );
+        assert!(
+            t.affected_files
+                .contains(&"src/data/flavors.ts".to_string()),
+            "{t:?}"
+        );
     }
 
     #[test]
