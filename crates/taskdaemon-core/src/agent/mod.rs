@@ -2,6 +2,7 @@
 //! runner starts it in its own process group; a parser turns its output into the agent's
 //! own words, tool calls and usage.
 
+pub mod failure;
 mod parse;
 mod presets;
 mod runner;
@@ -9,6 +10,7 @@ pub mod script;
 mod spec;
 pub mod tracked;
 
+pub use failure::{AgentResult, Evidence, FailureClass, UsageWindow, classify};
 pub use parse::{Activity, OutputFormat, OutputParser, ParsedOutput};
 pub use presets::{Preset, find_on_path, first_installed};
 pub use runner::{
