@@ -82,6 +82,16 @@ pub struct Settings {
     pub target_branch: Option<String>,
     /// Where loops' git worktrees live; relative paths start at the repository's top level.
     pub worktrees_dir: Option<PathBuf>,
+    /// At the agent's usage limit: `wait` for the reset (then retry the same iteration) or
+    /// `stop` (exit 1).
+    pub on_usage_limit: Option<String>,
+    /// The longest wait for a usage limit's reset; a later reset stops the run.
+    pub max_wait: Option<Dur>,
+    /// The first wait after a transient agent failure (rate limit, overload, unreachable
+    /// API), doubled each time.
+    pub retry_backoff: Option<Dur>,
+    /// Transient agent failures in a row before the run stops (exit 1).
+    pub max_retries: Option<u32>,
 }
 
 impl Settings {
@@ -108,6 +118,10 @@ impl Settings {
             agent_limits: over.agent_limits.or(self.agent_limits),
             target_branch: over.target_branch.or(self.target_branch),
             worktrees_dir: over.worktrees_dir.or(self.worktrees_dir),
+            on_usage_limit: over.on_usage_limit.or(self.on_usage_limit),
+            max_wait: over.max_wait.or(self.max_wait),
+            retry_backoff: over.retry_backoff.or(self.retry_backoff),
+            max_retries: over.max_retries.or(self.max_retries),
         }
     }
 }

@@ -233,7 +233,9 @@ impl AgentResult {
             FailureClass::Unreachable => {
                 "check the network and the agent's API endpoint (ANTHROPIC_BASE_URL, the provider's base_url), then `taskdaemon run --resume`"
             }
-            FailureClass::Crashed => "read the iteration log; the agent exited with an error and did no work",
+            FailureClass::Crashed => {
+                "read the iteration log; the agent exited with an error and did no work"
+            }
             FailureClass::Ok => "",
         }
     }
@@ -453,7 +455,9 @@ pub fn parse_reset(text: &str, now: &Zoned) -> Option<Timestamp> {
         // A clock time without a date is the next one.
         None if when.timestamp() <= now.timestamp() => when = when.checked_add(day_span).ok()?,
         // A date without a year that has passed is next year's.
-        Some((_, false)) if when.timestamp() + jiff::SignedDuration::from_hours(24) < now.timestamp() => {
+        Some((_, false))
+            if when.timestamp() + jiff::SignedDuration::from_hours(24) < now.timestamp() =>
+        {
             when = when.checked_add(jiff::Span::new().years(1)).ok()?
         }
         _ => {}

@@ -131,16 +131,17 @@ impl OutputParser {
                         self.out.evidence.codex(&v);
                         self.codex(&v)
                     }
-                    Err(_) if self.format == OutputFormat::ClaudeStreamJson
-                        && line.contains("\"type\":\"result\"") =>
+                    Err(_)
+                        if self.format == OutputFormat::ClaudeStreamJson
+                            && line.contains("\"type\":\"result\"") =>
                     {
                         // serde_json refuses numbers out of range (`1e309`): read the line
                         // again with them made null, so the result is not lost.
                         match serde_json::from_str::<Value>(&null_huge_numbers(line)) {
                             Ok(v) => {
-                                self.out.rejected.push(
-                                    "a number out of range in the result line".to_string(),
-                                );
+                                self.out
+                                    .rejected
+                                    .push("a number out of range in the result line".to_string());
                                 self.out.evidence.claude(&v);
                                 self.claude(&v)
                             }
@@ -339,7 +340,10 @@ impl OutputParser {
             }
             (Some("turn.completed"), _) => {
                 if let Some(u) = v.get("usage") {
-                    let (i, o) = (self.count(u, "input_tokens"), self.count(u, "output_tokens"));
+                    let (i, o) = (
+                        self.count(u, "input_tokens"),
+                        self.count(u, "output_tokens"),
+                    );
                     self.out.tokens_in = Some(self.out.tokens_in.unwrap_or(0).saturating_add(i));
                     self.out.tokens_out = Some(self.out.tokens_out.unwrap_or(0).saturating_add(o));
                 }

@@ -7,6 +7,7 @@ mod state;
 
 mod completion;
 pub mod events;
+pub mod failures;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -120,6 +121,10 @@ pub async fn run_loop(
 
     let outcome = loop {
         if cancel.is_cancelled() {
+            break Outcome::Interrupted;
+        }
+        // A usage limit's reset or a backoff (also one a resumed run was waiting for).
+        if st.failures.wait_until.is_some() && !failures::wait(&mut st, ws, ctx, cancel).await? {
             break Outcome::Interrupted;
         }
         let elapsed = earlier + session.elapsed();
@@ -272,7 +277,7 @@ async fn iteration(
     };
     let mut parser = OutputParser::new(cfg.agent_format);
     let events = &ctx.events;
-    let agent = run_process(&spec, cancel, |stream, line| {
+    let agent = match run_process(&spec, cancel, |stream, line| {
         log.output(stream, line);
         for activity in parser.line(stream, &String::from_utf8_lossy(line)) {
             events.emit(EngineEvent::Agent {
@@ -282,8 +287,16 @@ async fn iteration(
         }
     })
     .await
-    .map_err(io_err(format!("starting agent `{}`", cfg.agent.label())))?;
+    {
+        Ok(a) => a,
+        Err(e) => return could_not_spawn(cfg, &spec, e, log, ctx, n),
+    };
     let parsed = parser.finish();
+    for r in &parsed.rejected {
+        let m = format!("iteration {n}: ignored an impossible value the agent reported: {r}");
+        log.note(&m);
+        warn(ctx, &m);
+    }
     if let Some(c) = parsed.cost_usd {
         st.cost_usd += c;
         st.cost_reported = true;
@@ -332,6 +345,20 @@ async fn iteration(
 
     let head = git.head()?;
     let new_commit = head.is_some() && head != st.last_head;
+    let no_work = match judge_agent(st, cfg, n, &agent, &parsed, new_commit, &mut log, ctx) {
+        failures::Verdict::Proceed => None,
+        failures::Verdict::NoWork { reason } => Some(reason),
+        failures::Verdict::Stop(o) => {
+            log.finish()
+                .map_err(io_err(format!("writing {}", log_path.display())))?;
+            return Ok(Some(o));
+        }
+        failures::Verdict::Retry => {
+            log.finish()
+                .map_err(io_err(format!("writing {}", log_path.display())))?;
+            return Ok(None);
+        }
+    };
     let mut outcome: Option<Outcome> = None;
     let mut label = "continue";
     let mut validation_passed = "skipped";
@@ -357,6 +384,12 @@ async fn iteration(
                 limit: Limit::MaxRuntime,
             });
         }
+    } else if let Some(reason) = no_work {
+        // An agent that failed to work never completes, whatever the validation says.
+        label = "crashed";
+        log.note(&reason);
+        note_extra.push_str("; the agent crashed");
+        st.previous_errors = Some(reason);
     } else {
         let words = match cfg.agent_format {
             OutputFormat::Text => signals::strip_prompt_echo(&parsed.words, &prompt),
@@ -437,7 +470,13 @@ async fn iteration(
                             duration_ms: v.duration.as_millis() as u64,
                         });
                         validation_passed = if v.passed { "true" } else { "false" };
-                        if v.interrupted {
+                        if v.exit_code == 127 && cfg.success_exit_code != 127 && !v.interrupted {
+                            label = "validation-missing";
+                            outcome = Some(Outcome::ValidationMissing {
+                                command: cmd.clone(),
+                                output: v.output.clone(),
+                            });
+                        } else if v.interrupted {
                             outcome = Some(Outcome::Interrupted);
                             label = "interrupted";
                             counts_for_stuck = false;
@@ -631,7 +670,9 @@ async fn iteration(
         tokens_in: parsed.tokens_in.unwrap_or(0),
         tokens_out: parsed.tokens_out.unwrap_or(0),
         cost_usd: format!("{:.6}", parsed.cost_usd.unwrap_or(0.0)),
+        waited_seconds: format!("{:.3}", st.failures.waited_ms as f64 / 1000.0),
     };
+    st.failures.waited_ms = 0;
     let csv = ws.summary_csv();
     append_row(&csv, &row).map_err(io_err(format!("appending to {}", csv.display())))?;
 
@@ -670,6 +711,88 @@ async fn iteration(
         cost_total_usd: st.cost_usd,
     });
     Ok(outcome)
+}
+
+/// The agent's program could not be started (ENOENT, EACCES): stop for a person, exit 64.
+fn could_not_spawn(
+    cfg: &RunConfig,
+    spec: &ProcessSpec,
+    e: std::io::Error,
+    mut log: IterationLog,
+    ctx: &EngineContext,
+    n: u32,
+) -> Result<Option<Outcome>, EngineError> {
+    use std::io::ErrorKind::{NotFound, PermissionDenied};
+    if !matches!(e.kind(), NotFound | PermissionDenied) {
+        return Err(io_err(format!("starting agent `{}`", cfg.agent.label()))(e));
+    }
+    let class = crate::agent::FailureClass::CouldNotStart;
+    let line = format!("{}: {e}", spec.program.to_string_lossy());
+    log.note(&format!("the agent could not start: {line}"));
+    let _ = log.finish();
+    ctx.events.emit(EngineEvent::AgentFailure {
+        iteration: n,
+        class,
+        line: Some(line.clone()),
+        reset_at: None,
+    });
+    Ok(Some(Outcome::AgentFailed {
+        class,
+        reason: format!(
+            "the agent could not start: {line}\n  hint: install it or make it executable (`taskdaemon doctor` checks), or pick another with --agent"
+        ),
+    }))
+}
+
+/// Classify the agent's run and decide what it means (`failures::decide`); say so.
+#[allow(clippy::too_many_arguments)]
+fn judge_agent(
+    st: &mut RunState,
+    cfg: &RunConfig,
+    n: u32,
+    agent: &crate::agent::ProcessResult,
+    parsed: &crate::agent::ParsedOutput,
+    new_commit: bool,
+    log: &mut IterationLog,
+    ctx: &EngineContext,
+) -> failures::Verdict {
+    if agent.interrupted {
+        return failures::Verdict::Proceed;
+    }
+    let now = jiff::Zoned::now();
+    let result =
+        crate::agent::classify(agent.status.code(), agent.timed_out, &parsed.evidence, &now);
+    let verdict = failures::decide(
+        st,
+        cfg,
+        &result,
+        parsed.tool_calls,
+        new_commit,
+        now.timestamp(),
+    );
+    if result.class != crate::agent::FailureClass::Ok {
+        log.note(&format!(
+            "agent failure: {}{}: {}",
+            result.class.name(),
+            result
+                .reset_at
+                .map(|t| format!(" (resets at {})", failures::describe(t)))
+                .unwrap_or_default(),
+            result.line.as_deref().unwrap_or("(no output)")
+        ));
+        ctx.events.emit(EngineEvent::AgentFailure {
+            iteration: n,
+            class: result.class,
+            line: result.line.clone(),
+            reset_at: result.reset_at.map(crate::clock::rfc3339),
+        });
+    }
+    if verdict == failures::Verdict::Retry {
+        log.note(&format!(
+            "iteration {n} will run again after the wait; it is not counted"
+        ));
+    }
+    verdict
 }
 
 /// The environment of the agent and the validation command (DESIGN.md, contract). The

@@ -49,6 +49,9 @@ pub struct RunConfig {
     /// the validation's environment.
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub context: serde_json::Map<String, serde_json::Value>,
+    /// What agent failures do (usage limits, backoff).
+    #[serde(default)]
+    pub failure_policy: super::failures::FailurePolicy,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -122,6 +125,7 @@ impl RunConfig {
             completion_promise: None,
             kill_grace_ms: DEFAULT_KILL_GRACE.as_millis() as u64,
             context: serde_json::Map::new(),
+            failure_policy: Default::default(),
             loop_def: def,
         };
         cfg.apply(s, false)?;
@@ -216,6 +220,27 @@ impl RunConfig {
         if let Some(g) = s.kill_grace {
             self.kill_grace_ms = g.0.as_millis() as u64;
         }
+        self.apply_failure_policy(s)
+    }
+
+    fn apply_failure_policy(&mut self, s: &Settings) -> Result<(), ResolveError> {
+        let p = &mut self.failure_policy;
+        if let Some(a) = &s.on_usage_limit {
+            p.on_usage_limit =
+                super::failures::OnUsageLimit::parse(a).map_err(|m| value("on-usage-limit", m))?;
+        }
+        if let Some(d) = s.max_wait {
+            p.max_wait_ms = d.0.as_millis() as u64;
+        }
+        if let Some(d) = s.retry_backoff {
+            if d.0.is_zero() {
+                return Err(value("retry-backoff", "must be more than 0 (e.g. 30s)"));
+            }
+            p.retry_backoff_ms = d.0.as_millis() as u64;
+        }
+        if let Some(n) = s.max_retries {
+            p.max_retries = n;
+        }
         Ok(())
     }
 
@@ -277,6 +302,9 @@ pub struct RunState {
     /// `task-N-post` snapshot, also after a resume.
     #[serde(default)]
     pub task: Option<u32>,
+    /// Agent failures: a wait in progress, failures in a row.
+    #[serde(default)]
+    pub failures: super::failures::FailureState,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -333,6 +361,7 @@ impl RunState {
             last_signature: None,
             stall_recoveries: 0,
             gate_failures: 0,
+            failures: Default::default(),
         }
     }
 

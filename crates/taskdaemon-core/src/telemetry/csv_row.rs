@@ -24,6 +24,7 @@ pub const CSV_COLUMNS: &[&str] = &[
     "tokens_in",
     "tokens_out",
     "cost_usd",
+    "waited_seconds",
 ];
 
 #[derive(Debug, Clone, Serialize)]
@@ -47,6 +48,8 @@ pub struct SummaryRow {
     pub tokens_in: u64,
     pub tokens_out: u64,
     pub cost_usd: String,
+    /// Time waited before this iteration ran (a usage limit's reset, backoff).
+    pub waited_seconds: String,
 }
 
 pub fn append_row(path: &Path, row: &SummaryRow) -> std::io::Result<()> {

@@ -88,6 +88,18 @@ pub struct RunFlags {
     /// Time between TERM and KILL when the agent is stopped [default: 5s].
     #[arg(long, value_name = "DUR", env = "TASKDAEMON_KILL_GRACE", value_parser = dur)]
     pub kill_grace: Option<Dur>,
+    /// At the agent's usage limit: wait for the reset, then retry the same iteration; or stop (exit 1) [default: wait].
+    #[arg(long, value_name = "ACTION", env = "TASKDAEMON_ON_USAGE_LIMIT", value_parser = ["wait", "stop"])]
+    pub on_usage_limit: Option<String>,
+    /// Stop instead of waiting when the usage limit resets later than DUR [default: 12h].
+    #[arg(long, value_name = "DUR", env = "TASKDAEMON_MAX_WAIT", value_parser = dur)]
+    pub max_wait: Option<Dur>,
+    /// First wait after a rate limit, overload or unreachable API; doubled each time [default: 30s].
+    #[arg(long, value_name = "DUR", env = "TASKDAEMON_RETRY_BACKOFF", value_parser = dur)]
+    pub retry_backoff: Option<Dur>,
+    /// Such failures in a row before the run stops (exit 1) [default: 5].
+    #[arg(long, value_name = "N", env = "TASKDAEMON_MAX_RETRIES")]
+    pub max_retries: Option<u32>,
 }
 
 pub(crate) fn dur(s: &str) -> Result<Dur, String> {
@@ -111,6 +123,10 @@ impl RunFlags {
             max_cost: self.max_cost,
             completion_promise: self.completion_promise.clone(),
             kill_grace: self.kill_grace,
+            on_usage_limit: self.on_usage_limit.clone(),
+            max_wait: self.max_wait,
+            retry_backoff: self.retry_backoff,
+            max_retries: self.max_retries,
             ..Settings::default()
         }
     }

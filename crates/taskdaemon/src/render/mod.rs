@@ -219,6 +219,28 @@ impl Renderer {
                         .unwrap_or_else(|| "no new commit".into())
                 ));
             }
+            EngineEvent::AgentFailure {
+                iteration,
+                class,
+                line,
+                ..
+            } => self.note(&format!(
+                "iteration {iteration}: agent failure ({}): {}",
+                class.name(),
+                line.as_deref().unwrap_or("(no output)")
+            )),
+            EngineEvent::Waiting {
+                iteration, message, ..
+            } => {
+                self.status.iteration = iteration;
+                self.status.last = message.clone();
+                self.status.active = true;
+                self.note(&message);
+            }
+            EngineEvent::WaitOver { iteration, .. } => {
+                self.status.active = false;
+                self.note(&format!("the wait is over: iteration {iteration} runs again"));
+            }
             EngineEvent::RunFinished { summary } => {
                 self.status.active = false;
                 self.clear_status();

@@ -1,0 +1,324 @@
+//! Agents failing in the open (issue 15): fake agents — small shell programs that print
+//! the recorded output of the real CLIs (`taskdaemon-core/tests/fixtures/agent-failures/`)
+//! with the same argv contract (prompt on stdin) — through the real binary.
+
+#[allow(dead_code)]
+mod harness;
+
+use std::path::PathBuf;
+
+use harness::{Env, csv_rows, events, fixture};
+
+/// A fake agent: a shell script in the test's root; returns its `cmd:` spec.
+fn fake(env: &Env, name: &str, body: &str) -> String {
+    let p = env.root().join(name);
+    std::fs::write(&p, format!("#!/bin/sh\ncat >/dev/null\n{body}\n")).unwrap();
+    format!("cmd:sh {}", p.display())
+}
+
+fn case(rel: &str) -> PathBuf {
+    fixture("agent-failures").join(rel)
+}
+
+/// Prints a recorded case: stdout, stderr and its exit code.
+fn replay(rel: &str) -> String {
+    let dir = case(rel);
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+    format!(
+        "cat '{}'\ncat '{}' >&2\nexit {}",
+        dir.join("stdout.jsonl").display(),
+        dir.join("stderr.txt").display(),
+        meta["exit_code"].as_i64().unwrap()
+    )
+}
+
+fn claude_ok(commit: &str) -> String {
+    format!(
+        "{commit}\necho '{{\"type\":\"assistant\",\"message\":{{\"content\":[{{\"type\":\"text\",\"text\":\"did it\"}}]}}}}'\necho '{{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"did it\",\"total_cost_usd\":0.01}}'"
+    )
+}
+
+fn run_json(env: &Env, agent: &str, extra: &[&str]) -> (i32, Vec<serde_json::Value>, String) {
+    let mut args = vec![
+        "run",
+        "make the file",
+        "--json",
+        "--agent",
+        agent,
+        "--agent-format",
+        "claude-stream-json",
+    ];
+    args.extend_from_slice(extra);
+    let r = env.run(&args);
+    (r.code, events(&r.stdout), r.stderr)
+}
+
+fn finished(evs: &[serde_json::Value]) -> &serde_json::Value {
+    evs.iter()
+        .find(|e| e["event"] == "run_finished")
+        .expect("run_finished")
+}
+
+#[test]
+fn auth_and_could_not_start_stop_at_iteration_1_with_exit_64_even_when_validation_passes() {
+    for (rel, says) in [
+        ("claude/no-credentials", "Not logged in · Please run /login"),
+        (
+            "claude/root-without-is-sandbox",
+            "cannot be used with root/sudo privileges",
+        ),
+        (
+            "claude/invalid-api-key-x-should-retry-false",
+            "Invalid API key",
+        ),
+    ] {
+        let env = Env::new();
+        let agent = fake(&env, "agent.sh", &replay(rel));
+        let (code, evs, _) = run_json(&env, &agent, &["--validate", "true"]);
+        assert_eq!(code, 64, "{rel}");
+        let s = &finished(&evs)["summary"];
+        assert_eq!(s["exit_label"], "AGENT-FAILED", "{rel}");
+        assert_eq!(s["iterations"], 0, "{rel}: not counted as an iteration");
+        assert!(
+            s["detail"].as_str().unwrap().contains(says),
+            "{rel}: {}",
+            s["detail"]
+        );
+        assert!(s["detail"].as_str().unwrap().contains("hint:"), "{rel}");
+        assert!(
+            !env.repo().join(".ralph/logs/summary.csv").exists()
+                || csv_rows(&env.repo()).is_empty()
+        );
+    }
+}
+
+#[test]
+fn a_missing_agent_program_and_a_missing_validation_program_stop_with_exit_64() {
+    let env = Env::new();
+    let (code, evs, _) = run_json(&env, "cmd:/nonexistent/agent", &["--validate", "true"]);
+    assert_eq!(code, 64);
+    assert!(
+        finished(&evs)["summary"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/agent")
+    );
+
+    let env = Env::new();
+    let agent = fake(
+        &env,
+        "agent.sh",
+        &claude_ok("date > f.txt; git add -A; git commit -qm f"),
+    );
+    let (code, evs, _) = run_json(&env, &agent, &["--validate", "carg0 test"]);
+    assert_eq!(code, 64);
+    let s = &finished(&evs)["summary"];
+    assert_eq!(s["exit_label"], "VALIDATION-MISSING");
+    assert_eq!(s["iterations"], 1);
+    assert!(s["detail"].as_str().unwrap().contains("carg0"), "{s}");
+}
+
+/// The usage-limit reply of the recorded subscription case, its reset 3 s ahead.
+fn usage_limit_now_plus_3s() -> String {
+    let dir = case("claude/usage-limit-subscription");
+    format!(
+        "reset=$(( $(date +%s) + 3 ))\nsed \"s/\\\"resetsAt\\\":[0-9]*/\\\"resetsAt\\\":$reset/\" '{}'\nexit 1",
+        dir.join("stdout.jsonl").display()
+    )
+}
+
+/// First call: the usage limit; later calls: work, commit, done.
+fn limited_then_ok(env: &Env) -> String {
+    let marker = env.root().join("called-once");
+    fake(
+        env,
+        "agent.sh",
+        &format!(
+            "if [ ! -e '{m}' ]; then touch '{m}'\n{limit}\nfi\n{ok}",
+            m = marker.display(),
+            limit = usage_limit_now_plus_3s(),
+            ok = claude_ok("date > done.txt; git add -A; git commit -qm done")
+        ),
+    )
+}
+
+#[test]
+fn a_usage_limit_waits_for_the_reset_and_retries_the_same_iteration() {
+    let env = Env::new();
+    let agent = limited_then_ok(&env);
+    let (code, evs, stderr) = run_json(&env, &agent, &["--validate", "test -f done.txt"]);
+    assert_eq!(code, 0, "{stderr}");
+    let waiting = evs
+        .iter()
+        .find(|e| e["event"] == "waiting")
+        .expect("a wait");
+    assert_eq!(waiting["iteration"], 1);
+    assert_eq!(waiting["class"], "usage-limit");
+    assert!(
+        waiting["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("waiting for the usage limit to reset at ")
+    );
+    let rows = csv_rows(&env.repo());
+    assert_eq!(rows.len(), 1, "one row for iteration 1: {rows:?}");
+    assert_eq!(rows[0]["iteration"], "1");
+    assert_eq!(rows[0]["outcome"], "complete");
+    let waited: f64 = rows[0]["waited_seconds"].parse().unwrap();
+    assert!(waited > 0.0, "the wait is recorded: {waited}");
+    let log = std::fs::read_to_string(env.repo().join(".ralph/logs/iteration-001.log")).unwrap();
+    assert!(
+        log.contains("waiting for the usage limit to reset at"),
+        "{log}"
+    );
+}
+
+#[test]
+fn on_usage_limit_stop_exits_1_naming_the_reset_time() {
+    let env = Env::new();
+    let agent = limited_then_ok(&env);
+    let (code, evs, _) = run_json(
+        &env,
+        &agent,
+        &["--validate", "test -f done.txt", "--on-usage-limit", "stop"],
+    );
+    assert_eq!(code, 1);
+    let d = finished(&evs)["summary"]["detail"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(d.contains("usage-limit") && d.contains("resets at"), "{d}");
+    assert!(d.contains("You've hit your session limit"), "{d}");
+}
+
+#[test]
+fn a_transient_failure_backs_off_and_recovers_and_a_persistent_one_stops() {
+    let env = Env::new();
+    let count = env.root().join("calls");
+    let agent = fake(
+        &env,
+        "agent.sh",
+        &format!(
+            "echo x >> '{c}'\nif [ $(wc -l < '{c}') -le 2 ]; then\n{fail}\nfi\n{ok}",
+            c = count.display(),
+            fail = replay("claude/overloaded-529-max-retries-2"),
+            ok = claude_ok("date > done.txt; git add -A; git commit -qm done")
+        ),
+    );
+    let (code, evs, stderr) = run_json(
+        &env,
+        &agent,
+        &["--validate", "test -f done.txt", "--retry-backoff", "1s"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let waits: Vec<_> = evs.iter().filter(|e| e["event"] == "waiting").collect();
+    assert_eq!(waits.len(), 2);
+    assert!(
+        waits
+            .iter()
+            .all(|w| w["class"] == "overloaded" && w["iteration"] == 1)
+    );
+    assert_eq!(csv_rows(&env.repo()).len(), 1);
+
+    let env = Env::new();
+    let agent = fake(
+        &env,
+        "agent.sh",
+        &replay("claude/overloaded-529-max-retries-2"),
+    );
+    let (code, evs, _) = run_json(
+        &env,
+        &agent,
+        &[
+            "--validate",
+            "true",
+            "--retry-backoff",
+            "1s",
+            "--max-retries",
+            "1",
+        ],
+    );
+    assert_eq!(code, 1);
+    let d = finished(&evs)["summary"]["detail"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        d.contains("overloaded") && d.contains("529 Overloaded"),
+        "{d}"
+    );
+}
+
+#[test]
+fn a_crash_without_work_never_completes_and_twice_stops() {
+    let env = Env::new();
+    let agent = fake(&env, "agent.sh", "echo 'segfault in the agent' >&2\nexit 3");
+    let (code, evs, _) = run_json(&env, &agent, &["--validate", "true"]);
+    assert_eq!(code, 1);
+    let s = &finished(&evs)["summary"];
+    assert_eq!(s["exit_label"], "AGENT-FAILED");
+    assert!(
+        s["detail"]
+            .as_str()
+            .unwrap()
+            .contains("segfault in the agent"),
+        "{s}"
+    );
+    let rows = csv_rows(&env.repo());
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["outcome"], "crashed");
+}
+
+#[test]
+fn a_resumed_run_goes_on_waiting() {
+    let env = Env::new();
+    let agent = limited_then_ok(&env);
+    let child = env
+        .cmd()
+        .args([
+            "run",
+            "make the file",
+            "--json",
+            "--agent",
+            &agent,
+            "--agent-format",
+            "claude-stream-json",
+            "--validate",
+            "test -f done.txt",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupt while it waits.
+    let state = env.repo().join(".ralph/run.json");
+    let start = std::time::Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&state).unwrap_or_default();
+        if text.contains("\"wait_until\": 1") || text.contains("\"wait_until\":1") {
+            break;
+        }
+        assert!(start.elapsed().as_secs() < 60, "never waited: {text}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    nix_interrupt(child.id());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    let r = env.run(&["run", "--resume", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let evs = events(&r.stdout);
+    assert!(
+        evs.iter().any(|e| e["event"] == "waiting"),
+        "the wait goes on"
+    );
+    assert_eq!(csv_rows(&env.repo()).len(), 1);
+}
+
+fn nix_interrupt(pid: u32) {
+    let ok = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}
