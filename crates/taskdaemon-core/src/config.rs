@@ -92,6 +92,11 @@ pub struct Settings {
     pub retry_backoff: Option<Dur>,
     /// Transient agent failures in a row before the run stops (exit 1).
     pub max_retries: Option<u32>,
+    /// Say so when the agent prints nothing for this long; 0s: never.
+    pub quiet_warning: Option<Dur>,
+    /// Stop an agent that makes no progress (no words, no tool calls) while it only
+    /// retries, after this long; 0s: never.
+    pub no_progress_timeout: Option<Dur>,
 }
 
 impl Settings {
@@ -122,6 +127,8 @@ impl Settings {
             max_wait: over.max_wait.or(self.max_wait),
             retry_backoff: over.retry_backoff.or(self.retry_backoff),
             max_retries: over.max_retries.or(self.max_retries),
+            quiet_warning: over.quiet_warning.or(self.quiet_warning),
+            no_progress_timeout: over.no_progress_timeout.or(self.no_progress_timeout),
         }
     }
 }

@@ -322,3 +322,57 @@ fn nix_interrupt(pid: u32) {
         .success();
     assert!(ok);
 }
+
+#[test]
+fn an_agent_that_only_retries_is_warned_about_then_stopped_by_the_no_progress_deadline() {
+    let env = Env::new();
+    let agent = fake(
+        &env,
+        "codex.sh",
+        r#"echo '{"type":"thread.started","thread_id":"t1"}'
+echo '{"type":"error","message":"Reconnecting... waiting for network (Connection failed: error sending request)"}'
+exec sleep 60"#,
+    );
+    let r = env.run(&[
+        "run",
+        "make the file",
+        "--json",
+        "--agent",
+        &agent,
+        "--agent-format",
+        "codex-json",
+        "--validate",
+        "true",
+        "--quiet-warning",
+        "1s",
+        "--no-progress-timeout",
+        "2s",
+        "--max-retries",
+        "0",
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let evs = events(&r.stdout);
+    let quiet = evs
+        .iter()
+        .find(|e| e["event"] == "quiet")
+        .expect("a quiet warning");
+    assert!(
+        quiet["last_line"]
+            .as_str()
+            .unwrap()
+            .contains("waiting for network")
+    );
+    let d = finished(&evs)["summary"]["detail"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        d.contains("unreachable") && d.contains("waiting for network"),
+        "{d}"
+    );
+    let log = std::fs::read_to_string(env.repo().join(".ralph/logs/iteration-001.log")).unwrap();
+    assert!(
+        log.contains("has printed nothing for") && log.contains("no progress from the agent"),
+        "{log}"
+    );
+}

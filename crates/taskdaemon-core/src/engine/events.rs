@@ -99,6 +99,14 @@ pub enum EngineEvent {
         line: Option<String>,
         reset_at: Option<String>,
     },
+    /// The agent has printed nothing for a while.
+    Quiet {
+        iteration: u32,
+        silent_ms: u64,
+        elapsed_ms: u64,
+        last_line: String,
+        message: String,
+    },
     /// Waiting before retrying `iteration` (a usage limit's reset, a backoff).
     Waiting {
         iteration: u32,

@@ -19,6 +19,8 @@ use crate::workspace::Workspace;
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(12 * 3600);
 pub const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_RETRIES: u32 = 5;
+pub const DEFAULT_QUIET_WARNING: Duration = Duration::from_secs(5 * 60);
+pub const DEFAULT_NO_PROGRESS: Duration = Duration::from_secs(10 * 60);
 /// Backoff never waits longer than this between two attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(15 * 60);
 /// Crashes without work in a row that stop the run.
@@ -56,6 +58,10 @@ pub struct FailurePolicy {
     pub retry_backoff_ms: u64,
     /// Transient failures in a row before the run stops.
     pub max_retries: u32,
+    /// Say so when the agent prints nothing for this long; 0: never.
+    pub quiet_warning_ms: u64,
+    /// Stop the agent after this long without progress while it only retries; 0: never.
+    pub no_progress_ms: u64,
 }
 
 impl Default for FailurePolicy {
@@ -65,6 +71,8 @@ impl Default for FailurePolicy {
             max_wait_ms: DEFAULT_MAX_WAIT.as_millis() as u64,
             retry_backoff_ms: DEFAULT_RETRY_BACKOFF.as_millis() as u64,
             max_retries: DEFAULT_MAX_RETRIES,
+            quiet_warning_ms: DEFAULT_QUIET_WARNING.as_millis() as u64,
+            no_progress_ms: DEFAULT_NO_PROGRESS.as_millis() as u64,
         }
     }
 }

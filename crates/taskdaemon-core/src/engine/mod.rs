@@ -8,6 +8,7 @@ mod state;
 mod completion;
 pub mod events;
 pub mod failures;
+mod watch;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -277,20 +278,44 @@ async fn iteration(
     };
     let mut parser = OutputParser::new(cfg.agent_format);
     let events = &ctx.events;
-    let agent = match run_process(&spec, cancel, |stream, line| {
+    let watch = watch::Watch::new();
+    let notes = std::sync::Mutex::new(Vec::<String>::new());
+    let drain = || std::mem::take(&mut *notes.lock().unwrap_or_else(|e| e.into_inner()));
+    let agent_cancel = cancel.child_token();
+    let running = run_process(&spec, &agent_cancel, |stream, line| {
+        for note in drain() {
+            log.note(&note);
+        }
         log.output(stream, line);
-        for activity in parser.line(stream, &String::from_utf8_lossy(line)) {
+        let text = String::from_utf8_lossy(line);
+        let acts = parser.line(stream, &text);
+        watch.line(&text, stream == crate::agent::Stream::Stdout, &acts);
+        for activity in acts {
             events.emit(EngineEvent::Agent {
                 iteration: n,
                 activity,
             });
         }
-    })
-    .await
-    {
+    });
+    let p = &cfg.failure_policy;
+    let quiet = (p.quiet_warning_ms > 0).then(|| Duration::from_millis(p.quiet_warning_ms));
+    let deadline = (p.no_progress_ms > 0).then(|| Duration::from_millis(p.no_progress_ms));
+    let ran = tokio::select! {
+        r = running => r,
+        never = watch.run(n, quiet, deadline, events, &agent_cancel, &notes) => match never {},
+    };
+    for note in drain() {
+        log.note(&note);
+    }
+    let mut agent = match ran {
         Ok(a) => a,
         Err(e) => return could_not_spawn(cfg, &spec, e, log, ctx, n),
     };
+    if watch.stopped().is_some() && !cancel.is_cancelled() {
+        // Stopped by the no-progress deadline: a timeout, not a person's interrupt.
+        agent.interrupted = false;
+        agent.timed_out = true;
+    }
     let parsed = parser.finish();
     for r in &parsed.rejected {
         let m = format!("iteration {n}: ignored an impossible value the agent reported: {r}");

@@ -241,6 +241,12 @@ impl RunConfig {
         if let Some(n) = s.max_retries {
             p.max_retries = n;
         }
+        if let Some(d) = s.quiet_warning {
+            p.quiet_warning_ms = d.0.as_millis() as u64;
+        }
+        if let Some(d) = s.no_progress_timeout {
+            p.no_progress_ms = d.0.as_millis() as u64;
+        }
         Ok(())
     }
 

@@ -100,6 +100,12 @@ pub struct RunFlags {
     /// Such failures in a row before the run stops (exit 1) [default: 5].
     #[arg(long, value_name = "N", env = "TASKDAEMON_MAX_RETRIES")]
     pub max_retries: Option<u32>,
+    /// Say so when the agent prints nothing for DUR; 0s: never [default: 5m].
+    #[arg(long, value_name = "DUR", env = "TASKDAEMON_QUIET_WARNING", value_parser = dur)]
+    pub quiet_warning: Option<Dur>,
+    /// Stop an agent that only retries, making no progress, after DUR; 0s: never [default: 10m].
+    #[arg(long, value_name = "DUR", env = "TASKDAEMON_NO_PROGRESS_TIMEOUT", value_parser = dur)]
+    pub no_progress_timeout: Option<Dur>,
 }
 
 pub(crate) fn dur(s: &str) -> Result<Dur, String> {
@@ -127,6 +133,8 @@ impl RunFlags {
             max_wait: self.max_wait,
             retry_backoff: self.retry_backoff,
             max_retries: self.max_retries,
+            quiet_warning: self.quiet_warning,
+            no_progress_timeout: self.no_progress_timeout,
             ..Settings::default()
         }
     }
