@@ -4,6 +4,7 @@
 
 pub mod failure;
 mod parse;
+pub mod preflight;
 mod presets;
 mod runner;
 pub mod script;

@@ -119,8 +119,12 @@ pub async fn run_loop(
         );
     }
     st.save(ws)?;
+    let mut refused = preflight(&cfg, ctx);
 
     let outcome = loop {
+        if let Some(o) = refused.take() {
+            break o;
+        }
         if cancel.is_cancelled() {
             break Outcome::Interrupted;
         }
@@ -736,6 +740,38 @@ async fn iteration(
         cost_total_usd: st.cost_usd,
     });
     Ok(outcome)
+}
+
+/// Before iteration 1: an agent that cannot start or a validation program that does not
+/// exist ends the run at once (exit 64); doubts are warnings.
+fn preflight(cfg: &RunConfig, ctx: &EngineContext) -> Option<Outcome> {
+    use crate::agent::preflight::Finding;
+    let found = crate::agent::preflight::preflight(
+        &cfg.agent,
+        cfg.validate.as_deref(),
+        &cfg.workdir,
+        nix::unistd::geteuid().is_root(),
+        std::env::var_os("IS_SANDBOX").is_some_and(|v| !v.is_empty()),
+    );
+    let mut refused = None;
+    for f in found {
+        match f {
+            Finding::Warning(m) => warn(ctx, &m),
+            Finding::AgentRefused { message, hint } => {
+                refused.get_or_insert(Outcome::AgentFailed {
+                    class: crate::agent::FailureClass::CouldNotStart,
+                    reason: format!("the agent cannot start: {message}\n  hint: {hint}"),
+                });
+            }
+            Finding::ValidationMissing { program } => {
+                refused.get_or_insert(Outcome::ValidationMissing {
+                    command: cfg.validate.clone().unwrap_or_default(),
+                    output: format!("`{program}` is not on PATH"),
+                });
+            }
+        }
+    }
+    refused
 }
 
 /// The agent's program could not be started (ENOENT, EACCES): stop for a person, exit 64.

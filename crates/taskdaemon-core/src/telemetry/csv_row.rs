@@ -93,6 +93,7 @@ mod tests {
             tokens_in: 0,
             tokens_out: 0,
             cost_usd: "0.000000".into(),
+            waited_seconds: "0.000".into(),
         };
         append_row(&p, &row).unwrap();
         append_row(
