@@ -376,3 +376,95 @@ exec sleep 60"#,
         "{log}"
     );
 }
+
+/// A PATH with only `git`, `sh` and the given fake programs.
+fn narrow_path(env: &Env, fakes: &[(&str, &str)]) -> PathBuf {
+    let bin = env.root().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for tool in ["git", "sh", "cat"] {
+        std::os::unix::fs::symlink(harness::which(tool), bin.join(tool)).unwrap();
+    }
+    for (name, body) in fakes {
+        let p = bin.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    bin
+}
+
+#[test]
+fn doctor_says_an_agent_is_not_logged_in_and_exits_1_and_a_cmd_agent_alone_passes() {
+    let env = Env::new();
+    let bin = narrow_path(
+        &env,
+        &[
+            (
+                "claude",
+                r#"case "$1" in --version) echo "2.1.197 (Claude Code)";; auth) echo '{"loggedIn":false,"authMethod":"none"}'; exit 1;; esac"#,
+            ),
+            (
+                "codex",
+                r#"case "$1" in --version) echo "codex-cli 0.169.0";; login) echo "Not logged in"; exit 1;; esac"#,
+            ),
+        ],
+    );
+    let out = env
+        .cmd()
+        .env("PATH", &bin)
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let agent = |n: &str| {
+        v["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["agent"] == n)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(agent("claude")["logged_in"], false);
+    assert_eq!(agent("claude")["version"], "2.1.197 (Claude Code)");
+    assert_eq!(agent("codex")["logged_in"], false);
+    assert!(agent("gemini")["path"].is_null());
+    assert_eq!(v["agent-in-use"], "claude");
+    assert!(
+        v["problems"][0].as_str().unwrap().contains("not logged in"),
+        "{v}"
+    );
+    assert!(v["git"]["user.email"].is_string());
+
+    let out = env
+        .cmd()
+        .env("PATH", &bin)
+        .args(["doctor", "--agent", "cmd:cat"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("everything needed is there"), "{text}");
+
+    std::fs::create_dir_all(env.repo().join(".taskdaemon")).unwrap();
+    std::fs::write(
+        env.repo().join(".taskdaemon/config.yaml"),
+        "max-iterations: 7\n",
+    )
+    .unwrap();
+    let out = env
+        .cmd()
+        .env("PATH", &bin)
+        .args(["doctor", "--agent", "cmd:cat", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["settings"]["max-iterations"]["value"], 7);
+    assert!(
+        v["settings"]["max-iterations"]["from"]
+            .as_str()
+            .unwrap()
+            .ends_with(".taskdaemon/config.yaml")
+    );
+}
