@@ -468,3 +468,95 @@ fn doctor_says_an_agent_is_not_logged_in_and_exits_1_and_a_cmd_agent_alone_passe
             .ends_with(".taskdaemon/config.yaml")
     );
 }
+
+/// The real Claude Code CLI (`TASKDAEMON_REAL_CLAUDE=/path/to/claude`) against the
+/// recorded scripted API server on 127.0.0.1, which answers its first two requests with a
+/// subscription usage limit (429, unified headers, reset 3 s ahead), then succeeds: the loop
+/// waits for the reset and completes.
+#[test]
+#[ignore = "needs the real Claude Code CLI: TASKDAEMON_REAL_CLAUDE=/path/to/claude and python3"]
+fn the_real_claude_cli_waits_out_a_usage_limit_then_completes() {
+    let Some(claude) = std::env::var_os("TASKDAEMON_REAL_CLAUDE").map(PathBuf::from) else {
+        panic!("set TASKDAEMON_REAL_CLAUDE to the claude binary");
+    };
+    let env = Env::new();
+    let spec = env.root().join("spec.json");
+    std::fs::write(
+        &spec,
+        r#"{"reset_in": 3, "fail_times": 2, "text": "Hello.",
+            "fail": {"status": 429,
+              "headers": {"x-should-retry": "true",
+                "anthropic-ratelimit-unified-status": "rejected",
+                "anthropic-ratelimit-unified-reset": "@@RESET@@",
+                "anthropic-ratelimit-unified-representative-claim": "five_hour",
+                "anthropic-ratelimit-unified-5h-status": "rejected",
+                "anthropic-ratelimit-unified-5h-utilization": "1.0",
+                "anthropic-ratelimit-unified-5h-reset": "@@RESET@@",
+                "anthropic-ratelimit-unified-overage-status": "rejected"},
+              "body": {"type": "error", "error": {"type": "rate_limit_error",
+                "message": "This request would exceed your account's rate limit. Please try again later."}}}}"#,
+    )
+    .unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let log = env.root().join("requests.jsonl");
+    let mut server = std::process::Command::new("python3")
+        .arg(fixture("agent-failures/servers/fail_anthropic.py"))
+        .arg(port.to_string())
+        .arg(&spec)
+        .arg(&log)
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed().as_secs() < 20,
+            "the mock server did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let bin = narrow_path(&env, &[]);
+    std::os::unix::fs::symlink(&claude, bin.join("claude")).unwrap();
+    let path = format!("{}:{}", bin.display(), claude.parent().unwrap().display());
+    let out = env
+        .cmd()
+        .env("PATH", path)
+        .env("IS_SANDBOX", "1")
+        .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))
+        .env("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-test-token")
+        .env_remove("ANTHROPIC_API_KEY")
+        .args([
+            "run",
+            "Reply with the single word: hello",
+            "--json",
+            "--agent",
+            "claude",
+            "--validate",
+            "true",
+            "--max-iterations",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let evs = events(&stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let waiting = evs
+        .iter()
+        .find(|e| e["event"] == "waiting")
+        .expect("a wait for the reset");
+    assert_eq!(waiting["class"], "usage-limit");
+    assert_eq!(waiting["iteration"], 1);
+    let rows = csv_rows(&env.repo());
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["outcome"], "complete");
+}
