@@ -97,6 +97,9 @@ pub struct Settings {
     /// Stop an agent that makes no progress (no words, no tool calls) while it only
     /// retries, after this long; 0s: never.
     pub no_progress_timeout: Option<Dur>,
+    /// Pause when the agent reports this percentage of a usage window used (Claude with
+    /// subscription auth), until the window resets: quota kept for a person's work.
+    pub pause_at_usage: Option<u8>,
 }
 
 impl Settings {
@@ -129,6 +132,7 @@ impl Settings {
             max_retries: over.max_retries.or(self.max_retries),
             quiet_warning: over.quiet_warning.or(self.quiet_warning),
             no_progress_timeout: over.no_progress_timeout.or(self.no_progress_timeout),
+            pause_at_usage: over.pause_at_usage.or(self.pause_at_usage),
         }
     }
 }

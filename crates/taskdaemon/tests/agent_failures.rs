@@ -560,3 +560,62 @@ fn the_real_claude_cli_waits_out_a_usage_limit_then_completes() {
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["outcome"], "complete");
 }
+
+#[test]
+fn pause_at_usage_pauses_before_the_limit_until_the_window_resets() {
+    let env = Env::new();
+    let count = env.root().join("calls");
+    // Every run reports 92 % of the five-hour window used (the recorded warning event with
+    // its reset 3 s ahead); the first run's work does not pass validation, the second's does.
+    let warning = case("claude/usage-warning-subscription/stdout.jsonl");
+    let agent = fake(
+        &env,
+        "agent.sh",
+        &format!(
+            "echo x >> '{c}'\nreset=$(( $(date +%s) + 3 ))\ngrep rate_limit_event '{w}' | sed \"s/\\\"resetsAt\\\":[0-9]*/\\\"resetsAt\\\":$reset/\"\nif [ $(wc -l < '{c}') -ge 2 ]; then touch second.txt; fi\n{ok}",
+            c = count.display(),
+            w = warning.display(),
+            ok = claude_ok("date > work.txt; git add -A; git commit -qm work")
+        ),
+    );
+    let (code, evs, stderr) = run_json(
+        &env,
+        &agent,
+        &["--validate", "test -f second.txt", "--pause-at-usage", "90"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let waiting = evs
+        .iter()
+        .find(|e| e["event"] == "waiting")
+        .expect("a pause");
+    assert_eq!(
+        waiting["iteration"], 2,
+        "the pause comes after iteration 1, before 2"
+    );
+    let m = waiting["message"].as_str().unwrap();
+    assert!(
+        m.starts_with("pausing before the usage limit (92% of the five_hour window used"),
+        "{m}"
+    );
+    let rows = csv_rows(&env.repo());
+    assert_eq!(rows.len(), 2);
+    assert!(rows[1]["waited_seconds"].parse::<f64>().unwrap() > 0.0);
+    // Below the threshold: no pause.
+    let env = Env::new();
+    let agent = fake(
+        &env,
+        "agent.sh",
+        &format!(
+            "grep rate_limit_event '{}'\n{}",
+            warning.display(),
+            claude_ok("date > second.txt; git add -A; git commit -qm work")
+        ),
+    );
+    let (code, evs, _) = run_json(
+        &env,
+        &agent,
+        &["--validate", "test -f second.txt", "--pause-at-usage", "95"],
+    );
+    assert_eq!(code, 0);
+    assert!(!evs.iter().any(|e| e["event"] == "waiting"));
+}

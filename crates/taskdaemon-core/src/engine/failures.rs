@@ -12,7 +12,7 @@ use super::events::EngineEvent;
 use super::outcome::Outcome;
 use super::state::{RunConfig, RunState};
 use super::{EngineContext, EngineError};
-use crate::agent::{AgentResult, FailureClass};
+use crate::agent::{AgentResult, Evidence, FailureClass};
 use crate::telemetry::IterationLog;
 use crate::workspace::Workspace;
 
@@ -62,6 +62,9 @@ pub struct FailurePolicy {
     pub quiet_warning_ms: u64,
     /// Stop the agent after this long without progress while it only retries; 0: never.
     pub no_progress_ms: u64,
+    /// Pause after an iteration whose reported usage window reached this percentage,
+    /// until the window resets.
+    pub pause_at_usage: Option<u8>,
 }
 
 impl Default for FailurePolicy {
@@ -73,6 +76,7 @@ impl Default for FailurePolicy {
             max_retries: DEFAULT_MAX_RETRIES,
             quiet_warning_ms: DEFAULT_QUIET_WARNING.as_millis() as u64,
             no_progress_ms: DEFAULT_NO_PROGRESS.as_millis() as u64,
+            pause_at_usage: None,
         }
     }
 }
@@ -92,6 +96,8 @@ pub struct FailureState {
     pub crashes: u32,
     /// Time waited before the iteration now running (for its summary row).
     pub waited_ms: u64,
+    /// The wait is a pause before the limit (`--pause-at-usage`), not the limit itself.
+    pub paused: bool,
 }
 
 /// The engine's decision about an agent's result.
@@ -205,6 +211,37 @@ pub(super) fn decide(
     }
 }
 
+/// `--pause-at-usage`: after an iteration whose usage window (Claude's `rate_limit_event`)
+/// reached the percentage, wait for that window's reset. True when a pause was set.
+pub(super) fn pause_at_usage(
+    st: &mut RunState,
+    cfg: &RunConfig,
+    ev: &Evidence,
+    now: Timestamp,
+) -> bool {
+    let (Some(pct), Some(u)) = (cfg.failure_policy.pause_at_usage, ev.usage.as_ref()) else {
+        return false;
+    };
+    let (Some(used), Some(reset)) = (u.utilization, u.resets_at) else {
+        return false;
+    };
+    if used * 100.0 < f64::from(pct) || reset <= now.as_second() {
+        return false;
+    }
+    let window = u.kind.as_deref().unwrap_or("usage");
+    set_wait(
+        st,
+        reset + jitter(Duration::from_secs(1)).as_secs() as i64,
+        FailureClass::UsageLimit,
+        format!(
+            "{:.0}% of the {window} window used (--pause-at-usage {pct})",
+            used * 100.0
+        ),
+    );
+    st.failures.paused = true;
+    true
+}
+
 fn set_wait(st: &mut RunState, until: i64, class: FailureClass, line: String) {
     st.failures.wait_until = Some(until);
     st.failures.wait_class = Some(class);
@@ -254,7 +291,13 @@ pub(super) async fn wait(
     let class = st.failures.wait_class.unwrap_or(FailureClass::UsageLimit);
     let reset = Timestamp::from_second(until).unwrap_or_else(|_| Timestamp::now());
     let secs = (until - Timestamp::now().as_second()).max(0) as u64;
-    let message = if class == FailureClass::UsageLimit {
+    let message = if st.failures.paused {
+        format!(
+            "pausing before the usage limit ({}): waiting for the window to reset at {}",
+            st.failures.wait_line.as_deref().unwrap_or_default(),
+            describe(reset)
+        )
+    } else if class == FailureClass::UsageLimit {
         format!(
             "waiting for the usage limit to reset at {}",
             describe(reset)
@@ -293,6 +336,7 @@ pub(super) async fn wait(
     st.failures.waited_ms += started.elapsed().as_millis() as u64;
     if done {
         st.failures.wait_until = None;
+        st.failures.paused = false;
         ctx.events.emit(EngineEvent::WaitOver {
             iteration: n,
             class,

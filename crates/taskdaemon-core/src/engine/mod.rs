@@ -718,6 +718,14 @@ async fn iteration(
     {
         outcome = Some(Outcome::LimitReached { limit });
     }
+    if outcome.is_none()
+        && failures::pause_at_usage(st, cfg, &parsed.evidence, jiff::Timestamp::now())
+    {
+        log.note(&format!(
+            "pause at usage: {}; the next iteration waits for the window's reset",
+            st.failures.wait_line.as_deref().unwrap_or_default()
+        ));
+    }
     log.note(&format!(
         "iteration {n} ended: {}{}",
         label,

@@ -244,6 +244,15 @@ impl RunConfig {
         if let Some(d) = s.quiet_warning {
             p.quiet_warning_ms = d.0.as_millis() as u64;
         }
+        if let Some(pct) = s.pause_at_usage {
+            if !(1..=100).contains(&pct) {
+                return Err(value(
+                    "pause-at-usage",
+                    format!("{pct} is not a percentage; use 1-100 (e.g. 90)"),
+                ));
+            }
+            p.pause_at_usage = Some(pct);
+        }
         if let Some(d) = s.no_progress_timeout {
             p.no_progress_ms = d.0.as_millis() as u64;
         }

@@ -106,6 +106,9 @@ pub struct RunFlags {
     /// Stop an agent that only retries, making no progress, after DUR; 0s: never [default: 10m].
     #[arg(long, value_name = "DUR", env = "TASKDAEMON_NO_PROGRESS_TIMEOUT", value_parser = dur)]
     pub no_progress_timeout: Option<Dur>,
+    /// Pause when the agent reports PCT % of a usage window used (Claude with a subscription), until it resets.
+    #[arg(long, value_name = "PCT", env = "TASKDAEMON_PAUSE_AT_USAGE")]
+    pub pause_at_usage: Option<u8>,
 }
 
 pub(crate) fn dur(s: &str) -> Result<Dur, String> {
@@ -135,6 +138,7 @@ impl RunFlags {
             max_retries: self.max_retries,
             quiet_warning: self.quiet_warning,
             no_progress_timeout: self.no_progress_timeout,
+            pause_at_usage: self.pause_at_usage,
             ..Settings::default()
         }
     }
