@@ -619,3 +619,126 @@ fn pause_at_usage_pauses_before_the_limit_until_the_window_resets() {
     assert_eq!(code, 0);
     assert!(!evs.iter().any(|e| e["event"] == "waiting"));
 }
+
+/// Two loops in the daemon on one fake account. The first agent call after both loops have
+/// started hits the usage limit (reset 4 s ahead): both loops pause — no agent starts until
+/// the reset — `status` shows the governor, and they restart one after the other.
+#[test]
+fn two_daemon_loops_on_one_account_pause_together_and_restart_staggered() {
+    let env = Env::new();
+    let td = env.root();
+    let limit_rec = td.join("limit-hit");
+    let agent = fake(
+        &env,
+        "agent.sh",
+        &format!(
+            r#"log='{log}'
+n=$(grep -c start "$log" 2>/dev/null || echo 0)
+if [ "$n" -ge 2 ] && [ ! -e '{hit}' ]; then
+  reset=$(( $(date +%s) + 4 ))
+  echo "$reset" > '{hit}'
+  echo "limit $(date +%s) $TASKDAEMON_RUN_ID" >> "$log"
+  sed "s/\"resetsAt\":[0-9]*/\"resetsAt\":$reset/" '{fixture}'
+  exit 1
+fi
+echo "start $(date +%s) $TASKDAEMON_RUN_ID $TASKDAEMON_ITERATION" >> "$log"
+sleep 1
+{ok}"#,
+            log = td.join("agent.log").display(),
+            hit = limit_rec.display(),
+            fixture = case("claude/usage-limit-subscription/stdout.jsonl").display(),
+            ok = claude_ok("echo $TASKDAEMON_ITERATION >> it.txt; git add -A; git commit -qm it")
+        ),
+    );
+    std::fs::create_dir_all(env.repo().join(".taskdaemon")).unwrap();
+    std::fs::write(
+        env.repo().join(".taskdaemon/config.yaml"),
+        format!("agent: \"{agent}\"\nagent-format: claude-stream-json\nmax-iterations: 4\n"),
+    )
+    .unwrap();
+    for t in ["task one", "task two"] {
+        let r = env.run(&["submit", "ralph", t, "--validate", "false"]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    }
+    let r = env.run(&["daemon", "start", "--max-loops", "2", "--tick", "0.2"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let start = std::time::Instant::now();
+    let mut governor_seen = String::new();
+    loop {
+        let s = env.run(&["status", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&s.stdout).unwrap_or_default();
+        if v["daemon"]["quota-governor"]
+            .as_object()
+            .is_some_and(|m| !m.is_empty())
+            && governor_seen.is_empty()
+        {
+            governor_seen = env.run(&["status"]).stdout;
+        }
+        let log = std::fs::read_to_string(td.join("agent.log")).unwrap_or_default();
+        let reset: i64 = std::fs::read_to_string(&limit_rec)
+            .ok()
+            .and_then(|r| r.trim().parse().ok())
+            .unwrap_or(i64::MAX);
+        let runs: std::collections::BTreeSet<&str> = log
+            .lines()
+            .skip_while(|l| !l.starts_with("limit"))
+            .filter(|l| l.starts_with("start"))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .filter(|w| w[1].parse::<i64>().unwrap_or(0) >= reset)
+            .map(|w| w[2])
+            .collect();
+        if runs.len() == 2 {
+            break;
+        }
+        assert!(
+            start.elapsed().as_secs() < 120,
+            "both loops never restarted:\n{log}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let r = env.run(&["daemon", "stop"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        governor_seen.contains("quota governor:"),
+        "status shows the governor:\n{governor_seen}"
+    );
+    let reset: i64 = std::fs::read_to_string(&limit_rec)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let log = std::fs::read_to_string(td.join("agent.log")).unwrap();
+    let after: Vec<(i64, String)> = log
+        .lines()
+        .skip_while(|l| !l.starts_with("limit"))
+        .filter(|l| l.starts_with("start"))
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w[1].parse().unwrap(), w[2].to_string())
+        })
+        .collect();
+    // Between the limit and its reset each loop starts at most the one agent whose
+    // iteration boundary came before the governor heard of the limit; after the reset the
+    // two restart staggered.
+    for run in ["task-one", "task-two"] {
+        let early = after
+            .iter()
+            .filter(|(t, r)| *t < reset && r.ends_with(run))
+            .count();
+        assert!(early <= 1, "{run} started agents during the pause:\n{log}");
+    }
+    let first_after = |run: &str| {
+        after
+            .iter()
+            .find(|(t, r)| *t >= reset && r.ends_with(run))
+            .map(|(t, _)| *t)
+            .unwrap()
+    };
+    let mut firsts = vec![first_after("task-one"), first_after("task-two")];
+    firsts.sort();
+    assert_eq!(firsts.len(), 2, "{log}");
+    assert!(
+        firsts[1] >= reset + 2,
+        "the second restart waits its slot: {log}"
+    );
+}

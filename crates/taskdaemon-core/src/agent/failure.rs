@@ -561,6 +561,11 @@ fn parse_zone(s: &str) -> Option<TimeZone> {
     TimeZone::get(name.trim()).ok()
 }
 
+/// "04:20 (in 2h 13m)" in the local time zone, from now.
+pub fn describe_local(reset: Timestamp) -> String {
+    describe_reset(reset, &Zoned::now())
+}
+
 /// "04:20 (in 2h 13m)" in the time zone of `now`.
 pub fn describe_reset(reset: Timestamp, now: &Zoned) -> String {
     let local = reset.to_zoned(now.time_zone().clone());

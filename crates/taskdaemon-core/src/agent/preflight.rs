@@ -74,7 +74,7 @@ pub fn preflight(
 fn missing_program(command: &str, workdir: &Path) -> Option<String> {
     let first = command
         .split_whitespace()
-        .find(|w| !(w.contains('=') && !w.starts_with('=')))?;
+        .find(|w| !w.contains('=') || w.starts_with('='))?;
     let first = first.trim_matches(|c| c == '(' || c == '{');
     if first.is_empty() || BUILTINS.contains(&first) || first.contains('$') || first.contains('`') {
         return None;

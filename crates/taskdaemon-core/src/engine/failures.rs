@@ -13,6 +13,7 @@ use super::outcome::Outcome;
 use super::state::{RunConfig, RunState};
 use super::{EngineContext, EngineError};
 use crate::agent::{AgentResult, Evidence, FailureClass};
+use crate::daemon::governor;
 use crate::telemetry::IterationLog;
 use crate::workspace::Workspace;
 
@@ -98,6 +99,8 @@ pub struct FailureState {
     pub waited_ms: u64,
     /// The wait is a pause before the limit (`--pause-at-usage`), not the limit itself.
     pub paused: bool,
+    /// The wait is the quota governor's: another loop on this account hit the limit.
+    pub governed: bool,
 }
 
 /// The engine's decision about an agent's result.
@@ -243,9 +246,34 @@ pub(super) fn pause_at_usage(
 }
 
 fn set_wait(st: &mut RunState, until: i64, class: FailureClass, line: String) {
+    if class == FailureClass::UsageLimit {
+        // Every loop of this process on the same account pauses too.
+        governor::global().pause(
+            &governor::account_key(&st.config.agent.label()),
+            until,
+            format!("run {}: {line}", st.run_id),
+        );
+    }
     st.failures.wait_until = Some(until);
     st.failures.wait_class = Some(class);
     st.failures.wait_line = Some(line);
+}
+
+/// At an iteration boundary: when the quota governor holds this loop's account (another
+/// loop hit the limit), wait for this loop's restart slot.
+pub(super) fn governed(st: &mut RunState) {
+    let account = governor::account_key(&st.config.agent.label());
+    let now = Timestamp::now().as_second();
+    let Some((slot, reason)) = governor::global().gate(&account, &st.run_id, now) else {
+        return;
+    };
+    if st.failures.wait_until.is_none_or(|w| w < slot) {
+        st.failures.wait_until = Some(slot);
+        st.failures.wait_class = Some(FailureClass::UsageLimit);
+        st.failures.wait_line = Some(reason);
+        st.failures.paused = false;
+        st.failures.governed = true;
+    }
 }
 
 /// Bounded exponential backoff with up to 25 % jitter; never shorter than what the CLI
@@ -291,7 +319,13 @@ pub(super) async fn wait(
     let class = st.failures.wait_class.unwrap_or(FailureClass::UsageLimit);
     let reset = Timestamp::from_second(until).unwrap_or_else(|_| Timestamp::now());
     let secs = (until - Timestamp::now().as_second()).max(0) as u64;
-    let message = if st.failures.paused {
+    let message = if st.failures.governed {
+        format!(
+            "paused by the quota governor: another loop on this account hit the usage limit ({}); this loop restarts at {}",
+            st.failures.wait_line.as_deref().unwrap_or_default(),
+            describe(reset)
+        )
+    } else if st.failures.paused {
         format!(
             "pausing before the usage limit ({}): waiting for the window to reset at {}",
             st.failures.wait_line.as_deref().unwrap_or_default(),
@@ -337,6 +371,7 @@ pub(super) async fn wait(
     if done {
         st.failures.wait_until = None;
         st.failures.paused = false;
+        st.failures.governed = false;
         ctx.events.emit(EngineEvent::WaitOver {
             iteration: n,
             class,

@@ -128,7 +128,9 @@ pub async fn run_loop(
         if cancel.is_cancelled() {
             break Outcome::Interrupted;
         }
-        // A usage limit's reset or a backoff (also one a resumed run was waiting for).
+        // A usage limit's reset or a backoff (also one a resumed run was waiting for), or
+        // the quota governor's pause of every loop on this account.
+        failures::governed(&mut st);
         if st.failures.wait_until.is_some() && !failures::wait(&mut st, ws, ctx, cancel).await? {
             break Outcome::Interrupted;
         }
