@@ -44,7 +44,7 @@ pub fn preflight(
             preset: Preset::Claude,
         } if is_root && !is_sandbox => found.push(Finding::AgentRefused {
             message: "Claude Code refuses --dangerously-skip-permissions as root/sudo".into(),
-            hint: "run as a normal user, or set IS_SANDBOX=1 when this is a container or VM".into(),
+            hint: "run as a normal user, or set IS_SANDBOX=1 (exactly 1) when this is a container or VM".into(),
         }),
         AgentSpec::Cmd { command } => {
             if let Some(p) = missing_program(command, workdir) {

@@ -761,7 +761,9 @@ fn preflight(cfg: &RunConfig, ctx: &EngineContext) -> Option<Outcome> {
         cfg.validate.as_deref(),
         &cfg.workdir,
         nix::unistd::geteuid().is_root(),
-        std::env::var_os("IS_SANDBOX").is_some_and(|v| !v.is_empty()),
+        // Claude Code's own test: IS_SANDBOX exactly "1", or its bubblewrap sandbox.
+        std::env::var_os("IS_SANDBOX").is_some_and(|v| v == "1")
+            || std::env::var_os("CLAUDE_CODE_BUBBLEWRAP").is_some_and(|v| !v.is_empty()),
     );
     let mut refused = None;
     for f in found {
