@@ -369,19 +369,14 @@ pub fn classify(exit_code: i32, timed_out: bool, ev: &Evidence, now: &Zoned) -> 
         .turn_failed
         .clone()
         .or_else(|| ev.result_error.clone())
-        .or_else(|| {
-            (timed_out || failed)
-                .then(|| ev.last_retry.clone())
-                .flatten()
-        })
+        .or_else(|| ev.last_retry.clone())
         .or_else(|| ev.tail.last().cloned());
-    let mut texts: Vec<&str> = Vec::new();
-    texts.extend(ev.turn_failed.as_deref());
-    texts.extend(ev.result_error.as_deref());
-    texts.extend(ev.tail.iter().map(String::as_str));
-    if timed_out || failed {
-        texts.extend(ev.last_retry.as_deref());
-    }
+    let texts: Vec<&str> = [ev.turn_failed.as_deref(), ev.result_error.as_deref()]
+        .into_iter()
+        .flatten()
+        .chain(ev.tail.iter().map(String::as_str))
+        .chain(ev.last_retry.as_deref())
+        .collect();
     let by_text = texts.iter().find_map(|t| class_of_text(t));
     let rejected = ev
         .usage

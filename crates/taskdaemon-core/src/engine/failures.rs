@@ -404,3 +404,159 @@ mod tests {
         assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
     }
 }
+
+#[cfg(test)]
+mod decide_tests {
+    use super::*;
+    use crate::agent::AgentSpec;
+    use crate::loops::Registry;
+
+    fn state() -> RunState {
+        let dir = std::env::temp_dir();
+        let reg = Registry::load(None, &dir).unwrap();
+        let s = crate::config::Settings {
+            agent: Some("cmd:true".into()),
+            ..Default::default()
+        };
+        let cfg = RunConfig::resolve(&dir, "t".into(), &s, &reg).unwrap();
+        assert!(matches!(cfg.agent, AgentSpec::Cmd { .. }));
+        RunState::new(cfg, "r".into(), None, "now".into())
+    }
+
+    fn result(class: FailureClass, reset: Option<i64>) -> AgentResult {
+        AgentResult {
+            class,
+            line: Some("the agent's line".into()),
+            reset_at: reset.map(|s| Timestamp::from_second(s).unwrap()),
+            retry_after: None,
+        }
+    }
+
+    #[test]
+    fn each_class_decides() {
+        let now = Timestamp::from_second(1_000_000).unwrap();
+        let mut st = state();
+        let cfg = st.config.clone();
+        let stop_code = |v: Verdict| match v {
+            Verdict::Stop(o) => o.exit_code(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            stop_code(decide(
+                &mut st,
+                &cfg,
+                &result(FailureClass::Auth, None),
+                0,
+                false,
+                now
+            )),
+            64
+        );
+        assert_eq!(
+            stop_code(decide(
+                &mut st,
+                &cfg,
+                &result(FailureClass::CouldNotStart, None),
+                0,
+                false,
+                now
+            )),
+            64
+        );
+        // A usage limit with a reset waits; without one it stops.
+        let v = decide(
+            &mut st,
+            &cfg,
+            &result(FailureClass::UsageLimit, Some(1_000_060)),
+            0,
+            false,
+            now,
+        );
+        assert_eq!(v, Verdict::Retry);
+        assert!(st.failures.wait_until.is_some_and(|u| u >= 1_000_060));
+        st.failures.wait_until = None;
+        assert_eq!(
+            stop_code(decide(
+                &mut st,
+                &cfg,
+                &result(FailureClass::UsageLimit, None),
+                0,
+                false,
+                now
+            )),
+            1
+        );
+        // Too far: past --max-wait.
+        let far = 1_000_000 + 13 * 3600;
+        assert_eq!(
+            stop_code(decide(
+                &mut st,
+                &cfg,
+                &result(FailureClass::UsageLimit, Some(far)),
+                0,
+                false,
+                now
+            )),
+            1
+        );
+        // Transient: retried max-retries times, then a stop.
+        for _ in 0..cfg.failure_policy.max_retries {
+            assert_eq!(
+                decide(
+                    &mut st,
+                    &cfg,
+                    &result(FailureClass::Overloaded, None),
+                    0,
+                    false,
+                    now
+                ),
+                Verdict::Retry
+            );
+        }
+        assert_eq!(
+            stop_code(decide(
+                &mut st,
+                &cfg,
+                &result(FailureClass::Overloaded, None),
+                0,
+                false,
+                now
+            )),
+            1
+        );
+        // A crash without work: once no work, twice a stop; with work it is judged as usual.
+        assert!(matches!(
+            decide(
+                &mut st,
+                &cfg,
+                &result(FailureClass::Crashed, None),
+                0,
+                false,
+                now
+            ),
+            Verdict::NoWork { .. }
+        ));
+        assert_eq!(
+            stop_code(decide(
+                &mut st,
+                &cfg,
+                &result(FailureClass::Crashed, None),
+                0,
+                false,
+                now
+            )),
+            1
+        );
+        assert_eq!(
+            decide(
+                &mut st,
+                &cfg,
+                &result(FailureClass::Crashed, None),
+                3,
+                true,
+                now
+            ),
+            Verdict::Proceed
+        );
+    }
+}
