@@ -92,6 +92,24 @@ pub struct Settings {
     /// (and may not leave it), absolute ones must be the user's own.
     #[serde(default, deserialize_with = "de_worktrees_dir")]
     pub worktrees_dir: Option<PathBuf>,
+    /// At the agent's usage limit: `wait` for the reset (then retry the same iteration) or
+    /// `stop` (exit 1).
+    pub on_usage_limit: Option<String>,
+    /// The longest wait for a usage limit's reset; a later reset stops the run.
+    pub max_wait: Option<Dur>,
+    /// The first wait after a transient agent failure (rate limit, overload, unreachable
+    /// API), doubled each time.
+    pub retry_backoff: Option<Dur>,
+    /// Transient agent failures in a row before the run stops (exit 1).
+    pub max_retries: Option<u32>,
+    /// Say so when the agent prints nothing for this long; 0s: never.
+    pub quiet_warning: Option<Dur>,
+    /// Stop an agent that makes no progress (no words, no tool calls) while it only
+    /// retries, after this long; 0s: never.
+    pub no_progress_timeout: Option<Dur>,
+    /// Pause when the agent reports this percentage of a usage window used (Claude with
+    /// subscription auth), until the window resets: quota kept for a person's work.
+    pub pause_at_usage: Option<u8>,
 }
 
 impl Settings {
@@ -119,6 +137,13 @@ impl Settings {
             agent_limits: over.agent_limits.or(self.agent_limits),
             target_branch: over.target_branch.or(self.target_branch),
             worktrees_dir: over.worktrees_dir.or(self.worktrees_dir),
+            on_usage_limit: over.on_usage_limit.or(self.on_usage_limit),
+            max_wait: over.max_wait.or(self.max_wait),
+            retry_backoff: over.retry_backoff.or(self.retry_backoff),
+            max_retries: over.max_retries.or(self.max_retries),
+            quiet_warning: over.quiet_warning.or(self.quiet_warning),
+            no_progress_timeout: over.no_progress_timeout.or(self.no_progress_timeout),
+            pause_at_usage: over.pause_at_usage.or(self.pause_at_usage),
         }
     }
 }

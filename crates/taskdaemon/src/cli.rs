@@ -48,6 +48,8 @@ pub enum Command {
     Snapshot(commands::snapshot::SnapshotArgs),
     /// Write .taskdaemon/config.yaml (commented defaults), the .gitignore entries and the record store's git merge driver.
     Init(commands::init::InitArgs),
+    /// Check what the loops need without calling a model: agent CLIs (installed, version, logged in), git, the daemon, the settings in force.
+    Doctor(commands::doctor::DoctorArgs),
     /// List the loop types and where each was defined.
     Loops(commands::loops::LoopsArgs),
     /// Show why the loop is blocked and clear the block.
@@ -157,6 +159,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Stories(a) => commands::stories::run(*a, &ctx),
         Command::Snapshot(a) => commands::snapshot::run(a, &ctx),
         Command::Init(a) => commands::init::run(a, &ctx),
+        Command::Doctor(a) => commands::doctor::run(a, &ctx),
         Command::Loops(a) => commands::loops::run(a, &ctx),
         Command::Unblock(a) => commands::unblock::run(a, &ctx),
         Command::Answer(a) => commands::answer::run(a, &ctx),

@@ -2,13 +2,17 @@
 //! runner starts it in its own process group; a parser turns its output into the agent's
 //! own words, tool calls and usage.
 
+pub mod doctor;
+pub mod failure;
 mod parse;
+pub mod preflight;
 mod presets;
 mod runner;
 pub mod script;
 mod spec;
 pub mod tracked;
 
+pub use failure::{AgentResult, Evidence, FailureClass, UsageWindow, classify};
 pub use parse::{Activity, OutputFormat, OutputParser, ParsedOutput};
 pub use presets::{Preset, find_on_path, first_installed};
 pub use runner::{

@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use super::failure::Evidence;
 use super::runner::Stream;
 
 /// Keep at most this much of the agent's words (the end: promises come last).
@@ -69,6 +70,11 @@ pub struct ParsedOutput {
     pub tool_signature: Option<String>,
     /// The last few tool calls, `name: detail`, oldest first.
     pub recent_tools: Vec<String>,
+    /// What the output showed about failures (see `failure::classify`).
+    pub evidence: Evidence,
+    /// Values the agent reported that cannot be true (negative, NaN, infinite cost or
+    /// tokens), ignored: one warning each.
+    pub rejected: Vec<String>,
 }
 
 /// FNV-1a, 64 bit: a stable fingerprint (saved in run.json across versions).
@@ -102,12 +108,14 @@ impl OutputParser {
     /// Feed one line; returns what it showed the agent doing.
     pub fn line(&mut self, stream: Stream, line: &str) -> Vec<Activity> {
         if stream == Stream::Stderr {
+            self.out.evidence.text_line(line);
             return vec![Activity::Other {
                 text: line.to_string(),
             }];
         }
         match self.format {
             OutputFormat::Text => {
+                self.out.evidence.text_line(line);
                 self.say(line);
                 vec![Activity::Text {
                     text: line.to_string(),
@@ -115,11 +123,39 @@ impl OutputParser {
             }
             OutputFormat::ClaudeStreamJson | OutputFormat::CodexJson => {
                 match serde_json::from_str::<Value>(line) {
-                    Ok(v) if self.format == OutputFormat::ClaudeStreamJson => self.claude(&v),
-                    Ok(v) => self.codex(&v),
-                    Err(_) => vec![Activity::Other {
-                        text: line.to_string(),
-                    }],
+                    Ok(v) if self.format == OutputFormat::ClaudeStreamJson => {
+                        self.out.evidence.claude(&v);
+                        self.claude(&v)
+                    }
+                    Ok(v) => {
+                        self.out.evidence.codex(&v);
+                        self.codex(&v)
+                    }
+                    Err(_)
+                        if self.format == OutputFormat::ClaudeStreamJson
+                            && line.contains("\"type\":\"result\"") =>
+                    {
+                        // serde_json refuses numbers out of range (`1e309`): read the line
+                        // again with them made null, so the result is not lost.
+                        match serde_json::from_str::<Value>(&null_huge_numbers(line)) {
+                            Ok(v) => {
+                                self.out
+                                    .rejected
+                                    .push("a number out of range in the result line".to_string());
+                                self.out.evidence.claude(&v);
+                                self.claude(&v)
+                            }
+                            Err(_) => vec![Activity::Other {
+                                text: line.to_string(),
+                            }],
+                        }
+                    }
+                    Err(_) => {
+                        self.out.evidence.text_line(line);
+                        vec![Activity::Other {
+                            text: line.to_string(),
+                        }]
+                    }
                 }
             }
         }
@@ -174,6 +210,20 @@ impl OutputParser {
         }
     }
 
+    /// A token count: a non-negative integer; anything else is ignored with a warning.
+    fn count(&mut self, usage: &Value, key: &str) -> u64 {
+        match usage.get(key) {
+            None | Some(Value::Null) => 0,
+            Some(v) => match v.as_u64() {
+                Some(n) => n,
+                None => {
+                    self.out.rejected.push(format!("{key} {v}"));
+                    0
+                }
+            },
+        }
+    }
+
     fn claude(&mut self, v: &Value) -> Vec<Activity> {
         let mut acts = Vec::new();
         match v.get("type").and_then(Value::as_str) {
@@ -218,18 +268,22 @@ impl OutputParser {
                         self.say(r);
                     }
                 }
-                self.out.cost_usd = v
-                    .get("total_cost_usd")
-                    .and_then(Value::as_f64)
-                    .or(self.out.cost_usd);
+                if let Some(c) = v.get("total_cost_usd").filter(|c| !c.is_null()) {
+                    match c.as_f64().filter(|c| c.is_finite() && *c >= 0.0) {
+                        Some(c) => self.out.cost_usd = Some(c),
+                        None => self.out.rejected.push(format!("total_cost_usd {c}")),
+                    }
+                }
                 if let Some(u) = v.get("usage") {
-                    let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
-                    self.out.tokens_in = Some(
-                        n("input_tokens")
-                            + n("cache_creation_input_tokens")
-                            + n("cache_read_input_tokens"),
+                    let mut n = |k: &str| self.count(u, k);
+                    let (a, b, c, d) = (
+                        n("input_tokens"),
+                        n("cache_creation_input_tokens"),
+                        n("cache_read_input_tokens"),
+                        n("output_tokens"),
                     );
-                    self.out.tokens_out = Some(n("output_tokens"));
+                    self.out.tokens_in = Some(a.saturating_add(b).saturating_add(c));
+                    self.out.tokens_out = Some(d);
                 }
             }
             _ => {}
@@ -286,16 +340,55 @@ impl OutputParser {
             }
             (Some("turn.completed"), _) => {
                 if let Some(u) = v.get("usage") {
-                    let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
-                    self.out.tokens_in = Some(self.out.tokens_in.unwrap_or(0) + n("input_tokens"));
-                    self.out.tokens_out =
-                        Some(self.out.tokens_out.unwrap_or(0) + n("output_tokens"));
+                    let (i, o) = (
+                        self.count(u, "input_tokens"),
+                        self.count(u, "output_tokens"),
+                    );
+                    self.out.tokens_in = Some(self.out.tokens_in.unwrap_or(0).saturating_add(i));
+                    self.out.tokens_out = Some(self.out.tokens_out.unwrap_or(0).saturating_add(o));
                 }
                 Vec::new()
             }
             _ => Vec::new(),
         }
     }
+}
+
+/// `line` with every number too large for an f64 (`1e309`, `-1e400`) replaced by `null`.
+fn null_huge_numbers(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    let mut in_string = false;
+    while let Some(c) = rest.chars().next() {
+        if in_string {
+            if c == '\\' {
+                let esc: String = rest.chars().take(2).collect();
+                out.push_str(&esc);
+                rest = &rest[esc.len()..];
+                continue;
+            }
+            in_string = c != '"';
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+            continue;
+        }
+        if c == '-' || c.is_ascii_digit() {
+            let len = rest
+                .find(|ch: char| !(ch.is_ascii_digit() || "+-.eE".contains(ch)))
+                .unwrap_or(rest.len());
+            let num = &rest[..len];
+            match num.parse::<f64>() {
+                Ok(f) if !f.is_finite() => out.push_str("null"),
+                _ => out.push_str(num),
+            }
+            rest = &rest[len..];
+            continue;
+        }
+        in_string = c == '"';
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
 }
 
 /// A short description of a tool's input: the command, the file, or the first string.

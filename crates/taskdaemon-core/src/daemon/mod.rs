@@ -13,6 +13,7 @@
 
 pub mod control;
 pub mod executor;
+pub mod governor;
 pub mod ipc;
 mod paths;
 
@@ -713,6 +714,7 @@ impl Dispatcher {
                         "active": active,
                         "merging": self.merging.iter().collect::<Vec<_>>(),
                         "max-loops": self.opts.limits.max_loops,
+                        "quota-governor": governor::global().snapshot(),
                     }),
                 )
             }

@@ -92,6 +92,34 @@ pub enum EngineEvent {
         stuck_count: u32,
         cost_total_usd: f64,
     },
+    /// The agent failed (agent-failure model); what the engine does follows.
+    AgentFailure {
+        iteration: u32,
+        class: crate::agent::FailureClass,
+        line: Option<String>,
+        reset_at: Option<String>,
+    },
+    /// The agent has printed nothing for a while.
+    Quiet {
+        iteration: u32,
+        silent_ms: u64,
+        elapsed_ms: u64,
+        last_line: String,
+        message: String,
+    },
+    /// Waiting before retrying `iteration` (a usage limit's reset, a backoff).
+    Waiting {
+        iteration: u32,
+        class: crate::agent::FailureClass,
+        until: String,
+        wait_ms: u64,
+        message: String,
+        line: Option<String>,
+    },
+    WaitOver {
+        iteration: u32,
+        class: crate::agent::FailureClass,
+    },
     RunFinished {
         summary: RunSummary,
     },

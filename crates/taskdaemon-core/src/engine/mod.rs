@@ -8,6 +8,8 @@ mod state;
 mod completion;
 pub mod events;
 pub mod standalone;
+pub mod failures;
+mod watch;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -128,9 +130,19 @@ pub async fn run_loop(
         st.start_head = git.head()?;
     }
     st.save(ws)?;
+    let mut refused = preflight(&cfg, ctx);
 
     let outcome = loop {
+        if let Some(o) = refused.take() {
+            break o;
+        }
         if cancel.is_cancelled() {
+            break Outcome::Interrupted;
+        }
+        // A usage limit's reset or a backoff (also one a resumed run was waiting for), or
+        // the quota governor's pause of every loop on this account.
+        failures::governed(&mut st);
+        if st.failures.wait_until.is_some() && !failures::wait(&mut st, ws, ctx, cancel).await? {
             break Outcome::Interrupted;
         }
         let elapsed = earlier + session.elapsed();
@@ -287,18 +299,50 @@ async fn iteration(
     };
     let mut parser = OutputParser::new(cfg.agent_format);
     let events = &ctx.events;
-    let agent = run_process(&spec, cancel, |stream, line| {
+    let watch = watch::Watch::new();
+    let notes = std::sync::Mutex::new(Vec::<String>::new());
+    let drain = || std::mem::take(&mut *notes.lock().unwrap_or_else(|e| e.into_inner()));
+    let agent_cancel = cancel.child_token();
+    let running = run_process(&spec, &agent_cancel, |stream, line| {
+        for note in drain() {
+            log.note(&note);
+        }
         log.output(stream, line);
-        for activity in parser.line(stream, &String::from_utf8_lossy(line)) {
+        let text = String::from_utf8_lossy(line);
+        let acts = parser.line(stream, &text);
+        watch.line(&text, stream == crate::agent::Stream::Stdout, &acts);
+        for activity in acts {
             events.emit(EngineEvent::Agent {
                 iteration: n,
                 activity,
             });
         }
-    })
-    .await
-    .map_err(io_err(format!("starting agent `{}`", cfg.agent.label())))?;
+    });
+    let p = &cfg.failure_policy;
+    let quiet = (p.quiet_warning_ms > 0).then(|| Duration::from_millis(p.quiet_warning_ms));
+    let deadline = (p.no_progress_ms > 0).then(|| Duration::from_millis(p.no_progress_ms));
+    let ran = tokio::select! {
+        r = running => r,
+        never = watch.run(n, quiet, deadline, events, &agent_cancel, &notes) => match never {},
+    };
+    for note in drain() {
+        log.note(&note);
+    }
+    let mut agent = match ran {
+        Ok(a) => a,
+        Err(e) => return could_not_spawn(cfg, &spec, e, log, ctx, n),
+    };
+    if watch.stopped().is_some() && !cancel.is_cancelled() {
+        // Stopped by the no-progress deadline: a timeout, not a person's interrupt.
+        agent.interrupted = false;
+        agent.timed_out = true;
+    }
     let parsed = parser.finish();
+    for r in &parsed.rejected {
+        let m = format!("iteration {n}: ignored an impossible value the agent reported: {r}");
+        log.note(&m);
+        warn(ctx, &m);
+    }
     if let Some(c) = parsed.cost_usd {
         st.cost_usd += c;
         st.cost_reported = true;
@@ -347,6 +391,20 @@ async fn iteration(
 
     let head = git.head()?;
     let new_commit = head.is_some() && head != st.last_head;
+    let no_work = match judge_agent(st, cfg, n, &agent, &parsed, new_commit, &mut log, ctx) {
+        failures::Verdict::Proceed => None,
+        failures::Verdict::NoWork { reason } => Some(reason),
+        failures::Verdict::Stop(o) => {
+            log.finish()
+                .map_err(io_err(format!("writing {}", log_path.display())))?;
+            return Ok(Some(o));
+        }
+        failures::Verdict::Retry => {
+            log.finish()
+                .map_err(io_err(format!("writing {}", log_path.display())))?;
+            return Ok(None);
+        }
+    };
     let mut outcome: Option<Outcome> = None;
     let mut label = "continue";
     let mut validation_passed = "skipped";
@@ -372,6 +430,12 @@ async fn iteration(
                 limit: Limit::MaxRuntime,
             });
         }
+    } else if let Some(reason) = no_work {
+        // An agent that failed to work never completes, whatever the validation says.
+        label = "crashed";
+        log.note(&reason);
+        note_extra.push_str("; the agent crashed");
+        st.previous_errors = Some(reason);
     } else {
         let words = match cfg.agent_format {
             OutputFormat::Text => signals::strip_prompt_echo(&parsed.words, &prompt),
@@ -453,7 +517,13 @@ async fn iteration(
                             duration_ms: v.duration.as_millis() as u64,
                         });
                         validation_passed = if v.passed { "true" } else { "false" };
-                        if v.interrupted {
+                        if v.exit_code == 127 && cfg.success_exit_code != 127 && !v.interrupted {
+                            label = "validation-missing";
+                            outcome = Some(Outcome::ValidationMissing {
+                                command: cmd.clone(),
+                                output: v.output.clone(),
+                            });
+                        } else if v.interrupted {
                             outcome = Some(Outcome::Interrupted);
                             label = "interrupted";
                             counts_for_stuck = false;
@@ -647,7 +717,9 @@ async fn iteration(
         tokens_in: parsed.tokens_in.unwrap_or(0),
         tokens_out: parsed.tokens_out.unwrap_or(0),
         cost_usd: format!("{:.6}", parsed.cost_usd.unwrap_or(0.0)),
+        waited_seconds: format!("{:.3}", st.failures.waited_ms as f64 / 1000.0),
     };
+    st.failures.waited_ms = 0;
     let csv = ws.summary_csv();
     write_row(&csv, &row).map_err(io_err(format!("writing to {}", csv.display())))?;
 
@@ -663,6 +735,14 @@ async fn iteration(
         )
     {
         outcome = Some(Outcome::LimitReached { limit });
+    }
+    if outcome.is_none()
+        && failures::pause_at_usage(st, cfg, &parsed.evidence, jiff::Timestamp::now())
+    {
+        log.note(&format!(
+            "pause at usage: {}; the next iteration waits for the window's reset",
+            st.failures.wait_line.as_deref().unwrap_or_default()
+        ));
     }
     log.note(&format!(
         "iteration {n} ended: {}{}",
@@ -686,6 +766,122 @@ async fn iteration(
         cost_total_usd: st.cost_usd,
     });
     Ok(outcome)
+}
+
+/// Before iteration 1: an agent that cannot start or a validation program that does not
+/// exist ends the run at once (exit 64); doubts are warnings.
+fn preflight(cfg: &RunConfig, ctx: &EngineContext) -> Option<Outcome> {
+    use crate::agent::preflight::Finding;
+    let found = crate::agent::preflight::preflight(
+        &cfg.agent,
+        cfg.validate.as_deref(),
+        &cfg.workdir,
+        nix::unistd::geteuid().is_root(),
+        // Claude Code's own test: IS_SANDBOX exactly "1", or its bubblewrap sandbox.
+        std::env::var_os("IS_SANDBOX").is_some_and(|v| v == "1")
+            || std::env::var_os("CLAUDE_CODE_BUBBLEWRAP").is_some_and(|v| !v.is_empty()),
+    );
+    let mut refused = None;
+    for f in found {
+        match f {
+            Finding::Warning(m) => warn(ctx, &m),
+            Finding::AgentRefused { message, hint } => {
+                refused.get_or_insert(Outcome::AgentFailed {
+                    class: crate::agent::FailureClass::CouldNotStart,
+                    reason: format!("the agent cannot start: {message}\n  hint: {hint}"),
+                });
+            }
+            Finding::ValidationMissing { program } => {
+                refused.get_or_insert(Outcome::ValidationMissing {
+                    command: cfg.validate.clone().unwrap_or_default(),
+                    output: format!("`{program}` is not on PATH"),
+                });
+            }
+        }
+    }
+    refused
+}
+
+/// The agent's program could not be started (ENOENT, EACCES): stop for a person, exit 64.
+fn could_not_spawn(
+    cfg: &RunConfig,
+    spec: &ProcessSpec,
+    e: std::io::Error,
+    mut log: IterationLog,
+    ctx: &EngineContext,
+    n: u32,
+) -> Result<Option<Outcome>, EngineError> {
+    use std::io::ErrorKind::{NotFound, PermissionDenied};
+    if !matches!(e.kind(), NotFound | PermissionDenied) {
+        return Err(io_err(format!("starting agent `{}`", cfg.agent.label()))(e));
+    }
+    let class = crate::agent::FailureClass::CouldNotStart;
+    let line = format!("{}: {e}", spec.program.to_string_lossy());
+    log.note(&format!("the agent could not start: {line}"));
+    let _ = log.finish();
+    ctx.events.emit(EngineEvent::AgentFailure {
+        iteration: n,
+        class,
+        line: Some(line.clone()),
+        reset_at: None,
+    });
+    Ok(Some(Outcome::AgentFailed {
+        class,
+        reason: format!(
+            "the agent could not start: {line}\n  hint: install it or make it executable (`taskdaemon doctor` checks), or pick another with --agent"
+        ),
+    }))
+}
+
+/// Classify the agent's run and decide what it means (`failures::decide`); say so.
+#[allow(clippy::too_many_arguments)]
+fn judge_agent(
+    st: &mut RunState,
+    cfg: &RunConfig,
+    n: u32,
+    agent: &crate::agent::ProcessResult,
+    parsed: &crate::agent::ParsedOutput,
+    new_commit: bool,
+    log: &mut IterationLog,
+    ctx: &EngineContext,
+) -> failures::Verdict {
+    if agent.interrupted {
+        return failures::Verdict::Proceed;
+    }
+    let now = jiff::Zoned::now();
+    let result =
+        crate::agent::classify(agent.status.code(), agent.timed_out, &parsed.evidence, &now);
+    let verdict = failures::decide(
+        st,
+        cfg,
+        &result,
+        parsed.tool_calls,
+        new_commit,
+        now.timestamp(),
+    );
+    if result.class != crate::agent::FailureClass::Ok {
+        log.note(&format!(
+            "agent failure: {}{}: {}",
+            result.class.name(),
+            result
+                .reset_at
+                .map(|t| format!(" (resets at {})", failures::describe(t)))
+                .unwrap_or_default(),
+            result.line.as_deref().unwrap_or("(no output)")
+        ));
+        ctx.events.emit(EngineEvent::AgentFailure {
+            iteration: n,
+            class: result.class,
+            line: result.line.clone(),
+            reset_at: result.reset_at.map(crate::clock::rfc3339),
+        });
+    }
+    if verdict == failures::Verdict::Retry {
+        log.note(&format!(
+            "iteration {n} will run again after the wait; it is not counted"
+        ));
+    }
+    verdict
 }
 
 /// The environment of the agent and the validation command (DESIGN.md, contract). The

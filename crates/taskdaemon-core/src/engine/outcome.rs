@@ -40,6 +40,17 @@ pub enum Outcome {
     Failed {
         reason: String,
     },
+    /// The agent failed to run (agent-failure model): exit 64 when a person must act
+    /// (could-not-start, auth), else 1.
+    AgentFailed {
+        class: crate::agent::FailureClass,
+        reason: String,
+    },
+    /// The validation command's program does not exist (exit 127): exit 64.
+    ValidationMissing {
+        command: String,
+        output: String,
+    },
     Interrupted,
 }
 
@@ -52,6 +63,9 @@ impl Outcome {
             Outcome::Decide { .. } => exit_code::DECIDE,
             Outcome::Stuck { .. } => exit_code::STUCK,
             Outcome::Failed { .. } => exit_code::FAILED,
+            Outcome::AgentFailed { class, .. } if class.needs_a_person() => exit_code::USAGE,
+            Outcome::AgentFailed { .. } => exit_code::LIMIT,
+            Outcome::ValidationMissing { .. } => exit_code::USAGE,
             Outcome::Interrupted => exit_code::INTERRUPTED,
         }
     }
@@ -64,6 +78,8 @@ impl Outcome {
             Outcome::Decide { .. } => "DECIDE",
             Outcome::Stuck { .. } => "STUCK",
             Outcome::Failed { .. } => "FAILED",
+            Outcome::AgentFailed { .. } => "AGENT-FAILED",
+            Outcome::ValidationMissing { .. } => "VALIDATION-MISSING",
             Outcome::Interrupted => "INTERRUPTED",
         }
     }
@@ -91,6 +107,11 @@ impl Outcome {
                 "no new commit in {iterations} consecutive iterations; read the iteration logs, then `taskdaemon run --resume` (the stuck count restarts)"
             ),
             Outcome::Failed { reason } => reason.clone(),
+            Outcome::AgentFailed { class, reason } => format!("{}: {reason}", class.name()),
+            Outcome::ValidationMissing { command, output } => format!(
+                "the validation command `{command}` could not run (exit 127: its program was not found): {}\n  hint: fix --validate (or `validate:` in the config); `taskdaemon run --resume` continues",
+                output.lines().last().unwrap_or_default().trim()
+            ),
             Outcome::Interrupted => {
                 "interrupted; state saved. Continue with `taskdaemon run --resume`".into()
             }

@@ -53,6 +53,9 @@ pub struct RunConfig {
     /// the validation's environment.
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub context: serde_json::Map<String, serde_json::Value>,
+    /// What agent failures do (usage limits, backoff).
+    #[serde(default)]
+    pub failure_policy: super::failures::FailurePolicy,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +130,7 @@ impl RunConfig {
             kill_grace_ms: DEFAULT_KILL_GRACE.as_millis() as u64,
             max_log_bytes: DEFAULT_LOG_CAP,
             context: serde_json::Map::new(),
+            failure_policy: Default::default(),
             loop_def: def,
         };
         cfg.apply(s, false)?;
@@ -231,6 +235,42 @@ impl RunConfig {
             }
             self.max_log_bytes = n;
         }
+        self.apply_failure_policy(s)
+    }
+
+    fn apply_failure_policy(&mut self, s: &Settings) -> Result<(), ResolveError> {
+        let p = &mut self.failure_policy;
+        if let Some(a) = &s.on_usage_limit {
+            p.on_usage_limit =
+                super::failures::OnUsageLimit::parse(a).map_err(|m| value("on-usage-limit", m))?;
+        }
+        if let Some(d) = s.max_wait {
+            p.max_wait_ms = d.0.as_millis() as u64;
+        }
+        if let Some(d) = s.retry_backoff {
+            if d.0.is_zero() {
+                return Err(value("retry-backoff", "must be more than 0 (e.g. 30s)"));
+            }
+            p.retry_backoff_ms = d.0.as_millis() as u64;
+        }
+        if let Some(n) = s.max_retries {
+            p.max_retries = n;
+        }
+        if let Some(d) = s.quiet_warning {
+            p.quiet_warning_ms = d.0.as_millis() as u64;
+        }
+        if let Some(pct) = s.pause_at_usage {
+            if !(1..=100).contains(&pct) {
+                return Err(value(
+                    "pause-at-usage",
+                    format!("{pct} is not a percentage; use 1-100 (e.g. 90)"),
+                ));
+            }
+            p.pause_at_usage = Some(pct);
+        }
+        if let Some(d) = s.no_progress_timeout {
+            p.no_progress_ms = d.0.as_millis() as u64;
+        }
         Ok(())
     }
 
@@ -296,6 +336,9 @@ pub struct RunState {
     /// with a commit since then.
     #[serde(default)]
     pub start_head: Option<String>,
+    /// Agent failures: a wait in progress, failures in a row.
+    #[serde(default)]
+    pub failures: super::failures::FailureState,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -353,6 +396,7 @@ impl RunState {
             stall_recoveries: 0,
             gate_failures: 0,
             start_head: None,
+            failures: Default::default(),
         }
     }
 

@@ -264,6 +264,8 @@ pub fn finish_task(
         Outcome::Decide { .. } => "decide",
         Outcome::Stuck { .. } => "stuck",
         Outcome::Failed { .. } => "failed",
+        Outcome::AgentFailed { .. } => "agent-failed",
+        Outcome::ValidationMissing { .. } => "validation-missing",
         Outcome::Interrupted => "interrupted",
     };
     files.write(&files.status(), &format!("{status}\n"))?;

@@ -26,6 +26,7 @@ pub const CSV_COLUMNS: &[&str] = &[
     "tokens_in",
     "tokens_out",
     "cost_usd",
+    "waited_seconds",
 ];
 
 #[derive(Debug, Clone, Serialize)]
@@ -49,6 +50,8 @@ pub struct SummaryRow {
     pub tokens_in: u64,
     pub tokens_out: u64,
     pub cost_usd: String,
+    /// Time waited before this iteration ran (a usage limit's reset, backoff).
+    pub waited_seconds: String,
 }
 
 /// Write `row`: replace the row of the same (run id, iteration), else append.
@@ -138,6 +141,7 @@ mod tests {
             tokens_in: 0,
             tokens_out: 0,
             cost_usd: "0.000000".into(),
+            waited_seconds: "0.000".into(),
         };
         write_row(&p, &row).unwrap();
         write_row(

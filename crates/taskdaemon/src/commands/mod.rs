@@ -7,6 +7,7 @@ pub mod check_doc;
 pub mod daemon;
 pub mod daemon_link;
 pub mod demo;
+pub mod doctor;
 pub mod edit;
 pub mod implement;
 pub mod init;

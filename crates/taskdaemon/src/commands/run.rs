@@ -96,6 +96,27 @@ pub struct RunFlags {
     /// Cap of one iteration's log (50MB, 512KB, 1GB): past it the first and last part are kept, with a note of what was dropped [default: 50MB].
     #[arg(long, value_name = "SIZE", env = "TASKDAEMON_MAX_LOG_SIZE")]
     pub max_log_size: Option<String>,
+    /// At the agent's usage limit: wait for the reset, then retry the same iteration; or stop (exit 1) [default: wait].
+    #[arg(long, value_name = "ACTION", env = "TASKDAEMON_ON_USAGE_LIMIT", value_parser = ["wait", "stop"])]
+    pub on_usage_limit: Option<String>,
+    /// Stop instead of waiting when the usage limit resets later than DUR [default: 12h].
+    #[arg(long, value_name = "DUR", env = "TASKDAEMON_MAX_WAIT", value_parser = dur)]
+    pub max_wait: Option<Dur>,
+    /// First wait after a rate limit, overload or unreachable API; doubled each time [default: 30s].
+    #[arg(long, value_name = "DUR", env = "TASKDAEMON_RETRY_BACKOFF", value_parser = dur)]
+    pub retry_backoff: Option<Dur>,
+    /// Such failures in a row before the run stops (exit 1) [default: 5].
+    #[arg(long, value_name = "N", env = "TASKDAEMON_MAX_RETRIES")]
+    pub max_retries: Option<u32>,
+    /// Say so when the agent prints nothing for DUR; 0s: never [default: 5m].
+    #[arg(long, value_name = "DUR", env = "TASKDAEMON_QUIET_WARNING", value_parser = dur)]
+    pub quiet_warning: Option<Dur>,
+    /// Stop an agent that only retries, making no progress, after DUR; 0s: never [default: 10m].
+    #[arg(long, value_name = "DUR", env = "TASKDAEMON_NO_PROGRESS_TIMEOUT", value_parser = dur)]
+    pub no_progress_timeout: Option<Dur>,
+    /// Pause when the agent reports PCT % of a usage window used (Claude with a subscription), until it resets.
+    #[arg(long, value_name = "PCT", env = "TASKDAEMON_PAUSE_AT_USAGE")]
+    pub pause_at_usage: Option<u8>,
 }
 
 pub(crate) fn dur(s: &str) -> Result<Dur, String> {
@@ -120,6 +141,13 @@ impl RunFlags {
             completion_promise: self.completion_promise.clone(),
             kill_grace: self.kill_grace,
             max_log_size: self.max_log_size.clone(),
+            on_usage_limit: self.on_usage_limit.clone(),
+            max_wait: self.max_wait,
+            retry_backoff: self.retry_backoff,
+            max_retries: self.max_retries,
+            quiet_warning: self.quiet_warning,
+            no_progress_timeout: self.no_progress_timeout,
+            pause_at_usage: self.pause_at_usage,
             ..Settings::default()
         }
     }

@@ -79,6 +79,22 @@ pub fn run(args: StatusArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             daemon["active"].as_array().map_or(0, Vec::len),
             daemon["max-loops"]
         );
+        for (account, p) in daemon["quota-governor"].as_object().into_iter().flatten() {
+            let until = p["until"]
+                .as_i64()
+                .and_then(|s| jiff::Timestamp::from_second(s).ok())
+                .map(taskdaemon_core::agent::failure::describe_local)
+                .unwrap_or_default();
+            outln!(
+                out,
+                "quota governor: {account} paused until {until}: {}; restarts: {}",
+                p["reason"].as_str().unwrap_or_default(),
+                p["slots"]
+                    .as_object()
+                    .map(|s| s.keys().cloned().collect::<Vec<_>>().join(", "))
+                    .unwrap_or_default()
+            );
+        }
     }
     for p in records.list(Kind::Plan, &[]).map_err(store_err)? {
         let AnyRecord::Plan(p) = p else { continue };

@@ -31,6 +31,7 @@ struct Status {
     cost: f64,
     started: Option<Instant>,
     active: bool,
+    iteration_cost: Option<f64>,
 }
 
 impl Renderer {
@@ -165,6 +166,7 @@ impl Renderer {
                 if let Some(c) = cost_usd {
                     self.status.cost += c;
                 }
+                self.status.iteration_cost = cost_usd;
                 let how = if timed_out {
                     " (timed out: its process group was stopped)"
                 } else if interrupted {
@@ -209,15 +211,49 @@ impl Renderer {
                 outcome,
                 commit,
                 stuck_count,
+                duration_ms,
+                cost_total_usd,
                 ..
             } => {
                 self.status.active = false;
+                // One line per iteration, like a CI log: outcome, duration, commit, cost.
+                let cost = match self.status.iteration_cost.take() {
+                    Some(c) => format!(" · ${c:.4} (total ${cost_total_usd:.4})"),
+                    None => String::new(),
+                };
                 self.note(&format!(
-                    "iteration {iteration}: {outcome} · {} · stuck count {stuck_count}",
+                    "iteration {iteration}: {outcome} · {} · {}{cost} · stuck count {stuck_count}",
+                    format_duration(Duration::from_millis(duration_ms as u64)),
                     commit
                         .map(|c| format!("commit {c}"))
                         .unwrap_or_else(|| "no new commit".into())
                 ));
+            }
+            EngineEvent::AgentFailure {
+                iteration,
+                class,
+                line,
+                ..
+            } => self.note(&format!(
+                "iteration {iteration}: agent failure ({}): {}",
+                class.name(),
+                line.as_deref().unwrap_or("(no output)")
+            )),
+            EngineEvent::Waiting {
+                iteration, message, ..
+            } => {
+                self.status.iteration = iteration;
+                self.status.last = message.clone();
+                self.status.active = true;
+                self.note(&message);
+            }
+            EngineEvent::Quiet { message, .. } => {
+                self.status.last = "quiet: no output".into();
+                self.note(&message);
+            }
+            EngineEvent::WaitOver { iteration, .. } => {
+                self.status.active = false;
+                self.note(&format!("the wait is over: iteration {iteration} runs again"));
             }
             EngineEvent::RunFinished { summary } => {
                 self.status.active = false;

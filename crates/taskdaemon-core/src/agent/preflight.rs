@@ -1,0 +1,135 @@
+//! Before iteration 1: can the agent start at all, and does the validation command's
+//! program exist? A refusal here costs nothing; the same failure in the loop costs an
+//! iteration (or, with `--validate true`, passed for a completion).
+
+use std::path::Path;
+
+use super::presets::{Preset, find_on_path};
+use super::spec::AgentSpec;
+
+/// What the preflight found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    /// The agent cannot start: stop before iteration 1 (exit 64).
+    AgentRefused { message: String, hint: String },
+    /// The validation command's program does not exist (exit 64).
+    ValidationMissing { program: String },
+    /// Something that may be wrong.
+    Warning(String),
+}
+
+/// Shell builtins and keywords a validation command may start with.
+const BUILTINS: &[&str] = &[
+    ":", ".", "[", "test", "true", "false", "echo", "printf", "cd", "exit", "export", "set", "if",
+    "for", "while", "until", "case", "!", "{", "(", "exec", "command", "eval", "source", "type",
+    "wait", "read", "unset", "shift", "trap", "ulimit", "umask",
+];
+
+/// Characters that make a command a shell expression rather than a program with words.
+const SHELL_SYNTAX: &[char] = &[
+    '|', '&', ';', '<', '>', '(', ')', '$', '`', '*', '?', '[', ']', '{', '}', '~', '\'', '"', '\\',
+];
+
+/// The checks, given whether this process runs as root and the environment's IS_SANDBOX.
+pub fn preflight(
+    agent: &AgentSpec,
+    validate: Option<&str>,
+    workdir: &Path,
+    is_root: bool,
+    is_sandbox: bool,
+) -> Vec<Finding> {
+    let mut found = Vec::new();
+    match agent {
+        AgentSpec::Preset {
+            preset: Preset::Claude,
+        } if is_root && !is_sandbox => found.push(Finding::AgentRefused {
+            message: "Claude Code refuses --dangerously-skip-permissions as root/sudo".into(),
+            hint: "run as a normal user, or set IS_SANDBOX=1 (exactly 1) when this is a container or VM".into(),
+        }),
+        AgentSpec::Cmd { command } => {
+            if let Some(p) = missing_program(command, workdir) {
+                found.push(Finding::AgentRefused {
+                    message: format!("the agent command's program `{p}` does not exist"),
+                    hint: "check cmd:COMMAND (it runs with sh -c), or install the program".into(),
+                });
+            }
+        }
+        _ => {}
+    }
+    if let Some(cmd) = validate
+        && let Some(p) = missing_program(cmd, workdir)
+    {
+        if cmd.contains(SHELL_SYNTAX) {
+            found.push(Finding::Warning(format!(
+                "the validation command `{cmd}` starts with `{p}`, which is not on PATH; if it is not defined by the expression itself, every validation will fail"
+            )));
+        } else {
+            found.push(Finding::ValidationMissing { program: p });
+        }
+    }
+    found
+}
+
+/// The first word of a shell command when it names a program that does not exist.
+fn missing_program(command: &str, workdir: &Path) -> Option<String> {
+    let first = command
+        .split_whitespace()
+        .find(|w| !w.contains('=') || w.starts_with('='))?;
+    let first = first.trim_matches(|c| c == '(' || c == '{');
+    if first.is_empty() || BUILTINS.contains(&first) || first.contains('$') || first.contains('`') {
+        return None;
+    }
+    let exists = if first.contains('/') {
+        workdir.join(first).exists()
+    } else {
+        find_on_path(first).is_some()
+    };
+    (!exists).then(|| first.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(agent: &str, validate: Option<&str>, root: bool, sandbox: bool) -> Vec<Finding> {
+        let dir = std::env::temp_dir();
+        preflight(
+            &AgentSpec::parse(agent).unwrap(),
+            validate,
+            &dir,
+            root,
+            sandbox,
+        )
+    }
+
+    #[test]
+    fn claude_as_root_needs_is_sandbox() {
+        assert!(matches!(
+            check("claude", None, true, false)[..],
+            [Finding::AgentRefused { .. }]
+        ));
+        assert!(check("claude", None, true, true).is_empty());
+        assert!(check("claude", None, false, false).is_empty());
+    }
+
+    #[test]
+    fn validation_programs_are_found_or_refused_or_warned_about() {
+        assert!(check("cmd:true", Some("sh -c 'exit 0'"), false, false).is_empty());
+        assert!(check("cmd:true", Some("true"), false, false).is_empty());
+        assert!(check("cmd:true", Some("FOO=1 test -f x"), false, false).is_empty());
+        assert_eq!(
+            check("cmd:true", Some("carg0 test"), false, false),
+            vec![Finding::ValidationMissing {
+                program: "carg0".into()
+            }]
+        );
+        assert!(matches!(
+            check("cmd:true", Some("carg0 test && echo ok"), false, false)[..],
+            [Finding::Warning(_)]
+        ));
+        assert!(matches!(
+            check("cmd:/nonexistent/agent --go", None, false, false)[..],
+            [Finding::AgentRefused { .. }]
+        ));
+    }
+}

@@ -1,0 +1,237 @@
+//! `taskdaemon doctor [--agent A] [--json]`: what the loops need, checked without calling a
+//! model: each agent CLI (installed, version, logged in, structured output, usage
+//! reporting), git (version, identity, the store's merge driver), the daemon's socket, and
+//! the settings in force with where each came from. Exit 1 when something needed is missing.
+
+use std::path::Path;
+
+use clap::Args;
+use serde_json::{Value, json};
+use taskdaemon_core::agent::doctor::{AgentCheck, capture, check_preset, check_spec};
+use taskdaemon_core::agent::{AgentSpec, Preset, first_installed};
+use taskdaemon_core::config::{self, Settings};
+
+use super::{Ctx, emit, print_json};
+use crate::cli::user;
+use crate::outln;
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  taskdaemon doctor\n  taskdaemon doctor --agent codex --json")]
+pub struct DoctorArgs {
+    /// Check only this agent (claude, codex, …, cmd:COMMAND, script:FILE) [default: every CLI].
+    #[arg(long, value_name = "SPEC")]
+    pub agent: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: DoctorArgs, ctx: &Ctx) -> anyhow::Result<i32> {
+    let dir = ctx.workdir()?;
+    let layers = layers(&dir, ctx.config.as_deref())?;
+    let merged = layers
+        .iter()
+        .fold(Settings::default(), |acc, (_, s)| acc.merge(s.clone()));
+    let wanted = a.agent.clone().or(merged.agent.clone());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (agents, needed) = rt.block_on(agents(&a, wanted.as_deref(), &dir))?;
+    let git = rt.block_on(git(&dir));
+    let daemon = daemon(&dir);
+    let settings = settings_json(&layers);
+    let mut problems: Vec<String> = Vec::new();
+    match agents.iter().find(|c| Some(&c.agent) == needed.as_ref()) {
+        Some(c) if !c.usable() => problems.push(format!(
+            "the agent that would run, {}, is {}",
+            c.agent,
+            if c.path.is_none() {
+                "not installed"
+            } else {
+                "not logged in"
+            }
+        )),
+        None => problems.push("no agent is installed".into()),
+        _ => {}
+    }
+    if git["version"].is_null() {
+        problems.push("git is not installed".into());
+    } else if git["user.name"].is_null() || git["user.email"].is_null() {
+        problems.push("git has no identity (user.name, user.email): commits fail".into());
+    }
+    let code = i32::from(!problems.is_empty());
+    if a.json {
+        print_json(&json!({
+            "agents": agents, "agent-in-use": needed, "git": git, "daemon": daemon,
+            "settings": settings, "problems": problems, "exit-code": code,
+        }))?;
+        return Ok(code);
+    }
+    let mut out = String::new();
+    for c in &agents {
+        render_agent(&mut out, c, needed.as_deref() == Some(c.agent.as_str()));
+    }
+    outln!(
+        out,
+        "git: {}",
+        git["version"].as_str().unwrap_or("not installed")
+    );
+    for k in ["user.name", "user.email", "merge.taskstore.driver"] {
+        outln!(out, "  {k}: {}", git[k].as_str().unwrap_or("(not set)"));
+    }
+    outln!(
+        out,
+        "daemon: {}",
+        daemon["state"].as_str().unwrap_or_default()
+    );
+    outln!(out, "settings in force:");
+    for (k, v) in settings.as_object().into_iter().flatten() {
+        outln!(
+            out,
+            "  {k}: {} (from {})",
+            v["value"],
+            v["from"].as_str().unwrap_or_default()
+        );
+    }
+    for p in &problems {
+        outln!(out, "problem: {p}");
+    }
+    if problems.is_empty() {
+        outln!(out, "everything needed is there");
+    }
+    emit(&out)?;
+    Ok(code)
+}
+
+/// The agents to check, and the one a run would use.
+async fn agents(
+    a: &DoctorArgs,
+    wanted: Option<&str>,
+    dir: &Path,
+) -> anyhow::Result<(Vec<AgentCheck>, Option<String>)> {
+    let spec = wanted.map(AgentSpec::parse).transpose().map_err(user)?;
+    let mut checks = Vec::new();
+    if a.agent.is_none() {
+        for p in Preset::ALL {
+            checks.push(check_preset(p, dir).await);
+        }
+    }
+    match &spec {
+        Some(AgentSpec::Preset { preset }) if a.agent.is_none() => {
+            return Ok((checks, Some(preset.name().to_string())));
+        }
+        Some(s) => checks.push(check_spec(&s.clone().absolutize(dir), dir).await),
+        None => {}
+    }
+    let in_use = match &spec {
+        Some(s) => checks.last().map(|c| c.agent.clone()).or(Some(s.label())),
+        None => first_installed().map(|p| p.name().to_string()),
+    };
+    Ok((checks, in_use))
+}
+
+fn render_agent(out: &mut String, c: &AgentCheck, in_use: bool) {
+    outln!(
+        out,
+        "{}{}: {}",
+        c.agent,
+        if in_use { " (in use)" } else { "" },
+        match (&c.path, &c.version) {
+            (Some(p), Some(v)) => format!("{v} at {}", p.display()),
+            (Some(p), None) => format!("at {}", p.display()),
+            (None, _) => "not installed".into(),
+        }
+    );
+    if c.path.is_some() {
+        let login = match c.logged_in {
+            Some(true) => "logged in",
+            Some(false) => "NOT logged in",
+            None => "login not checked",
+        };
+        outln!(out, "  {login}: {}", c.login_detail);
+        outln!(out, "  structured output: {}", c.structured_output);
+        outln!(out, "  usage reporting: {}", c.usage_reporting);
+    }
+    if let Some(h) = &c.hint {
+        outln!(out, "  hint: {h}");
+    }
+}
+
+async fn git(dir: &Path) -> Value {
+    let Some(git) = taskdaemon_core::agent::find_on_path("git") else {
+        return json!({"version": null});
+    };
+    let get = |args: &'static [&'static str]| {
+        let git = git.clone();
+        async move {
+            capture(&git, args, dir)
+                .await
+                .filter(|(c, _)| *c == 0)
+                .map(|(_, o)| o.trim().to_string())
+                .filter(|o| !o.is_empty())
+        }
+    };
+    json!({
+        "version": get(&["--version"]).await,
+        "user.name": get(&["config", "user.name"]).await,
+        "user.email": get(&["config", "user.email"]).await,
+        "merge.taskstore.driver": get(&["config", "merge.taskstore.driver"]).await,
+    })
+}
+
+fn daemon(dir: &Path) -> Value {
+    match taskdaemon_core::daemon::DaemonPaths::for_repo(dir) {
+        Ok(p) if p.is_running() => {
+            json!({"state": format!("running (socket {})", p.socket().display())})
+        }
+        Ok(p) => {
+            json!({"state": format!("not running (socket would be {})", p.socket().display())})
+        }
+        Err(_) => json!({"state": "not a git repository: no daemon"}),
+    }
+}
+
+/// The layers, lowest first, each with its name.
+fn layers(dir: &Path, explicit: Option<&Path>) -> anyhow::Result<Vec<(String, Settings)>> {
+    let mut v = Vec::new();
+    if let Some(d) = config::user_config_dir() {
+        let f = d.join("config.yaml");
+        if f.exists() {
+            v.push((
+                f.display().to_string(),
+                config::load_file(&f).map_err(user)?,
+            ));
+        }
+    }
+    let project = explicit
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| config::project_config_path(dir));
+    if project.exists() {
+        v.push((
+            project.display().to_string(),
+            config::load_file(&project).map_err(user)?,
+        ));
+    }
+    Ok(v)
+}
+
+/// Every key set by some layer: its value and the layer it came from (the last wins);
+/// TASKDAEMON_* variables over the files.
+fn settings_json(layers: &[(String, Settings)]) -> Value {
+    let mut out = serde_json::Map::new();
+    for (from, s) in layers {
+        if let Ok(Value::Object(m)) = serde_json::to_value(s) {
+            for (k, v) in m.into_iter().filter(|(_, v)| !v.is_null()) {
+                out.insert(k, json!({"value": v, "from": from}));
+            }
+        }
+    }
+    for (k, v) in std::env::vars() {
+        if let Some(name) = k.strip_prefix("TASKDAEMON_")
+            && !matches!(name, "NOW" | "BIN" | "GROUP")
+        {
+            let key = name.to_ascii_lowercase().replace('_', "-");
+            out.insert(key, json!({"value": v, "from": format!("environment {k}")}));
+        }
+    }
+    Value::Object(out)
+}
