@@ -347,7 +347,7 @@ pub(super) async fn wait(
     };
     st.save(ws)?;
     let log_path = ws.iteration_log(n);
-    if let Ok(mut log) = IterationLog::create(&log_path) {
+    if let Ok(mut log) = IterationLog::create(&log_path, st.config.max_log_bytes) {
         log.note(&format!(
             "{message}; the agent said: {}",
             st.failures.wait_line.as_deref().unwrap_or("(nothing)")

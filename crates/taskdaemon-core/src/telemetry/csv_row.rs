@@ -179,6 +179,7 @@ mod tests {
             tokens_in: 0,
             tokens_out: 0,
             cost_usd: "0.000000".into(),
+            waited_seconds: "0.000".into(),
         };
         write_row(&p, &row("old", 1, "continue")).unwrap();
         write_row(&p, &row("r", 1, "continue")).unwrap();

@@ -64,7 +64,7 @@ impl IterationLog {
         log.budget(cap / 4 * 3);
         if earlier > 0 {
             log.note(
-                "this iteration starts again: an earlier attempt (above) ended without finishing (the harness was killed)",
+                "this iteration starts again: the output of an earlier attempt (a killed harness, or a wait for the agent's limits) is above",
             );
         }
         Ok(log)
