@@ -766,3 +766,78 @@ fn git_diff_shows_the_change_since_the_run_started_even_when_committed() {
     assert!(p2.contains("+hello-one"), "{p2}");
     assert!(p2.contains("the commit this run started from"), "{p2}");
 }
+
+/// Every command the ralph prompt hands the agent works pasted into `sh`, in a directory
+/// whose path holds a space and a quote, with PATH reset (as Codex's login shell does).
+#[test]
+fn the_prompts_commands_work_pasted_into_sh_in_an_awkward_directory() {
+    let env = Env::new();
+    let dir = env.root().join("my repo's dir");
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::create_dir_all(dir.join(".ralph")).unwrap();
+    git(&dir, &["init", "-q"]);
+    std::fs::write(dir.join("src/flavors.ts"), flavors(EIGHT)).unwrap();
+    std::fs::write(
+        dir.join(".ralph/plan.md"),
+        "# Plan\n\n## features\nFiles: src/flavors.ts\n",
+    )
+    .unwrap();
+    git(&dir, &["add", "-A"]);
+    git(&dir, &["commit", "-qm", "eight"]);
+    let idle = env.script(
+        "idle.yaml",
+        "iterations:\n  - steps: [ { say: looking } ]\n",
+    );
+    let out = env
+        .cmd()
+        .current_dir(&dir)
+        .args([
+            "task",
+            "add 2 more drinks",
+            "--agent",
+            &idle,
+            "--max-iterations",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let prompt = std::fs::read_to_string(dir.join(".ralph/logs/iteration-001.prompt.md")).unwrap();
+    let commands: Vec<&str> = prompt
+        .split('`')
+        .filter(|c| c.starts_with("\"$TASKDAEMON_BIN\"") && !c.contains("TAG"))
+        .collect();
+    assert!(commands.len() >= 3, "{commands:?}\n{prompt}");
+    let entries = || std::fs::read_dir(env.root()).unwrap().count();
+    let before = entries();
+    for cmd in &commands {
+        let out = std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(cmd)
+            .current_dir(&dir)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", env.home())
+            .env("GIT_CONFIG_GLOBAL", env.home().join(".gitconfig"))
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("TASKDAEMON_NOW", "2026-11-21T12:00:00Z")
+            .env("TASKDAEMON_BIN", env!("CARGO_BIN_EXE_taskdaemon"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{cmd}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(entries(), before, "no stray file next to the repository");
+    let plan = std::fs::read_to_string(dir.join(".ralph/plan.md")).unwrap();
+    assert!(plan.contains("TASK-1 [ADD]"), "{plan}");
+    assert!(git(&dir, &["tag", "--list"]).contains("manual-"));
+}
