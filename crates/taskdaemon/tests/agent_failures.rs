@@ -734,7 +734,7 @@ sleep 1
             .map(|(t, _)| *t)
             .unwrap()
     };
-    let mut firsts = vec![first_after("task-one"), first_after("task-two")];
+    let mut firsts = [first_after("task-one"), first_after("task-two")];
     firsts.sort();
     assert_eq!(firsts.len(), 2, "{log}");
     assert!(
