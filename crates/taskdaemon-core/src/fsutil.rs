@@ -145,7 +145,7 @@ pub fn open_append(path: &Path) -> io::Result<File> {
         .map_err(|e| nofollow_error(path, e))
 }
 
-/// Open `path` for writing without truncating (a lock file), never through a symbolic link
+/// Open `path` for reading and writing without truncating (a lock file), never through a symbolic link
 /// and never outside its work tree.
 pub fn open_lock_file(path: &Path) -> io::Result<File> {
     confine(path)?;
@@ -155,6 +155,7 @@ pub fn open_lock_file(path: &Path) -> io::Result<File> {
     OpenOptions::new()
         .create(true)
         .truncate(false)
+        .read(true)
         .write(true)
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(path)
