@@ -79,6 +79,12 @@ pub fn confine(path: &Path) -> io::Result<()> {
             }
             return Ok(());
         }
+        if fs::symlink_metadata(d).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(refused(
+                &path,
+                &format!("{} is a link to nowhere", d.display()),
+            ));
+        }
         dir = d.parent();
     }
     Ok(())
@@ -139,7 +145,7 @@ pub fn open_append(path: &Path) -> io::Result<File> {
         .map_err(|e| nofollow_error(path, e))
 }
 
-/// Open `path` for writing without truncating (a lock file), never through a symbolic link
+/// Open `path` for reading and writing without truncating (a lock file), never through a symbolic link
 /// and never outside its work tree.
 pub fn open_lock_file(path: &Path) -> io::Result<File> {
     confine(path)?;
@@ -149,6 +155,7 @@ pub fn open_lock_file(path: &Path) -> io::Result<File> {
     OpenOptions::new()
         .create(true)
         .truncate(false)
+        .read(true)
         .write(true)
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(path)
@@ -311,6 +318,15 @@ mod tests {
         assert!(is_refused_link(&e), "{e}");
         assert!(read_optional(&repo.join(".ralph/logs/summary.csv")).is_err());
         assert!(fs::read_dir(&outside).unwrap().next().is_none());
+    }
+
+    #[test]
+    fn a_dangling_directory_link_is_refused() {
+        let (_d, repo, outside) = tree();
+        std::os::unix::fs::symlink(outside.join("not-yet"), repo.join(".ralph")).unwrap();
+        let e = write_atomic(&repo.join(".ralph/logs/x"), b"x").unwrap_err();
+        assert!(is_refused_link(&e), "{e}");
+        assert!(!outside.join("not-yet").exists());
     }
 
     #[test]

@@ -66,7 +66,8 @@ fn records_have_the_spec_fields_and_defaults() {
         v,
         json!({
             "id": s, "parent": p, "title": "OAuth DB schema", "status": "pending", "deps": [],
-            "file": d.path().join(format!(".taskdaemon/specs/{s}.md")).display().to_string(),
+            // Stored relative to the repository (the same in every clone).
+            "file": format!(".taskdaemon/specs/{s}.md"),
             "phases": [{"name": "Phase 1", "description": "stubs"}],
             "created-at": T0, "updated-at": T0,
         })
@@ -114,11 +115,12 @@ fn constraints_name_the_field() {
         T0,
     )
     .unwrap();
+    // A relative path is relative to the repository; one that leaves it is refused.
     let e = r
         .create_plan(
             NewPlan {
                 title: "t".into(),
-                file: Some("relative/plan.md".into()),
+                file: Some("../relative/plan.md".into()),
                 ..Default::default()
             },
             T0,
@@ -126,7 +128,8 @@ fn constraints_name_the_field() {
         .unwrap_err();
     assert!(
         e.to_string()
-            .starts_with("file: `relative/plan.md` is not an absolute path"),
+            .starts_with("file: `../relative/plan.md` resolves to")
+            && e.to_string().contains("outside the repository"),
         "{e}"
     );
     let e = r

@@ -798,7 +798,8 @@ fn a_target_checked_out_with_local_edits_is_never_rewritten_and_the_work_is_held
 fn submit_checks_plan_and_spec_documents_and_queues_them() {
     let env = Env::new();
     let d = Daemon::new(&env, "", &[]);
-    let dir = env.root().join("docs");
+    // Documents live in the repository: records name only paths inside it.
+    let dir = env.repo().join("docs");
     std::fs::create_dir_all(&dir).unwrap();
     let path = |name: &str| dir.join(name).display().to_string();
     // A plan document that does not check is refused with its problems.

@@ -55,7 +55,7 @@ pub const MAX_TEMPLATE_BYTES: usize = 256 * 1024;
 /// The most `{{…}}` tags a template may have: Handlebars computes each element's line and
 /// column from the start of the text, so loading is quadratic in the number of tags; the
 /// built-in templates have under 100.
-pub const MAX_TAGS: usize = 2_000;
+pub const MAX_TAGS: usize = 1_000;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TemplateError {

@@ -112,7 +112,7 @@ pub fn inside(path: &str, project: &Path) -> Result<PathBuf, String> {
         return Ok(resolved);
     }
     Err(format!(
-        "`{path}` resolves to {}, outside the repository {}; taskdaemon reads and writes only inside it (a record may come from someone else's clone); move the file into the repository and point the record at it (`taskdaemon edit REF --file PATH`)",
+        "`{path}` resolves to {}, outside the repository {}; taskdaemon reads and writes only inside it (a record may come from someone else's clone); move the file into the repository and point the record at it (a plan or spec: `taskdaemon edit REF --file PATH`)",
         resolved.display(),
         project.display()
     ))

@@ -505,6 +505,13 @@ impl AnyRecord {
                 }
                 if let Some(w) = &r.worktree {
                     check_abs("worktree", w, false)?;
+                    if !w.is_empty() && !Path::new(w).is_absolute() {
+                        return Err(invalid(
+                            "worktree",
+                            format!("`{w}` is not an absolute path"),
+                            "a run's worktree is the absolute path the daemon made it at",
+                        ));
+                    }
                 }
             }
         }
@@ -557,11 +564,12 @@ fn check_abs(field: &str, path: &str, required: bool) -> Result<(), StoreError> 
     if path.is_empty() && !required {
         return Ok(());
     }
-    if !Path::new(path).is_absolute() {
+    // Absolute, or relative to the repository's top level (the stored form).
+    if path.is_empty() {
         return Err(StoreError::Invalid {
             field: field.into(),
-            reason: format!("`{path}` is not an absolute path"),
-            hint: "paths are stored absolute (spec 3 §8); relative ones are resolved against the current directory when given on the command line".into(),
+            reason: "empty".into(),
+            hint: "give the path of the record's file".into(),
         });
     }
     Ok(())

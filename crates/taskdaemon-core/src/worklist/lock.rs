@@ -3,7 +3,7 @@
 //! (taken around every checkbox mark, by the harness and by agents in a parallel group:
 //! `flock <spec>/.tasks.md.lock sed -i …`).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -18,14 +18,9 @@ pub struct RunLock {
     _file: File,
 }
 
+/// Never through a link: a committed `.implement.lock -> ~/file` would be truncated.
 fn open(path: &Path) -> Result<File, WorklistError> {
-    OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(WorklistError::io(path))
+    crate::fsutil::open_lock_file(path).map_err(WorklistError::io(path))
 }
 
 /// Take the run lock of `spec_dir`, or say who holds it.
@@ -55,7 +50,7 @@ pub fn acquire(spec_dir: &Path) -> Result<RunLock, WorklistError> {
 /// `None` when no loop runs.
 pub fn holder(spec_dir: &Path) -> Option<Option<i32>> {
     let path = spec_dir.join(RUN_LOCK);
-    let mut f = File::open(&path).ok()?;
+    let mut f = crate::fsutil::open_read(&path).ok()?;
     match f.try_lock_shared() {
         Err(std::fs::TryLockError::WouldBlock) => {
             let mut s = String::new();
