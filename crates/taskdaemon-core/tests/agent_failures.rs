@@ -288,3 +288,77 @@ fn the_alternative_handshake_429_is_a_rate_limit() {
         RateLimited
     );
 }
+
+fn gemini(case: &str) -> (taskdaemon_core::agent::ParsedOutput, i32) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/agent-failures/gemini")
+        .join(case);
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+    let mut p = OutputParser::new(OutputFormat::GeminiStreamJson);
+    for line in std::fs::read_to_string(dir.join("stdout.jsonl"))
+        .unwrap()
+        .lines()
+    {
+        p.line(Stream::Stdout, line);
+    }
+    for line in std::fs::read_to_string(dir.join("stderr.txt"))
+        .unwrap()
+        .lines()
+    {
+        p.line(Stream::Stderr, line);
+    }
+    (p.finish(), meta["exit_code"].as_i64().unwrap() as i32)
+}
+
+#[test]
+fn gemini_stream_json_is_read_words_tools_tokens_and_failures() {
+    let (o, code) = gemini("success-tool-call");
+    assert_eq!(o.tool_calls, 1);
+    assert_eq!(
+        o.last_tool.as_deref(),
+        Some("run_shell_command: echo hi > hello.txt")
+    );
+    assert_eq!((o.tokens_in, o.tokens_out), (Some(3600), Some(90)));
+    assert!(
+        o.words.contains("<promise>COMPLETE</promise>"),
+        "{}",
+        o.words
+    );
+    assert!(
+        !o.words.contains("Create hello.txt"),
+        "the user's prompt is not the agent's words"
+    );
+    assert_eq!(classify(code, false, &o.evidence, &now("UTC")).class, Ok);
+
+    let (o, code) = gemini("invalid-api-key");
+    let r = classify(code, false, &o.evidence, &now("UTC"));
+    assert_eq!(r.class, Auth);
+    assert!(r.line.unwrap().contains("API key not valid"));
+
+    let (o, code) = gemini("no-auth-method");
+    let r = classify(code, false, &o.evidence, &now("UTC"));
+    assert_eq!(r.class, Auth);
+    assert_eq!(r.line.as_deref(), Some("Invalid auth method selected."));
+}
+
+#[test]
+fn gemini_promise_split_across_deltas_is_one_promise() {
+    let mut p = OutputParser::new(OutputFormat::GeminiStreamJson);
+    for piece in ["all done <prom", "ise>COMPLETE</pro", "mise>"] {
+        p.line(
+            Stream::Stdout,
+            &serde_json::json!({"type":"message","role":"assistant","content":piece,"delta":true})
+                .to_string(),
+        );
+    }
+    p.line(
+        Stream::Stdout,
+        r#"{"type":"result","status":"success","stats":{"input_tokens":5,"output_tokens":2}}"#,
+    );
+    let o = p.finish();
+    assert_eq!(
+        taskdaemon_core::signals::scan(&o.words, "COMPLETE").signal,
+        Some(taskdaemon_core::signals::Signal::Complete)
+    );
+}

@@ -71,7 +71,7 @@ fn every_csv_column_is_filled_and_commit_hash_only_empty_without_a_commit() {
     let rows = csv_rows(&env.repo());
     assert_eq!(rows.len(), 3);
     for (i, row) in rows.iter().enumerate() {
-        assert_eq!(row.len(), 15);
+        assert_eq!(row.len(), 16);
         for (k, v) in row {
             if k == "commit_hash" && i > 0 {
                 assert_eq!(v, "", "row {i}");

@@ -84,7 +84,11 @@ fn facts(p: Preset) -> (&'static str, &'static str) {
             "none in its output (only in $CODEX_HOME/sessions); the usage limit's reset is read from its text",
         ),
         Preset::Amp => ("stream-json (Claude-compatible)", "none"),
-        Preset::Gemini | Preset::Opencode => ("plain text", "none"),
+        Preset::Gemini => (
+            "stream-json (tool calls, tokens, errors; no cost)",
+            "none in its output",
+        ),
+        Preset::Opencode => ("plain text (its --format json is not read yet)", "none"),
     }
 }
 

@@ -173,6 +173,19 @@ impl Evidence {
         }
     }
 
+    /// One line of Gemini CLI stream-json.
+    pub fn gemini(&mut self, v: &Value) {
+        let s = |p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);
+        match v.get("type").and_then(Value::as_str) {
+            Some("result") if s("/status").as_deref() == Some("error") => {
+                self.is_error = true;
+                self.result_error = s("/error/message").or_else(|| Some("error".into()));
+            }
+            Some("error") => self.last_retry = s("/message"),
+            _ => {}
+        }
+    }
+
     /// One line of Codex `exec --json`.
     pub fn codex(&mut self, v: &Value) {
         let s = |p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);
@@ -295,6 +308,8 @@ pub const PATTERNS: &[(FailureClass, &[&str])] = &[
             "codex login",
             // Gemini CLI, opencode.
             "api key not valid",
+            "api_key_invalid",
+            "invalid auth method selected",
             "please set an auth method",
         ],
     ),

@@ -18,6 +18,8 @@ pub enum OutputFormat {
     ClaudeStreamJson,
     /// Codex `exec --json`.
     CodexJson,
+    /// Gemini CLI `--output-format stream-json`.
+    GeminiStreamJson,
 }
 
 impl OutputFormat {
@@ -26,8 +28,9 @@ impl OutputFormat {
             "text" => Ok(OutputFormat::Text),
             "claude-stream-json" | "stream-json" => Ok(OutputFormat::ClaudeStreamJson),
             "codex-json" => Ok(OutputFormat::CodexJson),
+            "gemini-stream-json" => Ok(OutputFormat::GeminiStreamJson),
             other => Err(format!(
-                "unknown agent output format `{other}`; use text, claude-stream-json or codex-json"
+                "unknown agent output format `{other}`; use text, claude-stream-json, codex-json or gemini-stream-json"
             )),
         }
     }
@@ -37,6 +40,7 @@ impl OutputFormat {
             OutputFormat::Text => "text",
             OutputFormat::ClaudeStreamJson => "claude-stream-json",
             OutputFormat::CodexJson => "codex-json",
+            OutputFormat::GeminiStreamJson => "gemini-stream-json",
         }
     }
 }
@@ -94,6 +98,8 @@ pub struct OutputParser {
     format: OutputFormat,
     out: ParsedOutput,
     signature: u64,
+    /// Gemini streams a message in pieces (`delta`); a promise may be split across them.
+    delta: String,
 }
 
 impl OutputParser {
@@ -102,6 +108,7 @@ impl OutputParser {
             format,
             out: ParsedOutput::default(),
             signature: FNV_OFFSET,
+            delta: String::new(),
         }
     }
 
@@ -121,6 +128,18 @@ impl OutputParser {
                     text: line.to_string(),
                 }]
             }
+            OutputFormat::GeminiStreamJson => match serde_json::from_str::<Value>(line) {
+                Ok(v) => {
+                    self.out.evidence.gemini(&v);
+                    self.gemini(&v)
+                }
+                Err(_) => {
+                    self.out.evidence.text_line(line);
+                    vec![Activity::Other {
+                        text: line.to_string(),
+                    }]
+                }
+            },
             OutputFormat::ClaudeStreamJson | OutputFormat::CodexJson => {
                 match serde_json::from_str::<Value>(line) {
                     Ok(v) if self.format == OutputFormat::ClaudeStreamJson => {
@@ -162,6 +181,7 @@ impl OutputParser {
     }
 
     pub fn finish(mut self) -> ParsedOutput {
+        self.flush_delta();
         if self.out.tool_calls > 0 {
             self.out.tool_signature =
                 Some(format!("{:016x}-{}", self.signature, self.out.tool_calls));
@@ -289,6 +309,63 @@ impl OutputParser {
             _ => {}
         }
         acts
+    }
+
+    fn flush_delta(&mut self) {
+        if !self.delta.is_empty() {
+            let text = std::mem::take(&mut self.delta);
+            self.say(&text);
+        }
+    }
+
+    /// Gemini CLI stream-json: init, message (user/assistant, `delta` pieces), tool_use,
+    /// tool_result, error, result (status, stats with tokens).
+    fn gemini(&mut self, v: &Value) -> Vec<Activity> {
+        let kind = v.get("type").and_then(Value::as_str);
+        let assistant =
+            kind == Some("message") && v.get("role").and_then(Value::as_str) == Some("assistant");
+        if !assistant {
+            self.flush_delta();
+        }
+        match kind {
+            _ if assistant => {
+                let text = v.get("content").and_then(Value::as_str).unwrap_or_default();
+                if v.get("delta").and_then(Value::as_bool) == Some(true) {
+                    self.delta.push_str(text);
+                } else {
+                    self.flush_delta();
+                    self.say(text);
+                }
+                vec![Activity::Text {
+                    text: text.to_string(),
+                }]
+            }
+            Some("tool_use") => {
+                let name = v.get("tool_name").and_then(Value::as_str).unwrap_or("tool");
+                let input = v.get("parameters");
+                let detail = input.map(tool_detail).unwrap_or_default();
+                let key = input.map(Value::to_string).unwrap_or_default();
+                vec![self.tool(name, &key, detail)]
+            }
+            Some("result") => {
+                if let Some(stats) = v.get("stats") {
+                    let (i, o) = (
+                        self.count(stats, "input_tokens"),
+                        self.count(stats, "output_tokens"),
+                    );
+                    self.out.tokens_in = Some(i);
+                    self.out.tokens_out = Some(o);
+                }
+                Vec::new()
+            }
+            Some("error") => vec![Activity::Other {
+                text: format!(
+                    "gemini: {}",
+                    v.get("message").and_then(Value::as_str).unwrap_or_default()
+                ),
+            }],
+            _ => Vec::new(),
+        }
     }
 
     fn codex(&mut self, v: &Value) -> Vec<Activity> {

@@ -71,7 +71,7 @@ impl Preset {
                 "--dangerously-bypass-approvals-and-sandbox",
             ],
             // Without --skip-trust gemini silently drops --yolo in an untrusted folder.
-            Preset::Gemini => vec!["--yolo", "--skip-trust", "--output-format", "text"],
+            Preset::Gemini => vec!["--yolo", "--skip-trust", "--output-format", "stream-json"],
             // Without --auto, `opencode run` rejects every permission request.
             Preset::Opencode => vec!["run", "--auto"],
             // --stream-json is Claude Code-compatible stream JSON.
@@ -100,6 +100,7 @@ impl Preset {
         match self {
             Preset::Claude | Preset::Amp => OutputFormat::ClaudeStreamJson,
             Preset::Codex => OutputFormat::CodexJson,
+            Preset::Gemini => OutputFormat::GeminiStreamJson,
             _ => OutputFormat::Text,
         }
     }
