@@ -87,8 +87,43 @@ fn hermetic(c: &mut Command, home: &Path) {
         .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"))
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("LC_ALL", "C")
+        .env("PATH", narrowed_path())
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE");
+}
+
+/// The agent CLIs a host may have installed. Tests never see them: a test that wants one
+/// puts its own fake first on PATH.
+const AGENT_CLIS: &[&str] = &["claude", "codex", "gemini", "opencode", "amp"];
+
+/// The test's PATH with every agent CLI hidden: one directory of symlinks to everything
+/// else on the PATH the tests were started with (first match wins, as for PATH), made
+/// once per test binary. So a host with `claude` in /usr/bin gives the same results.
+pub fn narrowed_path() -> &'static std::ffi::OsStr {
+    static DIR: std::sync::OnceLock<(tempfile::TempDir, std::ffi::OsString)> =
+        std::sync::OnceLock::new();
+    let (_, path) = DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let host = std::env::var_os("PATH").unwrap_or_default();
+        for d in std::env::split_paths(&host) {
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let name = e.file_name();
+                if AGENT_CLIS.iter().any(|a| name == *a) {
+                    continue;
+                }
+                let link = dir.path().join(&name);
+                if !link.exists() && link.symlink_metadata().is_err() {
+                    let _ = std::os::unix::fs::symlink(e.path(), &link);
+                }
+            }
+        }
+        let path = dir.path().as_os_str().to_owned();
+        (dir, path)
+    });
+    path
 }
 
 pub fn git(dir: &Path, args: &[&str]) -> String {

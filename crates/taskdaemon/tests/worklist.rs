@@ -427,7 +427,6 @@ fn edge_cases_empty_done_corrupt_state_and_missing_agent() {
     let r = env
         .cmd()
         .args(["implement", SPEC, "--agent", "claude"])
-        .env("PATH", "/usr/bin:/bin")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&r.stderr);
