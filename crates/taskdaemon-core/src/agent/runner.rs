@@ -241,9 +241,13 @@ struct Tree<'a> {
 
 impl Tree<'_> {
     /// The live processes of the tree; zombies among them that are our children (orphans
-    /// re-parented to the subreaper) are reaped on the way.
-    fn live(&self) -> Vec<i32> {
-        reap_group(self.pgid);
+    /// re-parented to the subreaper) are reaped on the way. The group is reaped as a whole
+    /// only once the leader is (`leader_reaped`): before, that would take the leader's
+    /// status from tokio.
+    fn live(&self, leader_reaped: bool) -> Vec<i32> {
+        if leader_reaped {
+            reap_group(self.pgid);
+        }
         let me = nix::unistd::getpid().as_raw();
         let mut live = Vec::new();
         for p in super::tracked::tree(self.token, self.pgid) {
@@ -259,9 +263,9 @@ impl Tree<'_> {
         live
     }
 
-    fn signal(&self, sig: Signal) {
+    fn signal(&self, sig: Signal, leader_reaped: bool) {
         signal_group(self.pgid, sig);
-        super::tracked::signal_all(&self.live(), sig);
+        super::tracked::signal_all(&self.live(leader_reaped), sig);
     }
 }
 
@@ -273,7 +277,7 @@ async fn stop_group(
     rx: &mut mpsc::Receiver<(Stream, Vec<u8>)>,
     on_line: &mut impl FnMut(Stream, &[u8]),
 ) -> std::io::Result<std::process::ExitStatus> {
-    tree.signal(Signal::SIGTERM);
+    tree.signal(Signal::SIGTERM, false);
     let grace_timer = tokio::time::sleep(tree.grace);
     tokio::pin!(grace_timer);
     loop {
@@ -283,7 +287,7 @@ async fn stop_group(
             Some((s, line)) = rx.recv() => on_line(s, &line),
         }
     }
-    tree.signal(Signal::SIGKILL);
+    tree.signal(Signal::SIGKILL, false);
     child.wait().await
 }
 
@@ -295,15 +299,15 @@ async fn end_leftovers(
     rx: &mut mpsc::Receiver<(Stream, Vec<u8>)>,
     on_line: &mut impl FnMut(Stream, &[u8]),
 ) -> bool {
-    let live = tree.live();
+    let live = tree.live(true);
     if live.is_empty() && !group_exists(tree.pgid) {
         return false;
     }
-    tree.signal(Signal::SIGTERM);
+    tree.signal(Signal::SIGTERM, true);
     let until = Instant::now() + tree.grace;
     let mut last_kill: Option<Instant> = None;
     loop {
-        let live = tree.live();
+        let live = tree.live(true);
         if live.is_empty() && !group_exists(tree.pgid) {
             return true;
         }
