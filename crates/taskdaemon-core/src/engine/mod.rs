@@ -7,8 +7,8 @@ mod state;
 
 mod completion;
 pub mod events;
-pub mod standalone;
 pub mod failures;
+pub mod standalone;
 mod watch;
 
 use std::ffi::OsString;
