@@ -520,6 +520,7 @@ fn size_guard_warns_then_refuses_before_loading() {
         warn_bytes: warn,
         max_bytes: Some(max),
         fsync: true,
+        index: true,
     };
     let s = Store::open(d.path(), defs(), opts(len - 1, len)).unwrap();
     assert_eq!(s.warnings().len(), 1);

@@ -145,8 +145,7 @@ impl Worktrees {
     pub fn open(repo: &Path, base: &Path) -> Result<Worktrees, WorktreeError> {
         let here = Git::new(repo);
         let top = here.toplevel()?;
-        let common = here.run(&["rev-parse", "--path-format=absolute", "--git-common-dir"])?;
-        let common_dir = PathBuf::from(common.trim_end_matches('\n'));
+        let common_dir = here.common_dir()?;
         let probe = Worktrees {
             git: Git::new(&top),
             top: top.clone(),
