@@ -267,15 +267,17 @@ impl Git {
                     .map(|p| p.to_path_buf())
             })
             .unwrap_or_default();
-        let exclude = PathBuf::from(
-            self.run(&[
-                "rev-parse",
-                "--path-format=absolute",
-                "--git-path",
-                "info/exclude",
-            ])?
-            .trim_end(),
-        );
+        let exclude = fact(&self.dir, "info/exclude", || {
+            Ok(PathBuf::from(
+                self.run(&[
+                    "rev-parse",
+                    "--path-format=absolute",
+                    "--git-path",
+                    "info/exclude",
+                ])?
+                .trim_end(),
+            ))
+        })?;
         let gitignore = std::fs::read_to_string(self.dir.join(".gitignore")).unwrap_or_default();
         let existing = std::fs::read_to_string(&exclude).unwrap_or_default();
         let anchored = |p: &str| {
