@@ -65,7 +65,9 @@ pub(crate) fn reopen(locked: &Locked, path: &Path) -> io::Result<File> {
         if (m.dev(), m.ino()) == locked.id {
             Ok(f)
         } else {
-            Err(io::Error::other("the file was replaced while it was being read"))
+            Err(io::Error::other(
+                "the file was replaced while it was being read",
+            ))
         }
     };
     match File::open(format!("/proc/self/fd/{}", locked.file.as_raw_fd())) {

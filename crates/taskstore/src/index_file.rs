@@ -263,7 +263,9 @@ fn parse(c: &Collection, data: &[u8], meta: &std::fs::Metadata, file: &File) -> 
     fresh.superseded = r.u64()?;
     fresh.mid_line = r.u8()? != 0;
     fresh.tail = r.bytes()?.to_vec();
-    if known_len < fresh.tail.len() as u64 || read_range(file, known_len - fresh.tail.len() as u64, known_len).ok()? != fresh.tail {
+    if known_len < fresh.tail.len() as u64
+        || read_range(file, known_len - fresh.tail.len() as u64, known_len).ok()? != fresh.tail
+    {
         return None;
     }
     let n = r.count()?;

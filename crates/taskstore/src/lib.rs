@@ -12,8 +12,8 @@
 mod collection;
 pub mod error;
 mod file;
-mod index_file;
 pub mod filter;
+mod index_file;
 pub mod line;
 pub mod merge;
 pub mod record;

@@ -315,11 +315,7 @@ impl Store {
 
     /// Live records passing every filter (on indexed fields), in the order they first
     /// appeared in the file, as stored lines.
-    pub fn list_raw(
-        &self,
-        collection: &str,
-        filters: &[Filter],
-    ) -> Result<Vec<(&str, Vec<u8>)>> {
+    pub fn list_raw(&self, collection: &str, filters: &[Filter]) -> Result<Vec<(&str, Vec<u8>)>> {
         let c = self.col(collection)?;
         c.list(filters)?
             .into_iter()

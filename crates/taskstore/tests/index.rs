@@ -52,7 +52,8 @@ fn fill(dir: &Path, n: usize) {
     let mut s = open(dir);
     for i in 0..n {
         let status = if i % 3 == 0 { "done" } else { "new" };
-        s.create("items", &item(&format!("r{i:04}"), 1, status)).unwrap();
+        s.create("items", &item(&format!("r{i:04}"), 1, status))
+            .unwrap();
     }
     s.delete("items", "r0001", 2).unwrap();
     // The index was saved at the first write (the file was new); it covers the whole file
@@ -74,7 +75,10 @@ fn a_valid_index_is_used_and_ignored_by_git() {
     assert_eq!(s.get("items", "r0003").unwrap().unwrap()["status"], "done");
     assert!(s.get("items", "r0001").unwrap().is_none());
     assert_eq!(
-        fs::read_to_string(d.path().join(".index/.gitignore")).unwrap().lines().last(),
+        fs::read_to_string(d.path().join(".index/.gitignore"))
+            .unwrap()
+            .lines()
+            .last(),
         Some("*")
     );
 }
@@ -84,7 +88,10 @@ fn an_append_by_another_process_is_read_on_top_of_the_index() {
     let d = tempfile::tempdir().unwrap();
     fill(d.path(), 50);
     // Another program appends, bypassing this store entirely.
-    let mut f = fs::OpenOptions::new().append(true).open(file(d.path())).unwrap();
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(file(d.path()))
+        .unwrap();
     writeln!(f, "{}", item("r0002", 5, "done")).unwrap();
     writeln!(f, "{}", item("zz", 5, "done")).unwrap();
     drop(f);
@@ -97,7 +104,10 @@ fn an_append_by_another_process_is_read_on_top_of_the_index() {
 fn a_torn_write_and_its_completion_are_seen_through_the_index() {
     let d = tempfile::tempdir().unwrap();
     fill(d.path(), 50);
-    let mut f = fs::OpenOptions::new().append(true).open(file(d.path())).unwrap();
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(file(d.path()))
+        .unwrap();
     f.write_all(br#"{"id":"torn","updated-at":3,"sta"#).unwrap();
     let s = check(d.path(), true);
     assert_eq!(s.issues().len(), 1, "the torn tail is reported");
@@ -115,7 +125,9 @@ fn compaction_by_another_store_makes_the_index_rebuild() {
     fill(d.path(), 50);
     let mut other = open(d.path());
     for i in 0..10 {
-        other.update("items", &item("r0004", 10 + i, "done")).unwrap();
+        other
+            .update("items", &item("r0004", 10 + i, "done"))
+            .unwrap();
     }
     let o = CompactOptions {
         retention_ms: 0,
@@ -146,12 +158,17 @@ fn a_file_rewritten_in_place_at_the_same_size_is_parsed_again() {
     let changed = text.replacen("\"status\":\"new\"", "\"status\":\"old\"", 2);
     assert_eq!(changed.len(), text.len());
     std::thread::sleep(std::time::Duration::from_millis(20));
-    let mut f = fs::OpenOptions::new().write(true).open(file(d.path())).unwrap();
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(file(d.path()))
+        .unwrap();
     f.write_all(changed.as_bytes()).unwrap();
     drop(f);
     let s = check(d.path(), false);
     assert_eq!(
-        s.list("items", &[Filter::eq("status", "old")]).unwrap().len(),
+        s.list("items", &[Filter::eq("status", "old")])
+            .unwrap()
+            .len(),
         1
     );
 }
@@ -189,7 +206,11 @@ fn git(dir: &Path, home: &Path, args: &[&str]) {
         .env("LC_ALL", "C")
         .output()
         .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -205,7 +226,13 @@ fn git_checkout_and_merge_rewriting_the_file_make_the_index_rebuild() {
     git(&repo, &home, &["commit", "-qm", "fifty"]);
     // The index directory ignores itself: git sees only the collection file.
     let st = Command::new("git")
-        .args(["-C", repo.to_str().unwrap(), "status", "--porcelain", "--untracked-files=all"])
+        .args([
+            "-C",
+            repo.to_str().unwrap(),
+            "status",
+            "--porcelain",
+            "--untracked-files=all",
+        ])
         .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"))
         .output()
         .unwrap();

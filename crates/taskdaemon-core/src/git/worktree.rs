@@ -721,7 +721,12 @@ mod tests {
             }
         });
         assert!(wt.list().unwrap().is_empty());
-        assert_eq!(git(&repo, &["worktree", "list", "--porcelain"]).matches("worktree ").count(), 1);
+        assert_eq!(
+            git(&repo, &["worktree", "list", "--porcelain"])
+                .matches("worktree ")
+                .count(),
+            1
+        );
     }
 
     #[test]
