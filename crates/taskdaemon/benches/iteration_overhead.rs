@@ -138,7 +138,10 @@ fn startup(repo: &Path, home: &Path) {
     );
     report("taskdaemon run --max-iterations 1", &mut ours);
     report("bash floor (git top level, HEAD x2, true x2)", &mut floor);
-    report("ratio taskdaemon / floor (per round; ms = x)", &mut ratio);
+    report(
+        "ratio taskdaemon / floor, per round (a factor, not ms)",
+        &mut ratio,
+    );
 }
 
 fn report(what: &str, v: &mut [f64]) {
