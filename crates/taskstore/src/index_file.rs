@@ -136,9 +136,18 @@ pub(crate) fn save(c: &Collection, store: &Path) {
 fn write(store: &Path, name: &str, data: &[u8]) -> std::io::Result<()> {
     let dir = dir_of(store);
     std::fs::create_dir_all(&dir)?;
+    // Never written through a symlink (a repository could ship one pointing elsewhere).
+    if std::fs::symlink_metadata(&dir)?.file_type().is_symlink() {
+        return Err(std::io::Error::other("the index directory is a symlink"));
+    }
     let ignore = dir.join(".gitignore");
-    if !ignore.exists() {
-        std::fs::write(&ignore, "# taskstore's rebuildable index cache\n*\n")?;
+    if std::fs::symlink_metadata(&ignore).is_err() {
+        // `create_new` fails on anything already there, a symlink included.
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&ignore)?;
+        f.write_all(b"# taskstore's rebuildable index cache\n*\n")?;
     }
     let mut tmp = tempfile::Builder::new()
         .prefix(&format!(".{name}.idx."))

@@ -257,3 +257,23 @@ fn git_checkout_and_merge_rewriting_the_file_make_the_index_rebuild() {
     live.sync().unwrap();
     assert_eq!(view(&live), view(&parsed(&repo)));
 }
+
+#[test]
+fn an_index_directory_that_is_a_symlink_is_not_written_through() {
+    let d = tempfile::tempdir().unwrap();
+    let store = d.path().join("store");
+    let elsewhere = d.path().join("elsewhere");
+    fs::create_dir_all(&store).unwrap();
+    fs::create_dir_all(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, store.join(".index")).unwrap();
+    let mut w = open(&store);
+    for i in 0..4 {
+        w.create("items", &item(&format!("r{i}"), 1, "new"))
+            .unwrap();
+    }
+    w.rebuild_indexes("items").unwrap();
+    assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+    // Without its index the store still works: the file is parsed.
+    let s = check(&store, false);
+    assert_eq!(s.list("items", &[]).unwrap().len(), 4);
+}
