@@ -25,6 +25,10 @@ fn main() {
         measure(Path::new(&args[i + 1]));
         return;
     }
+    if let Some(i) = args.iter().position(|a| a == "--op") {
+        op(&args[i + 1], Path::new(&args[i + 2]), args[i + 3] == "1");
+        return;
+    }
     let n: usize = std::env::var("BENCH_RECORDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -87,12 +91,163 @@ fn main() {
 
 fn run_child(project: &Path) {
     let exe = std::env::current_exe().expect("current exe");
-    let status = std::process::Command::new(exe)
+    let status = std::process::Command::new(&exe)
         .arg("--measure")
         .arg(project)
         .status()
         .expect("run the measuring child");
     assert!(status.success());
+    commands(&exe, project);
+}
+
+/// What one command does to the store, each in a fresh process (open included), with the
+/// persistent index and without it (the baseline: the whole file parsed), rounds
+/// alternating. Prints medians, min–max and the ratio indexed / parsed.
+fn commands(exe: &Path, project: &Path) {
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    // The index is saved by the first open after the build; later opens use it.
+    let run = |op: &str, index: bool| -> (f64, f64) {
+        let out = std::process::Command::new(exe)
+            .args(["--op", op])
+            .arg(project)
+            .arg(if index { "1" } else { "0" })
+            .output()
+            .expect("run an op child");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut f = text
+            .split_whitespace()
+            .map(|w| w.parse::<f64>().unwrap_or(0.0));
+        (f.next().unwrap_or(0.0), f.next().unwrap_or(0.0))
+    };
+    run("show", true);
+    println!("commands, each a fresh process (open + the work; median [min-max] of {rounds}):");
+    let goals = [
+        ("show", 20.0),
+        ("plan-new", 20.0),
+        ("submit", 20.0),
+        ("list-status", 50.0),
+        ("status-plan", 50.0),
+        ("pass", 10.0),
+    ];
+    for (op, goal) in goals {
+        let (mut with, mut without, mut rss) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let (t, r) = run(op, true);
+            with.push(t);
+            rss.push(r);
+            without.push(run(op, false).0);
+        }
+        let (m, w) = (mid(&mut with), mid(&mut without));
+        println!(
+            "  {op:<12} indexed {m:7.1} ms [{:.1}-{:.1}]  parsed (baseline) {w:7.1} ms [{:.1}-{:.1}]  ratio {:.3}  goal <= {goal} ms  peak RSS {:.1} MB (goal <= 30)",
+            with[0],
+            with[with.len() - 1],
+            without[0],
+            without[without.len() - 1],
+            m / w,
+            mid(&mut rss)
+        );
+    }
+}
+
+fn mid(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// One command's store work in this fresh process; prints "ms peak-RSS-MB". `pass` is the
+/// daemon's scheduling pass on a store it already holds open (sync, then pick).
+fn op(what: &str, project: &Path, index: bool) {
+    let opts = StoreOptions {
+        index,
+        ..StoreOptions::default()
+    };
+    let t = Instant::now();
+    let mut records = Records::open_with(project, opts).expect("open");
+    let some_spec = records
+        .store()
+        .list_ids("specs", &[Filter::eq("status", "running")])
+        .expect("ids")
+        .first()
+        .map(|s| s.to_string())
+        .expect("a running spec");
+    let plan = records
+        .store()
+        .ids("plans")
+        .expect("plans")
+        .nth(7)
+        .map(str::to_string)
+        .expect("a plan");
+    let elapsed = match what {
+        "show" => {
+            let hex = some_spec.split('-').next().unwrap_or("").to_string();
+            std::hint::black_box(records.find(&hex).expect("show"));
+            t.elapsed()
+        }
+        "plan-new" => {
+            let p = NewPlan {
+                title: "One more plan".into(),
+                ..Default::default()
+            };
+            std::hint::black_box(records.create_plan(p, T0).expect("plan new"));
+            t.elapsed()
+        }
+        "submit" => {
+            let r = taskdaemon_core::store::NewRun {
+                loop_type: "ralph".into(),
+                name: Some("submitted".into()),
+                ..Default::default()
+            };
+            std::hint::black_box(records.create_run(r, T0).expect("submit"));
+            t.elapsed()
+        }
+        "list-status" => {
+            let f = [Filter::eq("status", "running")];
+            std::hint::black_box(records.list(Kind::Spec, &f).expect("list"));
+            t.elapsed()
+        }
+        "status-plan" => {
+            let f = [Filter::eq("parent", plan.as_str())];
+            let specs = records.list(Kind::Spec, &f).expect("specs of the plan");
+            let runs = records.list(Kind::Run, &f).expect("runs of the plan");
+            std::hint::black_box((specs, runs));
+            t.elapsed()
+        }
+        _ => {
+            let t = Instant::now();
+            records.sync().expect("sync");
+            let limits = taskdaemon_core::scheduler::pick::Limits::default();
+            let picked = taskdaemon_core::scheduler::pick::pick(
+                &records,
+                &Default::default(),
+                &limits,
+                &|_| "claude".to_string(),
+                &Default::default(),
+            )
+            .expect("pick");
+            std::hint::black_box(picked);
+            t.elapsed()
+        }
+    };
+    println!("{:.3} {:.1}", elapsed.as_secs_f64() * 1000.0, peak_rss_mb());
+}
+
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
 }
 
 fn new_spec(i: usize, plans: &[String]) -> NewRecord {

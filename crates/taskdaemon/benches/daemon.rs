@@ -1,12 +1,17 @@
-//! The daemon's scheduling: 1,000 LoopRuns (ralph, no-op agent `cmd:true`, validation
-//! `true`) in a random dependency DAG, at concurrency 8, each in its own worktree and
-//! merged back. Prints the wall time; the scheduling overhead per run as the dispatcher
-//! times it (its passes: sync, cascade, pick; and recording the runs' reports in the store);
-//! the daemon process's CPU per run (also the engines it runs in-process, not the git or
-//! agent processes); where a run's time goes (from the daemon's millisecond log); and the
-//! daemon's peak RSS (goal ≤ 60 MB).
+//! The daemon's scheduling, two scenarios in one run:
 //!
-//! `cargo bench -p taskdaemon --bench daemon` (RUNS=N, LOOPS=N, SEED=N to change).
+//! 1. Overlap: SLEEPERS (default 8) independent ralph runs whose agent sleeps 2 s
+//!    (`cmd:sleep 2`), at `max-loops` 4. Prints how many runs' agents were running at the
+//!    same time at most (goal: 4) and the wall time against the ideal `runs × 2 s / 4`
+//!    (ratio; a daemon that serialised worktree creation shows 1 overlapping run and ~4×).
+//! 2. No-op runs: RUNS (default 200) LoopRuns (ralph, agent `cmd:true`, validation
+//!    `true`) in a random dependency DAG, at concurrency LOOPS (default 4), each in its
+//!    own worktree and merged back. Prints the wall time; the overhead per run (wall ×
+//!    concurrency / runs, goal ≤ 100 ms, printed as a ratio to it); the scheduling
+//!    overhead per run as the dispatcher times it; the daemon's CPU per run; where a
+//!    run's time goes (from the daemon's millisecond log); the daemon's peak RSS.
+//!
+//! `cargo bench -p taskdaemon --bench daemon` (RUNS=N, LOOPS=N, SLEEPERS=N, SEED=N).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -92,11 +97,14 @@ fn stats(mut v: Vec<f64>) -> String {
     )
 }
 
-fn main() {
-    let runs = env_num("RUNS", 1000) as usize;
-    let loops = env_num("LOOPS", 8);
-    let mut rng = Rng(env_num("SEED", 0x9e37_79b9_7f4a_7c15) | 1);
-    let exe = Path::new(env!("CARGO_BIN_EXE_taskdaemon"));
+struct Project {
+    _tmp: tempfile::TempDir,
+    home: std::path::PathBuf,
+    repo: std::path::PathBuf,
+    log: std::path::PathBuf,
+}
+
+fn project() -> Project {
     let tmp = tempfile::tempdir().expect("temp dir");
     let root = tmp.path().canonicalize().expect("temp dir path");
     let home = root.join("home");
@@ -114,57 +122,50 @@ fn main() {
     git(&repo, &home, &["commit", "-qm", "initial"]);
     // The person works on another branch, so merges move main itself.
     git(&repo, &home, &["checkout", "-qb", "wip"]);
+    Project {
+        log: root.join("daemon.log"),
+        _tmp: tmp,
+        home,
+        repo,
+    }
+}
 
-    // The DAG: each run depends on up to 3 random earlier runs (about 40% have none).
-    let t0 = Instant::now();
-    let mut records = Records::open(&repo).expect("store");
-    let mut ids: Vec<String> = Vec::with_capacity(runs);
-    let mut deps_of: HashMap<String, Vec<String>> = HashMap::new();
-    let mut edges = 0;
-    for i in 0..runs {
-        let mut deps = Vec::new();
-        if i > 0 && rng.next() % 10 >= 4 {
-            for _ in 0..=(rng.next() % 3) {
-                let d = ids[(rng.next() % i as u64) as usize].clone();
-                if !deps.contains(&d) {
-                    deps.push(d);
-                }
-            }
-        }
-        edges += deps.len();
+/// Runs with these agents and deps (indexes of earlier runs); their ids.
+fn submit(p: &Project, runs: &[(&str, Vec<usize>)]) -> Vec<String> {
+    let mut records = Records::open(&p.repo).expect("store");
+    let mut ids: Vec<String> = Vec::with_capacity(runs.len());
+    for (i, (agent, deps)) in runs.iter().enumerate() {
         let mut ctx = Map::new();
-        ctx.insert("task".into(), Value::from(format!("no-op {i}")));
-        ctx.insert("agent".into(), Value::from("cmd:true"));
+        ctx.insert("task".into(), Value::from(format!("run {i}")));
+        ctx.insert("agent".into(), Value::from(*agent));
         ctx.insert("validate".into(), Value::from("true"));
         ctx.insert("target-branch".into(), Value::from("main"));
         let run = records
             .create_run(
                 NewRun {
                     loop_type: "ralph".into(),
-                    name: Some(format!("noop {i}")),
-                    deps: deps.clone(),
+                    name: Some(format!("run {i}")),
+                    deps: deps.iter().map(|d| ids[*d].clone()).collect(),
                     context: ctx,
                     ..NewRun::default()
                 },
                 jiff::Timestamp::now().as_millisecond(),
             )
             .expect("create run");
-        deps_of.insert(run.id.clone(), deps);
         ids.push(run.id);
     }
-    drop(records);
-    println!(
-        "{runs} runs, {edges} dependency edges, concurrency {loops}; records written in {:.1} s",
-        t0.elapsed().as_secs_f64()
-    );
+    ids
+}
 
-    let log_path = root.join("daemon.log");
-    let log = std::fs::File::create(&log_path).expect("log");
+/// Start the daemon, wait until `runs` runs ended; wall time, CPU seconds, peak RSS kB, log.
+fn daemon(p: &Project, loops: u64, runs: usize) -> (Duration, f64, u64, String) {
+    let exe = Path::new(env!("CARGO_BIN_EXE_taskdaemon"));
+    let log = std::fs::File::create(&p.log).expect("log");
     let mut c = Command::new(exe);
-    hermetic(&mut c, &home);
+    hermetic(&mut c, &p.home);
     let start = Instant::now();
     let mut daemon = c
-        .current_dir(&repo)
+        .current_dir(&p.repo)
         .args([
             "daemon",
             "start",
@@ -182,25 +183,25 @@ fn main() {
     let pid = daemon.id();
     let mut peak = (0.0, 0);
     loop {
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(Duration::from_millis(100));
         let u = usage(pid);
         if u.1 > 0 {
             peak = u;
         }
-        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-        let done = text
+        let text = std::fs::read_to_string(&p.log).unwrap_or_default();
+        let ended = text
             .lines()
-            .filter(|l| l.contains(": rebasing -> complete"))
+            .filter(|l| {
+                l.contains(": rebasing -> complete")
+                    || l.contains("-> failed")
+                    || l.contains("-> blocked")
+            })
             .count();
-        let failed = text
-            .lines()
-            .filter(|l| l.contains("-> failed") || l.contains("-> blocked"))
-            .count();
-        if done + failed >= runs {
+        if ended >= runs {
             break;
         }
         if let Ok(Some(s)) = daemon.try_wait() {
-            panic!("the daemon exited early ({s}); see {}", log_path.display());
+            panic!("the daemon exited early ({s}); see {}", p.log.display());
         }
         assert!(
             start.elapsed() < Duration::from_secs(3600),
@@ -215,19 +216,27 @@ fn main() {
         nix::sys::signal::Signal::SIGTERM,
     );
     let _ = daemon.wait();
-    let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-    let dispatcher = text
-        .lines()
-        .find_map(|l| l.split_once(" dispatcher: ").map(|(_, r)| r.to_string()))
-        .unwrap_or_else(|| "(no dispatcher line in the log)".into());
+    let text = std::fs::read_to_string(&p.log).unwrap_or_default();
+    (wall, cpu, hwm, text)
+}
 
-    // Where a run's time went, from the daemon's log.
-    let first = text.lines().next().and_then(ms_of).unwrap_or(0);
-    let mut started: HashMap<String, i64> = HashMap::new();
-    let mut finished: HashMap<String, i64> = HashMap::new();
-    let mut merged: HashMap<String, i64> = HashMap::new();
+/// Per run id: when it started (worktree ready), its loop ended, it was merged.
+struct Times {
+    first: i64,
+    started: HashMap<String, i64>,
+    finished: HashMap<String, i64>,
+    merged: HashMap<String, i64>,
+}
+
+fn times(text: &str) -> Times {
+    let mut t = Times {
+        first: text.lines().next().and_then(ms_of).unwrap_or(0),
+        started: HashMap::new(),
+        finished: HashMap::new(),
+        merged: HashMap::new(),
+    };
     for l in text.lines() {
-        let Some(t) = ms_of(l) else { continue };
+        let Some(at) = ms_of(l) else { continue };
         let words: Vec<&str> = l.split_whitespace().collect();
         let (Some(kind), Some(id)) = (words.get(1), words.get(2)) else {
             continue;
@@ -237,13 +246,91 @@ fn main() {
         }
         let id = id.trim_end_matches(':').to_string();
         if l.contains(" started at iteration") {
-            started.insert(id, t);
+            t.started.insert(id, at);
         } else if l.contains("(ralph) -> rebasing") {
-            finished.insert(id, t);
+            t.finished.insert(id, at);
         } else if l.contains(": rebasing -> complete") {
-            merged.insert(id, t);
+            t.merged.insert(id, at);
         }
     }
+    t
+}
+
+/// The most intervals open at one time.
+fn peak_overlap(intervals: &[(i64, i64)]) -> usize {
+    let mut edges: Vec<(i64, i32)> = intervals
+        .iter()
+        .flat_map(|(a, b)| [(*a, 1), (*b, -1)])
+        .collect();
+    edges.sort();
+    let (mut open, mut peak) = (0i32, 0i32);
+    for (_, d) in edges {
+        open += d;
+        peak = peak.max(open);
+    }
+    peak as usize
+}
+
+fn overlap_scenario() {
+    let n = env_num("SLEEPERS", 8) as usize;
+    let loops = 4;
+    let p = project();
+    let ids = submit(&p, &vec![("cmd:sleep 2", Vec::new()); n]);
+    let (wall, _, _, text) = daemon(&p, loops, n);
+    let t = times(&text);
+    let intervals: Vec<(i64, i64)> = ids
+        .iter()
+        .filter_map(|id| Some((*t.started.get(id)?, *t.finished.get(id)?)))
+        .collect();
+    let ideal = n as f64 * 2.0 / loops as f64;
+    println!(
+        "overlap: {n} runs of a 2 s agent at max-loops {loops}: at most {} running at once (goal {loops}); all merged in {:.2} s = {:.2}x the ideal {ideal:.1} s ({} of {n} complete)",
+        peak_overlap(&intervals),
+        wall.as_secs_f64(),
+        wall.as_secs_f64() / ideal,
+        t.merged.len()
+    );
+}
+
+fn main() {
+    overlap_scenario();
+    let runs = env_num("RUNS", 200) as usize;
+    let loops = env_num("LOOPS", 4);
+    let mut rng = Rng(env_num("SEED", 0x9e37_79b9_7f4a_7c15) | 1);
+    let p = project();
+    // The DAG: each run depends on up to 3 random earlier runs (about 40% have none).
+    let t0 = Instant::now();
+    let mut plan: Vec<(&str, Vec<usize>)> = Vec::with_capacity(runs);
+    let mut edges = 0;
+    for i in 0..runs {
+        let mut deps = Vec::new();
+        if i > 0 && rng.next() % 10 >= 4 {
+            for _ in 0..=(rng.next() % 3) {
+                let d = (rng.next() % i as u64) as usize;
+                if !deps.contains(&d) {
+                    deps.push(d);
+                }
+            }
+        }
+        edges += deps.len();
+        plan.push(("cmd:true", deps));
+    }
+    let ids = submit(&p, &plan);
+    let deps_of: HashMap<&String, Vec<&String>> = ids
+        .iter()
+        .zip(&plan)
+        .map(|(id, (_, deps))| (id, deps.iter().map(|d| &ids[*d]).collect()))
+        .collect();
+    println!(
+        "{runs} runs, {edges} dependency edges, concurrency {loops}; records written in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let (wall, cpu, hwm, text) = daemon(&p, loops, runs);
+    let dispatcher = text
+        .lines()
+        .find_map(|l| l.split_once(" dispatcher: ").map(|(_, r)| r.to_string()))
+        .unwrap_or_else(|| "(no dispatcher line in the log)".into());
+    let t = times(&text);
     let failed = text
         .lines()
         .filter(|l| l.contains("-> failed") || l.contains("-> blocked"))
@@ -252,16 +339,16 @@ fn main() {
     let mut engine = Vec::new();
     let mut merge = Vec::new();
     for id in &ids {
-        let (Some(s), Some(f), Some(m)) = (started.get(id), finished.get(id), merged.get(id))
+        let (Some(s), Some(f), Some(m)) = (t.started.get(id), t.finished.get(id), t.merged.get(id))
         else {
             continue;
         };
         let ready = deps_of[id]
             .iter()
-            .filter_map(|d| merged.get(d))
+            .filter_map(|d| t.merged.get(*d))
             .max()
             .copied()
-            .unwrap_or(first);
+            .unwrap_or(t.first);
         latency.push((s - ready) as f64);
         engine.push((f - s) as f64);
         merge.push((m - f) as f64);
@@ -270,16 +357,17 @@ fn main() {
         "all runs done in {:.1} s ({:.1} runs/s); {} complete, {failed} failed or blocked",
         wall.as_secs_f64(),
         runs as f64 / wall.as_secs_f64(),
-        merged.len()
+        t.merged.len()
     );
     println!(
         "daemon process CPU (dispatcher and the in-process engines; not the git/agent processes): {cpu:.2} s = {:.2} ms per run",
         cpu * 1000.0 / runs as f64
     );
     println!("scheduling overhead (the dispatcher's own timing): {dispatcher}");
+    let per_run = wall.as_secs_f64() * 1000.0 * loops as f64 / runs as f64;
     println!(
-        "wall time x concurrency per run: {:.1} ms",
-        wall.as_secs_f64() * 1000.0 * loops as f64 / runs as f64
+        "no-op run overhead (wall x concurrency per run): {per_run:.1} ms = {:.2}x the 100 ms goal",
+        per_run / 100.0
     );
     println!(
         "ready -> started (slot wait + worktree):  {}",

@@ -7,6 +7,12 @@
 //! Validation passes from the first iteration, so the run requires a completion promise the
 //! no-op agent never says: every iteration then goes through the whole pipeline (prompt,
 //! agent, signals, validation, stuck check, CSV row, state save) until max-iterations.
+//!
+//! Then start-up + one iteration (BENCH_STARTS runs, default 20, each a fresh
+//! `taskdaemon run --max-iterations 1`) against its floor measured in the same rounds: a
+//! bash script starting the processes such a run cannot avoid (git for the top level and
+//! HEAD before and after, the agent `true`, the validation `true`). Prints medians,
+//! min–max and the ratio. (The other peer, ralph-orchestrator, is not built here.)
 
 use std::path::Path;
 use std::process::Command;
@@ -84,16 +90,69 @@ fn main() {
         "  whole run incl. start-up: {:.1} ms",
         total.as_secs_f64() * 1000.0
     );
+    startup(&repo, &home);
+}
+
+/// Start-up + one iteration, against the bash floor, round by round.
+fn startup(repo: &Path, home: &Path) {
+    let starts: usize = env_or("BENCH_STARTS", 20);
+    let floor_script = "git rev-parse --show-toplevel >/dev/null && git rev-parse -q --verify 'HEAD^{commit}' >/dev/null && true && true && git rev-parse -q --verify 'HEAD^{commit}' >/dev/null";
+    let env = |c: &mut Command| {
+        c.current_dir(repo)
+            .env("HOME", home)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"))
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+    };
+    let (mut ours, mut floor, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..starts {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_taskdaemon"));
+        c.args([
+            "run",
+            "benchmark task",
+            "--agent",
+            "cmd:true",
+            "--validate",
+            "true",
+        ])
+        .args(["--completion-promise", "NEVER", "--max-stuck", "0"])
+        .args(["--max-iterations", "1", "--json"]);
+        env(&mut c);
+        let t = Instant::now();
+        let _ = c.status().expect("run taskdaemon");
+        let a = t.elapsed().as_secs_f64() * 1000.0;
+        let mut b = Command::new("bash");
+        b.args(["-c", floor_script]);
+        env(&mut b);
+        let t = Instant::now();
+        let _ = b.status().expect("run bash");
+        let f = t.elapsed().as_secs_f64() * 1000.0;
+        ours.push(a);
+        floor.push(f);
+        ratio.push(a / f);
+    }
+    println!(
+        "start-up + one iteration, {starts} rounds (taskdaemon vs the bash floor, same rounds):"
+    );
+    report("taskdaemon run --max-iterations 1", &mut ours);
+    report("bash floor (git top level, HEAD x2, true x2)", &mut floor);
+    report(
+        "ratio taskdaemon / floor, per round (a factor, not ms)",
+        &mut ratio,
+    );
 }
 
 fn report(what: &str, v: &mut [f64]) {
     v.sort_by(|a, b| a.total_cmp(b));
     let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
     println!(
-        "  {what}: median {:.2} ms, p10 {:.2} ms, p90 {:.2} ms, max {:.2} ms",
+        "  {what}: median {:.2} ms, p10 {:.2} ms, p90 {:.2} ms, min {:.2} ms, max {:.2} ms",
         q(0.5),
         q(0.1),
         q(0.9),
+        q(0.0),
         q(1.0)
     );
 }

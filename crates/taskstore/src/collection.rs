@@ -79,10 +79,13 @@ pub(crate) struct Slot {
     pub id: Arc<str>,
     pub updated_at: i64,
     pub deleted: bool,
-    seg: usize,
-    start: usize,
-    end: usize,
+    /// Where its latest line is in the file (byte offsets, the newline excluded).
+    pub start: u64,
+    pub end: u64,
     pub line: u64,
+    /// FNV-1a of the latest line (telling an unchanged record from a changed one after a
+    /// reload without reading either).
+    pub hash: u64,
     pub values: Box<[IndexValue]>,
 }
 
@@ -117,16 +120,18 @@ struct ParsedLine {
 pub(crate) struct Collection {
     pub def: CollectionDef,
     pub path: PathBuf,
-    segs: Vec<Vec<u8>>,
-    file_id: Option<FileId>,
-    known_len: u64,
+    /// The file the slots point into (kept open: a file replaced since still reads as it
+    /// was when it was parsed).
+    pub(crate) file: Option<Arc<std::fs::File>>,
+    pub(crate) file_id: Option<FileId>,
+    pub(crate) known_len: u64,
     /// The last bytes consumed, to notice a file rewritten in place.
-    tail: Vec<u8>,
+    pub(crate) tail: Vec<u8>,
     /// Lines consumed so far (the last one may lack its newline: `mid_line`).
-    lines: u64,
-    mid_line: bool,
+    pub(crate) lines: u64,
+    pub(crate) mid_line: bool,
     /// Every id ever seen (deleted ones too), in order of first appearance.
-    slots: Vec<Slot>,
+    pub(crate) slots: Vec<Slot>,
     by_id: BTreeMap<Arc<str>, u32>,
     /// All ids of `slots`, one after the other, for substring search; `id_at[n]` is where
     /// slot n's id starts.
@@ -139,7 +144,14 @@ pub(crate) struct Collection {
     pub superseded: u64,
     /// Size of the file when last loaded whole, when over the warning threshold.
     pub large: Option<u64>,
+    /// How much of the file the saved index (`index_file`) covers.
+    pub(crate) indexed_len: u64,
+    /// Whether the last load came from the saved index (else the file was parsed whole).
+    pub(crate) from_index: bool,
 }
+
+/// The saved index is written again when this many bytes were read past what it covers.
+const REINDEX_BYTES: u64 = 256 * 1024;
 
 impl Collection {
     pub fn new(def: CollectionDef, dir: &Path) -> Collection {
@@ -148,7 +160,7 @@ impl Collection {
         Collection {
             def,
             path,
-            segs: Vec::new(),
+            file: None,
             file_id: None,
             known_len: 0,
             tail: Vec::new(),
@@ -163,6 +175,8 @@ impl Collection {
             pending: None,
             superseded: 0,
             large: None,
+            indexed_len: 0,
+            from_index: false,
         }
     }
 
@@ -254,14 +268,22 @@ impl Collection {
         let len = locked.file.metadata().map_err(Error::io(&self.path))?.len();
         let same_file = self.file_id == Some(locked.id) && len >= self.known_len;
         if same_file && self.tail_unchanged(locked)? {
+            if self.file.is_none() {
+                self.file = Some(Arc::new(
+                    crate::file::reopen(locked, &self.path).map_err(Error::io(&self.path))?,
+                ));
+            }
             if len > self.known_len {
                 let bytes =
                     read_range(&locked.file, self.known_len, len).map_err(Error::io(&self.path))?;
                 self.ingest(bytes, Some(changes));
+                self.save_index(opts, false);
             }
             return Ok(());
         }
-        self.reload(locked, len, opts, Some(changes))
+        self.reload(locked, len, opts, Some(changes))?;
+        self.save_index(opts, true);
+        Ok(())
     }
 
     fn dir(&self) -> &Path {
@@ -285,19 +307,14 @@ impl Collection {
         opts: &StoreOptions,
         changes: Option<&mut Vec<Change>>,
     ) -> Result<()> {
-        if let Some(max) = opts.max_bytes
-            && len > max
-        {
-            return Err(Error::TooLarge {
-                path: self.path.clone(),
-                mb: len / (1024 * 1024),
-                limit_mb: max / (1024 * 1024),
-            });
-        }
+        self.guard(len, opts)?;
         let bytes = read_range(&locked.file, 0, len).map_err(Error::io(&self.path))?;
         let fresh = Collection::new(self.def.clone(), self.dir());
         let old = std::mem::replace(self, fresh);
         self.file_id = Some(locked.id);
+        self.file = Some(Arc::new(
+            crate::file::reopen(locked, &self.path).map_err(Error::io(&self.path))?,
+        ));
         self.large = (len > opts.warn_bytes).then_some(len);
         self.ingest(bytes, None);
         if let Some(changes) = changes {
@@ -306,12 +323,29 @@ impl Collection {
         Ok(())
     }
 
-    /// Load from scratch (at open, and for rebuild-indexes).
-    pub fn load(&mut self, opts: &StoreOptions) -> Result<()> {
+    /// Load from scratch (at open, and for rebuild-indexes): from the saved index and the
+    /// bytes appended since when `use_index` and the index is valid, else by parsing the
+    /// whole file (then the index is saved again).
+    pub fn load(&mut self, opts: &StoreOptions, use_index: bool) -> Result<()> {
         match open_locked(&self.path, false).map_err(Error::io(&self.path))? {
             Some(l) => {
                 let len = l.file.metadata().map_err(Error::io(&self.path))?.len();
-                self.reload(&l, len, opts, None)
+                let dir = self.dir().to_path_buf();
+                *self = Collection::new(self.def.clone(), &dir);
+                if use_index && opts.index && self.guard(len, opts).is_ok() {
+                    if crate::index_file::load(self, &dir, &l) {
+                        self.indexed_len = self.known_len;
+                        self.from_index = true;
+                        self.large = (len > opts.warn_bytes).then_some(len);
+                        let mut ignored = Vec::new();
+                        return self.refresh(Some(&l), opts, &mut ignored);
+                    }
+                    // A stale or corrupt index: parsed again below, saved again after.
+                    *self = Collection::new(self.def.clone(), &dir);
+                }
+                self.reload(&l, len, opts, None)?;
+                self.save_index(opts, true);
+                Ok(())
             }
             None => {
                 *self = Collection::new(self.def.clone(), self.dir());
@@ -320,12 +354,58 @@ impl Collection {
         }
     }
 
+    fn guard(&self, len: u64, opts: &StoreOptions) -> Result<()> {
+        match opts.max_bytes {
+            Some(max) if len > max => Err(Error::TooLarge {
+                path: self.path.clone(),
+                mb: len / (1024 * 1024),
+                limit_mb: max / (1024 * 1024),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Save the index when `always` or when it lags far behind what was read.
+    pub(crate) fn save_index(&mut self, opts: &StoreOptions, always: bool) {
+        if !opts.index || self.file.is_none() {
+            return;
+        }
+        if always || self.known_len.abs_diff(self.indexed_len) >= REINDEX_BYTES {
+            crate::index_file::save(self, self.dir());
+            self.indexed_len = self.known_len;
+        }
+    }
+
+    /// Take slots read from a saved index: the id map, the id text and the indexes are
+    /// built from them. `false` if they are inconsistent (a duplicate id, a live record
+    /// without a value per indexed field).
+    pub(crate) fn adopt(&mut self, slots: Vec<Slot>) -> bool {
+        let fields = self.def.indexed.len();
+        for (n, slot) in slots.iter().enumerate() {
+            let Ok(n) = u32::try_from(n) else {
+                return false;
+            };
+            if !slot.deleted && slot.values.len() != fields {
+                return false;
+            }
+            if self.by_id.insert(slot.id.clone(), n).is_some() {
+                return false;
+            }
+            self.id_at.push(self.id_text.len());
+            self.id_text.extend_from_slice(slot.id.as_bytes());
+            self.id_text.push(b'\n');
+            if !slot.deleted {
+                self.index(n, &slot.values, true);
+            }
+        }
+        self.slots = slots;
+        true
+    }
+
     /// Record what differs between `old` and the current state (after a reload).
-    fn diff_from(&self, old: &Collection, changes: &mut Vec<Change>) {
-        let live = |c: &'_ Collection, id: &str| -> Option<Vec<u8>> {
-            c.slot(id)
-                .filter(|s| !s.deleted)
-                .map(|s| c.bytes(s).to_vec())
+    pub(crate) fn diff_from(&self, old: &Collection, changes: &mut Vec<Change>) {
+        let live = |c: &'_ Collection, id: &str| -> Option<u64> {
+            c.slot(id).filter(|s| !s.deleted).map(|s| s.hash)
         };
         let mut ids: BTreeSet<&Arc<str>> = self.by_id.keys().collect();
         ids.extend(old.by_id.keys());
@@ -350,8 +430,8 @@ impl Collection {
 
     /// Parse bytes read from the file at `known_len` onwards. Complete lines are consumed;
     /// an incomplete last line is consumed only if it is a valid record.
-    fn ingest(&mut self, mut data: Vec<u8>, mut changes: Option<&mut Vec<Change>>) {
-        let seg = self.segs.len();
+    pub(crate) fn ingest(&mut self, mut data: Vec<u8>, mut changes: Option<&mut Vec<Change>>) {
+        let offset = self.known_len;
         let mut pos = 0;
         if self.mid_line {
             // Bytes after a last line that had no newline: normally just that newline.
@@ -383,7 +463,9 @@ impl Collection {
                 self.lines = line;
                 match p.what {
                     Parsed::Record(meta) => {
-                        self.apply(meta, seg, p.start, p.end, changes.as_deref_mut())
+                        let at = (offset + p.start as u64, offset + p.end as u64);
+                        let hash = fnv(trim(&data[p.start..p.end]));
+                        self.apply(meta, at, hash, changes.as_deref_mut())
                     }
                     Parsed::Marker => {
                         let raw = trim(&data[p.start..p.end]).to_vec();
@@ -415,7 +497,8 @@ impl Collection {
                     Ok(meta) => {
                         self.lines += 1;
                         let end = data.len();
-                        self.apply(meta, seg, pos, end, changes);
+                        let at = (offset + pos as u64, offset + end as u64);
+                        self.apply(meta, at, fnv(rest), changes);
                         consumed = end;
                         self.mid_line = true;
                     }
@@ -443,8 +526,6 @@ impl Collection {
             let cut = self.tail.len().saturating_sub(TAIL);
             self.tail.drain(..cut);
         }
-        data.shrink_to_fit();
-        self.segs.push(data);
     }
 
     fn issue(&mut self, line: u64, kind: IssueKind, message: String, raw: Vec<u8>) {
@@ -461,9 +542,8 @@ impl Collection {
     fn apply(
         &mut self,
         meta: LineMeta,
-        seg: usize,
-        start: usize,
-        end: usize,
+        (start, end): (u64, u64),
+        hash: u64,
         changes: Option<&mut Vec<Change>>,
     ) {
         // One walk of the id map: most lines of a load are new ids.
@@ -493,10 +573,10 @@ impl Collection {
                     id,
                     updated_at: meta.updated_at,
                     deleted: true,
-                    seg,
                     start,
                     end,
                     line: self.lines,
+                    hash,
                     values: Box::new([]),
                 });
                 (next, None)
@@ -510,10 +590,10 @@ impl Collection {
         let slot = &mut self.slots[n as usize];
         slot.updated_at = meta.updated_at;
         slot.deleted = meta.deleted;
-        slot.seg = seg;
         slot.start = start;
         slot.end = end;
         slot.line = self.lines;
+        slot.hash = hash;
         slot.values = meta.values;
         if now_live {
             let values = std::mem::take(&mut self.slots[n as usize].values);
@@ -572,15 +652,27 @@ impl Collection {
         }
     }
 
-    pub fn bytes(&self, slot: &Slot) -> &[u8] {
-        trim(&self.segs[slot.seg][slot.start..slot.end])
+    /// A record's latest line, read from the file.
+    pub fn bytes(&self, slot: &Slot) -> Result<Vec<u8>> {
+        let Some(file) = &self.file else {
+            return Err(Error::io(&self.path)(std::io::Error::other(
+                "the collection's file is not open",
+            )));
+        };
+        let mut b = read_range(file, slot.start, slot.end).map_err(Error::io(&self.path))?;
+        let t = trim(&b);
+        if t.len() != b.len() {
+            b = t.to_vec();
+        }
+        Ok(b)
     }
 
     /// The latest line of a live record.
-    pub fn get(&self, id: &str) -> Option<(&[u8], &Slot)> {
-        self.slot(id)
-            .filter(|s| !s.deleted)
-            .map(|s| (self.bytes(s), s))
+    pub fn get(&self, id: &str) -> Result<Option<(Vec<u8>, &Slot)>> {
+        match self.slot(id).filter(|s| !s.deleted) {
+            Some(s) => Ok(Some((self.bytes(s)?, s))),
+            None => Ok(None),
+        }
     }
 
     pub fn field_index(&self, field: &str) -> Result<usize> {
@@ -779,6 +871,16 @@ fn kind_bounds(t: &IndexValue) -> (Bound<IndexValue>, Bound<IndexValue>) {
             Bound::Excluded(IndexValue::List(Box::new([]))),
         ),
     }
+}
+
+/// FNV-1a, 64 bits.
+pub(crate) fn fnv(b: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for x in b {
+        h ^= u64::from(*x);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }
 
 /// Without surrounding ASCII whitespace (a `\r` from CRLF checkouts, stray spaces).

@@ -56,6 +56,26 @@ pub(crate) fn open_locked(path: &Path, exclusive: bool) -> io::Result<Option<Loc
     }
 }
 
+/// A second, independent descriptor of the locked file for reading later (a `dup` would
+/// share the open file description, and with it the lock, for as long as it stays open).
+pub(crate) fn reopen(locked: &Locked, path: &Path) -> io::Result<File> {
+    use std::os::fd::AsRawFd;
+    let same = |f: File| -> io::Result<File> {
+        let m = f.metadata()?;
+        if (m.dev(), m.ino()) == locked.id {
+            Ok(f)
+        } else {
+            Err(io::Error::other(
+                "the file was replaced while it was being read",
+            ))
+        }
+    };
+    match File::open(format!("/proc/self/fd/{}", locked.file.as_raw_fd())) {
+        Ok(f) => same(f),
+        Err(_) => same(File::open(path)?),
+    }
+}
+
 pub(crate) fn read_range(file: &File, start: u64, end: u64) -> io::Result<Vec<u8>> {
     let len = usize::try_from(end.saturating_sub(start))
         .map_err(|_| io::Error::other("file too large for this platform"))?;

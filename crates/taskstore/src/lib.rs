@@ -2,15 +2,18 @@
 //!
 //! A store is a directory; each collection is one `<name>.jsonl` file and is the source of
 //! truth: append-only, one JSON object per line, the latest `updated-at` per `id` wins,
-//! deletes are tombstones (`"_deleted": true`). Everything is loaded at open (after a size
-//! guard) and indexed in memory; other processes' appends are picked up by `sync` and
-//! before every write. See [`store`] for the durability policy, [`merge`] for the git
+//! deletes are tombstones (`"_deleted": true`). At open each collection's index (per id
+//! where its latest line is, the indexed fields) is read from a rebuildable cache in
+//! `<dir>/.index/` plus the bytes appended since, or built by parsing the file (after a
+//! size guard) when that cache is missing or stale; records are read from the file when
+//! asked for. Other processes' appends are picked up by `sync` and before every write. See [`store`] for the durability policy, [`merge`] for the git
 //! merge driver.
 
 mod collection;
 pub mod error;
 mod file;
 pub mod filter;
+mod index_file;
 pub mod line;
 pub mod merge;
 pub mod record;

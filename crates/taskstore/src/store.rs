@@ -46,6 +46,10 @@ pub struct StoreOptions {
     pub max_bytes: Option<u64>,
     /// fsync every write before returning. Default true.
     pub fsync: bool,
+    /// Keep a rebuildable index of each collection in `<dir>/.index/` (see `index_file`),
+    /// so a load reads the index and the bytes appended since instead of the whole file.
+    /// Default true.
+    pub index: bool,
 }
 
 impl Default for StoreOptions {
@@ -54,6 +58,7 @@ impl Default for StoreOptions {
             warn_bytes: WARN_BYTES,
             max_bytes: Some(MAX_BYTES),
             fsync: true,
+            index: true,
         }
     }
 }
@@ -151,7 +156,7 @@ impl Store {
         let mut cols = BTreeMap::new();
         for def in defs {
             let mut c = Collection::new(def, &dir);
-            c.load(&opts)?;
+            c.load(&opts, true)?;
             cols.insert(c.def.name.clone(), c);
         }
         Ok(Store {
@@ -176,6 +181,12 @@ impl Store {
 
     pub fn path_of(&self, collection: &str) -> Result<&Path> {
         Ok(&self.col(collection)?.path)
+    }
+
+    /// Whether `collection` was last loaded from its saved index (plus the bytes appended
+    /// since) rather than by parsing its whole file.
+    pub fn loaded_from_index(&self, collection: &str) -> Result<bool> {
+        Ok(self.col(collection)?.from_index)
     }
 
     /// How many fsyncs this store made (the durability policy, observable).
@@ -253,8 +264,8 @@ impl Store {
     // ---- reading ----
 
     /// The latest version of a live record, as its stored JSON line.
-    pub fn get_raw(&self, collection: &str, id: &str) -> Result<Option<&[u8]>> {
-        Ok(self.col(collection)?.get(id).map(|(b, _)| b))
+    pub fn get_raw(&self, collection: &str, id: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.col(collection)?.get(id)?.map(|(b, _)| b))
     }
 
     pub fn get(&self, collection: &str, id: &str) -> Result<Option<Value>> {
@@ -263,9 +274,9 @@ impl Store {
 
     fn get_as_value<T: DeserializeOwned>(&self, collection: &str, id: &str) -> Result<Option<T>> {
         let c = self.col(collection)?;
-        match c.get(id) {
+        match c.get(id)? {
             None => Ok(None),
-            Some((bytes, slot)) => decode(c, bytes, slot.line).map(Some),
+            Some((bytes, slot)) => decode(c, &bytes, slot.line).map(Some),
         }
     }
 
@@ -304,11 +315,22 @@ impl Store {
 
     /// Live records passing every filter (on indexed fields), in the order they first
     /// appeared in the file, as stored lines.
-    pub fn list_raw(&self, collection: &str, filters: &[Filter]) -> Result<Vec<(&str, &[u8])>> {
+    pub fn list_raw(&self, collection: &str, filters: &[Filter]) -> Result<Vec<(&str, Vec<u8>)>> {
         let c = self.col(collection)?;
-        Ok(c.list(filters)?
+        c.list(filters)?
             .into_iter()
-            .map(|slot| (&*slot.id, c.bytes(slot)))
+            .map(|slot| Ok((&*slot.id, c.bytes(slot)?)))
+            .collect()
+    }
+
+    /// Ids of live records passing every filter (on indexed fields), in the order they
+    /// first appeared in the file; reads no record.
+    pub fn list_ids(&self, collection: &str, filters: &[Filter]) -> Result<Vec<&str>> {
+        Ok(self
+            .col(collection)?
+            .list(filters)?
+            .into_iter()
+            .map(|slot| &*slot.id)
             .collect())
     }
 
@@ -324,7 +346,7 @@ impl Store {
         let c = self.col(collection)?;
         c.list(filters)?
             .into_iter()
-            .map(|slot| decode(c, c.bytes(slot), slot.line))
+            .map(|slot| decode(c, &c.bytes(slot)?, slot.line))
             .collect()
     }
 
@@ -428,7 +450,7 @@ impl Store {
     pub fn rebuild_indexes(&mut self, collection: &str) -> Result<usize> {
         let opts = self.opts.clone();
         let c = self.col_mut(collection)?;
-        c.load(&opts)?;
+        c.load(&opts, false)?;
         Ok(c.count().0)
     }
 
@@ -504,7 +526,7 @@ impl Store {
             } else {
                 records += 1;
             }
-            out.extend_from_slice(c.bytes(slot));
+            out.extend_from_slice(&c.bytes(slot)?);
             out.push(b'\n');
         }
         let report = CompactReport {
@@ -522,7 +544,7 @@ impl Store {
         write_atomic(&path, &out).map_err(Error::io(&path))?;
         self.fsyncs += 2;
         let c = self.col_mut(collection)?;
-        c.load(&unlimited)?;
+        c.load(&unlimited, false)?;
         drop(locked);
         Ok(report)
     }

@@ -456,8 +456,16 @@ fn compaction_keeps_latest_versions_and_young_tombstones() {
     let names: Vec<_> = fs::read_dir(d.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())
+        .filter(|n| n != ".index")
         .collect();
     assert_eq!(names.len(), 1, "no temp file left: {names:?}");
+    // The index cache beside it holds its ignore file and the index, nothing half written.
+    let mut cached: Vec<_> = fs::read_dir(d.path().join(".index"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    cached.sort();
+    assert_eq!(cached, [".gitignore", "items.idx"]);
     // The open store follows, and writes continue on the new file.
     assert_eq!(
         s.ids("items").unwrap().collect::<Vec<_>>(),
@@ -520,6 +528,7 @@ fn size_guard_warns_then_refuses_before_loading() {
         warn_bytes: warn,
         max_bytes: Some(max),
         fsync: true,
+        index: true,
     };
     let s = Store::open(d.path(), defs(), opts(len - 1, len)).unwrap();
     assert_eq!(s.warnings().len(), 1);

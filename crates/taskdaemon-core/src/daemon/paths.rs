@@ -108,8 +108,7 @@ impl DaemonPaths {
     /// The daemon of the repository containing `dir`, keyed to its main work tree.
     pub fn for_repo(dir: &Path) -> Result<DaemonPaths, GitError> {
         let git = Git::new(dir);
-        let common = git.run(&["rev-parse", "--path-format=absolute", "--git-common-dir"])?;
-        let common = PathBuf::from(common.trim());
+        let common = git.common_dir()?;
         // The main work tree is the parent of the common dir (`<top>/.git`) for a normal
         // repository; a bare or unusual layout falls back to this tree's top level.
         let project = match common.file_name() {

@@ -317,7 +317,7 @@ impl Merger<'_> {
         let path = self.wt.path_for(INTEGRATION);
         let registered = self.wt.registered()?;
         let entry = find(&registered, &path).cloned();
-        let _lock = self.wt.lock("worktrees.lock")?;
+        let _lock = self.wt.lock_name(INTEGRATION)?;
         match entry {
             Some(r) if !r.prunable && path.exists() => {}
             Some(r) => {

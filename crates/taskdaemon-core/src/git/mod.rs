@@ -100,15 +100,26 @@ impl Git {
         }
     }
 
-    /// The top of the work tree containing `dir`.
+    /// The top of the work tree containing `dir` (asked of git once per directory and
+    /// process: see [`fact`]).
     pub fn toplevel(&self) -> Result<PathBuf, GitError> {
-        let out = self.output(&["rev-parse", "--show-toplevel"])?;
-        if !out.status.success() {
-            return Err(GitError::NotARepo(self.dir.clone()));
-        }
-        Ok(PathBuf::from(
-            String::from_utf8_lossy(&out.stdout).trim_end_matches('\n'),
-        ))
+        fact(&self.dir, "--show-toplevel", || {
+            let out = self.output(&["rev-parse", "--show-toplevel"])?;
+            if !out.status.success() {
+                return Err(GitError::NotARepo(self.dir.clone()));
+            }
+            Ok(PathBuf::from(
+                String::from_utf8_lossy(&out.stdout).trim_end_matches('\n'),
+            ))
+        })
+    }
+
+    /// The common git directory (absolute), once per directory and process.
+    pub fn common_dir(&self) -> Result<PathBuf, GitError> {
+        fact(&self.dir, "--git-common-dir", || {
+            let out = self.run(&["rev-parse", "--path-format=absolute", "--git-common-dir"])?;
+            Ok(PathBuf::from(out.trim_end_matches('\n')))
+        })
     }
 
     /// The commit HEAD points at; `None` on an unborn branch.
@@ -134,6 +145,31 @@ impl Git {
         }
         self.run(&["diff", "HEAD", "--stat", "--patch"])
     }
+}
+
+/// A fact about the repository containing `dir` (its top level, its common git
+/// directory): computed once per process and directory, then remembered. These do not
+/// change while a process runs (a directory does not move between repositories), and a
+/// start-up asks for them from several places. Failures are not remembered.
+fn fact(
+    dir: &Path,
+    what: &'static str,
+    compute: impl FnOnce() -> Result<PathBuf, GitError>,
+) -> Result<PathBuf, GitError> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    type Facts = Mutex<HashMap<(PathBuf, &'static str), PathBuf>>;
+    static FACTS: OnceLock<Facts> = OnceLock::new();
+    let facts = FACTS.get_or_init(Facts::default);
+    let key = (dir.to_path_buf(), what);
+    if let Some(v) = facts.lock().ok().and_then(|m| m.get(&key).cloned()) {
+        return Ok(v);
+    }
+    let v = compute()?;
+    if let Ok(mut m) = facts.lock() {
+        m.insert(key, v.clone());
+    }
+    Ok(v)
 }
 
 /// One git invocation being built: arguments, environment, bytes for stdin.
@@ -231,15 +267,17 @@ impl Git {
                     .map(|p| p.to_path_buf())
             })
             .unwrap_or_default();
-        let exclude = PathBuf::from(
-            self.run(&[
-                "rev-parse",
-                "--path-format=absolute",
-                "--git-path",
-                "info/exclude",
-            ])?
-            .trim_end(),
-        );
+        let exclude = fact(&self.dir, "info/exclude", || {
+            Ok(PathBuf::from(
+                self.run(&[
+                    "rev-parse",
+                    "--path-format=absolute",
+                    "--git-path",
+                    "info/exclude",
+                ])?
+                .trim_end(),
+            ))
+        })?;
         let gitignore = std::fs::read_to_string(self.dir.join(".gitignore")).unwrap_or_default();
         let existing = std::fs::read_to_string(&exclude).unwrap_or_default();
         let anchored = |p: &str| {

@@ -145,8 +145,7 @@ impl Worktrees {
     pub fn open(repo: &Path, base: &Path) -> Result<Worktrees, WorktreeError> {
         let here = Git::new(repo);
         let top = here.toplevel()?;
-        let common = here.run(&["rev-parse", "--path-format=absolute", "--git-common-dir"])?;
-        let common_dir = PathBuf::from(common.trim_end_matches('\n'));
+        let common_dir = here.common_dir()?;
         let probe = Worktrees {
             git: Git::new(&top),
             top: top.clone(),
@@ -203,17 +202,35 @@ impl Worktrees {
 
     /// A lock file in `<common-git-dir>/taskdaemon/`, held exclusively until dropped.
     pub(crate) fn lock(&self, name: &str) -> Result<File, WorktreeError> {
-        let dir = self.common_dir.join("taskdaemon");
-        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let f = self.lock_file(&self.common_dir.join("taskdaemon"), name)?;
+        f.lock().map_err(io(&self.common_dir))?;
+        Ok(f)
+    }
+
+    fn lock_file(&self, dir: &Path, name: &str) -> Result<File, WorktreeError> {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
         let path = dir.join(name);
-        let f = OpenOptions::new()
+        OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&path)
-            .map_err(io(&path))?;
-        f.lock().map_err(io(&path))?;
-        Ok(f)
+            .map_err(io(&path))
+    }
+
+    /// The locks around adding or removing the worktree `name`: `worktrees.lock` shared
+    /// (so worktrees of different names are made and removed at the same time; `prune`
+    /// takes it exclusively) and `worktree-locks/<name>.lock` exclusive (one change of a
+    /// given worktree at a time). Git's own `worktree add` of different paths is safe
+    /// concurrently: each makes its admin directory with an atomic `mkdir` (numbered when
+    /// the name is taken) and marks it "initializing" until the checkout is done.
+    pub(crate) fn lock_name(&self, name: &str) -> Result<(File, File), WorktreeError> {
+        let dir = self.common_dir.join("taskdaemon");
+        let all = self.lock_file(&dir, "worktrees.lock")?;
+        all.lock_shared().map_err(io(&dir))?;
+        let one = self.lock_file(&dir.join("worktree-locks"), &format!("{name}.lock"))?;
+        one.lock().map_err(io(&dir))?;
+        Ok((all, one))
     }
 
     /// Create the worktree `name` on `branch` (made at `start` when it does not exist), or
@@ -221,7 +238,7 @@ impl Worktrees {
     pub fn ensure(&self, name: &str, branch: &str, start: &str) -> Result<PathBuf, WorktreeError> {
         check_name(name)?;
         self.check_branch(branch)?;
-        let _lock = self.lock("worktrees.lock")?;
+        let _lock = self.lock_name(name)?;
         let path = self.path_for(name);
         let full = format!("refs/heads/{branch}");
         let all = self.registered()?;
@@ -297,7 +314,7 @@ impl Worktrees {
         delete_branch: bool,
     ) -> Result<(), WorktreeError> {
         check_name(name)?;
-        let _lock = self.lock("worktrees.lock")?;
+        let _lock = self.lock_name(name)?;
         let path = self.path_for(name);
         let all = self.registered()?;
         let Some(r) = find(&all, &path).cloned() else {
@@ -667,6 +684,49 @@ mod tests {
         assert_eq!(list[0].name, "abc123-spec-x");
         assert_eq!(list[0].branch.as_deref(), Some("td/x"));
         assert!(!list[0].dirty && !list[0].missing && !list[0].locked);
+    }
+
+    #[test]
+    fn worktrees_of_different_names_are_made_and_removed_at_the_same_time() {
+        let (_d, repo, wt) = repo();
+        // One name's lock held: the others are made meanwhile, that one waits for it.
+        let held = wt.lock_name("w0").unwrap();
+        let names: Vec<String> = (0..4).map(|i| format!("w{i}")).collect();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            for n in &names {
+                let (wt, tx) = (wt.clone(), tx.clone());
+                s.spawn(move || {
+                    let r = wt.ensure(n, &format!("td/{n}"), "main");
+                    tx.send((n.clone(), r.map_err(|e| e.to_string()))).unwrap();
+                });
+            }
+            let mut first: Vec<String> = (0..3).map(|_| rx.recv().unwrap().0).collect();
+            first.sort();
+            assert_eq!(first, ["w1", "w2", "w3"]);
+            drop(held);
+            let (last, r) = rx.recv().unwrap();
+            assert_eq!(last, "w0");
+            r.unwrap();
+        });
+        let list = wt.list().unwrap();
+        assert_eq!(
+            list.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(),
+            ["w0", "w1", "w2", "w3"]
+        );
+        std::thread::scope(|s| {
+            for n in &names {
+                let wt = wt.clone();
+                s.spawn(move || wt.remove(n, false, false).unwrap());
+            }
+        });
+        assert!(wt.list().unwrap().is_empty());
+        assert_eq!(
+            git(&repo, &["worktree", "list", "--porcelain"])
+                .matches("worktree ")
+                .count(),
+            1
+        );
     }
 
     #[test]

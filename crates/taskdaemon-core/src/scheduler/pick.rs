@@ -70,7 +70,7 @@ pub fn pick(
     let mut heads: Vec<Head> = store
         .list_raw(Kind::Run.collection(), &pending_filter)?
         .into_iter()
-        .filter_map(|(_, line)| serde_json::from_slice::<Head>(line).ok())
+        .filter_map(|(_, line)| serde_json::from_slice::<Head>(&line).ok())
         .collect();
     if heads.is_empty() {
         return Ok(Vec::new());

@@ -1,0 +1,328 @@
+//! The persistent index of a collection: what a load of `NAME.jsonl` found (per id the
+//! offsets of its latest line, its time, the indexed values; the unreadable lines; how far
+//! the file was read), saved in `<store>/.index/NAME.idx` so the next process reads the
+//! index and only the bytes appended since instead of parsing the whole file.
+//!
+//! The JSONL file stays the truth. The index is a cache that is never trusted blindly: it
+//! is used only when it names the same file (device, inode), the file is at least as long
+//! as what it covers, and the bytes just before that point are the ones it remembers
+//! (the last 64 bytes, and an FNV-1a hash of the last 4 KiB); its own contents carry a
+//! checksum. Anything else (a file git rewrote, a compaction, a file cut short, a torn or
+//! corrupt index, another format version) makes the caller parse the file again and
+//! write a fresh index. A failure to write it is ignored: the next load parses again.
+//! The directory holds a `.gitignore` of `*`, so git never sees it.
+
+use std::fs::File;
+use std::io::Write as _;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::collection::{Collection, IssueKind, LineIssue, Slot};
+use crate::file::read_range;
+use crate::line::IndexValue;
+
+const MAGIC: &[u8; 8] = b"TSIDX\x00\x00\x01";
+/// How much of the file before the covered length is hashed.
+const TAIL_HASH: u64 = 4096;
+
+/// `<store>/.index/`.
+pub(crate) fn dir_of(store: &Path) -> PathBuf {
+    store.join(".index")
+}
+
+pub(crate) fn path_of(store: &Path, collection: &str) -> PathBuf {
+    dir_of(store).join(format!("{collection}.idx"))
+}
+
+fn tail_hash(file: &File, len: u64) -> Option<u64> {
+    let b = read_range(file, len.saturating_sub(TAIL_HASH), len).ok()?;
+    Some(crate::collection::fnv(&b))
+}
+
+// ---- writing ----
+
+struct W(Vec<u8>);
+impl W {
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn i64(&mut self, v: i64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.u64(b.len() as u64);
+        self.0.extend_from_slice(b);
+    }
+    fn value(&mut self, v: &IndexValue) {
+        match v {
+            IndexValue::Null => self.0.push(0),
+            IndexValue::Bool(b) => self.0.extend_from_slice(&[1, u8::from(*b)]),
+            IndexValue::Int(i) => {
+                self.0.push(2);
+                self.i64(*i);
+            }
+            IndexValue::Str(s) => {
+                self.0.push(3);
+                self.bytes(s.as_bytes());
+            }
+            IndexValue::List(items) => {
+                self.0.push(4);
+                self.u64(items.len() as u64);
+                for i in items {
+                    self.value(i);
+                }
+            }
+            IndexValue::Other(s) => {
+                self.0.push(5);
+                self.bytes(s.as_bytes());
+            }
+        }
+    }
+}
+
+/// Save what `c` knows about its file. Errors are ignored (the index is a cache).
+pub(crate) fn save(c: &Collection, store: &Path) {
+    let (Some(file), Some((dev, ino))) = (&c.file, c.file_id) else {
+        return;
+    };
+    let Some(hash) = tail_hash(file, c.known_len) else {
+        return;
+    };
+    let Ok(meta) = file.metadata() else {
+        return;
+    };
+    let mut w = W(Vec::with_capacity(64 + c.slots.len() * 96));
+    w.0.extend_from_slice(MAGIC);
+    w.bytes(c.def.name.as_bytes());
+    w.bytes(c.def.indexed.join("\n").as_bytes());
+    for v in [dev, ino, meta.len(), mtime_ns(&meta), c.known_len, hash] {
+        w.u64(v);
+    }
+    for v in [c.lines, c.superseded] {
+        w.u64(v);
+    }
+    w.0.push(u8::from(c.mid_line));
+    w.bytes(&c.tail);
+    w.u64(c.slots.len() as u64);
+    for s in &c.slots {
+        w.bytes(s.id.as_bytes());
+        w.i64(s.updated_at);
+        w.0.push(u8::from(s.deleted));
+        for v in [s.start, s.end, s.line, s.hash] {
+            w.u64(v);
+        }
+        w.u64(s.values.len() as u64);
+        for v in &s.values {
+            w.value(v);
+        }
+    }
+    w.u64(c.issues.len() as u64);
+    for i in &c.issues {
+        w.u64(i.line);
+        w.0.push(match i.kind {
+            IssueKind::Corrupt => 0,
+            IssueKind::ConflictMarker => 1,
+            IssueKind::TornTail => 2,
+        });
+        w.bytes(i.message.as_bytes());
+        w.bytes(&i.raw);
+    }
+    let sum = crate::collection::fnv(&w.0);
+    w.u64(sum);
+    let _ = write(store, &c.def.name, &w.0);
+}
+
+fn write(store: &Path, name: &str, data: &[u8]) -> std::io::Result<()> {
+    let dir = dir_of(store);
+    std::fs::create_dir_all(&dir)?;
+    // Never written through a symlink (a repository could ship one pointing elsewhere).
+    if std::fs::symlink_metadata(&dir)?.file_type().is_symlink() {
+        return Err(std::io::Error::other("the index directory is a symlink"));
+    }
+    let ignore = dir.join(".gitignore");
+    if std::fs::symlink_metadata(&ignore).is_err() {
+        // `create_new` fails on anything already there, a symlink included.
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&ignore)?;
+        f.write_all(b"# taskstore's rebuildable index cache\n*\n")?;
+    }
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}.idx."))
+        .tempfile_in(&dir)?;
+    tmp.write_all(data)?;
+    tmp.persist(path_of(store, name)).map_err(|e| e.error)?;
+    Ok(())
+}
+
+// ---- reading ----
+
+struct R<'a>(&'a [u8]);
+impl R<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn i64(&mut self) -> Option<i64> {
+        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn bytes(&mut self) -> Option<&[u8]> {
+        let n = usize::try_from(self.u64()?).ok()?;
+        self.take(n)
+    }
+    fn str(&mut self) -> Option<&str> {
+        std::str::from_utf8(self.bytes()?).ok()
+    }
+    fn value(&mut self, depth: u8) -> Option<IndexValue> {
+        Some(match self.u8()? {
+            0 => IndexValue::Null,
+            1 => IndexValue::Bool(self.u8()? != 0),
+            2 => IndexValue::Int(self.i64()?),
+            3 => IndexValue::Str(self.str()?.into()),
+            4 if depth < 8 => {
+                let n = self.count()?;
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    items.push(self.value(depth + 1)?);
+                }
+                IndexValue::List(items.into())
+            }
+            5 => IndexValue::Other(self.str()?.into()),
+            _ => return None,
+        })
+    }
+    /// A count no larger than the bytes left could hold.
+    fn count(&mut self) -> Option<usize> {
+        let n = usize::try_from(self.u64()?).ok()?;
+        (n <= self.0.len()).then_some(n)
+    }
+}
+
+/// Fill the empty collection `c` from its saved index if that index is valid for `file`
+/// (open and locked by the caller). `false` (and `c` untouched) when it is missing, stale
+/// or corrupt.
+pub(crate) fn load(c: &mut Collection, store: &Path, locked: &crate::file::Locked) -> bool {
+    let Ok(file) = crate::file::reopen(locked, &c.path) else {
+        return false;
+    };
+    let file = &file;
+    let Ok(data) = std::fs::read(path_of(store, &c.def.name)) else {
+        return false;
+    };
+    let Ok(meta) = file.metadata() else {
+        return false;
+    };
+    match parse(c, &data, &meta, file) {
+        Some(fresh) => {
+            *c = fresh;
+            true
+        }
+        None => false,
+    }
+}
+
+fn mtime_ns(m: &std::fs::Metadata) -> u64 {
+    (m.mtime() as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(m.mtime_nsec() as u64)
+}
+
+fn parse(c: &Collection, data: &[u8], meta: &std::fs::Metadata, file: &File) -> Option<Collection> {
+    let (dev, ino, len) = (meta.dev(), meta.ino(), meta.len());
+    let (body, sum) = data.split_at_checked(data.len().checked_sub(8)?)?;
+    if crate::collection::fnv(body) != u64::from_le_bytes(sum.try_into().ok()?) {
+        return None;
+    }
+    let mut r = R(body);
+    if r.take(MAGIC.len())? != MAGIC
+        || r.str()? != c.def.name
+        || r.str()? != c.def.indexed.join("\n")
+    {
+        return None;
+    }
+    let (i_dev, i_ino, i_len, i_mtime) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+    let (known_len, hash) = (r.u64()?, r.u64()?);
+    // Same file, not cut below what the index covers, not rewritten in place at the same
+    // size (appends change the size), the same bytes before the covered end.
+    if (i_dev, i_ino) != (dev, ino)
+        || known_len > len
+        || (len == i_len && mtime_ns(meta) != i_mtime)
+        || tail_hash(file, known_len)? != hash
+    {
+        return None;
+    }
+    let mut fresh = Collection::new(c.def.clone(), c.path.parent().unwrap_or(Path::new(".")));
+    fresh.file_id = Some((dev, ino));
+    fresh.file = Some(Arc::new(file.try_clone().ok()?));
+    // (`file` is our own descriptor, not the locked one: cloning it shares no lock.)
+    fresh.known_len = known_len;
+    fresh.lines = r.u64()?;
+    fresh.superseded = r.u64()?;
+    fresh.mid_line = r.u8()? != 0;
+    fresh.tail = r.bytes()?.to_vec();
+    if known_len < fresh.tail.len() as u64
+        || read_range(file, known_len - fresh.tail.len() as u64, known_len).ok()? != fresh.tail
+    {
+        return None;
+    }
+    let n = r.count()?;
+    let mut slots = Vec::with_capacity(n);
+    for _ in 0..n {
+        let id: Arc<str> = r.str()?.into();
+        let updated_at = r.i64()?;
+        let deleted = r.u8()? != 0;
+        let (start, end, line, hash) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+        if start > end || end > known_len {
+            return None;
+        }
+        let k = r.count()?;
+        let mut values = Vec::with_capacity(k);
+        for _ in 0..k {
+            values.push(r.value(0)?);
+        }
+        slots.push(Slot {
+            id,
+            updated_at,
+            deleted,
+            start,
+            end,
+            line,
+            hash,
+            values: values.into(),
+        });
+    }
+    for _ in 0..r.count()? {
+        let line = r.u64()?;
+        let kind = match r.u8()? {
+            0 => IssueKind::Corrupt,
+            1 => IssueKind::ConflictMarker,
+            _ => IssueKind::TornTail,
+        };
+        let message = r.str()?.to_string();
+        let raw = r.bytes()?.to_vec();
+        fresh.issues.push(LineIssue {
+            file: fresh.path.clone(),
+            line,
+            kind,
+            message,
+            excerpt: crate::line::excerpt(&raw),
+            raw,
+        });
+    }
+    if !r.0.is_empty() || !fresh.adopt(slots) {
+        return None;
+    }
+    Some(fresh)
+}
