@@ -228,6 +228,21 @@ pub fn bound_text(text: &str, max: usize) -> String {
     )
 }
 
+/// `a/./b/../c` → `a/c`: `.` dropped, `..` popped, without touching the file system.
+pub fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

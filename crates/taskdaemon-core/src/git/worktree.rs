@@ -14,7 +14,7 @@
 //! run here; the user's own checkout is never written to.
 
 use std::fs::{File, OpenOptions};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -161,7 +161,7 @@ impl Worktrees {
             .map(|r| r.path)
             .unwrap_or(top);
         let top = main.canonicalize().unwrap_or(main);
-        let base = normalize(&top.join(base));
+        let base = crate::fsutil::normalize(&top.join(base));
         let wt = Worktrees {
             git: Git::new(&top),
             top,
@@ -478,7 +478,9 @@ impl Worktrees {
 
     /// The name under the base of a worktree path, if it is directly under the base.
     fn name_of(&self, path: &Path) -> Option<String> {
-        let p = path.canonicalize().unwrap_or_else(|_| normalize(path));
+        let p = path
+            .canonicalize()
+            .unwrap_or_else(|_| crate::fsutil::normalize(path));
         let parent = p.parent()?;
         let base = self
             .base
@@ -554,9 +556,15 @@ pub(crate) fn parse_worktree_list(out: &[u8]) -> Vec<Registered> {
 
 /// The registered worktree at `path` (compared after resolving symlinks).
 pub(crate) fn find<'a>(all: &'a [Registered], path: &Path) -> Option<&'a Registered> {
-    let want = path.canonicalize().unwrap_or_else(|_| normalize(path));
+    let want = path
+        .canonicalize()
+        .unwrap_or_else(|_| crate::fsutil::normalize(path));
     all.iter().find(|r| {
-        r.path == path || r.path.canonicalize().unwrap_or_else(|_| normalize(&r.path)) == want
+        r.path == path
+            || r.path
+                .canonicalize()
+                .unwrap_or_else(|_| crate::fsutil::normalize(&r.path))
+                == want
     })
 }
 
@@ -620,21 +628,6 @@ fn check_name(name: &str) -> Result<(), WorktreeError> {
 
 fn is_empty_dir(path: &Path) -> bool {
     std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_none())
-}
-
-/// `a/./b/../c` → `a/c`, without touching the file system.
-fn normalize(p: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

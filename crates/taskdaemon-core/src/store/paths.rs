@@ -57,24 +57,9 @@ pub fn absolute(input: &Path, base: &Path) -> PathBuf {
 /// The keys of a run's context that hold paths.
 pub const CONTEXT_PATHS: &[&str] = &["plan-file", "specs-dir", "spec-file"];
 
-/// Lexically normalized (`.` dropped, `..` popped).
-fn normalize(p: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
-}
-
 /// `path` relative to `project` when it lies inside it (as typed or with links resolved).
 fn relative_to(path: &Path, project: &Path) -> Option<PathBuf> {
-    let path = normalize(path);
+    let path = crate::fsutil::normalize(path);
     let real = project.canonicalize().ok();
     [Some(project.to_path_buf()), real]
         .into_iter()
@@ -108,7 +93,9 @@ pub fn inside(path: &str, project: &Path) -> Result<PathBuf, String> {
     let real_project = project
         .canonicalize()
         .unwrap_or_else(|_| project.to_path_buf());
-    if resolved.starts_with(&real_project) || resolved.starts_with(normalize(project)) {
+    if resolved.starts_with(&real_project)
+        || resolved.starts_with(crate::fsutil::normalize(project))
+    {
         return Ok(resolved);
     }
     Err(format!(
