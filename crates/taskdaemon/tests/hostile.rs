@@ -377,3 +377,29 @@ fn harness_written_files_keep_their_mode() {
         }
     }
 }
+
+#[test]
+fn a_plan_linked_out_of_the_repository_never_reaches_a_prompt() {
+    let env = Env::new();
+    let secret = env.root().join("outside-plan.md");
+    std::fs::write(&secret, "# Plan\n\n## Keys\nSECRET-PLAN-TEXT\n").unwrap();
+    commit_link(&env, ".ralph/plan.md", &secret);
+    let r = run_once(&env);
+    assert_ne!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("refusing to use"), "{}", r.stderr);
+    let mut seen = Vec::new();
+    let logs = env.repo().join(".ralph/logs");
+    for dir in [env.repo().join(".ralph"), logs] {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_file() && !p.is_symlink() {
+                let text = String::from_utf8_lossy(&std::fs::read(&p).unwrap()).into_owned();
+                if text.contains("SECRET-PLAN-TEXT") {
+                    seen.push(p);
+                }
+            }
+        }
+    }
+    assert!(seen.is_empty(), "the outside plan was read into {seen:?}");
+    assert!(!r.stdout.contains("SECRET-PLAN-TEXT") && !r.stderr.contains("SECRET-PLAN-TEXT"));
+}

@@ -213,7 +213,10 @@ fn cascade_variables(t: &PromptTemplate, st: &RunState, n: u32) -> Vec<(String, 
         if path.is_empty() {
             return String::new();
         }
-        std::fs::read_to_string(&path)
+        // Never through a link (the path may come from a record made in another clone).
+        crate::fsutil::read_optional(std::path::Path::new(&path))
+            .ok()
+            .flatten()
             .map(|s| bound_text(s.trim(), MAX_DOC))
             .unwrap_or_default()
     };

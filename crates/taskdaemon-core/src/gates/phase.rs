@@ -66,7 +66,10 @@ fn plan_with_content(workdir: &Path) -> std::io::Result<Option<(PathBuf, String)
     let Some(path) = Plan::locate(workdir) else {
         return Ok(None);
     };
-    let text = std::fs::read_to_string(&path)?;
+    // Never through a link: a cloned repository cannot put a file of the user's into a prompt.
+    let Some(text) = crate::fsutil::read_optional(&path)? else {
+        return Ok(None);
+    };
     Ok((!text.trim().is_empty()).then_some((path, text)))
 }
 

@@ -24,7 +24,7 @@ fn stuck_section(
 ) -> Option<(String, MarkerKind, String)> {
     let workdir = ws.root().parent()?;
     let path = Plan::locate(workdir)?;
-    let text = std::fs::read_to_string(&path).ok()?;
+    let text = crate::fsutil::read_optional(&path).ok()??;
     let (plan, _) = Plan::parse(&path, &text);
     let task = task?;
     plan.marked_for(task)
