@@ -119,7 +119,7 @@ pub async fn check_preset(p: Preset, cwd: &Path) -> AgentCheck {
         _ => &[],
     };
     if status.is_empty() {
-        c.login_detail = "no status command: not checked".into();
+        c.login_detail = "the CLI has no status command".into();
         return c;
     }
     match capture(&bin, status, cwd).await {
@@ -174,7 +174,7 @@ pub async fn check_spec(spec: &AgentSpec, cwd: &Path) -> AgentCheck {
                 path: found,
                 version: None,
                 logged_in: None,
-                login_detail: "a command: not checked".into(),
+                login_detail: "a command, not a known CLI".into(),
                 structured_output: "as --agent-format says (default text)",
                 usage_reporting: "none",
             }

@@ -84,6 +84,12 @@ pub fn run(a: DoctorArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         daemon["state"].as_str().unwrap_or_default()
     );
     outln!(out, "settings in force:");
+    if settings.as_object().is_none_or(|m| m.is_empty()) {
+        outln!(
+            out,
+            "  none set: every setting is its built-in default (`taskdaemon init` writes them, commented)"
+        );
+    }
     for (k, v) in settings.as_object().into_iter().flatten() {
         outln!(
             out,
