@@ -362,3 +362,80 @@ fn gemini_promise_split_across_deltas_is_one_promise() {
         Some(taskdaemon_core::signals::Signal::Complete)
     );
 }
+
+fn opencode(case: &str) -> (taskdaemon_core::agent::ParsedOutput, i32) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/agent-failures/opencode")
+        .join(case);
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+    let mut p = OutputParser::new(OutputFormat::OpencodeJson);
+    for line in std::fs::read_to_string(dir.join("stdout.jsonl"))
+        .unwrap()
+        .lines()
+    {
+        p.line(Stream::Stdout, line);
+    }
+    for line in std::fs::read_to_string(dir.join("stderr.txt"))
+        .unwrap()
+        .lines()
+    {
+        p.line(Stream::Stderr, line);
+    }
+    (p.finish(), meta["exit_code"].as_i64().unwrap() as i32)
+}
+
+#[test]
+fn opencode_json_is_read_words_tools_tokens_cost_and_failures() {
+    let (o, code) = opencode("success-tool-call");
+    assert_eq!(o.tool_calls, 1);
+    assert_eq!(o.last_tool.as_deref(), Some("bash: echo hi > hello.txt"));
+    assert!(o.tool_signature.is_some());
+    // Two steps (the tool call, then the answer), 1200 in / 30 out each.
+    assert_eq!((o.tokens_in, o.tokens_out), (Some(2400), Some(60)));
+    let cost = o.cost_usd.unwrap();
+    assert!((cost - 0.0081).abs() < 1e-9, "{cost}");
+    assert_eq!(
+        o.words,
+        "Created hello.txt. hello <promise>COMPLETE</promise>"
+    );
+    assert!(o.rejected.is_empty(), "{:?}", o.rejected);
+    assert_eq!(classify(code, false, &o.evidence, &now("UTC")).class, Ok);
+
+    let (o, code) = opencode("invalid-api-key");
+    assert_eq!(o.evidence.api_error_status, Some(401));
+    let r = classify(code, false, &o.evidence, &now("UTC"));
+    assert_eq!(r.class, Auth);
+    assert_eq!(
+        r.line.as_deref(),
+        Some("Incorrect API key provided: fake-key.")
+    );
+
+    let (o, code) = opencode("connection-refused");
+    let r = classify(code, false, &o.evidence, &now("UTC"));
+    assert_eq!(r.class, Unreachable);
+    assert!(r.line.unwrap().starts_with("Cannot connect to API"));
+}
+
+#[test]
+fn opencode_promise_in_a_tool_input_or_output_is_not_the_agents_words() {
+    let mut p = OutputParser::new(OutputFormat::OpencodeJson);
+    let tool = serde_json::json!({"type":"tool_use","part":{"type":"tool","tool":"bash",
+        "state":{"status":"completed","input":{"command":"echo '<promise>COMPLETE</promise>'"},
+        "output":"<promise>COMPLETE</promise>"}}});
+    p.line(Stream::Stdout, &tool.to_string());
+    p.line(
+        Stream::Stdout,
+        r#"{"type":"text","part":{"type":"text","text":"not done yet"}}"#,
+    );
+    p.line(
+        Stream::Stdout,
+        r#"{"type":"step_finish","part":{"tokens":{"input":-5,"output":2,"cache":{"read":10,"write":0}},"cost":"x"}}"#,
+    );
+    let o = p.finish();
+    assert_eq!(o.words, "not done yet");
+    assert_eq!(o.tool_calls, 1);
+    assert_eq!((o.tokens_in, o.tokens_out), (Some(10), Some(2)));
+    assert_eq!(o.cost_usd, None);
+    assert_eq!(o.rejected.len(), 2, "{:?}", o.rejected);
+}

@@ -752,3 +752,63 @@ sleep 1
         "the second restart waits its slot: {log}"
     );
 }
+
+/// `--agent opencode` runs `opencode run --auto --format json` and reads its JSON: a fake
+/// `opencode` first on PATH prints the recorded run (one bash tool call, a promise, two
+/// steps of 1200/30 tokens and 0.00405 USD each) after making the commit it reports.
+#[test]
+fn the_opencode_preset_reads_its_json_to_completion_with_tool_calls_tokens_and_cost() {
+    let env = Env::new();
+    let bin = env.root().join("fakebin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let body = format!(
+        "#!/bin/sh\n[ \"$*\" = 'run --auto --format json' ] || {{ echo \"unexpected argv: $*\" >&2; exit 9; }}\ncat >/dev/null\necho hi > hello.txt; git add -A; git commit -qm hello\n{}\n",
+        replay("opencode/success-tool-call")
+    );
+    std::fs::write(bin.join("opencode"), body).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bin.join("opencode"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut path = std::ffi::OsString::from(&bin);
+    path.push(":");
+    path.push(harness::narrowed_path());
+    let out = env
+        .cmd()
+        .env("PATH", &path)
+        .args([
+            "run",
+            "make the file",
+            "--json",
+            "--agent",
+            "opencode",
+            "--completion-promise",
+            "COMPLETE",
+            "--validate",
+            "test -f hello.txt",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let evs = events(&stdout);
+    let agent = evs
+        .iter()
+        .find(|e| e["event"] == "agent_finished")
+        .expect("agent_finished");
+    assert_eq!(agent["tool_calls"], 1);
+    assert!(
+        evs.iter()
+            .any(|e| e["event"] == "signal" && e["signal"] == "complete"),
+        "{stdout}"
+    );
+    let rows = csv_rows(&env.repo());
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["tokens_in"], "2400");
+    assert_eq!(rows[0]["tokens_out"], "60");
+    assert!(rows[0]["cost_usd"].starts_with("0.0081"), "{rows:?}");
+    assert_eq!(rows[0]["agent_exit_code"], "0");
+}

@@ -88,7 +88,10 @@ fn facts(p: Preset) -> (&'static str, &'static str) {
             "stream-json (tool calls, tokens, errors; no cost)",
             "none in its output",
         ),
-        Preset::Opencode => ("plain text (its --format json is not read yet)", "none"),
+        Preset::Opencode => (
+            "run --format json (tool calls, tokens and cost per step, errors)",
+            "none in its output",
+        ),
     }
 }
 

@@ -186,6 +186,22 @@ impl Evidence {
         }
     }
 
+    /// One line of opencode `run --format json`: an `error` event ends the run.
+    pub fn opencode(&mut self, v: &Value) {
+        if v.get("type").and_then(Value::as_str) != Some("error") {
+            return;
+        }
+        let s = |p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);
+        self.is_error = true;
+        self.result_error = s("/error/data/message")
+            .or_else(|| s("/error/name"))
+            .or_else(|| Some("error".into()));
+        self.api_error_status = v
+            .pointer("/error/data/statusCode")
+            .and_then(Value::as_u64)
+            .and_then(|n| u16::try_from(n).ok());
+    }
+
     /// One line of Codex `exec --json`.
     pub fn codex(&mut self, v: &Value) {
         let s = |p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);
@@ -329,6 +345,8 @@ pub const PATTERNS: &[(FailureClass, &[&str])] = &[
         &[
             // Claude Code: "API Error: Unable to connect to API (ConnectionRefused)".
             "unable to connect to api",
+            // opencode: "Cannot connect to API: Unable to connect. …".
+            "cannot connect to api",
             "connectionrefused",
             "econnrefused",
             "enotfound",

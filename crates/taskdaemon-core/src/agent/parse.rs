@@ -20,6 +20,8 @@ pub enum OutputFormat {
     CodexJson,
     /// Gemini CLI `--output-format stream-json`.
     GeminiStreamJson,
+    /// opencode `run --format json`.
+    OpencodeJson,
 }
 
 impl OutputFormat {
@@ -29,8 +31,9 @@ impl OutputFormat {
             "claude-stream-json" | "stream-json" => Ok(OutputFormat::ClaudeStreamJson),
             "codex-json" => Ok(OutputFormat::CodexJson),
             "gemini-stream-json" => Ok(OutputFormat::GeminiStreamJson),
+            "opencode-json" => Ok(OutputFormat::OpencodeJson),
             other => Err(format!(
-                "unknown agent output format `{other}`; use text, claude-stream-json, codex-json or gemini-stream-json"
+                "unknown agent output format `{other}`; use text, claude-stream-json, codex-json, gemini-stream-json or opencode-json"
             )),
         }
     }
@@ -41,6 +44,7 @@ impl OutputFormat {
             OutputFormat::ClaudeStreamJson => "claude-stream-json",
             OutputFormat::CodexJson => "codex-json",
             OutputFormat::GeminiStreamJson => "gemini-stream-json",
+            OutputFormat::OpencodeJson => "opencode-json",
         }
     }
 }
@@ -132,6 +136,18 @@ impl OutputParser {
                 Ok(v) => {
                     self.out.evidence.gemini(&v);
                     self.gemini(&v)
+                }
+                Err(_) => {
+                    self.out.evidence.text_line(line);
+                    vec![Activity::Other {
+                        text: line.to_string(),
+                    }]
+                }
+            },
+            OutputFormat::OpencodeJson => match serde_json::from_str::<Value>(line) {
+                Ok(v) => {
+                    self.out.evidence.opencode(&v);
+                    self.opencode(&v)
                 }
                 Err(_) => {
                     self.out.evidence.text_line(line);
@@ -362,6 +378,54 @@ impl OutputParser {
                 text: format!(
                     "gemini: {}",
                     v.get("message").and_then(Value::as_str).unwrap_or_default()
+                ),
+            }],
+            _ => Vec::new(),
+        }
+    }
+
+    /// opencode `run --format json`: one event per finished part, `{"type", "part", …}`:
+    /// step_start, text (the assistant's words, whole), tool_use (tool, state.input and
+    /// output), step_finish (that step's tokens and cost), error (`error.data.message`).
+    fn opencode(&mut self, v: &Value) -> Vec<Activity> {
+        let part = v.get("part");
+        let s = |p: &str| v.pointer(p).and_then(Value::as_str);
+        match v.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                let text = s("/part/text").unwrap_or_default().to_string();
+                self.say(&text);
+                vec![Activity::Text { text }]
+            }
+            Some("tool_use") => {
+                let name = s("/part/tool").unwrap_or("tool").to_string();
+                let input = v.pointer("/part/state/input");
+                let detail = input.map(tool_detail).unwrap_or_default();
+                let key = input.map(Value::to_string).unwrap_or_default();
+                vec![self.tool(&name, &key, detail)]
+            }
+            Some("step_finish") => {
+                if let Some(t) = part.and_then(|p| p.get("tokens")) {
+                    let (i, o) = (self.count(t, "input"), self.count(t, "output"));
+                    let cache = t.get("cache").cloned().unwrap_or(Value::Null);
+                    let (r, w) = (self.count(&cache, "read"), self.count(&cache, "write"));
+                    let i = i.saturating_add(r).saturating_add(w);
+                    self.out.tokens_in = Some(self.out.tokens_in.unwrap_or(0).saturating_add(i));
+                    self.out.tokens_out = Some(self.out.tokens_out.unwrap_or(0).saturating_add(o));
+                }
+                if let Some(c) = part.and_then(|p| p.get("cost")).filter(|c| !c.is_null()) {
+                    match c.as_f64().filter(|c| c.is_finite() && *c >= 0.0) {
+                        Some(c) => self.out.cost_usd = Some(self.out.cost_usd.unwrap_or(0.0) + c),
+                        None => self.out.rejected.push(format!("cost {c}")),
+                    }
+                }
+                Vec::new()
+            }
+            Some("error") => vec![Activity::Other {
+                text: format!(
+                    "opencode: {}",
+                    s("/error/data/message")
+                        .or_else(|| s("/error/name"))
+                        .unwrap_or_default()
                 ),
             }],
             _ => Vec::new(),

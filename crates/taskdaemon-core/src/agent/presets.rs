@@ -73,7 +73,8 @@ impl Preset {
             // Without --skip-trust gemini silently drops --yolo in an untrusted folder.
             Preset::Gemini => vec!["--yolo", "--skip-trust", "--output-format", "stream-json"],
             // Without --auto, `opencode run` rejects every permission request.
-            Preset::Opencode => vec!["run", "--auto"],
+            // --format json: one JSON event per finished part (text, tool_use, step_finish).
+            Preset::Opencode => vec!["run", "--auto", "--format", "json"],
             // --stream-json is Claude Code-compatible stream JSON.
             Preset::Amp => vec!["--execute", "--dangerously-allow-all", "--stream-json"],
         }
@@ -101,7 +102,7 @@ impl Preset {
             Preset::Claude | Preset::Amp => OutputFormat::ClaudeStreamJson,
             Preset::Codex => OutputFormat::CodexJson,
             Preset::Gemini => OutputFormat::GeminiStreamJson,
-            _ => OutputFormat::Text,
+            Preset::Opencode => OutputFormat::OpencodeJson,
         }
     }
 }
