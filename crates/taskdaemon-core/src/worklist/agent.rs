@@ -86,7 +86,13 @@ pub fn check_agent(
         }
     }
     for cmd in verify {
-        for f in preflight_here(&AgentSpec::Cmd { command: ":".into() }, Some(cmd), workdir) {
+        for f in preflight_here(
+            &AgentSpec::Cmd {
+                command: ":".into(),
+            },
+            Some(cmd),
+            workdir,
+        ) {
             match f {
                 Finding::ValidationMissing { program } => warnings.push(format!(
                     "the Verify command `{cmd}` runs `{program}`, which is not on PATH: that task's verification will fail"
@@ -176,7 +182,10 @@ pub async fn run_agent(
             &parsed.evidence,
             &jiff::Zoned::now(),
         );
-        if matches!(result.class, FailureClass::CouldNotStart | FailureClass::Auth) {
+        if matches!(
+            result.class,
+            FailureClass::CouldNotStart | FailureClass::Auth
+        ) {
             return Err(WorklistError::AgentCannotRun {
                 class: result.class,
                 line: result

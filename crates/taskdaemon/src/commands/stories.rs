@@ -8,9 +8,7 @@ use taskdaemon_core::worklist::stories::{default_max_iterations, load};
 use taskdaemon_core::worklist::{self, StoriesConfig};
 
 use super::Ctx;
-use super::implement::{
-    AgentFlags, check_agent, drive, repo_of, take_over_worklist, worklist_err,
-};
+use super::implement::{AgentFlags, check_agent, drive, repo_of, take_over_worklist, worklist_err};
 use crate::cli::user;
 
 #[derive(Debug, Args)]
