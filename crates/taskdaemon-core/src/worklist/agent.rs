@@ -85,6 +85,8 @@ pub fn check_agent(
             Finding::ValidationMissing { .. } => {}
         }
     }
+    // Each Verify command through the validation checks (`:`, a builtin, as the agent, so
+    // only those apply).
     for cmd in verify {
         for f in preflight_here(
             &AgentSpec::Cmd {
