@@ -703,3 +703,124 @@ fn a_parallel_group_keeps_its_successes_and_retries_only_the_failed_task() {
     );
     assert_eq!(git(&repo, &["status", "--porcelain"]), "");
 }
+
+#[test]
+fn an_agent_that_cannot_start_stops_implement_and_stories_before_anything_changes() {
+    let env = spec_env("- [ ] 1.1 Open\n  - **Verify**: `carg0 test`\n");
+    let spec = env.repo().join(SPEC);
+    let r = env.run(&["implement", SPEC, "--agent", "cmd:/nonexistent/agent --go"]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("`/nonexistent/agent` does not exist") && r.stderr.contains("hint:"),
+        "{}",
+        r.stderr
+    );
+    assert!(!spec.join(".ralph-state.json").exists());
+    assert!(!spec.join(".progress.md").exists());
+    assert!(!spec.join(".implement.lock").exists());
+    assert_eq!(git(&env.repo(), &["status", "--porcelain"]), "");
+
+    // With an agent that can start, the Verify program that is not on PATH is a warning.
+    let a = agent(&env, "");
+    let r = env.run(&["implement", SPEC, "--agent", &a]);
+    assert!(
+        r.stderr.contains("warning:") && r.stderr.contains("`carg0`"),
+        "{}",
+        r.stderr
+    );
+
+    let env = Env::new();
+    let repo = env.repo();
+    let initial = story_json(false, "pending", 0, "");
+    std::fs::write(repo.join("tasks.json"), &initial).unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "stories"]);
+    let r = env.run(&["stories", "--agent", "cmd:/nonexistent/agent"]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("does not exist"), "{}", r.stderr);
+    assert_eq!(read(repo.join("tasks.json")), initial);
+    assert!(!repo.join(".ralph/stories-logs").exists());
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+}
+
+#[test]
+fn a_not_logged_in_agent_stops_implement_and_stories_at_the_first_task_with_exit_64() {
+    let env = spec_env("- [ ] 1.1 First\n- [ ] 1.2 Second\n");
+    let login = env.root().join("login.sh");
+    let root = env.root().display().to_string();
+    std::fs::write(
+        &login,
+        format!("#!/bin/sh\necho x >> '{root}/calls'\necho 'Not logged in · Please run /login'\nexit 1\n"),
+    )
+    .unwrap();
+    let a = format!("cmd:sh {}", login.display());
+    let r = env.run(&["implement", SPEC, "--agent", &a]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("(auth)")
+            && r.stderr.contains("Not logged in · Please run /login")
+            && r.stderr.contains("hint:"),
+        "{}",
+        r.stderr
+    );
+    // One agent start, not one per attempt; the task is not counted as rejected.
+    assert_eq!(read(env.root().join("calls")), "x\n");
+    assert!(!r.stderr.contains("rejected"), "{}", r.stderr);
+    assert_eq!(
+        read(env.repo().join(SPEC).join("tasks.md"))
+            .matches("- [ ]")
+            .count(),
+        2
+    );
+
+    let env = Env::new();
+    let repo = env.repo();
+    std::fs::write(repo.join("tasks.json"), story_json(false, "pending", 0, "")).unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "stories"]);
+    let r = env.run(&["stories", "--agent", &a]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("Not logged in"), "{}", r.stderr);
+}
+
+#[test]
+fn a_sigkilled_implement_leaves_nothing_running_after_the_next_implement_starts() {
+    let env = spec_env("- [ ] 1.1 First\n");
+    // The first run escapes a sleeper (setsid) and hangs; later runs work.
+    let quirks = r#"if [ ! -e "$R/hung" ]; then touch "$R/hung"; setsid sh -c 'echo $$ > "$0/sleeper"; exec sleep 120' "$R" & sleep 120; fi
+"#;
+    let a = agent(&env, quirks);
+    let mut child = env
+        .cmd()
+        .args(["implement", SPEC, "--agent", &a])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let sleeper = env.root().join("sleeper");
+    wait_for(&sleeper, Duration::from_secs(60));
+    let mut pid = 0;
+    let t = std::time::Instant::now();
+    while pid == 0 && t.elapsed() < Duration::from_secs(30) {
+        pid = read(&sleeper).trim().parse().unwrap_or(0);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    let _ = wait_timeout(&mut child, Duration::from_secs(10));
+    assert!(
+        harness::pid_alive(pid),
+        "the sleeper should outlive the SIGKILL"
+    );
+
+    let r = env.run(&["implement", SPEC, "--agent", &a]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("that a stopped loop left running"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !harness::pid_alive(pid),
+        "the killed loop's sleeper still runs"
+    );
+}

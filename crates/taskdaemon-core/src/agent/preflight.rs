@@ -70,6 +70,19 @@ pub fn preflight(
     found
 }
 
+/// [`preflight`] for this process: its effective user, and IS_SANDBOX as Claude Code itself
+/// tests it (exactly "1", or its bubblewrap sandbox).
+pub fn preflight_here(agent: &AgentSpec, validate: Option<&str>, workdir: &Path) -> Vec<Finding> {
+    preflight(
+        agent,
+        validate,
+        workdir,
+        nix::unistd::geteuid().is_root(),
+        std::env::var_os("IS_SANDBOX").is_some_and(|v| v == "1")
+            || std::env::var_os("CLAUDE_CODE_BUBBLEWRAP").is_some_and(|v| !v.is_empty()),
+    )
+}
+
 /// The first word of a shell command when it names a program that does not exist.
 fn missing_program(command: &str, workdir: &Path) -> Option<String> {
     let first = command

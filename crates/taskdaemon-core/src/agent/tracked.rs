@@ -47,15 +47,31 @@ pub fn take_over(dir: PathBuf, grace: Duration) -> std::io::Result<Vec<Leftover>
 /// directory per work directory, since loops in two directories of one work tree may run at
 /// the same time.
 pub fn loop_records_dir(workdir: &Path) -> Result<PathBuf, crate::git::GitError> {
-    let git_dir = crate::git::Git::new(workdir).run(&["rev-parse", "--absolute-git-dir"])?;
+    records_dir(workdir, workdir, "loop-processes")
+}
+
+/// Where a work-list loop (`implement` of a spec directory, `stories` of a stories file)
+/// records its trees: beside [`loop_records_dir`]'s, one directory per spec directory or
+/// file, so it never takes over a `run` in the same directory.
+pub fn worklist_records_dir(target: &Path) -> Result<PathBuf, crate::git::GitError> {
+    let dir = if target.is_dir() {
+        target
+    } else {
+        target.parent().unwrap_or(target)
+    };
+    records_dir(dir, target, "worklist-processes")
+}
+
+fn records_dir(git_at: &Path, key: &Path, kind: &str) -> Result<PathBuf, crate::git::GitError> {
+    let git_dir = crate::git::Git::new(git_at).run(&["rev-parse", "--absolute-git-dir"])?;
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in workdir.as_os_str().as_encoded_bytes() {
+    for b in key.as_os_str().as_encoded_bytes() {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     Ok(PathBuf::from(git_dir.trim())
         .join("taskdaemon")
-        .join("loop-processes")
+        .join(kind)
         .join(format!("{h:016x}")))
 }
 

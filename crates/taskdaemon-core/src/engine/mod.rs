@@ -772,15 +772,8 @@ async fn iteration(
 /// exist ends the run at once (exit 64); doubts are warnings.
 fn preflight(cfg: &RunConfig, ctx: &EngineContext) -> Option<Outcome> {
     use crate::agent::preflight::Finding;
-    let found = crate::agent::preflight::preflight(
-        &cfg.agent,
-        cfg.validate.as_deref(),
-        &cfg.workdir,
-        nix::unistd::geteuid().is_root(),
-        // Claude Code's own test: IS_SANDBOX exactly "1", or its bubblewrap sandbox.
-        std::env::var_os("IS_SANDBOX").is_some_and(|v| v == "1")
-            || std::env::var_os("CLAUDE_CODE_BUBBLEWRAP").is_some_and(|v| !v.is_empty()),
-    );
+    let found =
+        crate::agent::preflight::preflight_here(&cfg.agent, cfg.validate.as_deref(), &cfg.workdir);
     let mut refused = None;
     for f in found {
         match f {

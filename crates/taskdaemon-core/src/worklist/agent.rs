@@ -1,6 +1,8 @@
 //! One fresh agent process for one task or story iteration, through the engine's runner
 //! (own process group, timeout and cancellation stop the whole group). The prompt and the
-//! output are kept next to each other (`<log>.prompt.md`, `<log>.log`).
+//! output are kept next to each other (`<log>.prompt.md`, `<log>.log`). An agent that
+//! could not run at all (could-not-start, auth: `agent::classify`, as the engine does)
+//! ends the loop with [`WorklistError::AgentCannotRun`] instead of counting as an attempt.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -10,7 +12,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::WorklistError;
 use super::events::{WorklistEvent, WorklistSink};
-use crate::agent::{AgentSpec, OutputFormat, OutputParser, ProcessSpec, run_process};
+use crate::agent::preflight::{Finding, preflight_here};
+use crate::agent::{
+    AgentSpec, FailureClass, OutputFormat, OutputParser, ProcessSpec, classify, run_process,
+};
 use crate::fsutil::write_atomic;
 use crate::signals;
 
@@ -58,6 +63,62 @@ pub fn prompt_path(log: &Path) -> PathBuf {
     suffixed(log, ".prompt.md")
 }
 
+/// Before the first agent starts: the checks `run` does (`agent::preflight`). An agent
+/// that cannot start is an error (nothing has changed yet); a `Verify` command whose
+/// program is not on PATH is a warning, returned (the task's verification will fail).
+pub fn check_agent(
+    setup: &AgentSetup,
+    verify: &[String],
+    workdir: &Path,
+) -> Result<Vec<String>, WorklistError> {
+    let mut warnings = Vec::new();
+    for f in preflight_here(&setup.agent, None, workdir) {
+        match f {
+            Finding::AgentRefused { message, hint } => {
+                return Err(WorklistError::AgentCannotRun {
+                    class: FailureClass::CouldNotStart,
+                    line: message,
+                    hint,
+                });
+            }
+            Finding::Warning(m) => warnings.push(m),
+            Finding::ValidationMissing { .. } => {}
+        }
+    }
+    // Each Verify command through the validation checks (`:`, a builtin, as the agent, so
+    // only those apply).
+    for cmd in verify {
+        for f in preflight_here(
+            &AgentSpec::Cmd {
+                command: ":".into(),
+            },
+            Some(cmd),
+            workdir,
+        ) {
+            match f {
+                Finding::ValidationMissing { program } => warnings.push(format!(
+                    "the Verify command `{cmd}` runs `{program}`, which is not on PATH: that task's verification will fail"
+                )),
+                Finding::Warning(m) => warnings.push(m),
+                Finding::AgentRefused { .. } => {}
+            }
+        }
+    }
+    Ok(warnings)
+}
+
+/// What to do about an agent that could not run at all.
+fn cannot_run_hint(class: FailureClass) -> &'static str {
+    match class {
+        FailureClass::Auth => {
+            "log the agent CLI in (e.g. `claude` then /login, `codex login`) or set its API key; `taskdaemon doctor` checks"
+        }
+        _ => {
+            "install it or make it executable, run as a normal user or set IS_SANDBOX=1 for Claude as root (`taskdaemon doctor` checks), or pick another with --agent"
+        }
+    }
+}
+
 pub async fn run_agent(
     job: AgentJob,
     events: WorklistSink,
@@ -96,9 +157,18 @@ pub async fn run_agent(
         });
     })
     .await
-    .map_err(|e| WorklistError::Io {
-        path: job.cwd.clone(),
-        message: format!("starting agent `{}`: {e}", job.setup.agent.label()),
+    .map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => {
+            WorklistError::AgentCannotRun {
+                class: FailureClass::CouldNotStart,
+                line: format!("{}: {e}", spec.program.to_string_lossy()),
+                hint: cannot_run_hint(FailureClass::CouldNotStart).into(),
+            }
+        }
+        _ => WorklistError::Io {
+            path: job.cwd.clone(),
+            message: format!("starting agent `{}`: {e}", job.setup.agent.label()),
+        },
     })?;
     let out_file = suffixed(&job.log, ".log");
     write_atomic(&out_file, log.as_bytes()).map_err(WorklistError::io(&out_file))?;
@@ -107,6 +177,26 @@ pub async fn run_agent(
         OutputFormat::Text => signals::strip_prompt_echo(&parsed.words, &job.prompt),
         _ => parsed.words,
     };
+    if !r.interrupted {
+        let result = classify(
+            r.status.code(),
+            r.timed_out,
+            &parsed.evidence,
+            &jiff::Zoned::now(),
+        );
+        if matches!(
+            result.class,
+            FailureClass::CouldNotStart | FailureClass::Auth
+        ) {
+            return Err(WorklistError::AgentCannotRun {
+                class: result.class,
+                line: result
+                    .line
+                    .unwrap_or_else(|| format!("exit code {}", r.status.code())),
+                hint: cannot_run_hint(result.class).into(),
+            });
+        }
+    }
     let run = AgentRun {
         words,
         exit_code: r.status.code(),

@@ -20,7 +20,7 @@ pub mod worktree;
 
 use std::path::{Path, PathBuf};
 
-pub use agent::AgentSetup;
+pub use agent::{AgentSetup, check_agent};
 pub use coordinator::{ImplementConfig, implement};
 pub use events::{WorklistEvent, WorklistSink};
 pub use state::ImplementState;
@@ -42,6 +42,14 @@ pub enum WorklistError {
     Git(#[from] crate::git::GitError),
     #[error("{0}")]
     Invalid(String),
+    /// The agent could not run at all (could-not-start, auth): nothing to count as an
+    /// attempt; a person must act.
+    #[error("the agent cannot run ({}): {line}\n  hint: {hint}", class.name())]
+    AgentCannotRun {
+        class: crate::agent::FailureClass,
+        line: String,
+        hint: String,
+    },
 }
 
 impl WorklistError {
@@ -59,6 +67,7 @@ impl WorklistError {
             WorklistError::CorruptState { .. }
                 | WorklistError::Busy { .. }
                 | WorklistError::Invalid(_)
+                | WorklistError::AgentCannotRun { .. }
         )
     }
 }

@@ -163,9 +163,12 @@ pub fn run(args: ImplementArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     // Everything that can be wrong is checked before anything changes.
     worklist::coordinator::preflight(&spec, &repo).map_err(worklist_err)?;
     let setup = args.agent.resolve(&spec, ctx)?;
+    let verify = verify_commands(&spec);
+    check_agent(&setup, &verify, &repo)?;
     let _lock = worklist::lock::acquire(&spec).map_err(worklist_err)?;
     // No snapshot rollback may change the work tree under the loop.
     let _no_rollback = hold_for_loop(&repo)?;
+    take_over_worklist(&spec, &setup)?;
     let cfg = ImplementConfig {
         spec_dir: spec,
         repo,
@@ -181,6 +184,55 @@ pub fn run(args: ImplementArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         worklist::implement(&cfg, &events, &cancel).await
     })?;
     Ok(result.outcome.exit_code())
+}
+
+/// The Verify commands of the tasks still open.
+fn verify_commands(spec: &Path) -> Vec<String> {
+    let text = std::fs::read(spec.join(worklist::coordinator::TASKS_FILE)).unwrap_or_default();
+    let mut cmds: Vec<String> = worklist::tasks_md::parse(&String::from_utf8_lossy(&text))
+        .iter()
+        .filter(|t| !t.done)
+        .filter_map(|t| t.verify_command())
+        .collect();
+    cmds.dedup();
+    cmds
+}
+
+/// Before the first agent: the checks `run` does (exit 64 when the agent cannot start),
+/// warnings printed.
+pub(crate) fn check_agent(setup: &AgentSetup, verify: &[String], dir: &Path) -> anyhow::Result<()> {
+    for w in worklist::check_agent(setup, verify, dir).map_err(worklist_err)? {
+        eprintln!("taskdaemon: warning: {w}");
+    }
+    Ok(())
+}
+
+/// End every process a killed loop on `target` (spec directory or stories file) left
+/// running, and record this loop's processes before each starts. Holds the records'
+/// lock for the rest of the process, so two loops on one target never end each other's.
+pub(crate) fn take_over_worklist(target: &Path, setup: &AgentSetup) -> anyhow::Result<()> {
+    static HELD: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+    let dir = taskdaemon_core::agent::tracked::worklist_records_dir(target).map_err(user)?;
+    let mut lock_path = dir.clone().into_os_string();
+    lock_path.push(".lock");
+    let lock_path = PathBuf::from(lock_path);
+    let f = taskdaemon_core::fsutil::open_lock_file(&lock_path)
+        .with_context(|| format!("opening {}", lock_path.display()))?;
+    match f.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(user(format!(
+                "another loop is running on {} (it holds {})\n  hint: wait for it or stop it, then start again",
+                target.display(),
+                lock_path.display()
+            )));
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(anyhow::Error::new(e).context(format!("locking {}", lock_path.display())));
+        }
+    }
+    let _ = HELD.set(f);
+    super::run::take_over_in(dir, target, setup.grace)
 }
 
 /// Run a work-list loop on a runtime with signal handling and rendering.

@@ -420,7 +420,17 @@ pub fn drive(
 fn take_over_processes(state: &RunState) -> anyhow::Result<()> {
     let workdir = &state.config.workdir;
     let dir = agent::tracked::loop_records_dir(workdir).map_err(user)?;
-    let left = agent::tracked::take_over(dir.clone(), state.config.kill_grace())
+    take_over_in(dir, workdir, state.config.kill_grace())
+}
+
+/// End what a killed loop recorded in `dir` (a loop in `workdir`), then record this loop's
+/// processes there. The caller holds the lock that makes it the only user of `dir`.
+pub(crate) fn take_over_in(
+    dir: PathBuf,
+    workdir: &Path,
+    grace: std::time::Duration,
+) -> anyhow::Result<()> {
+    let left = agent::tracked::take_over(dir.clone(), grace)
         .with_context(|| format!("recording the loop's processes in {}", dir.display()))?;
     for l in &left {
         eprintln!(

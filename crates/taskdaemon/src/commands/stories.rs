@@ -8,7 +8,7 @@ use taskdaemon_core::worklist::stories::{default_max_iterations, load};
 use taskdaemon_core::worklist::{self, StoriesConfig};
 
 use super::Ctx;
-use super::implement::{AgentFlags, drive, repo_of, worklist_err};
+use super::implement::{AgentFlags, check_agent, drive, repo_of, take_over_worklist, worklist_err};
 use crate::cli::user;
 
 #[derive(Debug, Args)]
@@ -65,8 +65,10 @@ pub fn run(args: StoriesArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let dir = file.parent().map(|p| p.to_path_buf()).unwrap_or(cwd);
     let repo = repo_of(&dir)?;
     let setup = args.agent.resolve(&dir, ctx)?;
+    check_agent(&setup, &[], &repo)?;
     let review = !args.skip_review;
     let _no_rollback = super::run::hold_for_loop(&repo)?;
+    take_over_worklist(&file, &setup)?;
     let cfg = StoriesConfig {
         file,
         repo,
