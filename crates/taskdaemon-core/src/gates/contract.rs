@@ -368,21 +368,7 @@ mod tests {
     use super::*;
     use crate::lifecycle::parser::Requirement as Req;
 
-    struct World {
-        before: HashMap<&'static str, String>,
-        now: HashMap<&'static str, String>,
-    }
-    impl ScopeWorld for World {
-        fn before(&self, p: &str) -> Option<String> {
-            self.before.get(p).cloned()
-        }
-        fn now(&self, p: &str) -> Option<String> {
-            self.now.get(p).cloned()
-        }
-        fn check_passes(&self, _: &str) -> bool {
-            false
-        }
-    }
+    use crate::gates::test_world::World;
 
     fn list(names: &[&str]) -> String {
         let items: Vec<String> = names.iter().map(|n| format!("  \"{n}\",")).collect();

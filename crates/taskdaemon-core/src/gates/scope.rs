@@ -275,21 +275,7 @@ mod tests {
 
     use super::*;
 
-    struct World {
-        before: HashMap<&'static str, String>,
-        now: HashMap<&'static str, String>,
-    }
-    impl ScopeWorld for World {
-        fn before(&self, p: &str) -> Option<String> {
-            self.before.get(p).cloned()
-        }
-        fn now(&self, p: &str) -> Option<String> {
-            self.now.get(p).cloned()
-        }
-        fn check_passes(&self, command: &str) -> bool {
-            command == "true"
-        }
-    }
+    use crate::gates::test_world::World;
 
     fn flavors(n: usize) -> String {
         let items: Vec<String> = (0..n).map(|i| format!("  {{ name: 'F{i}' }},")).collect();
