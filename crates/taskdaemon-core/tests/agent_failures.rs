@@ -289,26 +289,33 @@ fn the_alternative_handshake_429_is_a_rate_limit() {
     );
 }
 
-fn gemini(case: &str) -> (taskdaemon_core::agent::ParsedOutput, i32) {
+/// A recorded case of `agent` (`<fixtures>/agent-failures/<agent>/<case>/`) through the
+/// parser: its stdout and stderr lines, and the exit code it recorded.
+fn replay_case(
+    agent: &str,
+    format: OutputFormat,
+    case: &str,
+) -> (taskdaemon_core::agent::ParsedOutput, i32) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/agent-failures/gemini")
+        .join("tests/fixtures/agent-failures")
+        .join(agent)
         .join(case);
     let meta: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
-    let mut p = OutputParser::new(OutputFormat::GeminiStreamJson);
-    for line in std::fs::read_to_string(dir.join("stdout.jsonl"))
-        .unwrap()
-        .lines()
-    {
-        p.line(Stream::Stdout, line);
-    }
-    for line in std::fs::read_to_string(dir.join("stderr.txt"))
-        .unwrap()
-        .lines()
-    {
-        p.line(Stream::Stderr, line);
+    let mut p = OutputParser::new(format);
+    for (file, stream) in [
+        ("stdout.jsonl", Stream::Stdout),
+        ("stderr.txt", Stream::Stderr),
+    ] {
+        for line in std::fs::read_to_string(dir.join(file)).unwrap().lines() {
+            p.line(stream, line);
+        }
     }
     (p.finish(), meta["exit_code"].as_i64().unwrap() as i32)
+}
+
+fn gemini(case: &str) -> (taskdaemon_core::agent::ParsedOutput, i32) {
+    replay_case("gemini", OutputFormat::GeminiStreamJson, case)
 }
 
 #[test]
@@ -364,25 +371,7 @@ fn gemini_promise_split_across_deltas_is_one_promise() {
 }
 
 fn opencode(case: &str) -> (taskdaemon_core::agent::ParsedOutput, i32) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/agent-failures/opencode")
-        .join(case);
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
-    let mut p = OutputParser::new(OutputFormat::OpencodeJson);
-    for line in std::fs::read_to_string(dir.join("stdout.jsonl"))
-        .unwrap()
-        .lines()
-    {
-        p.line(Stream::Stdout, line);
-    }
-    for line in std::fs::read_to_string(dir.join("stderr.txt"))
-        .unwrap()
-        .lines()
-    {
-        p.line(Stream::Stderr, line);
-    }
-    (p.finish(), meta["exit_code"].as_i64().unwrap() as i32)
+    replay_case("opencode", OutputFormat::OpencodeJson, case)
 }
 
 #[test]
