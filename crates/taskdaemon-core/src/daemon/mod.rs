@@ -131,71 +131,15 @@ pub async fn run(
     paths
         .prepare_dir()
         .map_err(io(format!("creating {}", paths.dir.display())))?;
-    let lock = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(paths.lock())
-        .map_err(io(format!("opening {}", paths.lock().display())))?;
-    // A client probing whether a daemon runs holds the lock for an instant: try a while.
-    let mut locked = lock.try_lock().is_ok();
-    for _ in 0..40 {
-        if locked {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-        locked = lock.try_lock().is_ok();
-    }
-    if !locked {
-        let pid = paths
-            .read_info()
-            .map(|i| i.pid.to_string())
-            .unwrap_or_else(|| "unknown".into());
-        return Err(DaemonError::AlreadyRunning { pid });
-    }
+    let lock = acquire_lock(&paths).await?;
     let note = |s: String| {
         let _ = events.send(s);
     };
 
     // What a dead daemon left running ends before anything resumes.
-    let groups = paths.groups();
-    let left = crate::agent::tracked::take_over(groups, opts.grace)
-        .map_err(io("creating the process-group records"))?;
-    for l in &left {
-        note(format!(
-            "ended {} leftover process(es) of run {} (token {}) from a daemon that stopped without cleaning up{}",
-            l.processes,
-            l.run_id,
-            l.token,
-            if l.survived {
-                "; some survived KILL"
-            } else {
-                ""
-            }
-        ));
-    }
+    end_leftover_groups(&paths, opts.grace, &note)?;
 
-    let socket = paths.prepare_socket().map_err(|e| DaemonError::Io {
-        what: "preparing the socket".into(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
-    let listener =
-        UnixListener::bind(&socket).map_err(io(format!("listening on {}", socket.display())))?;
-    paths::restrict_socket(&socket).map_err(io(format!("securing {}", socket.display())))?;
-    let started_at = crate::clock::now_rfc3339();
-    let info = DaemonInfo {
-        pid: std::process::id(),
-        socket: socket.clone(),
-        started_at: started_at.clone(),
-        project: paths.project.clone(),
-    };
-    let info_json = serde_json::to_vec_pretty(&info).map_err(|e| DaemonError::Io {
-        what: "writing daemon info".into(),
-        source: std::io::Error::other(e),
-    })?;
-    crate::fsutil::write_atomic(&paths.info(), &info_json)
-        .map_err(io(format!("writing {}", paths.info().display())))?;
+    let (socket, listener, started_at) = listen_and_publish(&paths)?;
 
     let registry = executor_registry(&paths.project);
     let records = Records::open(&paths.project)?.with_loop_types(registry);
@@ -283,21 +227,107 @@ pub async fn run(
     for h in std::mem::take(&mut d.removals) {
         let _ = h.await;
     }
-    let per_run = |t: Duration| t.as_secs_f64() * 1000.0 / d.launched.max(1) as f64;
-    note(format!(
-        "dispatcher: {} runs launched; {} scheduling passes took {:.1} ms ({:.2} ms per run); recording their reports took {:.1} ms ({:.2} ms per run)",
-        d.launched,
-        d.passes,
-        d.pass_time.as_secs_f64() * 1000.0,
-        per_run(d.pass_time),
-        d.record_time.as_secs_f64() * 1000.0,
-        per_run(d.record_time)
-    ));
+    note(d.timing_line());
     let _ = std::fs::remove_file(&socket);
     let _ = std::fs::remove_file(paths.info());
     note("daemon stopped".into());
     drop(lock);
     Ok(())
+}
+
+/// Take the daemon lock of the repository; a daemon already holding it is an error.
+async fn acquire_lock(paths: &DaemonPaths) -> Result<std::fs::File, DaemonError> {
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(paths.lock())
+        .map_err(io(format!("opening {}", paths.lock().display())))?;
+    // A client probing whether a daemon runs holds the lock for an instant: try a while.
+    let mut locked = lock.try_lock().is_ok();
+    for _ in 0..40 {
+        if locked {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        locked = lock.try_lock().is_ok();
+    }
+    if !locked {
+        let pid = paths
+            .read_info()
+            .map(|i| i.pid.to_string())
+            .unwrap_or_else(|| "unknown".into());
+        return Err(DaemonError::AlreadyRunning { pid });
+    }
+    Ok(lock)
+}
+
+/// End the process groups a dead daemon left, with a line for each.
+fn end_leftover_groups(
+    paths: &DaemonPaths,
+    grace: Duration,
+    note: &dyn Fn(String),
+) -> Result<(), DaemonError> {
+    let groups = paths.groups();
+    let left = crate::agent::tracked::take_over(groups, grace)
+        .map_err(io("creating the process-group records"))?;
+    for l in &left {
+        note(format!(
+            "ended {} leftover process(es) of run {} (token {}) from a daemon that stopped without cleaning up{}",
+            l.processes,
+            l.run_id,
+            l.token,
+            if l.survived {
+                "; some survived KILL"
+            } else {
+                ""
+            }
+        ));
+    }
+    Ok(())
+}
+
+/// Bind the socket and write the daemon info; the socket path, its listener and the start
+/// time.
+fn listen_and_publish(paths: &DaemonPaths) -> Result<(PathBuf, UnixListener, String), DaemonError> {
+    let socket = paths.prepare_socket().map_err(|e| DaemonError::Io {
+        what: "preparing the socket".into(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let listener =
+        UnixListener::bind(&socket).map_err(io(format!("listening on {}", socket.display())))?;
+    paths::restrict_socket(&socket).map_err(io(format!("securing {}", socket.display())))?;
+    let started_at = crate::clock::now_rfc3339();
+    let info = DaemonInfo {
+        pid: std::process::id(),
+        socket: socket.clone(),
+        started_at: started_at.clone(),
+        project: paths.project.clone(),
+    };
+    let info_json = serde_json::to_vec_pretty(&info).map_err(|e| DaemonError::Io {
+        what: "writing daemon info".into(),
+        source: std::io::Error::other(e),
+    })?;
+    crate::fsutil::write_atomic(&paths.info(), &info_json)
+        .map_err(io(format!("writing {}", paths.info().display())))?;
+    Ok((socket, listener, started_at))
+}
+
+impl Dispatcher {
+    /// The stop line: runs launched and the time spent scheduling and recording.
+    fn timing_line(&self) -> String {
+        let per_run = |t: Duration| t.as_secs_f64() * 1000.0 / self.launched.max(1) as f64;
+        format!(
+            "dispatcher: {} runs launched; {} scheduling passes took {:.1} ms ({:.2} ms per run); recording their reports took {:.1} ms ({:.2} ms per run)",
+            self.launched,
+            self.passes,
+            self.pass_time.as_secs_f64() * 1000.0,
+            per_run(self.pass_time),
+            self.record_time.as_secs_f64() * 1000.0,
+            per_run(self.record_time)
+        )
+    }
 }
 
 fn executor_registry(project: &Path) -> Vec<String> {

@@ -129,142 +129,185 @@ fn gate(s: &Section, m: &Marker, task: u32, world: &dyn ScopeWorld) -> GateResul
             ),
         );
     }
-    let before = || total(&s.files, |f| world.before(f));
-    let now = || total(&s.files, |f| world.now(f));
     match m.kind {
-        MarkerKind::Add => {
-            let (b, n) = (before(), now());
-            match m.count {
-                Some(k) => {
-                    let want = b + k as usize;
-                    if b == 0 && n == 0 && !changed(&s.files, world).is_empty() {
-                        GateResult::fail(
-                            name,
-                            Severity::Soft,
-                            format!(
-                                "ADD {k} in `{}`: {} changed but holds no list, array or repeated element to count; not counted",
-                                s.name,
-                                s.files.join(", ")
-                            ),
-                        )
-                    } else if n == want {
-                        GateResult::pass(
-                            name,
-                            format!("ADD {k} in `{}`: {b} + {k} = {n} items{where_}", s.name),
-                        )
-                    } else if n <= b {
-                        GateResult::fail(
-                            name,
-                            Severity::Hard,
-                            format!(
-                                "ADD {k} in `{}`: expected {want} items ({b} + {k}){where_}, found {n}. Add new items next to the existing ones; do not convert or replace them.",
-                                s.name
-                            ),
-                        )
-                    } else {
-                        GateResult::fail(
-                            name,
-                            Severity::Soft,
-                            format!(
-                                "ADD {k} in `{}`: expected {want} items ({b} + {k}){where_}, found {n}",
-                                s.name
-                            ),
-                        )
-                    }
-                }
-                None if n > b || !changed(&s.files, world).is_empty() => {
-                    GateResult::pass(name, format!("ADD in `{}`: new content{where_}", s.name))
-                }
-                None => GateResult::fail(
+        MarkerKind::Add => add_gate(s, m, name, &where_, world),
+        MarkerKind::Preserved => preserved_gate(s, m, name, &where_, world),
+        MarkerKind::NoChanges => no_changes_gate(s, name, task, world),
+        MarkerKind::Modify => modify_gate(s, name, &where_, world),
+        MarkerKind::Remove => remove_gate(s, m, name, &where_, world),
+        MarkerKind::Fix => fix_gate(s, m, name, world),
+    }
+}
+
+/// Item counts of the section's files at `task-N-pre` and now.
+fn before_and_now(s: &Section, world: &dyn ScopeWorld) -> (usize, usize) {
+    let before = total(&s.files, |f| world.before(f));
+    let now = total(&s.files, |f| world.now(f));
+    (before, now)
+}
+
+/// `[ADD]`: the count rose by exactly `k`, or (without a count) something new appeared.
+fn add_gate(
+    s: &Section,
+    m: &Marker,
+    name: String,
+    where_: &str,
+    world: &dyn ScopeWorld,
+) -> GateResult {
+    let (b, n) = before_and_now(s, world);
+    match m.count {
+        Some(k) => {
+            let want = b + k as usize;
+            if b == 0 && n == 0 && !changed(&s.files, world).is_empty() {
+                GateResult::fail(
                     name,
                     Severity::Soft,
-                    format!("ADD in `{}`: no new content detected{where_}", s.name),
-                ),
-            }
-        }
-        MarkerKind::Preserved => {
-            let (b, n) = (before(), now());
-            let keep = b.max(m.count.unwrap_or(0) as usize);
-            if n < keep {
+                    format!(
+                        "ADD {k} in `{}`: {} changed but holds no list, array or repeated element to count; not counted",
+                        s.name,
+                        s.files.join(", ")
+                    ),
+                )
+            } else if n == want {
+                GateResult::pass(
+                    name,
+                    format!("ADD {k} in `{}`: {b} + {k} = {n} items{where_}", s.name),
+                )
+            } else if n <= b {
                 GateResult::fail(
                     name,
                     Severity::Hard,
                     format!(
-                        "PRESERVED violation in `{}`: had {keep} items{where_}, now {n}. The plan says they must not be removed or converted.",
+                        "ADD {k} in `{}`: expected {want} items ({b} + {k}){where_}, found {n}. Add new items next to the existing ones; do not convert or replace them.",
                         s.name
                     ),
                 )
-            } else {
-                GateResult::pass(
-                    name,
-                    format!("PRESERVED in `{}`: {n} ≥ {keep} items", s.name),
-                )
-            }
-        }
-        MarkerKind::NoChanges => {
-            let touched = changed(&s.files, world);
-            if touched.is_empty() {
-                GateResult::pass(name, format!("NO CHANGES in `{}`: untouched", s.name))
             } else {
                 GateResult::fail(
                     name,
                     Severity::Soft,
                     format!(
-                        "{} modified, but the plan marks `{}` as NO CHANGES for task-{task}",
-                        touched.join(", "),
+                        "ADD {k} in `{}`: expected {want} items ({b} + {k}){where_}, found {n}",
                         s.name
                     ),
                 )
             }
         }
-        MarkerKind::Modify => {
-            if s.files.is_empty() || !changed(&s.files, world).is_empty() {
-                GateResult::pass(
-                    name,
-                    format!("MODIFY in `{}`: section present, content changed", s.name),
-                )
-            } else {
-                GateResult::fail(
-                    name,
-                    Severity::Soft,
-                    format!("MODIFY in `{}`: its files are unchanged{where_}", s.name),
-                )
-            }
+        None if n > b || !changed(&s.files, world).is_empty() => {
+            GateResult::pass(name, format!("ADD in `{}`: new content{where_}", s.name))
         }
-        MarkerKind::Remove => {
-            let (b, n) = (before(), now());
-            let gone = match m.count {
-                Some(k) => n + (k as usize) <= b,
-                None => n < b || !changed(&s.files, world).is_empty(),
-            };
-            if gone {
-                GateResult::pass(name, format!("REMOVE in `{}`: {b} → {n} items", s.name))
-            } else {
-                GateResult::fail(
-                    name,
-                    Severity::Soft,
-                    format!(
-                        "REMOVE in `{}`: still present ({b} → {n} items{where_})",
-                        s.name
-                    ),
-                )
-            }
-        }
-        MarkerKind::Fix => match &m.check {
-            Some(cmd) if !world.check_passes(cmd) => GateResult::fail(
-                name,
-                Severity::Hard,
-                format!("FIX in `{}`: its check `{cmd}` still fails", s.name),
+        None => GateResult::fail(
+            name,
+            Severity::Soft,
+            format!("ADD in `{}`: no new content detected{where_}", s.name),
+        ),
+    }
+}
+
+/// `PRESERVED`: no fewer items than before (or than the count the marker names).
+fn preserved_gate(
+    s: &Section,
+    m: &Marker,
+    name: String,
+    where_: &str,
+    world: &dyn ScopeWorld,
+) -> GateResult {
+    let (b, n) = before_and_now(s, world);
+    let keep = b.max(m.count.unwrap_or(0) as usize);
+    if n < keep {
+        GateResult::fail(
+            name,
+            Severity::Hard,
+            format!(
+                "PRESERVED violation in `{}`: had {keep} items{where_}, now {n}. The plan says they must not be removed or converted.",
+                s.name
             ),
-            Some(cmd) => GateResult::pass(name, format!("FIX in `{}`: `{cmd}` passes", s.name)),
-            None => GateResult::pass(
-                name,
-                format!(
-                    "FIX in `{}`: no check named; the validation command decides",
-                    s.name
-                ),
+        )
+    } else {
+        GateResult::pass(
+            name,
+            format!("PRESERVED in `{}`: {n} ≥ {keep} items", s.name),
+        )
+    }
+}
+
+/// `NO CHANGES`: none of the section's files changed.
+fn no_changes_gate(s: &Section, name: String, task: u32, world: &dyn ScopeWorld) -> GateResult {
+    let touched = changed(&s.files, world);
+    if touched.is_empty() {
+        GateResult::pass(name, format!("NO CHANGES in `{}`: untouched", s.name))
+    } else {
+        GateResult::fail(
+            name,
+            Severity::Soft,
+            format!(
+                "{} modified, but the plan marks `{}` as NO CHANGES for task-{task}",
+                touched.join(", "),
+                s.name
             ),
-        },
+        )
+    }
+}
+
+/// `[MODIFY]`: the section's files changed (a section without files passes).
+fn modify_gate(s: &Section, name: String, where_: &str, world: &dyn ScopeWorld) -> GateResult {
+    if s.files.is_empty() || !changed(&s.files, world).is_empty() {
+        GateResult::pass(
+            name,
+            format!("MODIFY in `{}`: section present, content changed", s.name),
+        )
+    } else {
+        GateResult::fail(
+            name,
+            Severity::Soft,
+            format!("MODIFY in `{}`: its files are unchanged{where_}", s.name),
+        )
+    }
+}
+
+/// `[REMOVE]`: the count fell by at least `k`, or (without a count) something went.
+fn remove_gate(
+    s: &Section,
+    m: &Marker,
+    name: String,
+    where_: &str,
+    world: &dyn ScopeWorld,
+) -> GateResult {
+    let (b, n) = before_and_now(s, world);
+    let gone = match m.count {
+        Some(k) => n + (k as usize) <= b,
+        None => n < b || !changed(&s.files, world).is_empty(),
+    };
+    if gone {
+        GateResult::pass(name, format!("REMOVE in `{}`: {b} → {n} items", s.name))
+    } else {
+        GateResult::fail(
+            name,
+            Severity::Soft,
+            format!(
+                "REMOVE in `{}`: still present ({b} → {n} items{where_})",
+                s.name
+            ),
+        )
+    }
+}
+
+/// `[FIX]`: the named check passes; without one the validation command decides.
+fn fix_gate(s: &Section, m: &Marker, name: String, world: &dyn ScopeWorld) -> GateResult {
+    match &m.check {
+        Some(cmd) if !world.check_passes(cmd) => GateResult::fail(
+            name,
+            Severity::Hard,
+            format!("FIX in `{}`: its check `{cmd}` still fails", s.name),
+        ),
+        Some(cmd) => GateResult::pass(name, format!("FIX in `{}`: `{cmd}` passes", s.name)),
+        None => GateResult::pass(
+            name,
+            format!(
+                "FIX in `{}`: no check named; the validation command decides",
+                s.name
+            ),
+        ),
     }
 }
 

@@ -111,61 +111,11 @@ pub async fn implement(
     cancel: &CancellationToken,
 ) -> Result<ImplementResult, WorklistError> {
     preflight(&cfg.spec_dir, &cfg.repo)?;
-    let spec_rel = cfg
-        .spec_dir
-        .strip_prefix(&cfg.repo)
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let spec_rel = if spec_rel.is_empty() {
-        ".".into()
-    } else {
-        spec_rel
-    };
-    let c = Coord {
-        cfg,
-        git: Git::new(&cfg.repo),
-        spec_name: cfg
-            .spec_dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "spec".into()),
-        spec_rel,
-        events,
-        cancel,
-    };
+    let c = Coord::new(cfg, events, cancel);
     Git::new(&cfg.spec_dir).ensure_excluded(IGNORED)?;
     let mut tasks = c.read_tasks()?;
 
-    let (mut st, resumed) = match ImplementState::load(&cfg.spec_dir) {
-        Ok(Some(s)) => (s, true),
-        Ok(None) => (
-            ImplementState::new(&cfg.spec_dir, tasks.len(), cfg.max_task_iterations),
-            false,
-        ),
-        Err(e @ WorklistError::CorruptState { .. }) => {
-            events.warn(format!(
-                "{e}; state reset to defaults, resuming from the first unchecked task"
-            ));
-            (
-                ImplementState::new(&cfg.spec_dir, tasks.len(), cfg.max_task_iterations),
-                false,
-            )
-        }
-        Err(e) => return Err(e),
-    };
-    st.total_tasks = tasks.len();
-    st.max_task_iterations = cfg.max_task_iterations;
-    st.base_path = cfg.spec_dir.display().to_string();
-    if st.task_iteration == 0 || st.task_iteration > st.max_task_iterations {
-        st.task_iteration = 1;
-    }
-    if st.global_iteration >= st.max_iterations() {
-        events.warn(format!(
-            "the saved state used all {} iterations; counting starts again",
-            st.max_iterations()
-        ));
-        st.global_iteration = 0;
-    }
+    let (mut st, resumed) = load_state(cfg, events, tasks.len())?;
 
     let first_open = tasks.iter().position(|t| !t.done);
     events.emit(WorklistEvent::ImplementStarted {
@@ -222,20 +172,7 @@ pub async fn implement(
             st.task_index = next;
             st.task_iteration = 1;
         }
-        let group = group_at(&tasks, next);
-        st.parallel_group = Some(ParallelGroup {
-            start_index: group[0],
-            end_index: group[group.len() - 1],
-            task_indices: group.clone(),
-            is_parallel: group.len() > 1,
-        });
-        for i in &group {
-            st.record(
-                *i,
-                TaskStatus::Pending,
-                st.last_error(*i).map(str::to_string),
-            );
-        }
+        let group = begin_group(&mut st, &tasks, next);
         st.global_iteration += 1;
         st.save(&cfg.spec_dir)?;
 
@@ -251,19 +188,7 @@ pub async fn implement(
             }
             Ran::Done(v) => v,
         };
-        let mut first_failed: Option<(usize, String)> = None;
-        for v in &verdicts {
-            match &v.result {
-                Ok(_) => st.record(v.index, TaskStatus::Success, None),
-                Err(f) => {
-                    let reason = verify::reason(f);
-                    st.record(v.index, TaskStatus::Failed, Some(reason.clone()));
-                    if first_failed.is_none() {
-                        first_failed = Some((v.index, reason));
-                    }
-                }
-            }
-        }
+        let first_failed = record_verdicts(&mut st, &verdicts);
         st.parallel_group = None;
         if let Some((index, reason)) = first_failed {
             st.task_index = index;
@@ -285,6 +210,115 @@ pub async fn implement(
         }
         st.save(&cfg.spec_dir)?;
     }
+}
+
+impl<'a> Coord<'a> {
+    fn new(
+        cfg: &'a ImplementConfig,
+        events: &'a WorklistSink,
+        cancel: &'a CancellationToken,
+    ) -> Coord<'a> {
+        let spec_rel = cfg
+            .spec_dir
+            .strip_prefix(&cfg.repo)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let spec_rel = if spec_rel.is_empty() {
+            ".".into()
+        } else {
+            spec_rel
+        };
+        Coord {
+            cfg,
+            git: Git::new(&cfg.repo),
+            spec_name: cfg
+                .spec_dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "spec".into()),
+            spec_rel,
+            events,
+            cancel,
+        }
+    }
+}
+
+/// The saved state (fresh when there is none or it is corrupt), brought in line with the
+/// config and the task count; `true` when resumed.
+fn load_state(
+    cfg: &ImplementConfig,
+    events: &WorklistSink,
+    task_count: usize,
+) -> Result<(ImplementState, bool), WorklistError> {
+    let (mut st, resumed) = match ImplementState::load(&cfg.spec_dir) {
+        Ok(Some(s)) => (s, true),
+        Ok(None) => (
+            ImplementState::new(&cfg.spec_dir, task_count, cfg.max_task_iterations),
+            false,
+        ),
+        Err(e @ WorklistError::CorruptState { .. }) => {
+            events.warn(format!(
+                "{e}; state reset to defaults, resuming from the first unchecked task"
+            ));
+            (
+                ImplementState::new(&cfg.spec_dir, task_count, cfg.max_task_iterations),
+                false,
+            )
+        }
+        Err(e) => return Err(e),
+    };
+    st.total_tasks = task_count;
+    st.max_task_iterations = cfg.max_task_iterations;
+    st.base_path = cfg.spec_dir.display().to_string();
+    if st.task_iteration == 0 || st.task_iteration > st.max_task_iterations {
+        st.task_iteration = 1;
+    }
+    if st.global_iteration >= st.max_iterations() {
+        events.warn(format!(
+            "the saved state used all {} iterations; counting starts again",
+            st.max_iterations()
+        ));
+        st.global_iteration = 0;
+    }
+    Ok((st, resumed))
+}
+
+/// The tasks that run in this iteration, recorded in the state as the current group and
+/// pending.
+fn begin_group(st: &mut ImplementState, tasks: &[Task], next: usize) -> Vec<usize> {
+    let group = group_at(tasks, next);
+    st.parallel_group = Some(ParallelGroup {
+        start_index: group[0],
+        end_index: group[group.len() - 1],
+        task_indices: group.clone(),
+        is_parallel: group.len() > 1,
+    });
+    for i in &group {
+        st.record(
+            *i,
+            TaskStatus::Pending,
+            st.last_error(*i).map(str::to_string),
+        );
+    }
+    group
+}
+
+/// Record each task's verdict; the first failure (task index and reason), if any.
+fn record_verdicts(st: &mut ImplementState, verdicts: &[Verdict]) -> Option<(usize, String)> {
+    let mut first_failed: Option<(usize, String)> = None;
+    for v in verdicts {
+        match &v.result {
+            Ok(_) => st.record(v.index, TaskStatus::Success, None),
+            Err(f) => {
+                let reason = verify::reason(f);
+                st.record(v.index, TaskStatus::Failed, Some(reason.clone()));
+                if first_failed.is_none() {
+                    first_failed = Some((v.index, reason));
+                }
+            }
+        }
+    }
+    first_failed
 }
 
 /// The tasks that run next: a group of consecutive unchecked `[P]` tasks (a `[VERIFY]`

@@ -111,20 +111,9 @@ pub async fn run_stories(
             ));
         }
         let Some(mut mode) = stories_rules::choose(&stories, cfg.review) else {
-            let waiting: Vec<String> = stories
-                .iter()
-                .filter(|s| !s.done(cfg.review))
-                .map(|s| format!("{} (depends on {})", s.id, s.depends_on.join(", ")))
-                .collect();
             return Ok(finish(
                 events,
-                Outcome::Failed {
-                    reason: format!(
-                        "no story can start: {} wait on stories that do not pass\n  hint: fix `dependsOn` in {}",
-                        waiting.join("; "),
-                        cfg.file.display()
-                    ),
-                },
+                no_story_can_start(cfg, &stories),
                 &stories,
                 cfg.review,
             ));
@@ -157,22 +146,7 @@ pub async fn run_stories(
             story_id: mode.story().map(str::to_string),
             prompt_file: prompt_path(&log).display().to_string(),
         });
-        let job = AgentJob {
-            setup: cfg.setup.clone(),
-            label: mode.story().unwrap_or("stories").to_string(),
-            cwd: cfg.repo.clone(),
-            prompt,
-            env: vec![
-                ("TASKDAEMON_STORIES_FILE".into(), cfg.file.clone().into()),
-                ("TASKDAEMON_STORY_MODE".into(), mode.name().into()),
-                (
-                    "TASKDAEMON_STORY_ID".into(),
-                    mode.story().unwrap_or("").into(),
-                ),
-                ("TASKDAEMON_ITERATION".into(), iteration.to_string().into()),
-            ],
-            log,
-        };
+        let job = story_job(cfg, &mode, iteration, prompt, log);
         let run = run_agent(job, events.clone(), cancel.clone()).await?;
         if run.interrupted || cancel.is_cancelled() {
             return Ok(finish(events, Outcome::Interrupted, &stories, cfg.review));
@@ -189,16 +163,7 @@ pub async fn run_stories(
         );
         match verdict {
             Err(reason) => {
-                write_atomic(&cfg.file, snapshot.as_bytes())
-                    .map_err(WorklistError::io(&cfg.file))?;
-                commit_file(
-                    &git,
-                    &rel,
-                    &format!(
-                        "taskdaemon: restore {} (rejected iteration {iteration})",
-                        rel.display()
-                    ),
-                )?;
+                restore_snapshot(cfg, &git, &rel, &snapshot, iteration)?;
                 events.emit(WorklistEvent::StoryRejected {
                     iteration,
                     mode: mode.name().into(),
@@ -227,23 +192,95 @@ pub async fn run_stories(
                     ));
                 }
                 if said_complete {
-                    let open: Vec<&str> = after
-                        .iter()
-                        .filter(|s| !s.done(cfg.review))
-                        .map(|s| s.id.as_str())
-                        .collect();
-                    previous_error = Some(format!(
-                        "COMPLETE was said, but these stories are not done yet: {}",
-                        open.join(", ")
-                    ));
-                    events.warn(format!(
-                        "iteration {iteration}: COMPLETE rejected: not done: {}",
-                        open.join(", ")
-                    ));
+                    previous_error = Some(reject_complete(events, cfg, iteration, &after));
                 }
             }
         }
     }
+}
+
+/// The failure when stories remain but every one waits on a story that does not pass.
+fn no_story_can_start(cfg: &StoriesConfig, stories: &[Story]) -> Outcome {
+    let waiting: Vec<String> = stories
+        .iter()
+        .filter(|s| !s.done(cfg.review))
+        .map(|s| format!("{} (depends on {})", s.id, s.depends_on.join(", ")))
+        .collect();
+    Outcome::Failed {
+        reason: format!(
+            "no story can start: {} wait on stories that do not pass\n  hint: fix `dependsOn` in {}",
+            waiting.join("; "),
+            cfg.file.display()
+        ),
+    }
+}
+
+/// The agent run of one iteration in `mode`.
+fn story_job(
+    cfg: &StoriesConfig,
+    mode: &Mode,
+    iteration: u32,
+    prompt: String,
+    log: PathBuf,
+) -> AgentJob {
+    AgentJob {
+        setup: cfg.setup.clone(),
+        label: mode.story().unwrap_or("stories").to_string(),
+        cwd: cfg.repo.clone(),
+        prompt,
+        env: vec![
+            ("TASKDAEMON_STORIES_FILE".into(), cfg.file.clone().into()),
+            ("TASKDAEMON_STORY_MODE".into(), mode.name().into()),
+            (
+                "TASKDAEMON_STORY_ID".into(),
+                mode.story().unwrap_or("").into(),
+            ),
+            ("TASKDAEMON_ITERATION".into(), iteration.to_string().into()),
+        ],
+        log,
+    }
+}
+
+/// Put the stories file back as it was before a rejected iteration, and commit it.
+fn restore_snapshot(
+    cfg: &StoriesConfig,
+    git: &Git,
+    rel: &Path,
+    snapshot: &str,
+    iteration: u32,
+) -> Result<(), WorklistError> {
+    write_atomic(&cfg.file, snapshot.as_bytes()).map_err(WorklistError::io(&cfg.file))?;
+    commit_file(
+        git,
+        rel,
+        &format!(
+            "taskdaemon: restore {} (rejected iteration {iteration})",
+            rel.display()
+        ),
+    )
+}
+
+/// COMPLETE said while stories remain open: warn, and the note for the next prompt.
+fn reject_complete(
+    events: &WorklistSink,
+    cfg: &StoriesConfig,
+    iteration: u32,
+    after: &[Story],
+) -> String {
+    let open: Vec<&str> = after
+        .iter()
+        .filter(|s| !s.done(cfg.review))
+        .map(|s| s.id.as_str())
+        .collect();
+    let note = format!(
+        "COMPLETE was said, but these stories are not done yet: {}",
+        open.join(", ")
+    );
+    events.warn(format!(
+        "iteration {iteration}: COMPLETE rejected: not done: {}",
+        open.join(", ")
+    ));
+    note
 }
 
 fn finish(

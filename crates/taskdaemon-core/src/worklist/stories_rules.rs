@@ -193,13 +193,49 @@ pub fn check(
             "stories were added or removed; only change the fields of existing stories".into(),
         );
     }
-    let pairs: Vec<(&Story, &Story)> = before
+    let pairs: Vec<Pair> = before
         .iter()
         .filter_map(|b| after.iter().find(|a| a.id == b.id).map(|a| (b, a)))
         .collect();
+    let changes = describe_changes(&pairs);
+    let changed = |differs: fn(&Story, &Story) -> bool| -> Vec<Pair> {
+        pairs
+            .iter()
+            .copied()
+            .filter(|(b, a)| differs(b, a))
+            .collect()
+    };
+    let passes_changed = changed(|b, a| b.passes != a.passes);
+    let count_changed = changed(|b, a| b.review_count != a.review_count);
+    let status_changed = changed(|b, a| b.review_status != a.review_status);
+    match mode {
+        Mode::Implement(_) if !review => check_implement(&passes_changed, &count_changed)?,
+        Mode::Implement(_) => {
+            check_implement_for_review(&passes_changed, &count_changed, &status_changed)?
+        }
+        Mode::Review(target) => check_review(target, &pairs, &count_changed)?,
+        Mode::ReviewFix(_) => check_review_fix(&passes_changed, &count_changed, &status_changed)?,
+        Mode::Finish => {
+            if !passes_changed.is_empty() || !status_changed.is_empty() || !count_changed.is_empty()
+            {
+                return Err("everything passed already; the finishing iteration must not change any story's status".into());
+            }
+        }
+    }
+    Ok(changes)
+}
+
+/// A story before and after the iteration.
+type Pair<'a> = (&'a Story, &'a Story);
+
+fn status(s: &Story) -> String {
+    s.review_status.clone().unwrap_or_else(|| "none".into())
+}
+
+/// One line per changed field, for the record.
+fn describe_changes(pairs: &[Pair]) -> Vec<String> {
     let mut changes = Vec::new();
-    let status = |s: &Story| s.review_status.clone().unwrap_or_else(|| "none".into());
-    for (b, a) in &pairs {
+    for (b, a) in pairs {
         if b.passes != a.passes {
             changes.push(format!("{}: passes {} → {}", a.id, b.passes, a.passes));
         }
@@ -218,136 +254,134 @@ pub fn check(
             ));
         }
     }
-    let passes_changed: Vec<(&Story, &Story)> = pairs
-        .iter()
-        .copied()
-        .filter(|(b, a)| b.passes != a.passes)
-        .collect();
-    let count_changed: Vec<(&Story, &Story)> = pairs
-        .iter()
-        .copied()
-        .filter(|(b, a)| b.review_count != a.review_count)
-        .collect();
-    let status_changed: Vec<(&Story, &Story)> = pairs
-        .iter()
-        .copied()
-        .filter(|(b, a)| b.review_status != a.review_status)
-        .collect();
-    match mode {
-        Mode::Implement(_) if !review => {
-            if passes_changed.len() > 1 {
-                return Err(format!(
-                    "an implement iteration may complete at most one story; {} changed `passes`",
-                    passes_changed.len()
-                ));
-            }
-            if let Some((_, a)) = passes_changed.first()
-                && !a.passes
-            {
-                return Err(format!("story {} went from passing to not passing", a.id));
-            }
-            if !count_changed.is_empty() {
-                return Err("an implement iteration must not change reviewCount".into());
-            }
-        }
-        Mode::Implement(_) => {
-            if let Some((_, a)) = passes_changed.first() {
-                return Err(format!(
-                    "an implement iteration must never set `passes` (story {} changed it); set reviewStatus to \"{NEEDS_REVIEW}\" and let the review decide",
-                    a.id
-                ));
-            }
-            if !count_changed.is_empty() {
-                return Err("an implement iteration must not change reviewCount".into());
-            }
-            if let Some((_, a)) = status_changed
-                .iter()
-                .find(|(_, a)| a.review_status.as_deref() != Some(NEEDS_REVIEW))
-            {
-                return Err(format!(
-                    "an implement iteration may only move a story to \"{NEEDS_REVIEW}\"; story {} became {}",
-                    a.id,
-                    status(a)
-                ));
-            }
-            if status_changed.len() > 1 {
-                return Err(format!(
-                    "an implement iteration may move at most one story to \"{NEEDS_REVIEW}\"; {} moved",
-                    status_changed.len()
-                ));
-            }
-        }
-        Mode::Review(target) => {
-            if count_changed.len() != 1 {
-                return Err(format!(
-                    "a review must change exactly one story's reviewCount (by 1); {} changed",
-                    count_changed.len()
-                ));
-            }
-            let (b, a) = count_changed[0];
-            if a.id != *target {
-                return Err(format!("this review was for story {target}, not {}", a.id));
-            }
-            if a.review_count != b.review_count + 1 {
-                return Err(format!(
-                    "reviewCount of {} must go up by exactly 1 ({} → {}), not to {}",
-                    a.id,
-                    b.review_count,
-                    b.review_count + 1,
-                    a.review_count
-                ));
-            }
-            let approved = a.approved() && a.passes;
-            let changes = a.review_status.as_deref() == Some(CHANGES_REQUESTED)
-                && a.review_feedback.is_some()
-                && !a.passes;
-            if !approved && !changes {
-                return Err(format!(
-                    "a review must end with story {} either approved (reviewStatus \"{APPROVED}\" and passes true) or \"{CHANGES_REQUESTED}\" with reviewFeedback (passes false); it is {} with passes {}",
-                    a.id,
-                    status(a),
-                    a.passes
-                ));
-            }
-            if let Some((_, o)) = pairs.iter().find(|(b, a)| {
-                a.id != *target && (b.passes != a.passes || b.review_status != a.review_status)
-            }) {
-                return Err(format!(
-                    "a review of {target} must not change story {}",
-                    o.id
-                ));
-            }
-        }
-        Mode::ReviewFix(_) => {
-            if let Some((_, a)) = passes_changed.first() {
-                return Err(format!(
-                    "a review-fix must not change `passes` (story {})",
-                    a.id
-                ));
-            }
-            if !count_changed.is_empty() {
-                return Err("a review-fix must not change reviewCount".into());
-            }
-            if let Some((b, a)) = status_changed.iter().find(|(b, a)| {
-                !(b.review_status.as_deref() == Some(CHANGES_REQUESTED)
-                    && a.review_status.as_deref() == Some(NEEDS_REVIEW))
-            }) {
-                return Err(format!(
-                    "a review-fix may only move a story from \"{CHANGES_REQUESTED}\" back to \"{NEEDS_REVIEW}\"; story {} went {} → {}",
-                    a.id,
-                    status(b),
-                    status(a)
-                ));
-            }
-        }
-        Mode::Finish => {
-            if !passes_changed.is_empty() || !status_changed.is_empty() || !count_changed.is_empty()
-            {
-                return Err("everything passed already; the finishing iteration must not change any story's status".into());
-            }
-        }
+    changes
+}
+
+/// An implement iteration without review: completes at most one story, never un-passes one.
+fn check_implement(passes_changed: &[Pair], count_changed: &[Pair]) -> Result<(), String> {
+    if passes_changed.len() > 1 {
+        return Err(format!(
+            "an implement iteration may complete at most one story; {} changed `passes`",
+            passes_changed.len()
+        ));
     }
-    Ok(changes)
+    if let Some((_, a)) = passes_changed.first()
+        && !a.passes
+    {
+        return Err(format!("story {} went from passing to not passing", a.id));
+    }
+    if !count_changed.is_empty() {
+        return Err("an implement iteration must not change reviewCount".into());
+    }
+    Ok(())
+}
+
+/// An implement iteration with review: may only move one story to needs-review.
+fn check_implement_for_review(
+    passes_changed: &[Pair],
+    count_changed: &[Pair],
+    status_changed: &[Pair],
+) -> Result<(), String> {
+    if let Some((_, a)) = passes_changed.first() {
+        return Err(format!(
+            "an implement iteration must never set `passes` (story {} changed it); set reviewStatus to \"{NEEDS_REVIEW}\" and let the review decide",
+            a.id
+        ));
+    }
+    if !count_changed.is_empty() {
+        return Err("an implement iteration must not change reviewCount".into());
+    }
+    if let Some((_, a)) = status_changed
+        .iter()
+        .find(|(_, a)| a.review_status.as_deref() != Some(NEEDS_REVIEW))
+    {
+        return Err(format!(
+            "an implement iteration may only move a story to \"{NEEDS_REVIEW}\"; story {} became {}",
+            a.id,
+            status(a)
+        ));
+    }
+    if status_changed.len() > 1 {
+        return Err(format!(
+            "an implement iteration may move at most one story to \"{NEEDS_REVIEW}\"; {} moved",
+            status_changed.len()
+        ));
+    }
+    Ok(())
+}
+
+/// A review of `target`: bumps its reviewCount by one, ends approved or with changes
+/// requested, and touches no other story.
+fn check_review(target: &str, pairs: &[Pair], count_changed: &[Pair]) -> Result<(), String> {
+    if count_changed.len() != 1 {
+        return Err(format!(
+            "a review must change exactly one story's reviewCount (by 1); {} changed",
+            count_changed.len()
+        ));
+    }
+    let (b, a) = count_changed[0];
+    if a.id != *target {
+        return Err(format!("this review was for story {target}, not {}", a.id));
+    }
+    if a.review_count != b.review_count + 1 {
+        return Err(format!(
+            "reviewCount of {} must go up by exactly 1 ({} → {}), not to {}",
+            a.id,
+            b.review_count,
+            b.review_count + 1,
+            a.review_count
+        ));
+    }
+    let approved = a.approved() && a.passes;
+    let changes = a.review_status.as_deref() == Some(CHANGES_REQUESTED)
+        && a.review_feedback.is_some()
+        && !a.passes;
+    if !approved && !changes {
+        return Err(format!(
+            "a review must end with story {} either approved (reviewStatus \"{APPROVED}\" and passes true) or \"{CHANGES_REQUESTED}\" with reviewFeedback (passes false); it is {} with passes {}",
+            a.id,
+            status(a),
+            a.passes
+        ));
+    }
+    if let Some((_, o)) = pairs.iter().find(|(b, a)| {
+        a.id != *target && (b.passes != a.passes || b.review_status != a.review_status)
+    }) {
+        return Err(format!(
+            "a review of {target} must not change story {}",
+            o.id
+        ));
+    }
+    Ok(())
+}
+
+/// A review-fix: only moves stories from changes-requested back to needs-review.
+fn check_review_fix(
+    passes_changed: &[Pair],
+    count_changed: &[Pair],
+    status_changed: &[Pair],
+) -> Result<(), String> {
+    if let Some((_, a)) = passes_changed.first() {
+        return Err(format!(
+            "a review-fix must not change `passes` (story {})",
+            a.id
+        ));
+    }
+    if !count_changed.is_empty() {
+        return Err("a review-fix must not change reviewCount".into());
+    }
+    if let Some((b, a)) = status_changed.iter().find(|(b, a)| {
+        !(b.review_status.as_deref() == Some(CHANGES_REQUESTED)
+            && a.review_status.as_deref() == Some(NEEDS_REVIEW))
+    }) {
+        return Err(format!(
+            "a review-fix may only move a story from \"{CHANGES_REQUESTED}\" back to \"{NEEDS_REVIEW}\"; story {} went {} → {}",
+            a.id,
+            status(b),
+            status(a)
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
