@@ -204,41 +204,153 @@ async fn iteration(
     let started = Instant::now();
     let started_at = clock::now_rfc3339();
 
-    // Spec 4: in the plan phase a plan with content is validated first; valid → build.
-    let phase_note =
-        match crate::gates::phase::at_iteration_top(&cfg.workdir, &ws.feedback_file(), st.task)
-            .map_err(io_err(
-                "checking the plan phase (.ralph/phase.txt, the plan)",
-            ))? {
-            crate::gates::phase::PhaseStep::Inert => None,
-            crate::gates::phase::PhaseStep::Flipped { plan } => {
-                let message = format!("{} is valid: the phase is now build", plan.display());
-                ctx.events.emit(EngineEvent::Gate {
-                    iteration: n,
-                    gate: "phase".into(),
-                    passed: true,
-                    severity: crate::gates::scope::Severity::Hard,
-                    message: message.clone(),
-                });
-                Some(message)
-            }
-            crate::gates::phase::PhaseStep::Invalid { plan, problems } => {
-                let message = format!(
-                    "{} has {} problem(s): still in the plan phase (see .ralph/feedback.md)",
-                    plan.display(),
-                    problems.len()
-                );
-                ctx.events.emit(EngineEvent::Gate {
-                    iteration: n,
-                    gate: "phase".into(),
-                    passed: false,
-                    severity: crate::gates::scope::Severity::Soft,
-                    message: message.clone(),
-                });
-                Some(message)
-            }
-        };
+    let phase_note = phase_step(st, cfg, n, ws, ctx)?;
+    let written = write_prompt(st, n, template, ws, git)?;
+    let log_path = ws.iteration_log(n);
+    let mut log = open_log(
+        st,
+        cfg,
+        n,
+        &started_at,
+        &written,
+        phase_note.as_deref(),
+        &log_path,
+        ctx,
+    )?;
 
+    let ran = match run_agent(
+        st,
+        cfg,
+        n,
+        remaining_runtime,
+        &written,
+        &mut log,
+        ctx,
+        cancel,
+    )
+    .await
+    {
+        Spawned::Ran(ran) => *ran,
+        Spawned::CouldNotStart(spec, e) => return could_not_spawn(cfg, &spec, e, log, ctx, n),
+    };
+    account_agent(st, n, &ran, written.decision.is_some(), ws, &mut log, ctx)?;
+
+    let head = git.head()?;
+    let new_commit = head.is_some() && head != st.last_head;
+    let no_work = match judge_agent(
+        st,
+        cfg,
+        n,
+        &ran.agent,
+        &ran.parsed,
+        new_commit,
+        &mut log,
+        ctx,
+    ) {
+        failures::Verdict::Proceed => None,
+        failures::Verdict::NoWork { reason } => Some(reason),
+        failures::Verdict::Stop(o) => {
+            log.finish()
+                .map_err(io_err(format!("writing {}", log_path.display())))?;
+            return Ok(Some(o));
+        }
+        failures::Verdict::Retry => {
+            log.finish()
+                .map_err(io_err(format!("writing {}", log_path.display())))?;
+            return Ok(None);
+        }
+    };
+
+    let mut tally = assess(
+        st,
+        cfg,
+        n,
+        &ran,
+        no_work,
+        &written.prompt,
+        ws,
+        &mut log,
+        ctx,
+        cancel,
+    )
+    .await?;
+    completion_step(st, cfg, n, ws, &mut log, ctx, cancel, &mut tally).await?;
+    guards_step(
+        st, cfg, n, ws, &ran, &head, new_commit, &mut log, ctx, &mut tally,
+    )?;
+    st.last_head = head.clone();
+    st.iterations_done = n;
+
+    let commit = new_commit.then(|| head.clone().unwrap_or_default());
+    let short = commit.as_deref().map(|c| c[..c.len().min(12)].to_string());
+    record_progress(st, n, started, &ran, &tally, short.as_deref());
+    let duration = started.elapsed();
+    record_row(st, cfg, n, duration, started_at, &ran, &tally, &short, ws)?;
+    finish_iteration(
+        st, cfg, n, duration, &ran, tally, short, log, &log_path, ctx,
+    )
+}
+
+/// Spec 4: in the plan phase a plan with content is validated first; valid → build.
+/// Returns the note for the iteration's log.
+fn phase_step(
+    st: &RunState,
+    cfg: &RunConfig,
+    n: u32,
+    ws: &Workspace,
+    ctx: &EngineContext,
+) -> Result<Option<String>, EngineError> {
+    let step = crate::gates::phase::at_iteration_top(&cfg.workdir, &ws.feedback_file(), st.task)
+        .map_err(io_err(
+            "checking the plan phase (.ralph/phase.txt, the plan)",
+        ))?;
+    Ok(match step {
+        crate::gates::phase::PhaseStep::Inert => None,
+        crate::gates::phase::PhaseStep::Flipped { plan } => {
+            let message = format!("{} is valid: the phase is now build", plan.display());
+            ctx.events.emit(EngineEvent::Gate {
+                iteration: n,
+                gate: "phase".into(),
+                passed: true,
+                severity: crate::gates::scope::Severity::Hard,
+                message: message.clone(),
+            });
+            Some(message)
+        }
+        crate::gates::phase::PhaseStep::Invalid { plan, problems } => {
+            let message = format!(
+                "{} has {} problem(s): still in the plan phase (see .ralph/feedback.md)",
+                plan.display(),
+                problems.len()
+            );
+            ctx.events.emit(EngineEvent::Gate {
+                iteration: n,
+                gate: "phase".into(),
+                passed: false,
+                severity: crate::gates::scope::Severity::Soft,
+                message: message.clone(),
+            });
+            Some(message)
+        }
+    })
+}
+
+/// The iteration's prompt as rendered and written.
+struct WrittenPrompt {
+    prompt: String,
+    path: PathBuf,
+    /// A human's answer to an earlier DECIDE, as it went into the prompt.
+    decision: Option<String>,
+}
+
+/// Render the prompt (with a human's answer to an earlier DECIDE) and write it.
+fn write_prompt(
+    st: &RunState,
+    n: u32,
+    template: &PromptTemplate,
+    ws: &Workspace,
+    git: &Git,
+) -> Result<WrittenPrompt, EngineError> {
     if st.task.is_some() {
         crate::lifecycle::note_iteration(ws, n)?;
     }
@@ -251,43 +363,90 @@ async fn iteration(
     });
     let vars = prompt::variables(template, st, n, decision.as_deref(), ws, git)?;
     let prompt = template.render(&vars)?;
-    let prompt_path = ws.prompt_file(n);
-    write_atomic(&prompt_path, prompt.as_bytes())
-        .map_err(io_err(format!("writing {}", prompt_path.display())))?;
+    let path = ws.prompt_file(n);
+    write_atomic(&path, prompt.as_bytes())
+        .map_err(io_err(format!("writing {}", path.display())))?;
+    Ok(WrittenPrompt {
+        prompt,
+        path,
+        decision,
+    })
+}
 
-    let log_path = ws.iteration_log(n);
-    let mut log = IterationLog::create(&log_path, cfg.max_log_bytes)
+/// Create the iteration's log and announce the iteration.
+#[allow(clippy::too_many_arguments)]
+fn open_log(
+    st: &RunState,
+    cfg: &RunConfig,
+    n: u32,
+    started_at: &str,
+    written: &WrittenPrompt,
+    phase_note: Option<&str>,
+    log_path: &std::path::Path,
+    ctx: &EngineContext,
+) -> Result<IterationLog, EngineError> {
+    let mut log = IterationLog::create(log_path, cfg.max_log_bytes)
         .map_err(io_err(format!("creating {}", log_path.display())))?;
     log.note(&format!(
         "run {} iteration {n}/{} started {started_at}; agent {}; prompt {} ({} bytes)",
         st.run_id,
         cfg.max_iterations,
         cfg.agent.label(),
-        prompt_path.display(),
-        prompt.len()
+        written.path.display(),
+        written.prompt.len()
     ));
-    if let Some(note) = &phase_note {
+    if let Some(note) = phase_note {
         log.note(note);
     }
     ctx.events.emit(EngineEvent::IterationStarted {
         iteration: n,
         max_iterations: cfg.max_iterations,
-        prompt_bytes: prompt.len(),
+        prompt_bytes: written.prompt.len(),
         log: log_path.display().to_string(),
     });
+    Ok(log)
+}
 
-    // The agent.
+/// What running the agent left for the rest of the iteration.
+struct AgentRun {
+    agent: crate::agent::ProcessResult,
+    parsed: crate::agent::ParsedOutput,
+    /// The agent's environment; the validation command gets the same.
+    env: Vec<(OsString, OsString)>,
+    /// The iteration's timeout, and whether the run's remaining runtime set it.
+    timeout: Option<Duration>,
+    cut_by_runtime: bool,
+}
+
+/// The agent ran, or could not be started.
+enum Spawned {
+    Ran(Box<AgentRun>),
+    CouldNotStart(ProcessSpec, std::io::Error),
+}
+
+/// Run the agent with the quiet watcher (quiet warning, no-progress deadline) beside it.
+#[allow(clippy::too_many_arguments)]
+async fn run_agent(
+    st: &RunState,
+    cfg: &RunConfig,
+    n: u32,
+    remaining_runtime: Option<Duration>,
+    written: &WrittenPrompt,
+    log: &mut IterationLog,
+    ctx: &EngineContext,
+    cancel: &CancellationToken,
+) -> Spawned {
     let (timeout, cut_by_runtime) = match (cfg.iteration_timeout(), remaining_runtime) {
         (Some(t), Some(r)) if r < t => (Some(r), true),
         (None, Some(r)) => (Some(r), true),
         (t, _) => (t, false),
     };
     let inv = cfg.agent.invocation(
-        &prompt,
+        &written.prompt,
         cfg.loop_def.system_prompt.as_deref(),
         &ctx.script_runner,
     );
-    let env = agent_env(st, n, &prompt_path, &ctx.script_runner);
+    let env = agent_env(st, n, &written.path, &ctx.script_runner);
     let spec = ProcessSpec {
         program: inv.program,
         args: inv.args,
@@ -330,7 +489,7 @@ async fn iteration(
     }
     let mut agent = match ran {
         Ok(a) => a,
-        Err(e) => return could_not_spawn(cfg, &spec, e, log, ctx, n),
+        Err(e) => return Spawned::CouldNotStart(spec, e),
     };
     if watch.stopped().is_some() && !cancel.is_cancelled() {
         // Stopped by the no-progress deadline: a timeout, not a person's interrupt.
@@ -338,6 +497,27 @@ async fn iteration(
         agent.timed_out = true;
     }
     let parsed = parser.finish();
+    Spawned::Ran(Box::new(AgentRun {
+        agent,
+        parsed,
+        env,
+        timeout,
+        cut_by_runtime,
+    }))
+}
+
+/// After the agent: its impossible values, its cost and tokens, its log line and event,
+/// and the answered DECIDE archived.
+fn account_agent(
+    st: &mut RunState,
+    n: u32,
+    ran: &AgentRun,
+    had_decision: bool,
+    ws: &Workspace,
+    log: &mut IterationLog,
+    ctx: &EngineContext,
+) -> Result<(), EngineError> {
+    let (agent, parsed) = (&ran.agent, &ran.parsed);
     for r in &parsed.rejected {
         let m = format!("iteration {n}: ignored an impossible value the agent reported: {r}");
         log.note(&m);
@@ -379,7 +559,7 @@ async fn iteration(
         tool_calls: parsed.tool_calls,
         cost_usd: parsed.cost_usd,
     });
-    if decision.is_some()
+    if had_decision
         && !agent.interrupted
         && let Some(p) = ws.archive_decide(&clock::now().as_second().to_string())?
     {
@@ -388,304 +568,415 @@ async fn iteration(
             p.display()
         ));
     }
+    Ok(())
+}
 
-    let head = git.head()?;
-    let new_commit = head.is_some() && head != st.last_head;
-    let no_work = match judge_agent(st, cfg, n, &agent, &parsed, new_commit, &mut log, ctx) {
-        failures::Verdict::Proceed => None,
-        failures::Verdict::NoWork { reason } => Some(reason),
-        failures::Verdict::Stop(o) => {
-            log.finish()
-                .map_err(io_err(format!("writing {}", log_path.display())))?;
-            return Ok(Some(o));
-        }
-        failures::Verdict::Retry => {
-            log.finish()
-                .map_err(io_err(format!("writing {}", log_path.display())))?;
-            return Ok(None);
-        }
+/// The iteration's verdict as its steps build it.
+struct Tally {
+    outcome: Option<Outcome>,
+    label: &'static str,
+    validation_passed: &'static str,
+    validation_time: Duration,
+    note_extra: String,
+    counts_for_stuck: bool,
+    /// The evidence says done; the gate pipeline has the last word.
+    completing: Option<bool>,
+}
+
+/// Judge the agent's result: interrupted, timed out, crashed, or on to its signals and
+/// the validation.
+#[allow(clippy::too_many_arguments)]
+async fn assess(
+    st: &mut RunState,
+    cfg: &RunConfig,
+    n: u32,
+    ran: &AgentRun,
+    no_work: Option<String>,
+    prompt: &str,
+    ws: &Workspace,
+    log: &mut IterationLog,
+    ctx: &EngineContext,
+    cancel: &CancellationToken,
+) -> Result<Tally, EngineError> {
+    let mut tally = Tally {
+        outcome: None,
+        label: "continue",
+        validation_passed: "skipped",
+        validation_time: Duration::ZERO,
+        note_extra: String::new(),
+        counts_for_stuck: true,
+        completing: None,
     };
-    let mut outcome: Option<Outcome> = None;
-    let mut label = "continue";
-    let mut validation_passed = "skipped";
-    let mut validation_time = Duration::ZERO;
-    let mut note_extra = String::new();
-    let mut counts_for_stuck = true;
-    // The evidence says done; the gate pipeline has the last word.
-    let mut completing: Option<bool> = None;
-
-    if agent.interrupted {
-        outcome = Some(Outcome::Interrupted);
-        label = "interrupted";
-        counts_for_stuck = false;
-    } else if agent.timed_out {
-        label = "timeout";
-        let limit = timeout.map(format_duration).unwrap_or_default();
+    if ran.agent.interrupted {
+        tally.outcome = Some(Outcome::Interrupted);
+        tally.label = "interrupted";
+        tally.counts_for_stuck = false;
+    } else if ran.agent.timed_out {
+        tally.label = "timeout";
+        let limit = ran.timeout.map(format_duration).unwrap_or_default();
         st.previous_errors = Some(format!(
             "Iteration {n} was stopped after {limit}: the agent did not finish in time. Take smaller steps and commit as you go."
         ));
-        note_extra.push_str("; timed out");
-        if cut_by_runtime {
-            outcome = Some(Outcome::LimitReached {
+        tally.note_extra.push_str("; timed out");
+        if ran.cut_by_runtime {
+            tally.outcome = Some(Outcome::LimitReached {
                 limit: Limit::MaxRuntime,
             });
         }
     } else if let Some(reason) = no_work {
         // An agent that failed to work never completes, whatever the validation says.
-        label = "crashed";
+        tally.label = "crashed";
         log.note(&reason);
-        note_extra.push_str("; the agent crashed");
+        tally.note_extra.push_str("; the agent crashed");
         st.previous_errors = Some(reason);
     } else {
-        let words = match cfg.agent_format {
-            OutputFormat::Text => signals::strip_prompt_echo(&parsed.words, &prompt),
-            _ => parsed.words.clone(),
-        };
-        let scan = signals::scan(&words, cfg.completion_text());
-        for ignored in &scan.ignored {
-            log.note(&format!("ignored promise: {ignored}"));
-            warn(ctx, &format!("iteration {n}: ignored promise: {ignored}"));
+        let env = ran.env.clone();
+        let claimed = signals_step(cfg, n, &ran.parsed, prompt, ws, log, ctx, &mut tally)?;
+        if let Some(claimed) = claimed {
+            validate_step(st, cfg, n, claimed, env, log, ctx, cancel, &mut tally).await?;
         }
-        let (kind, text) = match &scan.signal {
-            Some(Signal::Complete) => ("complete", None),
-            Some(Signal::Blocked(r)) => ("blocked", Some(r.clone())),
-            Some(Signal::Decide(q)) => ("decide", Some(q.clone())),
-            None => ("", None),
-        };
-        if !kind.is_empty() {
-            log.note(&format!(
-                "promise: {kind}{}",
-                text.as_deref()
-                    .map(|t| format!(": {t}"))
-                    .unwrap_or_default()
-            ));
-            ctx.events.emit(EngineEvent::Signal {
+    }
+    Ok(tally)
+}
+
+/// The agent's promises: BLOCKED and DECIDE end the loop here. Otherwise returns whether
+/// it claimed COMPLETE (the validation comes next).
+#[allow(clippy::too_many_arguments)]
+fn signals_step(
+    cfg: &RunConfig,
+    n: u32,
+    parsed: &crate::agent::ParsedOutput,
+    prompt: &str,
+    ws: &Workspace,
+    log: &mut IterationLog,
+    ctx: &EngineContext,
+    tally: &mut Tally,
+) -> Result<Option<bool>, EngineError> {
+    let words = match cfg.agent_format {
+        OutputFormat::Text => signals::strip_prompt_echo(&parsed.words, prompt),
+        _ => parsed.words.clone(),
+    };
+    let scan = signals::scan(&words, cfg.completion_text());
+    for ignored in &scan.ignored {
+        log.note(&format!("ignored promise: {ignored}"));
+        warn(ctx, &format!("iteration {n}: ignored promise: {ignored}"));
+    }
+    let (kind, text) = match &scan.signal {
+        Some(Signal::Complete) => ("complete", None),
+        Some(Signal::Blocked(r)) => ("blocked", Some(r.clone())),
+        Some(Signal::Decide(q)) => ("decide", Some(q.clone())),
+        None => ("", None),
+    };
+    if !kind.is_empty() {
+        log.note(&format!(
+            "promise: {kind}{}",
+            text.as_deref()
+                .map(|t| format!(": {t}"))
+                .unwrap_or_default()
+        ));
+        ctx.events.emit(EngineEvent::Signal {
+            iteration: n,
+            signal: kind.into(),
+            text,
+        });
+    }
+    match scan.signal {
+        Some(Signal::Blocked(reason)) => {
+            ws.write_blocked(&reason, n, &clock::now_rfc3339())?;
+            tally.label = "blocked";
+            tally.outcome = Some(Outcome::Blocked { reason });
+            Ok(None)
+        }
+        Some(Signal::Decide(question)) => {
+            ws.write_decide(&question, n, &clock::now_rfc3339())?;
+            tally.label = "decide";
+            tally.outcome = Some(Outcome::Decide { question });
+            Ok(None)
+        }
+        signal => Ok(Some(signal == Some(Signal::Complete))),
+    }
+}
+
+/// The validation command, when there is one, decides whether the claim (or the
+/// passing state) goes on to the completion gates.
+#[allow(clippy::too_many_arguments)]
+async fn validate_step(
+    st: &mut RunState,
+    cfg: &RunConfig,
+    n: u32,
+    claimed: bool,
+    env: Vec<(OsString, OsString)>,
+    log: &mut IterationLog,
+    ctx: &EngineContext,
+    cancel: &CancellationToken,
+    tally: &mut Tally,
+) -> Result<(), EngineError> {
+    let Some(cmd) = &cfg.validate else {
+        if claimed {
+            tally.completing = Some(false);
+        }
+        return Ok(());
+    };
+    ctx.events.emit(EngineEvent::ValidationStarted {
+        iteration: n,
+        command: cmd.clone(),
+    });
+    log.section();
+    log.note(&format!("validation: $ {cmd}"));
+    let v = run_validation(
+        Validation {
+            command: cmd,
+            dir: &cfg.workdir,
+            env,
+            success_exit_code: cfg.success_exit_code,
+            timeout: cfg.iteration_timeout(),
+            grace: cfg.kill_grace(),
+        },
+        cancel,
+        |line| log.output(crate::agent::Stream::Stdout, line.as_bytes()),
+    )
+    .await
+    .map_err(io_err(format!("running validation `{cmd}`")))?;
+    tally.validation_time = v.duration;
+    log.note(&format!(
+        "validation exited with {}{} after {} (success is {}): {}",
+        v.exit_code,
+        if v.timed_out { " (timed out)" } else { "" },
+        format_duration(v.duration),
+        cfg.success_exit_code,
+        if v.passed { "passed" } else { "failed" }
+    ));
+    ctx.events.emit(EngineEvent::ValidationFinished {
+        iteration: n,
+        passed: v.passed,
+        exit_code: v.exit_code,
+        timed_out: v.timed_out,
+        duration_ms: v.duration.as_millis() as u64,
+    });
+    tally.validation_passed = if v.passed { "true" } else { "false" };
+    if v.exit_code == 127 && cfg.success_exit_code != 127 && !v.interrupted {
+        tally.label = "validation-missing";
+        tally.outcome = Some(Outcome::ValidationMissing {
+            command: cmd.clone(),
+            output: v.output.clone(),
+        });
+    } else if v.interrupted {
+        tally.outcome = Some(Outcome::Interrupted);
+        tally.label = "interrupted";
+        tally.counts_for_stuck = false;
+    } else if v.passed {
+        st.previous_errors = None;
+        if cfg.completion_promise.is_some() && !claimed {
+            tally
+                .note_extra
+                .push_str("; validation passes, waiting for the completion promise");
+        } else {
+            tally.completing = Some(true);
+        }
+    } else {
+        st.previous_errors = Some(format!(
+            "$ {cmd}\n(exit code {}{}, expected {})\n{}",
+            v.exit_code,
+            if v.timed_out { ", timed out" } else { "" },
+            cfg.success_exit_code,
+            v.output.trim_end()
+        ));
+        if claimed {
+            tally.label = "rejected";
+            let reason = format!(
+                "COMPLETE claimed but validation failed (exit {}); its output goes into the next prompt",
+                v.exit_code
+            );
+            log.note(&reason);
+            ctx.events.emit(EngineEvent::CompletionRejected {
                 iteration: n,
-                signal: kind.into(),
-                text,
+                reason,
             });
         }
-        match scan.signal {
-            Some(Signal::Blocked(reason)) => {
-                ws.write_blocked(&reason, n, &clock::now_rfc3339())?;
-                label = "blocked";
-                outcome = Some(Outcome::Blocked { reason });
-            }
-            Some(Signal::Decide(question)) => {
-                ws.write_decide(&question, n, &clock::now_rfc3339())?;
-                label = "decide";
-                outcome = Some(Outcome::Decide { question });
-            }
-            signal => {
-                let claimed = signal == Some(Signal::Complete);
-                match &cfg.validate {
-                    Some(cmd) => {
-                        ctx.events.emit(EngineEvent::ValidationStarted {
-                            iteration: n,
-                            command: cmd.clone(),
-                        });
-                        log.section();
-                        log.note(&format!("validation: $ {cmd}"));
-                        let v = run_validation(
-                            Validation {
-                                command: cmd,
-                                dir: &cfg.workdir,
-                                env,
-                                success_exit_code: cfg.success_exit_code,
-                                timeout: cfg.iteration_timeout(),
-                                grace: cfg.kill_grace(),
-                            },
-                            cancel,
-                            |line| log.output(crate::agent::Stream::Stdout, line.as_bytes()),
-                        )
-                        .await
-                        .map_err(io_err(format!("running validation `{cmd}`")))?;
-                        validation_time = v.duration;
-                        log.note(&format!(
-                            "validation exited with {}{} after {} (success is {}): {}",
-                            v.exit_code,
-                            if v.timed_out { " (timed out)" } else { "" },
-                            format_duration(v.duration),
-                            cfg.success_exit_code,
-                            if v.passed { "passed" } else { "failed" }
-                        ));
-                        ctx.events.emit(EngineEvent::ValidationFinished {
-                            iteration: n,
-                            passed: v.passed,
-                            exit_code: v.exit_code,
-                            timed_out: v.timed_out,
-                            duration_ms: v.duration.as_millis() as u64,
-                        });
-                        validation_passed = if v.passed { "true" } else { "false" };
-                        if v.exit_code == 127 && cfg.success_exit_code != 127 && !v.interrupted {
-                            label = "validation-missing";
-                            outcome = Some(Outcome::ValidationMissing {
-                                command: cmd.clone(),
-                                output: v.output.clone(),
-                            });
-                        } else if v.interrupted {
-                            outcome = Some(Outcome::Interrupted);
-                            label = "interrupted";
-                            counts_for_stuck = false;
-                        } else if v.passed {
-                            st.previous_errors = None;
-                            if cfg.completion_promise.is_some() && !claimed {
-                                note_extra.push_str(
-                                    "; validation passes, waiting for the completion promise",
-                                );
-                            } else {
-                                completing = Some(true);
-                            }
-                        } else {
-                            st.previous_errors = Some(format!(
-                                "$ {cmd}\n(exit code {}{}, expected {})\n{}",
-                                v.exit_code,
-                                if v.timed_out { ", timed out" } else { "" },
-                                cfg.success_exit_code,
-                                v.output.trim_end()
-                            ));
-                            if claimed {
-                                label = "rejected";
-                                let reason = format!(
-                                    "COMPLETE claimed but validation failed (exit {}); its output goes into the next prompt",
-                                    v.exit_code
-                                );
-                                log.note(&reason);
-                                ctx.events.emit(EngineEvent::CompletionRejected {
-                                    iteration: n,
-                                    reason,
-                                });
-                            }
-                        }
-                    }
-                    None if claimed => completing = Some(false),
-                    None => {}
-                }
-            }
+    }
+    Ok(())
+}
+
+/// The completion gates: the harness's last word on evidence that says done.
+#[allow(clippy::too_many_arguments)]
+async fn completion_step(
+    st: &mut RunState,
+    cfg: &RunConfig,
+    n: u32,
+    ws: &Workspace,
+    log: &mut IterationLog,
+    ctx: &EngineContext,
+    cancel: &CancellationToken,
+    tally: &mut Tally,
+) -> Result<(), EngineError> {
+    let Some(verified) = tally.completing else {
+        return Ok(());
+    };
+    match completion::gates(st, cfg, n, ws, ctx, cancel).await? {
+        completion::Verdict::Complete => {
+            tally.label = "complete";
+            tally.outcome = Some(Outcome::Complete { verified });
+        }
+        completion::Verdict::Swallowed => {
+            tally.label = "plan-phase";
+            log.note("completion claimed in the plan phase: ignored (spec 4)");
+            tally
+                .note_extra
+                .push_str("; completion ignored in the plan phase");
+        }
+        completion::Verdict::Rejected { attempt } => {
+            tally.label = "rejected";
+            let reason = format!(
+                "the harness's gates rejected the completion (attempt {attempt} of {}); see .ralph/feedback.md",
+                completion::MAX_GATE_FAILURES
+            );
+            log.note(&reason);
+            ctx.events.emit(EngineEvent::CompletionRejected {
+                iteration: n,
+                reason,
+            });
+        }
+        completion::Verdict::Abort { reason } => {
+            tally.label = "failed";
+            log.note(&reason);
+            tally.outcome = Some(Outcome::Failed { reason });
         }
     }
+    Ok(())
+}
 
-    if let Some(verified) = completing {
-        match completion::gates(st, cfg, n, ws, ctx, cancel).await? {
-            completion::Verdict::Complete => {
-                label = "complete";
-                outcome = Some(Outcome::Complete { verified });
-            }
-            completion::Verdict::Swallowed => {
-                label = "plan-phase";
-                log.note("completion claimed in the plan phase: ignored (spec 4)");
-                note_extra.push_str("; completion ignored in the plan phase");
-            }
-            completion::Verdict::Rejected { attempt } => {
-                label = "rejected";
-                let reason = format!(
-                    "the harness's gates rejected the completion (attempt {attempt} of {}); see .ralph/feedback.md",
-                    completion::MAX_GATE_FAILURES
-                );
-                log.note(&reason);
-                ctx.events.emit(EngineEvent::CompletionRejected {
-                    iteration: n,
-                    reason,
-                });
-            }
-            completion::Verdict::Abort { reason } => {
-                label = "failed";
-                log.note(&reason);
-                outcome = Some(Outcome::Failed { reason });
-            }
-        }
-    }
-
-    // Guards. A stall (the same tool calls again and again) comes first: its recovery
-    // gives the agent a fresh start, so it also clears the stuck count.
+/// Guards. A stall (the same tool calls again and again) comes first: its recovery
+/// gives the agent a fresh start, so it also clears the stuck count.
+#[allow(clippy::too_many_arguments)]
+fn guards_step(
+    st: &mut RunState,
+    cfg: &RunConfig,
+    n: u32,
+    ws: &Workspace,
+    ran: &AgentRun,
+    head: &Option<String>,
+    new_commit: bool,
+    log: &mut IterationLog,
+    ctx: &EngineContext,
+    tally: &mut Tally,
+) -> Result<(), EngineError> {
     let mut recovered = false;
-    if counts_for_stuck && outcome.is_none() {
-        st.stall_count = guards::next_stall_count(
-            st.last_signature.as_deref(),
-            st.stall_count,
-            parsed.tool_signature.as_deref(),
-        );
-        st.last_signature = parsed.tool_signature.clone();
-        if cfg.max_stall > 0 && st.stall_count >= cfg.max_stall {
-            let repeats = st.stall_count;
-            st.stall_count = 0;
-            st.stall_recoveries += 1;
-            let snaps = Snapshots::open(&cfg.workdir)?;
-            if st.stall_recoveries == 1 {
-                let snap = stall::recover(&snaps, ws, st.task, n, repeats, &parsed.recent_tools)?;
-                log.note(&format!(
-                    "stall: the same tool calls {repeats} iterations in a row; saved {}, recovery guidance in .ralph/feedback.md",
-                    snap.tag
-                ));
-                ctx.events.emit(EngineEvent::Stall {
-                    iteration: n,
-                    repeats,
-                    recovery: 1,
-                    snapshot: Some(snap.tag.clone()),
-                    rolled_back_to: None,
-                });
-                label = "stall-recovery";
-                note_extra.push_str(&format!("; stalled, saved {}", snap.tag));
-                st.stuck_count = 0;
-                recovered = true;
-            } else {
-                let cause = format!("{} stall recoveries", st.stall_recoveries);
-                let rb = crate::lifecycle::fail_task(&snaps, ws, st.task, &cause)?;
-                let reason = match &rb {
-                    Some(r) => format!(
-                        "stalled twice (the same tool calls {repeats} iterations in a row after a recovery); rolled back to {} (the stalled state is saved as {})",
-                        r.restored.tag, r.saved.tag
-                    ),
-                    None => format!(
-                        "stalled twice (the same tool calls {repeats} iterations in a row after a recovery); not a task, so nothing was rolled back"
-                    ),
-                };
-                log.note(&reason);
-                ctx.events.emit(EngineEvent::Stall {
-                    iteration: n,
-                    repeats,
-                    recovery: st.stall_recoveries,
-                    snapshot: rb.as_ref().map(|r| r.saved.tag.clone()),
-                    rolled_back_to: rb.as_ref().map(|r| r.restored.tag.clone()),
-                });
-                label = "failed";
-                outcome = Some(Outcome::Failed { reason });
-            }
-        }
+    if tally.counts_for_stuck && tally.outcome.is_none() {
+        recovered = stall_guard(st, cfg, n, ws, &ran.parsed, log, ctx, tally)?;
     }
-    if !recovered && counts_for_stuck && outcome.is_none() {
+    if !recovered && tally.counts_for_stuck && tally.outcome.is_none() {
         st.stuck_count = guards::next_stuck_count(
             st.stuck_count,
             st.last_head.as_deref(),
             head.as_deref(),
-            agent.timed_out,
+            ran.agent.timed_out,
         );
         if st.stuck_count > 0 {
             st.stuck_iterations += 1;
         }
         if guards::is_stuck(st.stuck_count, cfg.max_stuck) {
-            label = "stuck";
-            outcome = Some(Outcome::Stuck {
+            tally.label = "stuck";
+            tally.outcome = Some(Outcome::Stuck {
                 iterations: st.stuck_count,
             });
         }
-    } else if new_commit && !agent.timed_out {
+    } else if new_commit && !ran.agent.timed_out {
         // An interrupted iteration that committed still made progress.
         st.stuck_count = 0;
     }
-    st.last_head = head.clone();
-    st.iterations_done = n;
+    Ok(())
+}
 
-    let commit = new_commit.then(|| head.clone().unwrap_or_default());
-    let short = commit.as_deref().map(|c| c[..c.len().min(12)].to_string());
+/// The stall guard: the first stall is recovered (a snapshot and guidance), the second
+/// fails the loop. Returns whether this iteration recovered from a stall.
+#[allow(clippy::too_many_arguments)]
+fn stall_guard(
+    st: &mut RunState,
+    cfg: &RunConfig,
+    n: u32,
+    ws: &Workspace,
+    parsed: &crate::agent::ParsedOutput,
+    log: &mut IterationLog,
+    ctx: &EngineContext,
+    tally: &mut Tally,
+) -> Result<bool, EngineError> {
+    st.stall_count = guards::next_stall_count(
+        st.last_signature.as_deref(),
+        st.stall_count,
+        parsed.tool_signature.as_deref(),
+    );
+    st.last_signature = parsed.tool_signature.clone();
+    if cfg.max_stall == 0 || st.stall_count < cfg.max_stall {
+        return Ok(false);
+    }
+    let repeats = st.stall_count;
+    st.stall_count = 0;
+    st.stall_recoveries += 1;
+    let snaps = Snapshots::open(&cfg.workdir)?;
+    if st.stall_recoveries == 1 {
+        let snap = stall::recover(&snaps, ws, st.task, n, repeats, &parsed.recent_tools)?;
+        log.note(&format!(
+            "stall: the same tool calls {repeats} iterations in a row; saved {}, recovery guidance in .ralph/feedback.md",
+            snap.tag
+        ));
+        ctx.events.emit(EngineEvent::Stall {
+            iteration: n,
+            repeats,
+            recovery: 1,
+            snapshot: Some(snap.tag.clone()),
+            rolled_back_to: None,
+        });
+        tally.label = "stall-recovery";
+        tally
+            .note_extra
+            .push_str(&format!("; stalled, saved {}", snap.tag));
+        st.stuck_count = 0;
+        return Ok(true);
+    }
+    let cause = format!("{} stall recoveries", st.stall_recoveries);
+    let rb = crate::lifecycle::fail_task(&snaps, ws, st.task, &cause)?;
+    let reason = match &rb {
+        Some(r) => format!(
+            "stalled twice (the same tool calls {repeats} iterations in a row after a recovery); rolled back to {} (the stalled state is saved as {})",
+            r.restored.tag, r.saved.tag
+        ),
+        None => format!(
+            "stalled twice (the same tool calls {repeats} iterations in a row after a recovery); not a task, so nothing was rolled back"
+        ),
+    };
+    log.note(&reason);
+    ctx.events.emit(EngineEvent::Stall {
+        iteration: n,
+        repeats,
+        recovery: st.stall_recoveries,
+        snapshot: rb.as_ref().map(|r| r.saved.tag.clone()),
+        rolled_back_to: rb.as_ref().map(|r| r.restored.tag.clone()),
+    });
+    tally.label = "failed";
+    tally.outcome = Some(Outcome::Failed { reason });
+    Ok(false)
+}
+
+/// The iteration's progress note for the next prompts (the last ones only).
+fn record_progress(
+    st: &mut RunState,
+    n: u32,
+    started: Instant,
+    ran: &AgentRun,
+    tally: &Tally,
+    short: Option<&str>,
+) {
+    let parsed = &ran.parsed;
     let mut note = format!(
-        "- iteration {n} ({}): agent exit {agent_code}, {} tool calls, {}; {label}{note_extra}",
+        "- iteration {n} ({}): agent exit {}, {} tool calls, {}; {}{}",
         format_duration(started.elapsed()),
+        ran.agent.status.code(),
         parsed.tool_calls,
         short
-            .as_deref()
             .map(|c| format!("commit {c}"))
             .unwrap_or_else(|| "no commit".into()),
+        tally.label,
+        tally.note_extra,
     );
     if let Some(last) = &parsed.last_text {
         // Quoted tags would put promises into the next prompt: keep their text only.
@@ -698,8 +989,22 @@ async fn iteration(
     st.progress.push(note);
     let keep = st.progress.len().saturating_sub(2 * prompt::PROGRESS_NOTES);
     st.progress.drain(..keep);
+}
 
-    let duration = started.elapsed();
+/// The iteration's row in the summary CSV (written before the run's state is saved).
+#[allow(clippy::too_many_arguments)]
+fn record_row(
+    st: &mut RunState,
+    cfg: &RunConfig,
+    n: u32,
+    duration: Duration,
+    started_at: String,
+    ran: &AgentRun,
+    tally: &Tally,
+    short: &Option<String>,
+    ws: &Workspace,
+) -> Result<(), EngineError> {
+    let parsed = &ran.parsed;
     let (stories_complete, stories_total) = count_stories(&cfg.workdir).unwrap_or((0, 0));
     let row = SummaryRow {
         iteration: n,
@@ -711,9 +1016,9 @@ async fn iteration(
         stuck_count: st.stuck_count,
         timestamp: started_at,
         run_id: st.run_id.clone(),
-        outcome: label.to_string(),
-        agent_exit_code: agent_code,
-        validation_passed: validation_passed.to_string(),
+        outcome: tally.label.to_string(),
+        agent_exit_code: ran.agent.status.code(),
+        validation_passed: tally.validation_passed.to_string(),
         tokens_in: parsed.tokens_in.unwrap_or(0),
         tokens_out: parsed.tokens_out.unwrap_or(0),
         cost_usd: format!("{:.6}", parsed.cost_usd.unwrap_or(0.0)),
@@ -722,7 +1027,30 @@ async fn iteration(
     st.failures.waited_ms = 0;
     let csv = ws.summary_csv();
     write_row(&csv, &row).map_err(io_err(format!("writing to {}", csv.display())))?;
+    Ok(())
+}
 
+/// After the evidence: the limits (a passing last iteration still completes), a pause
+/// at usage, the log's last line, and the iteration's end announced.
+#[allow(clippy::too_many_arguments)]
+fn finish_iteration(
+    st: &mut RunState,
+    cfg: &RunConfig,
+    n: u32,
+    duration: Duration,
+    ran: &AgentRun,
+    tally: Tally,
+    short: Option<String>,
+    mut log: IterationLog,
+    log_path: &std::path::Path,
+    ctx: &EngineContext,
+) -> Result<Option<Outcome>, EngineError> {
+    let Tally {
+        mut outcome,
+        label,
+        validation_time,
+        ..
+    } = tally;
     // Limits, after the evidence: a passing last iteration still completes.
     if outcome.is_none()
         && let Some(limit) = guards::limit_reached(
@@ -737,7 +1065,7 @@ async fn iteration(
         outcome = Some(Outcome::LimitReached { limit });
     }
     if outcome.is_none()
-        && failures::pause_at_usage(st, cfg, &parsed.evidence, jiff::Timestamp::now())
+        && failures::pause_at_usage(st, cfg, &ran.parsed.evidence, jiff::Timestamp::now())
     {
         log.note(&format!(
             "pause at usage: {}; the next iteration waits for the window's reset",
@@ -755,7 +1083,7 @@ async fn iteration(
     log.finish()
         .map_err(io_err(format!("writing {}", log_path.display())))?;
 
-    let overhead = duration.saturating_sub(agent.duration + validation_time);
+    let overhead = duration.saturating_sub(ran.agent.duration + validation_time);
     ctx.events.emit(EngineEvent::IterationFinished {
         iteration: n,
         outcome: label.to_string(),
