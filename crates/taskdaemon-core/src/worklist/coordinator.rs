@@ -545,9 +545,16 @@ impl Coord<'_> {
         }
         if !run.timed_out {
             let grace = self.cfg.setup.grace;
-            let verified =
-                verify::run_verify_command(task, tree, self.cfg.verify_timeout, grace, self.cancel)
-                    .await
+            let sandbox = &self.cfg.setup.sandbox;
+            let verified = verify::run_verify_command(
+                task,
+                tree,
+                self.cfg.verify_timeout,
+                grace,
+                sandbox,
+                self.cancel,
+            )
+            .await
                     .map_err(WorklistError::io(tree))?;
             if let Some((cmd, r)) = verified {
                 self.events.emit(WorklistEvent::VerifyCommand {
