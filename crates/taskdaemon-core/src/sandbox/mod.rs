@@ -19,7 +19,8 @@ mod container;
 mod denied;
 mod paths;
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +28,9 @@ use crate::agent::{AgentSpec, ProcessSpec};
 
 pub use check::{check_available, describe};
 pub use denied::DeniedWrites;
+
+/// Variables of the agent contract naming directories the agent must write.
+pub const CONTRACT_DIRS: &[&str] = &["TASKDAEMON_SPEC_DIR"];
 
 /// Which sandbox confines a process.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -183,6 +187,23 @@ impl SandboxPlan {
         }
     }
 
+    /// The plan with the directories the agent contract tells the agent to write (in
+    /// `env`: [`CONTRACT_DIRS`]) also writable: a task of a parallel group works in its own
+    /// worktree but checks its box in the spec directory's tasks.md, under its lock, and
+    /// writes its progress file there.
+    pub fn with_contract_dirs(&self, env: &[(OsString, OsString)]) -> SandboxPlan {
+        let mut plan = self.clone();
+        for (k, v) in env {
+            if CONTRACT_DIRS.iter().any(|c| k == c)
+                && let Some(p) = paths::existing(Path::new(v))
+                && !plan.rw.contains(&p)
+            {
+                plan.rw.push(p);
+            }
+        }
+        plan
+    }
+
     /// One line for the start line and `doctor`: `bwrap (network shared)`, `none`.
     pub fn label(&self) -> String {
         let mut s = self.kind.name().to_string();
@@ -276,5 +297,13 @@ mod tests {
         }
         assert_eq!(plan.for_validation().kind, SandboxKind::None);
         assert_eq!(plan.label(), "bwrap (network shared); validation: none");
+        let env = [
+            ("TASKDAEMON_SPEC_DIR".into(), home.path().join("extra").into()),
+            ("TASKDAEMON_WORKDIR".into(), home.path().join("secret").into()),
+        ];
+        let with = plan.with_contract_dirs(&env);
+        assert_eq!(with.rw, plan.rw, "extra was already writable");
+        let env = [("TASKDAEMON_SPEC_DIR".into(), home.path().join("secret").into())];
+        assert!(plan.with_contract_dirs(&env).rw.contains(&h.join("secret")));
     }
 }

@@ -143,7 +143,8 @@ pub async fn run_agent(
         timeout: job.setup.timeout,
         grace: job.setup.grace,
     };
-    let spec = crate::sandbox::wrap(spec, &job.setup.sandbox);
+    let sandbox = job.setup.sandbox.with_contract_dirs(&spec.env);
+    let spec = crate::sandbox::wrap(spec, &sandbox);
     let mut parser = OutputParser::new(job.setup.format);
     let mut log = String::new();
     let mut denied = crate::sandbox::DeniedWrites::new(&job.cwd);
