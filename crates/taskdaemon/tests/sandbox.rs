@@ -473,7 +473,8 @@ fn the_real_claude_cli_completes_a_loop_under_bwrap() {
     let out = env
         .cmd()
         .env("PATH", path)
-        .env("IS_SANDBOX", "1")
+        // Run as root (CI, this machine), Claude needs IS_SANDBOX=1: the sandbox sets it.
+        .env_remove("IS_SANDBOX")
         .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))
         .env("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-test-token")
         .env_remove("ANTHROPIC_API_KEY")

@@ -1109,8 +1109,12 @@ fn finish_iteration(
 /// exist ends the run at once (exit 64); doubts are warnings.
 fn preflight(cfg: &RunConfig, ctx: &EngineContext) -> Option<Outcome> {
     use crate::agent::preflight::Finding;
-    let found =
-        crate::agent::preflight::preflight_here(&cfg.agent, cfg.validate.as_deref(), &cfg.workdir);
+    let found = crate::agent::preflight::preflight_sandboxed(
+        &cfg.agent,
+        cfg.validate.as_deref(),
+        &cfg.workdir,
+        &cfg.sandbox,
+    );
     let mut refused = None;
     for f in found {
         match f {

@@ -223,7 +223,11 @@ impl SandboxPlan {
 
 /// `spec` confined by `plan.kind`: the program and arguments rewritten to start the same
 /// command inside the sandbox, with the same cwd, environment, stdin and time limits.
-pub fn wrap(spec: ProcessSpec, plan: &SandboxPlan) -> ProcessSpec {
+pub fn wrap(mut spec: ProcessSpec, plan: &SandboxPlan) -> ProcessSpec {
+    if plan.kind != SandboxKind::None {
+        // It is one: Claude Code then allows its permission bypass also as root.
+        spec.env.push(("IS_SANDBOX".into(), "1".into()));
+    }
     match plan.kind {
         SandboxKind::None => spec,
         SandboxKind::Bwrap => bwrap::wrap(spec, plan),

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::WorklistError;
 use super::events::{WorklistEvent, WorklistSink};
-use crate::agent::preflight::{Finding, preflight_here};
+use crate::agent::preflight::{Finding, preflight_here, preflight_sandboxed};
 use crate::agent::{
     AgentSpec, FailureClass, OutputFormat, OutputParser, ProcessSpec, classify, run_process,
 };
@@ -74,7 +74,7 @@ pub fn check_agent(
     workdir: &Path,
 ) -> Result<Vec<String>, WorklistError> {
     let mut warnings = Vec::new();
-    for f in preflight_here(&setup.agent, None, workdir) {
+    for f in preflight_sandboxed(&setup.agent, None, workdir, &setup.sandbox) {
         match f {
             Finding::AgentRefused { message, hint } => {
                 return Err(WorklistError::AgentCannotRun {

@@ -127,6 +127,7 @@ pub async fn implement(
         max_iterations: st.max_iterations(),
         max_task_iterations: st.max_task_iterations,
         resumed,
+        sandbox: cfg.setup.sandbox.label(),
     });
     if tasks.is_empty() {
         events.warn(format!(
