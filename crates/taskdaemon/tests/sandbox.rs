@@ -508,7 +508,12 @@ fn the_real_claude_cli_completes_a_loop_under_bwrap() {
     assert_eq!(started["sandbox"], "bwrap (network shared)");
     let requests = std::fs::read_to_string(env.root().join("requests.jsonl")).unwrap();
     assert!(requests.contains("\"POST\""), "{requests}");
-    assert!(env.home().join(".claude").is_dir());
+    // Its state directory was writable: the session's transcript is there.
+    let projects = all_files(&env.home().join(".claude/projects"));
+    assert!(
+        projects.iter().any(|p| p.extension().is_some_and(|e| e == "jsonl")),
+        "Claude Code wrote no session: {projects:?}"
+    );
     assert_nothing_outside_changed(&env);
 }
 

@@ -22,18 +22,19 @@ pub const DEFAULT_HIDE: &[&str] = &[
     "~/.pgpass",
 ];
 
-/// A path the agent must write: made when missing (`Dir`, or `File` with this content).
+/// A path the agent must write: a directory made when missing, or one writable only when
+/// it exists (a cache). (Claude Code's `~/.claude.json` is not listed: it is replaced by
+/// a rename in the home directory, which stays read-only, so those updates — startup
+/// counters, tips — are dropped; Claude Code runs without them.)
 enum State {
     Dir(&'static str),
-    File(&'static str, &'static str),
-    /// Writable when it exists; not made (a cache).
     Cache(&'static str),
 }
 
 fn preset_state(p: Preset) -> &'static [State] {
-    use State::{Cache, Dir, File};
+    use State::{Cache, Dir};
     match p {
-        Preset::Claude => &[Dir("~/.claude"), File("~/.claude.json", "{}"), Cache("~/.npm")],
+        Preset::Claude => &[Dir("~/.claude"), Cache("~/.npm")],
         Preset::Codex => &[Dir("~/.codex"), Cache("~/.npm")],
         Preset::Gemini => &[Dir("~/.gemini"), Cache("~/.npm")],
         Preset::Opencode => &[
@@ -60,19 +61,13 @@ pub fn agent_state(agent: &AgentSpec, home: Option<&Path>) -> Result<Vec<PathBuf
     };
     let mut out = Vec::new();
     for s in preset_state(*preset) {
-        let (raw, make): (&str, Option<&str>) = match s {
-            State::Dir(p) => (p, Some("")),
-            State::File(p, content) => (p, Some(content)),
-            State::Cache(p) => (p, None),
+        let (raw, make) = match s {
+            State::Dir(p) => (p, true),
+            State::Cache(p) => (p, false),
         };
         let path = expand(Path::new(raw), home);
-        if let (Some(content), false) = (make, path.exists()) {
-            let made = if matches!(s, State::Dir(_)) {
-                std::fs::create_dir_all(&path)
-            } else {
-                std::fs::write(&path, content)
-            };
-            made.map_err(|e| SandboxError::Prepare {
+        if make && !path.exists() {
+            std::fs::create_dir_all(&path).map_err(|e| SandboxError::Prepare {
                 path: path.clone(),
                 message: e.to_string(),
             })?;
