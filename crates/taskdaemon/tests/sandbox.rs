@@ -574,3 +574,63 @@ fn containers_confine_the_agent_where_a_runtime_answers() {
         eprintln!("*** no container runtime here: docker/podman sandboxes untested ***");
     }
 }
+
+/// Configured in `.taskdaemon/config.yaml`: no network, one more hidden directory, one more
+/// writable one, and the validation command outside the sandbox.
+#[test]
+fn config_keys_set_network_hidden_and_writable_paths_and_the_validation_sandbox() {
+    if !bwrap_or_skip("config_keys_set_network_hidden_and_writable_paths") {
+        return;
+    }
+    let env = sandbox_env();
+    let vault = env.home().join("vault");
+    std::fs::create_dir_all(&vault).unwrap();
+    std::fs::write(vault.join("token"), SECRET).unwrap();
+    let cache = env.root().join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    std::fs::create_dir_all(env.repo().join(".taskdaemon")).unwrap();
+    std::fs::write(
+        env.repo().join(".taskdaemon/config.yaml"),
+        format!(
+            "sandbox: bwrap\nsandbox-validate: none\nsandbox-network: none\nsandbox-ro-hide: [~/vault]\nsandbox-rw: [{}]\n",
+            cache.display()
+        ),
+    )
+    .unwrap();
+    let agent = script(
+        &env,
+        "agent.sh",
+        &format!(
+            "cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' ' > net.txt\ncat ~/vault/token > vault.txt 2>&1\necho cached > {}/c.txt\ngit add net.txt vault.txt && git commit -qm net\n",
+            cache.display()
+        ),
+    );
+    let outside = env.root().join("validation-was-here");
+    let out = env
+        .cmd()
+        .env("PATH", path_without(&env, &[]))
+        .args([
+            "run",
+            "x",
+            "--agent",
+            &format!("cmd:{}", agent.display()),
+            "--validate",
+            &format!("touch {}", outside.display()),
+            "--max-iterations",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("sandbox bwrap (no network); validation: none"),
+        "{stderr}"
+    );
+    let net = std::fs::read_to_string(env.repo().join("net.txt")).unwrap();
+    assert_eq!(net.trim(), "lo", "only loopback inside");
+    let vault_read = std::fs::read_to_string(env.repo().join("vault.txt")).unwrap();
+    assert!(!vault_read.contains(SECRET), "{vault_read}");
+    assert_eq!(std::fs::read_to_string(cache.join("c.txt")).unwrap(), "cached\n");
+    assert!(outside.exists(), "the validation ran outside the sandbox");
+}
