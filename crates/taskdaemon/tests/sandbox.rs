@@ -154,7 +154,10 @@ fn bwrap_confines_a_hostile_agent_while_its_work_commits_and_the_loop_completes(
     assert!(!escape.exists(), "the validation command wrote outside");
     let log = git(&env.repo(), &["log", "--format=%s"]);
     assert!(log.contains("sandboxed work"), "{log}");
-    assert!(stderr.contains("sandbox bwrap (network shared)"), "{stderr}");
+    assert!(
+        stderr.contains("sandbox bwrap (network shared)"),
+        "{stderr}"
+    );
     assert!(
         stderr.contains("sandbox: 2 write(s) outside the work tree denied"),
         "{stderr}"
@@ -182,7 +185,14 @@ fn bwrap_requested_without_bwrap_exits_64_with_an_install_hint_before_anything_c
     assert!(!env.repo().join(".ralph/run.json").exists());
     // The same for implement and daemon start.
     for args in [
-        &["implement", "specs/demo", "--agent", "cmd:true", "--sandbox", "bwrap"][..],
+        &[
+            "implement",
+            "specs/demo",
+            "--agent",
+            "cmd:true",
+            "--sandbox",
+            "bwrap",
+        ][..],
         &["daemon", "start", "--foreground", "--sandbox", "bwrap"][..],
     ] {
         let out = env
@@ -330,7 +340,10 @@ echo "all done. TASK_COMPLETE"
         String::from_utf8_lossy(&out.stderr)
     );
     let evs = events(&stdout);
-    assert!(evs.iter().any(|e| e["event"] == "group_started"), "{stdout}");
+    assert!(
+        evs.iter().any(|e| e["event"] == "group_started"),
+        "{stdout}"
+    );
     assert_nothing_outside_changed(&env);
     let spec = repo.join("specs/demo");
     let cwds: Vec<String> = ["1.1", "1.2"]
@@ -347,7 +360,10 @@ echo "all done. TASK_COMPLETE"
         .collect::<Vec<_>>();
     assert!(intrusions.is_empty(), "written outside: {intrusions:?}");
     for id in ["1.1", "1.2"] {
-        assert!(repo.join(format!("work/{id}.txt")).exists(), "{id}'s work landed");
+        assert!(
+            repo.join(format!("work/{id}.txt")).exists(),
+            "{id}'s work landed"
+        );
     }
     let tasks = std::fs::read_to_string(spec.join("tasks.md")).unwrap();
     assert_eq!(tasks.matches("- [x]").count(), 2, "{tasks}");
@@ -425,8 +441,8 @@ echo "<promise>COMPLETE</promise>"
         std::thread::sleep(Duration::from_millis(200));
     };
     run(&["daemon", "stop"]);
-    let daemon_log = std::fs::read_to_string(repo.join(".git/taskdaemon/daemon/daemon.log"))
-        .unwrap_or_default();
+    let daemon_log =
+        std::fs::read_to_string(repo.join(".git/taskdaemon/daemon/daemon.log")).unwrap_or_default();
     let st = status["runs"][0]["status"].as_str().unwrap_or("");
     assert!(
         st == "complete" || st == "merged",
@@ -450,7 +466,11 @@ fn the_real_claude_cli_completes_a_loop_under_bwrap() {
     assert!(bwrap_or_skip("the_real_claude_cli"), "bwrap is needed");
     let env = sandbox_env();
     let spec = env.root().join("spec.json");
-    std::fs::write(&spec, r#"{"fail": null, "fail_times": 0, "text": "Hello."}"#).unwrap();
+    std::fs::write(
+        &spec,
+        r#"{"fail": null, "fail_times": 0, "text": "Hello."}"#,
+    )
+    .unwrap();
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
@@ -511,7 +531,9 @@ fn the_real_claude_cli_completes_a_loop_under_bwrap() {
     // Its state directory was writable: the session's transcript is there.
     let projects = all_files(&env.home().join(".claude/projects"));
     assert!(
-        projects.iter().any(|p| p.extension().is_some_and(|e| e == "jsonl")),
+        projects
+            .iter()
+            .any(|p| p.extension().is_some_and(|e| e == "jsonl")),
         "Claude Code wrote no session: {projects:?}"
     );
     assert_nothing_outside_changed(&env);
@@ -522,8 +544,8 @@ fn the_real_claude_cli_completes_a_loop_under_bwrap() {
 /// needs `sh`.
 #[test]
 fn containers_confine_the_agent_where_a_runtime_answers() {
-    let image = std::env::var("TASKDAEMON_SANDBOX_IMAGE")
-        .unwrap_or_else(|_| "debian:stable-slim".into());
+    let image =
+        std::env::var("TASKDAEMON_SANDBOX_IMAGE").unwrap_or_else(|_| "debian:stable-slim".into());
     let mut ran = false;
     for rt in ["docker", "podman"] {
         let answers = have(rt)
@@ -631,6 +653,9 @@ fn config_keys_set_network_hidden_and_writable_paths_and_the_validation_sandbox(
     assert_eq!(net.trim(), "lo", "only loopback inside");
     let vault_read = std::fs::read_to_string(env.repo().join("vault.txt")).unwrap();
     assert!(!vault_read.contains(SECRET), "{vault_read}");
-    assert_eq!(std::fs::read_to_string(cache.join("c.txt")).unwrap(), "cached\n");
+    assert_eq!(
+        std::fs::read_to_string(cache.join("c.txt")).unwrap(),
+        "cached\n"
+    );
     assert!(outside.exists(), "the validation ran outside the sandbox");
 }

@@ -92,7 +92,11 @@ fn output(mut cmd: Command) -> std::io::Result<(bool, String)> {
         .stderr(Stdio::piped())
         .output()?;
     let err = String::from_utf8_lossy(&out.stderr);
-    let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let last = err
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
     Ok((
         out.status.success(),
         if last.is_empty() {

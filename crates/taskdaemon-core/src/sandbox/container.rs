@@ -83,7 +83,10 @@ mod tests {
         let cwd = t.path().canonicalize().unwrap().display().to_string();
         assert!(s.starts_with("run --rm -i --init --user="), "{s}");
         assert!(s.contains("--network=none"));
-        assert!(s.contains(&format!("--volume={cwd}:{cwd} --workdir={cwd}")), "{s}");
+        assert!(
+            s.contains(&format!("--volume={cwd}:{cwd} --workdir={cwd}")),
+            "{s}"
+        );
         assert!(s.contains("--env TASKDAEMON_RUN_ID --env TASKDAEMON_GROUP --env HOME"));
         assert!(!s.contains("r1"), "values stay off the command line: {s}");
         assert!(s.ends_with("taskdaemon-claude:latest claude -p"), "{s}");

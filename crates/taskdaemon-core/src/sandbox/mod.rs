@@ -128,9 +128,13 @@ pub enum SandboxError {
         reason: String,
         hint: String,
     },
-    #[error("--sandbox {kind} needs an image\n  hint: set `sandbox-image: IMAGE` in .taskdaemon/config.yaml (docs/sandbox.md has an example Dockerfile for Claude Code)")]
+    #[error(
+        "--sandbox {kind} needs an image\n  hint: set `sandbox-image: IMAGE` in .taskdaemon/config.yaml (docs/sandbox.md has an example Dockerfile for Claude Code)"
+    )]
     NoImage { kind: SandboxKind },
-    #[error("preparing the sandbox: {path}: {message}\n  hint: create it yourself, or remove it from sandbox-rw")]
+    #[error(
+        "preparing the sandbox: {path}: {message}\n  hint: create it yourself, or remove it from sandbox-rw"
+    )]
     Prepare { path: PathBuf, message: String },
 }
 
@@ -297,17 +301,30 @@ mod tests {
         assert!(plan.rw.contains(&h.join("extra")));
         assert!(!plan.rw.iter().any(|p| p.ends_with("missing")));
         for p in [".ssh", ".netrc", "secret"] {
-            assert!(plan.hide.contains(&h.join(p)), "{p} hidden: {:?}", plan.hide);
+            assert!(
+                plan.hide.contains(&h.join(p)),
+                "{p} hidden: {:?}",
+                plan.hide
+            );
         }
         assert_eq!(plan.for_validation().kind, SandboxKind::None);
         assert_eq!(plan.label(), "bwrap (network shared); validation: none");
         let env = [
-            ("TASKDAEMON_SPEC_DIR".into(), home.path().join("extra").into()),
-            ("TASKDAEMON_WORKDIR".into(), home.path().join("secret").into()),
+            (
+                "TASKDAEMON_SPEC_DIR".into(),
+                home.path().join("extra").into(),
+            ),
+            (
+                "TASKDAEMON_WORKDIR".into(),
+                home.path().join("secret").into(),
+            ),
         ];
         let with = plan.with_contract_dirs(&env);
         assert_eq!(with.rw, plan.rw, "extra was already writable");
-        let env = [("TASKDAEMON_SPEC_DIR".into(), home.path().join("secret").into())];
+        let env = [(
+            "TASKDAEMON_SPEC_DIR".into(),
+            home.path().join("secret").into(),
+        )];
         assert!(plan.with_contract_dirs(&env).rw.contains(&h.join("secret")));
     }
 }

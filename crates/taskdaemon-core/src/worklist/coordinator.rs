@@ -556,7 +556,7 @@ impl Coord<'_> {
                 self.cancel,
             )
             .await
-                    .map_err(WorklistError::io(tree))?;
+            .map_err(WorklistError::io(tree))?;
             if let Some((cmd, r)) = verified {
                 self.events.emit(WorklistEvent::VerifyCommand {
                     task_id: task.id.clone(),
