@@ -110,6 +110,18 @@ pub struct Settings {
     /// Pause when the agent reports this percentage of a usage window used (Claude with
     /// subscription auth), until the window resets: quota kept for a person's work.
     pub pause_at_usage: Option<u8>,
+    /// Confine the agent: `none` (the default), `bwrap`, `docker` or `podman`.
+    pub sandbox: Option<crate::sandbox::SandboxKind>,
+    /// The validation command's sandbox [default: the agent's].
+    pub sandbox_validate: Option<crate::sandbox::SandboxKind>,
+    /// More read-write paths inside the sandbox (`~/` is the home directory).
+    pub sandbox_rw: Option<Vec<PathBuf>>,
+    /// More paths hidden inside the sandbox (besides ~/.ssh, ~/.aws, ~/.gnupg, …).
+    pub sandbox_ro_hide: Option<Vec<PathBuf>>,
+    /// `shared` (the default: the agent needs its model API) or `none`.
+    pub sandbox_network: Option<crate::sandbox::SandboxNetwork>,
+    /// The image docker/podman run the agent in.
+    pub sandbox_image: Option<String>,
 }
 
 impl Settings {
@@ -144,6 +156,24 @@ impl Settings {
             quiet_warning: over.quiet_warning.or(self.quiet_warning),
             no_progress_timeout: over.no_progress_timeout.or(self.no_progress_timeout),
             pause_at_usage: over.pause_at_usage.or(self.pause_at_usage),
+            sandbox: over.sandbox.or(self.sandbox),
+            sandbox_validate: over.sandbox_validate.or(self.sandbox_validate),
+            sandbox_rw: over.sandbox_rw.or(self.sandbox_rw),
+            sandbox_ro_hide: over.sandbox_ro_hide.or(self.sandbox_ro_hide),
+            sandbox_network: over.sandbox_network.or(self.sandbox_network),
+            sandbox_image: over.sandbox_image.or(self.sandbox_image),
+        }
+    }
+
+    /// The sandbox settings of this layer.
+    pub fn sandbox_settings(&self) -> crate::sandbox::SandboxSettings {
+        crate::sandbox::SandboxSettings {
+            sandbox: self.sandbox,
+            sandbox_validate: self.sandbox_validate,
+            sandbox_rw: self.sandbox_rw.clone(),
+            sandbox_ro_hide: self.sandbox_ro_hide.clone(),
+            sandbox_network: self.sandbox_network,
+            sandbox_image: self.sandbox_image.clone(),
         }
     }
 }

@@ -24,7 +24,13 @@ impl Default for Env {
 
 impl Env {
     pub fn new() -> Env {
-        let tmp = tempfile::tempdir().unwrap();
+        Env::new_in(&std::env::temp_dir())
+    }
+
+    /// [`Env::new`] under `base` (a sandbox with a private /tmp must still see the test's
+    /// files).
+    pub fn new_in(base: &Path) -> Env {
+        let tmp = tempfile::tempdir_in(base).unwrap();
         let root = tmp.path().canonicalize().unwrap();
         std::fs::create_dir_all(root.join("home")).unwrap();
         std::fs::write(

@@ -83,6 +83,26 @@ pub fn preflight_here(agent: &AgentSpec, validate: Option<&str>, workdir: &Path)
     )
 }
 
+/// [`preflight_here`] for an agent confined by `sandbox`: a sandboxed agent runs in a
+/// sandbox as Claude Code means it (`sandbox::wrap` sets IS_SANDBOX=1 inside).
+pub fn preflight_sandboxed(
+    agent: &AgentSpec,
+    validate: Option<&str>,
+    workdir: &Path,
+    sandbox: &crate::sandbox::SandboxPlan,
+) -> Vec<Finding> {
+    if sandbox.kind == crate::sandbox::SandboxKind::None {
+        return preflight_here(agent, validate, workdir);
+    }
+    preflight(
+        agent,
+        validate,
+        workdir,
+        nix::unistd::geteuid().is_root(),
+        true,
+    )
+}
+
 /// The first word of a shell command when it names a program that does not exist.
 fn missing_program(command: &str, workdir: &Path) -> Option<String> {
     let first = command

@@ -29,6 +29,8 @@ pub struct Shared {
     pub script_runner: PathBuf,
     /// The agent of runs that name none (the daemon's `--agent`), over the config files.
     pub default_agent: Option<String>,
+    /// The sandbox of runs that name none (the daemon's `--sandbox`), over the config files.
+    pub default_sandbox: Option<crate::sandbox::SandboxKind>,
     /// The settings file used instead of the project's (`--config`).
     pub config: Option<PathBuf>,
 }
@@ -216,6 +218,7 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
         &path,
         &l.run,
         shared.default_agent.as_deref(),
+        shared.default_sandbox,
     )?;
     let head = Git::new(&path).head().map_err(|e| e.to_string())?;
     let now = crate::clock::now();
@@ -247,11 +250,17 @@ pub fn config_for(
     workdir: &Path,
     run: &LoopRun,
     default_agent: Option<&str>,
+    default_sandbox: Option<crate::sandbox::SandboxKind>,
 ) -> Result<RunConfig, String> {
     let mut s: Settings = config::load_layers(project, config_file).map_err(|e| e.to_string())?;
     s.loop_type = Some(run.loop_type.clone());
     if let Some(a) = context::text(&run.context, context::AGENT).or(default_agent) {
         s.agent = Some(a.to_string());
+    }
+    // The run's own sandbox (`submit --sandbox`), else the daemon's, else the config's.
+    match context::text(&run.context, context::SANDBOX) {
+        Some(k) => s.sandbox = Some(crate::sandbox::SandboxKind::parse(k)?),
+        None => s.sandbox = default_sandbox.or(s.sandbox),
     }
     match run.loop_type.as_str() {
         // Their validation checks their documents; the project's test command does not apply,

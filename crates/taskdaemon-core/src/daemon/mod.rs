@@ -74,6 +74,8 @@ pub struct Options {
     pub limits: Limits,
     /// The agent of runs that name none (over the config files' `agent`).
     pub default_agent: Option<String>,
+    /// The sandbox of runs that name none (the daemon's `--sandbox`, over the config files).
+    pub default_sandbox: Option<crate::sandbox::SandboxKind>,
     /// A settings file used instead of the project's (`--config`).
     pub config: Option<PathBuf>,
     /// The agent kind of runs that name no agent (for the per-agent limits).
@@ -149,6 +151,7 @@ pub async fn run(
         worktrees,
         script_runner: opts.script_runner.clone(),
         default_agent: opts.default_agent.clone(),
+        default_sandbox: opts.default_sandbox,
         config: opts.config.clone(),
     });
     let (rtx, mut rrx) = mpsc::unbounded_channel();

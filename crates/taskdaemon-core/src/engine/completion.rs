@@ -294,6 +294,7 @@ async fn scope(
                     success_exit_code: 0,
                     timeout: cfg.iteration_timeout(),
                     grace: cfg.kill_grace(),
+                    sandbox: &cfg.sandbox,
                 },
                 cancel,
                 |_| {},

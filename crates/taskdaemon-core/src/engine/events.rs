@@ -19,6 +19,8 @@ pub enum EngineEvent {
         max_iterations: u32,
         validate: Option<String>,
         resumed: bool,
+        /// The sandbox in force (`none`, `bwrap (network shared)`, …).
+        sandbox: String,
     },
     Warning {
         message: String,

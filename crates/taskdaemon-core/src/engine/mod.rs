@@ -96,6 +96,7 @@ pub async fn run_loop(
         max_iterations: cfg.max_iterations,
         validate: cfg.validate.clone(),
         resumed,
+        sandbox: cfg.sandbox.label(),
     });
     let added = git.ensure_excluded(crate::workspace::IGNORED)?;
     if !added.is_empty() {
@@ -456,6 +457,8 @@ async fn run_agent(
         timeout,
         grace: cfg.kill_grace(),
     };
+    let spec = crate::sandbox::wrap(spec, &cfg.sandbox);
+    let mut denied = crate::sandbox::DeniedWrites::new(&cfg.workdir);
     let mut parser = OutputParser::new(cfg.agent_format);
     let events = &ctx.events;
     let watch = watch::Watch::new();
@@ -468,6 +471,7 @@ async fn run_agent(
         }
         log.output(stream, line);
         let text = String::from_utf8_lossy(line);
+        denied.line(&text);
         let acts = parser.line(stream, &text);
         watch.line(&text, stream == crate::agent::Stream::Stdout, &acts);
         for activity in acts {
@@ -486,6 +490,10 @@ async fn run_agent(
     };
     for note in drain() {
         log.note(&note);
+    }
+    if let Some(note) = denied.note() {
+        log.note(&note);
+        warn(ctx, &format!("iteration {n}: {note}"));
     }
     let mut agent = match ran {
         Ok(a) => a,
@@ -731,6 +739,7 @@ async fn validate_step(
             success_exit_code: cfg.success_exit_code,
             timeout: cfg.iteration_timeout(),
             grace: cfg.kill_grace(),
+            sandbox: &cfg.sandbox,
         },
         cancel,
         |line| log.output(crate::agent::Stream::Stdout, line.as_bytes()),
@@ -1100,8 +1109,12 @@ fn finish_iteration(
 /// exist ends the run at once (exit 64); doubts are warnings.
 fn preflight(cfg: &RunConfig, ctx: &EngineContext) -> Option<Outcome> {
     use crate::agent::preflight::Finding;
-    let found =
-        crate::agent::preflight::preflight_here(&cfg.agent, cfg.validate.as_deref(), &cfg.workdir);
+    let found = crate::agent::preflight::preflight_sandboxed(
+        &cfg.agent,
+        cfg.validate.as_deref(),
+        &cfg.workdir,
+        &cfg.sandbox,
+    );
     let mut refused = None;
     for f in found {
         match f {

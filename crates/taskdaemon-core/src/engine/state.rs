@@ -56,6 +56,9 @@ pub struct RunConfig {
     /// What agent failures do (usage limits, backoff).
     #[serde(default)]
     pub failure_policy: super::failures::FailurePolicy,
+    /// What the agent and the validation command are confined by (`--sandbox`).
+    #[serde(default)]
+    pub sandbox: crate::sandbox::SandboxPlan,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +71,8 @@ pub enum ResolveError {
     Agent(#[from] AgentError),
     #[error(transparent)]
     Script(#[from] ScriptError),
+    #[error(transparent)]
+    Sandbox(#[from] crate::sandbox::SandboxError),
     #[error("invalid value for {field}: {message}")]
     Value {
         field: &'static str,
@@ -131,6 +136,7 @@ impl RunConfig {
             max_log_bytes: DEFAULT_LOG_CAP,
             context: serde_json::Map::new(),
             failure_policy: Default::default(),
+            sandbox: Default::default(),
             loop_def: def,
         };
         cfg.apply(s, false)?;
@@ -235,7 +241,21 @@ impl RunConfig {
             }
             self.max_log_bytes = n;
         }
+        self.apply_sandbox(s)?;
         self.apply_failure_policy(s)
+    }
+
+    /// The sandbox the settings ask for, resolved for the agent and checked: one that
+    /// cannot start fails here, before iteration 1.
+    fn apply_sandbox(&mut self, s: &Settings) -> Result<(), ResolveError> {
+        let sandbox = s.sandbox_settings();
+        if sandbox != crate::sandbox::SandboxSettings::default() {
+            let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+            self.sandbox =
+                crate::sandbox::SandboxPlan::resolve(&sandbox, &self.agent, home.as_deref())?;
+        }
+        crate::sandbox::check_available(&self.sandbox)?;
+        Ok(())
     }
 
     fn apply_failure_policy(&mut self, s: &Settings) -> Result<(), ResolveError> {

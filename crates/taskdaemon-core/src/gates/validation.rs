@@ -32,6 +32,8 @@ pub struct Validation<'a> {
     pub success_exit_code: i32,
     pub timeout: Option<Duration>,
     pub grace: Duration,
+    /// Its sandbox (`sandbox-validate:`, else the agent's).
+    pub sandbox: &'a crate::sandbox::SandboxPlan,
 }
 
 /// Run the validation; `on_line` sees every line (for the iteration log).
@@ -50,6 +52,7 @@ pub async fn run_validation(
         timeout: v.timeout,
         grace: v.grace,
     };
+    let spec = crate::sandbox::wrap_validation(spec, v.sandbox);
     let mut output = String::new();
     let r = run_process(&spec, cancel, |_, line| {
         let line = String::from_utf8_lossy(line);

@@ -10,6 +10,8 @@ use crate::store::{Phase, Plan, Spec};
 /// Keys of a run's context that are settings rather than template variables.
 pub const AGENT: &str = "agent";
 pub const VALIDATE: &str = "validate";
+/// The run's sandbox kind (`submit --sandbox`).
+pub const SANDBOX: &str = "sandbox";
 pub const TARGET: &str = "target-branch";
 pub const TASK: &str = "task";
 pub const PHASE_INDEX: &str = "phase-index";

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::WorklistError;
 use super::events::{WorklistEvent, WorklistSink};
-use crate::agent::preflight::{Finding, preflight_here};
+use crate::agent::preflight::{Finding, preflight_here, preflight_sandboxed};
 use crate::agent::{
     AgentSpec, FailureClass, OutputFormat, OutputParser, ProcessSpec, classify, run_process,
 };
@@ -28,6 +28,8 @@ pub struct AgentSetup {
     pub script_runner: PathBuf,
     pub timeout: Option<Duration>,
     pub grace: Duration,
+    /// What the agents and the Verify commands are confined by (`--sandbox`).
+    pub sandbox: crate::sandbox::SandboxPlan,
 }
 
 /// One agent run.
@@ -72,7 +74,7 @@ pub fn check_agent(
     workdir: &Path,
 ) -> Result<Vec<String>, WorklistError> {
     let mut warnings = Vec::new();
-    for f in preflight_here(&setup.agent, None, workdir) {
+    for f in preflight_sandboxed(&setup.agent, None, workdir, &setup.sandbox) {
         match f {
             Finding::AgentRefused { message, hint } => {
                 return Err(WorklistError::AgentCannotRun {
@@ -141,10 +143,14 @@ pub async fn run_agent(
         timeout: job.setup.timeout,
         grace: job.setup.grace,
     };
+    let sandbox = job.setup.sandbox.with_contract_dirs(&spec.env);
+    let spec = crate::sandbox::wrap(spec, &sandbox);
     let mut parser = OutputParser::new(job.setup.format);
     let mut log = String::new();
+    let mut denied = crate::sandbox::DeniedWrites::new(&job.cwd);
     let r = run_process(&spec, &cancel, |stream, line| {
         let text = String::from_utf8_lossy(line);
+        denied.line(&text);
         log.push_str(&text);
         log.push('\n');
         if log.len() > 4 * 1024 * 1024 {
@@ -170,6 +176,9 @@ pub async fn run_agent(
             message: format!("starting agent `{}`: {e}", job.setup.agent.label()),
         },
     })?;
+    if let Some(note) = denied.note() {
+        log.push_str(&format!("[taskdaemon] {note}\n"));
+    }
     let out_file = suffixed(&job.log, ".log");
     write_atomic(&out_file, log.as_bytes()).map_err(WorklistError::io(&out_file))?;
     let parsed = parser.finish();

@@ -127,6 +127,7 @@ pub async fn implement(
         max_iterations: st.max_iterations(),
         max_task_iterations: st.max_task_iterations,
         resumed,
+        sandbox: cfg.setup.sandbox.label(),
     });
     if tasks.is_empty() {
         events.warn(format!(
@@ -545,10 +546,17 @@ impl Coord<'_> {
         }
         if !run.timed_out {
             let grace = self.cfg.setup.grace;
-            let verified =
-                verify::run_verify_command(task, tree, self.cfg.verify_timeout, grace, self.cancel)
-                    .await
-                    .map_err(WorklistError::io(tree))?;
+            let sandbox = &self.cfg.setup.sandbox;
+            let verified = verify::run_verify_command(
+                task,
+                tree,
+                self.cfg.verify_timeout,
+                grace,
+                sandbox,
+                self.cancel,
+            )
+            .await
+            .map_err(WorklistError::io(tree))?;
             if let Some((cmd, r)) = verified {
                 self.events.emit(WorklistEvent::VerifyCommand {
                     task_id: task.id.clone(),

@@ -16,6 +16,8 @@ pub enum WorklistEvent {
         max_iterations: u32,
         max_task_iterations: u32,
         resumed: bool,
+        /// The sandbox in force (`none`, `bwrap (network shared)`, …).
+        sandbox: String,
     },
     Warning {
         message: String,
@@ -88,6 +90,8 @@ pub enum WorklistEvent {
         passing: usize,
         max_iterations: u32,
         review: bool,
+        /// The sandbox in force.
+        sandbox: String,
     },
     StoryIteration {
         iteration: u32,

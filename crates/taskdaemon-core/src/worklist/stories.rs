@@ -92,6 +92,7 @@ pub async fn run_stories(
         passing: initial.iter().filter(|s| s.passes).count(),
         max_iterations: cfg.max_iterations,
         review: cfg.review,
+        sandbox: cfg.setup.sandbox.label(),
     });
     let mut previous_error: Option<String> = None;
     let mut iteration = 0u32;

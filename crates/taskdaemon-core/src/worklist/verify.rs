@@ -161,6 +161,7 @@ pub async fn run_verify_command(
     dir: &Path,
     timeout: Option<Duration>,
     grace: Duration,
+    sandbox: &crate::sandbox::SandboxPlan,
     cancel: &CancellationToken,
 ) -> std::io::Result<Option<(String, ValidationResult)>> {
     let Some(cmd) = task.verify_command() else {
@@ -174,6 +175,7 @@ pub async fn run_verify_command(
             success_exit_code: 0,
             timeout,
             grace,
+            sandbox,
         },
         cancel,
         |_| {},

@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use taskdaemon_core::config;
 use taskdaemon_core::daemon::{self, DaemonPaths, Options, ipc::Request};
+use taskdaemon_core::sandbox::{self, SandboxKind, SandboxPlan};
 use taskdaemon_core::scheduler::Limits;
 
 use super::daemon_link::{self, current_branch};
@@ -56,6 +57,9 @@ pub struct StartArgs {
     /// The agent of runs that name none (claude, codex, …, cmd:COMMAND) [default: config agent].
     #[arg(long, value_name = "SPEC", env = "TASKDAEMON_AGENT")]
     pub agent: Option<String>,
+    /// The sandbox of runs that name none: none, bwrap, docker, podman (docs/sandbox.md) [default: config sandbox, else none].
+    #[arg(long, value_name = "KIND", env = "TASKDAEMON_SANDBOX", value_parser = super::run::sandbox_kind)]
+    pub sandbox: Option<SandboxKind>,
     /// Seconds between passes when nothing happens.
     #[arg(long, value_name = "SECONDS", default_value_t = 1.0, hide = true)]
     pub tick: f64,
@@ -89,6 +93,16 @@ fn options(paths: &DaemonPaths, a: &StartArgs, ctx: &Ctx) -> anyhow::Result<Opti
         None => current_branch(&paths.project)?,
     };
     config::check_branch_name(&default_target).map_err(user)?;
+    if let Some(kind) = a.sandbox.or(s.sandbox) {
+        // Refused here, before the daemon starts, rather than in every run.
+        let plan = SandboxPlan {
+            kind,
+            validate: s.sandbox_validate.unwrap_or(kind),
+            network: s.sandbox_network.unwrap_or_default(),
+            ..SandboxPlan::default()
+        };
+        sandbox::check_available(&plan).map_err(user)?;
+    }
     Ok(Options {
         script_runner: std::env::current_exe().context("finding the taskdaemon executable")?,
         worktrees_dir: s
@@ -101,6 +115,7 @@ fn options(paths: &DaemonPaths, a: &StartArgs, ctx: &Ctx) -> anyhow::Result<Opti
             per_agent,
         },
         default_agent: a.agent.clone(),
+        default_sandbox: a.sandbox,
         config: ctx.config.clone(),
         default_agent_kind: a
             .agent

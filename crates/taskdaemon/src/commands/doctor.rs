@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use taskdaemon_core::agent::doctor::{AgentCheck, capture, check_preset, check_spec};
 use taskdaemon_core::agent::{AgentSpec, Preset, first_installed};
 use taskdaemon_core::config::{self, Settings};
+use taskdaemon_core::sandbox;
 
 use super::{Ctx, emit, print_json};
 use crate::cli::user;
@@ -58,11 +59,12 @@ pub fn run(a: DoctorArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     } else if git["user.name"].is_null() || git["user.email"].is_null() {
         problems.push("git has no identity (user.name, user.email): commits fail".into());
     }
+    let sandbox = sandbox(&merged, &mut problems);
     let code = i32::from(!problems.is_empty());
     if a.json {
         print_json(&json!({
             "agents": agents, "agent-in-use": needed, "git": git, "daemon": daemon,
-            "settings": settings, "problems": problems, "exit-code": code,
+            "settings": settings, "sandbox": sandbox, "problems": problems, "exit-code": code,
         }))?;
         return Ok(code);
     }
@@ -83,6 +85,14 @@ pub fn run(a: DoctorArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         "daemon: {}",
         daemon["state"].as_str().unwrap_or_default()
     );
+    outln!(
+        out,
+        "sandbox: {} (docs/sandbox.md)",
+        sandbox["in-force"].as_str().unwrap_or("none")
+    );
+    for (k, v) in sandbox["available"].as_object().into_iter().flatten() {
+        outln!(out, "  {k}: {}", v.as_str().unwrap_or_default());
+    }
     outln!(out, "settings in force:");
     if settings.as_object().is_none_or(|m| m.is_empty()) {
         outln!(
@@ -106,6 +116,25 @@ pub fn run(a: DoctorArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     }
     emit(&out)?;
     Ok(code)
+}
+
+/// The sandbox in force (config `sandbox:`, default none) and which kinds work here; one
+/// in force that cannot start is a problem.
+fn sandbox(merged: &Settings, problems: &mut Vec<String>) -> Value {
+    let kinds = [merged.sandbox, merged.sandbox_validate];
+    let mut available = serde_json::Map::new();
+    for (kind, found) in sandbox::describe() {
+        let text = match &found {
+            Ok(()) => "available".to_string(),
+            Err(e) => format!("unavailable: {}", e.lines().next().unwrap_or_default()),
+        };
+        if let (Err(e), true) = (&found, kinds.contains(&Some(kind))) {
+            problems.push(format!("the sandbox in force is unavailable: {e}"));
+        }
+        available.insert(kind.name().into(), text.into());
+    }
+    let in_force = merged.sandbox.unwrap_or_default().name().to_string();
+    json!({ "in-force": in_force, "available": available })
 }
 
 /// The agents to check, and the one a run would use.

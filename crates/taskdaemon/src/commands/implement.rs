@@ -12,6 +12,7 @@ use taskdaemon_core::agent::{AgentSpec, OutputFormat};
 use taskdaemon_core::config::{Dur, Settings};
 use taskdaemon_core::engine::{DEFAULT_ITERATION_TIMEOUT, DEFAULT_KILL_GRACE};
 use taskdaemon_core::git::Git;
+use taskdaemon_core::sandbox::{self, SandboxKind, SandboxPlan};
 use taskdaemon_core::worklist::{
     self, AgentSetup, ImplementConfig, WorklistError, WorklistEvent, WorklistSink,
 };
@@ -69,6 +70,9 @@ pub struct AgentFlags {
     /// Time between TERM and KILL when an agent is stopped [default: 5s].
     #[arg(long, value_name = "DUR", env = "TASKDAEMON_KILL_GRACE", value_parser = dur)]
     pub kill_grace: Option<Dur>,
+    /// Confine the agents and the Verify commands: none, bwrap, docker, podman (docs/sandbox.md) [default: none].
+    #[arg(long, value_name = "KIND", env = "TASKDAEMON_SANDBOX", value_parser = super::run::sandbox_kind)]
+    pub sandbox: Option<SandboxKind>,
 }
 
 impl AgentFlags {
@@ -79,6 +83,7 @@ impl AgentFlags {
             agent_format: self.agent_format.clone(),
             iteration_timeout: self.iteration_timeout,
             kill_grace: self.kill_grace,
+            sandbox: self.sandbox,
             ..Settings::default()
         };
         let s = settings(dir, &flags, ctx.config.as_deref())?;
@@ -100,7 +105,12 @@ impl AgentFlags {
             format =
                 OutputFormat::parse(f).map_err(|m| user(format!("invalid --agent-format: {m}")))?;
         }
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let sandbox =
+            SandboxPlan::resolve(&s.sandbox_settings(), &spec, home.as_deref()).map_err(user)?;
+        sandbox::check_available(&sandbox).map_err(user)?;
         Ok(AgentSetup {
+            sandbox,
             agent: spec,
             format,
             script_runner: std::env::current_exe().context("finding the taskdaemon executable")?,

@@ -14,6 +14,7 @@ use taskdaemon_core::engine::{
 use taskdaemon_core::git::Git;
 use taskdaemon_core::git::snapshot::Snapshots;
 use taskdaemon_core::loops::Registry;
+use taskdaemon_core::sandbox::SandboxKind;
 use taskdaemon_core::telemetry::RunSummary;
 use taskdaemon_core::workspace::Workspace;
 use taskdaemon_core::{agent, clock};
@@ -117,6 +118,13 @@ pub struct RunFlags {
     /// Pause when the agent reports PCT % of a usage window used (Claude with a subscription), until it resets.
     #[arg(long, value_name = "PCT", env = "TASKDAEMON_PAUSE_AT_USAGE")]
     pub pause_at_usage: Option<u8>,
+    /// Confine the agent and the validation command: none, bwrap, docker, podman (docs/sandbox.md) [default: none].
+    #[arg(long, value_name = "KIND", env = "TASKDAEMON_SANDBOX", value_parser = sandbox_kind)]
+    pub sandbox: Option<SandboxKind>,
+}
+
+pub(crate) fn sandbox_kind(s: &str) -> Result<SandboxKind, String> {
+    SandboxKind::parse(s)
 }
 
 pub(crate) fn dur(s: &str) -> Result<Dur, String> {
@@ -148,6 +156,7 @@ impl RunFlags {
             quiet_warning: self.quiet_warning,
             no_progress_timeout: self.no_progress_timeout,
             pause_at_usage: self.pause_at_usage,
+            sandbox: self.sandbox,
             ..Settings::default()
         }
     }

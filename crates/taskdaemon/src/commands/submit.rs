@@ -82,6 +82,9 @@ pub enum What {
         /// Runs or specs that must be complete first.
         #[arg(long = "after", value_name = "REF")]
         after: Vec<String>,
+        /// Its sandbox: none, bwrap, docker, podman (docs/sandbox.md) [default: the daemon's --sandbox, else config sandbox].
+        #[arg(long, value_name = "KIND", value_parser = super::run::sandbox_kind)]
+        sandbox: Option<taskdaemon_core::sandbox::SandboxKind>,
         #[command(flatten)]
         common: Common,
     },
@@ -302,6 +305,7 @@ pub fn run(args: SubmitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             task,
             validate,
             after,
+            sandbox,
             common,
         } => {
             check_agent(&common)?;
@@ -319,6 +323,9 @@ pub fn run(args: SubmitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             }
             if let Some(a) = &common.agent {
                 ctxv.insert(context::AGENT.into(), a.clone().into());
+            }
+            if let Some(k) = sandbox {
+                ctxv.insert(context::SANDBOX.into(), k.name().into());
             }
             let run = records
                 .create_run(

@@ -77,6 +77,7 @@ impl Renderer {
                 max_iterations,
                 validate,
                 resumed,
+                sandbox,
             } => {
                 self.status.agent = agent.clone();
                 self.status.max = max_iterations;
@@ -87,7 +88,7 @@ impl Renderer {
                     "starting".into()
                 };
                 self.note(&format!(
-                    "run {run_id} {start} · loop {loop_type} · agent {agent} · {} · in {workdir}",
+                    "run {run_id} {start} · loop {loop_type} · agent {agent} · {} · sandbox {sandbox} · in {workdir}",
                     validate
                         .map(|v| format!("validate `{v}`"))
                         .unwrap_or_else(|| "no validation".into())

@@ -37,9 +37,10 @@ fn describe(ev: &WorklistEvent) -> Option<String> {
             max_iterations,
             max_task_iterations,
             resumed,
+            sandbox,
             ..
         } => format!(
-            "implement {spec_dir} · {} · {done_tasks} of {total_tasks} tasks done · agent {agent} · at most {max_task_iterations} attempts per task, {max_iterations} iterations",
+            "implement {spec_dir} · {} · {done_tasks} of {total_tasks} tasks done · agent {agent} · sandbox {sandbox} · at most {max_task_iterations} attempts per task, {max_iterations} iterations",
             if *resumed {
                 "resuming from .ralph-state.json"
             } else {
@@ -126,8 +127,9 @@ fn describe(ev: &WorklistEvent) -> Option<String> {
             passing,
             review,
             max_iterations,
+            sandbox,
         } => format!(
-            "stories {file} · {passing} of {stories} pass · agent {agent} · review {} · at most {max_iterations} iterations",
+            "stories {file} · {passing} of {stories} pass · agent {agent} · sandbox {sandbox} · review {} · at most {max_iterations} iterations",
             if *review { "on" } else { "skipped" }
         ),
         WorklistEvent::StoryIteration {

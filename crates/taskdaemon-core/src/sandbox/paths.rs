@@ -1,0 +1,186 @@
+//! Which paths a sandboxed process may write or may not see: per-preset state, `~/`
+//! expansion, and what git needs to commit in a work tree.
+
+use std::path::{Path, PathBuf};
+
+use super::SandboxError;
+use crate::agent::{AgentSpec, Preset};
+
+/// Hidden from every sandboxed process (when they exist): credentials and keys.
+pub const DEFAULT_HIDE: &[&str] = &[
+    "~/.ssh",
+    "~/.aws",
+    "~/.gnupg",
+    "~/.azure",
+    "~/.kube",
+    "~/.docker",
+    "~/.config/gcloud",
+    "~/.config/gh",
+    "~/.password-store",
+    "~/.netrc",
+    "~/.git-credentials",
+    "~/.pgpass",
+];
+
+/// A path the agent must write: a directory made when missing, or one writable only when
+/// it exists (a cache). (Claude Code's `~/.claude.json` is not listed: it is replaced by
+/// a rename in the home directory, which stays read-only, so those updates — startup
+/// counters, tips — are dropped; Claude Code runs without them.)
+enum State {
+    Dir(&'static str),
+    Cache(&'static str),
+}
+
+fn preset_state(p: Preset) -> &'static [State] {
+    use State::{Cache, Dir};
+    match p {
+        Preset::Claude => &[Dir("~/.claude"), Cache("~/.npm")],
+        Preset::Codex => &[Dir("~/.codex"), Cache("~/.npm")],
+        Preset::Gemini => &[Dir("~/.gemini"), Cache("~/.npm")],
+        Preset::Opencode => &[
+            Dir("~/.config/opencode"),
+            Dir("~/.local/share/opencode"),
+            Dir("~/.local/state/opencode"),
+            Cache("~/.cache/opencode"),
+            Cache("~/.npm"),
+        ],
+        Preset::Amp => &[
+            Dir("~/.config/amp"),
+            Dir("~/.local/share/amp"),
+            Cache("~/.cache/amp"),
+            Cache("~/.npm"),
+        ],
+    }
+}
+
+/// The preset's state paths, made when missing; nothing for `cmd:` and `script:` agents
+/// (give them `sandbox-rw`).
+pub fn agent_state(agent: &AgentSpec, home: Option<&Path>) -> Result<Vec<PathBuf>, SandboxError> {
+    let (AgentSpec::Preset { preset }, Some(_)) = (agent, home) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for s in preset_state(*preset) {
+        let (raw, make) = match s {
+            State::Dir(p) => (p, true),
+            State::Cache(p) => (p, false),
+        };
+        let path = expand(Path::new(raw), home);
+        if make && !path.exists() {
+            std::fs::create_dir_all(&path).map_err(|e| SandboxError::Prepare {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+        }
+        out.extend(existing(&path));
+    }
+    Ok(out)
+}
+
+/// `~/x` against `home`; other paths unchanged.
+pub fn expand(p: &Path, home: Option<&Path>) -> PathBuf {
+    match (p.strip_prefix("~"), home) {
+        (Ok(rest), Some(h)) => h.join(rest),
+        _ => p.to_path_buf(),
+    }
+}
+
+/// The canonical absolute form of an existing path.
+pub fn existing(p: &Path) -> Option<PathBuf> {
+    p.is_absolute().then(|| p.canonicalize().ok()).flatten()
+}
+
+/// What git writes to commit in the work tree at `cwd` that lies outside it: for a linked
+/// worktree its own git dir and the common objects, refs and logs (not the other
+/// worktrees' files); for a checkout whose `.git` is above `cwd`, that `.git`.
+pub fn git_writable(cwd: &Path) -> Vec<PathBuf> {
+    let Some(dot_git) = cwd.ancestors().map(|d| d.join(".git")).find(|g| g.exists()) else {
+        return Vec::new();
+    };
+    if dot_git.is_dir() {
+        return if dot_git.starts_with(cwd) {
+            Vec::new()
+        } else {
+            existing(&dot_git).into_iter().collect()
+        };
+    }
+    let Some(gitdir) = read_pointer(&dot_git, "gitdir:") else {
+        return Vec::new();
+    };
+    let gitdir = dot_git.parent().unwrap_or(cwd).join(gitdir);
+    let common = read_pointer(&gitdir.join("commondir"), "")
+        .map(|c| gitdir.join(c))
+        .unwrap_or_else(|| gitdir.clone());
+    let mut out: Vec<PathBuf> = existing(&gitdir).into_iter().collect();
+    for sub in ["objects", "refs", "logs"] {
+        out.extend(existing(&common.join(sub)));
+    }
+    out
+}
+
+/// The one-line content of a git pointer file after `prefix`.
+fn read_pointer(file: &Path, prefix: &str) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let line = text.lines().next()?.strip_prefix(prefix)?.trim();
+    (!line.is_empty()).then(|| PathBuf::from(line))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn git(dir: &Path, args: &[&str]) {
+        let st = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        assert!(st.status.success(), "{st:?}");
+    }
+
+    #[test]
+    fn a_linked_worktree_gets_its_git_dir_and_the_common_store_only() {
+        let t = tempfile::tempdir().unwrap();
+        let repo = t.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        git(
+            &repo,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-m",
+                "i",
+            ],
+        );
+        git(&repo, &["worktree", "add", "-q", "../wt", "-b", "wt"]);
+        git(&repo, &["worktree", "add", "-q", "../other", "-b", "other"]);
+        let found = git_writable(&t.path().join("wt"));
+        let g = repo.join(".git").canonicalize().unwrap();
+        assert!(found.contains(&g.join("worktrees/wt")), "{found:?}");
+        assert!(found.contains(&g.join("objects")));
+        assert!(found.contains(&g.join("refs")));
+        assert!(!found.iter().any(|p| p.ends_with("worktrees/other")));
+        assert!(!found.contains(&g));
+        // The main checkout's .git lies inside its tree: nothing more.
+        assert!(git_writable(&repo).is_empty());
+        // A subdirectory of the checkout: its .git above.
+        std::fs::create_dir(repo.join("sub")).unwrap();
+        assert_eq!(git_writable(&repo.join("sub")), vec![g]);
+    }
+
+    #[test]
+    fn home_is_expanded() {
+        let h = Path::new("/home/u");
+        assert_eq!(expand(Path::new("~/.ssh"), Some(h)), h.join(".ssh"));
+        assert_eq!(expand(Path::new("/etc"), Some(h)), PathBuf::from("/etc"));
+        assert_eq!(expand(Path::new("~/.ssh"), None), PathBuf::from("~/.ssh"));
+    }
+}
