@@ -110,6 +110,9 @@ pub struct Settings {
     /// Pause when the agent reports this percentage of a usage window used (Claude with
     /// subscription auth), until the window resets: quota kept for a person's work.
     pub pause_at_usage: Option<u8>,
+    /// Direct model API agents (`api:anthropic:MODEL`, `api:openai:MODEL`): endpoints,
+    /// keys' variables, the request scheduler's limits, max-turns, prices.
+    pub api: Option<crate::agent::api::ApiSettings>,
 }
 
 impl Settings {
@@ -144,6 +147,10 @@ impl Settings {
             quiet_warning: over.quiet_warning.or(self.quiet_warning),
             no_progress_timeout: over.no_progress_timeout.or(self.no_progress_timeout),
             pause_at_usage: over.pause_at_usage.or(self.pause_at_usage),
+            api: match (self.api, over.api) {
+                (Some(low), Some(high)) => Some(low.merge(high)),
+                (low, high) => high.or(low),
+            },
         }
     }
 }

@@ -56,6 +56,9 @@ pub struct RunConfig {
     /// What agent failures do (usage limits, backoff).
     #[serde(default)]
     pub failure_policy: super::failures::FailurePolicy,
+    /// Direct API agents' settings (`api:` in config).
+    #[serde(default)]
+    pub api: crate::agent::api::ApiSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -131,6 +134,7 @@ impl RunConfig {
             max_log_bytes: DEFAULT_LOG_CAP,
             context: serde_json::Map::new(),
             failure_policy: Default::default(),
+            api: Default::default(),
             loop_def: def,
         };
         cfg.apply(s, false)?;
@@ -152,6 +156,9 @@ impl RunConfig {
             }
         }
         self.agent.check_installed()?;
+        if let Some(api) = &s.api {
+            self.api = std::mem::take(&mut self.api).merge(api.clone());
+        }
         if let Some(f) = &s.agent_format {
             self.agent_format = OutputFormat::parse(f).map_err(|m| value("agent-format", m))?;
         }
