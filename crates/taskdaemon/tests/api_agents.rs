@@ -546,3 +546,83 @@ fn doctor_shows_the_api_agent_and_its_price() {
     assert!(out.contains("$3/M in, $15/M out"), "{out}");
     assert!(!out.contains(KEY), "{out}");
 }
+
+/// Two loops of one daemon share the provider's lane: the mock sees at most 6 requests in
+/// any 60 seconds (the real minute: the window is not configurable).
+#[test]
+fn two_daemon_loops_share_requests_per_minute() {
+    let env = Env::new();
+    let mock = Mock::start(
+        &env,
+        "rpm",
+        json!({"provider": "openai", "replies": [{"text": "still working on it", "usage": usage(100, 10, 0, 0)}]}),
+    );
+    user_config(
+        &env,
+        &format!(
+            "max-iterations: 4\nmax-stuck: 0\napi:\n  openai:\n    base-url: {}/v1\n    requests-per-minute: 6\n",
+            mock.url()
+        ),
+    );
+    let vars = [("TASKDAEMON_AGENT", "api:openai:local-model")];
+    for task in ["first task", "second task"] {
+        let r = run_with(
+            &env,
+            &vars,
+            &["submit", "ralph", task, "--validate", "false"],
+        );
+        assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    }
+    let r = run_with(
+        &env,
+        &vars,
+        &["daemon", "start", "--max-loops", "2", "--tick", "0.2"],
+    );
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let started = Instant::now();
+    let status = loop {
+        let r = run_with(&env, &vars, &["status", "--json"]);
+        let s: Value = serde_json::from_str(&r.stdout).unwrap_or(Value::Null);
+        let runs = s["runs"].as_array().cloned().unwrap_or_default();
+        let done = |r: &Value| {
+            ["complete", "failed", "stopped", "blocked"]
+                .contains(&r["status"].as_str().unwrap_or(""))
+        };
+        if runs.len() == 2 && runs.iter().all(done) {
+            break s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "the runs did not finish: {s:#}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let lanes = status["daemon"]["api-scheduler"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let _ = run_with(&env, &vars, &["daemon", "stop"]);
+    let times: Vec<f64> = mock
+        .requests()
+        .iter()
+        .map(|r| r["t"].as_f64().unwrap())
+        .collect();
+    assert_eq!(times.len(), 8, "4 iterations of one request each, twice");
+    for t in &times {
+        let in_window = times.iter().filter(|u| **u >= *t && **u < t + 60.0).count();
+        assert!(
+            in_window <= 6,
+            "{in_window} requests within 60 s of {t}: {times:?}"
+        );
+    }
+    // The daemon's status shows the lane with its limit and every request it let go.
+    assert_eq!(lanes.len(), 1, "{status:#}");
+    assert_eq!(lanes[0]["requests_per_minute"], 6, "{status:#}");
+    assert_eq!(lanes[0]["total_requests"], 8, "{status:#}");
+    assert!(
+        lanes[0]["lane"]
+            .as_str()
+            .unwrap()
+            .starts_with("openai http://127.0.0.1:")
+    );
+}

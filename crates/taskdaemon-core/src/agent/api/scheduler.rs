@@ -15,6 +15,10 @@ use super::settings::{DEFAULT_MAX_CONCURRENT, ProviderSettings};
 
 /// The window of `requests-per-minute` and `tokens-per-minute`.
 pub const WINDOW: Duration = Duration::from_secs(60);
+/// How long a request is counted: the window and a second more, so that a server, which
+/// sees a request a little after it was let go (and another sooner), also counts at most
+/// the limit in any 60 seconds.
+const HELD: Duration = Duration::from_secs(61);
 
 /// One lane's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -50,14 +54,14 @@ impl LaneState {
         while self
             .started
             .front()
-            .is_some_and(|t| now.duration_since(*t) >= WINDOW)
+            .is_some_and(|t| now.duration_since(*t) >= HELD)
         {
             self.started.pop_front();
         }
         while self
             .tokens
             .front()
-            .is_some_and(|(t, _)| now.duration_since(*t) >= WINDOW)
+            .is_some_and(|(t, _)| now.duration_since(*t) >= HELD)
         {
             self.tokens.pop_front();
         }
@@ -77,12 +81,12 @@ impl LaneState {
         if let Some(rpm) = self.limits.requests_per_minute
             && self.started.len() >= rpm as usize
         {
-            return Err(self.started.front().map(|t| *t + WINDOW));
+            return Err(self.started.front().map(|t| *t + HELD));
         }
         if let Some(tpm) = self.limits.tokens_per_minute
             && self.tokens_in_window() >= tpm
         {
-            return Err(self.tokens.front().map(|(t, _)| *t + WINDOW));
+            return Err(self.tokens.front().map(|(t, _)| *t + HELD));
         }
         self.in_flight += 1;
         self.started.push_back(now);
@@ -241,10 +245,11 @@ mod tests {
         let t0 = Instant::now();
         assert!(s.admit(t0).is_ok());
         assert!(s.admit(t0).is_ok());
-        assert_eq!(s.admit(t0), Err(Some(t0 + WINDOW)));
+        assert_eq!(s.admit(t0), Err(Some(t0 + HELD)));
+        assert!(s.admit(t0 + WINDOW).is_err(), "a second's margin");
         s.in_flight = 0;
-        assert!(s.admit(t0 + WINDOW).is_ok(), "the window moved on");
+        assert!(s.admit(t0 + HELD).is_ok(), "the window moved on");
         s.limits.max_concurrent = 1;
-        assert_eq!(s.admit(t0 + WINDOW), Err(None));
+        assert_eq!(s.admit(t0 + HELD), Err(None));
     }
 }
