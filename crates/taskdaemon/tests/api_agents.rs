@@ -626,3 +626,74 @@ fn two_daemon_loops_share_requests_per_minute() {
             .starts_with("openai http://127.0.0.1:")
     );
 }
+
+/// Where an agent runs as a command (implement, stories, the task parser), the harness
+/// plays the API agent as a process: words on stdout, the exchange on stderr, a failure
+/// named in the failure model's words.
+#[test]
+fn api_agent_as_a_process_for_commands_that_spawn_agents() {
+    let env = Env::new();
+    let mock = Mock::start(
+        &env,
+        "process",
+        json!({"provider": "openai", "replies": [
+            {"text": "Writing it.", "calls": [{"name": "write_file", "input": {"path": "note.txt", "content": "hi\n"}}], "usage": usage(10, 5, 0, 0)},
+            {"text": "TASK_COMPLETE", "usage": usage(10, 5, 0, 0)}
+        ]}),
+    );
+    user_config(
+        &env,
+        &format!("api:\n  openai:\n    base-url: {}/v1\n", mock.url()),
+    );
+    let out = env
+        .cmd()
+        .args(["__api-agent", "api:openai:local", "--system", "Be brief."])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(b"write note.txt")?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "Writing it.\nTASK_COMPLETE\n");
+    assert!(stderr.contains("tool write_file: note.txt"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(env.repo().join("note.txt")).unwrap(),
+        "hi\n"
+    );
+    let body = &mock.requests()[0]["body"];
+    assert_eq!(body["messages"][0]["content"], "Be brief.");
+    assert_eq!(body["messages"][1]["content"], "write note.txt");
+
+    let bad = Mock::start(
+        &env,
+        "process-401",
+        json!({"provider": "anthropic", "key": "right", "replies": [{"text": "never"}]}),
+    );
+    user_config(
+        &env,
+        &format!("api:\n  anthropic:\n    base-url: {}\n", bad.url()),
+    );
+    let out = env
+        .cmd()
+        .env("ANTHROPIC_API_KEY", KEY)
+        .args(["__api-agent", "api:anthropic:claude-sonnet-4-5"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("api error: 401: invalid x-api-key (authentication_failed)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(KEY));
+}

@@ -180,13 +180,19 @@ impl AgentSpec {
                 args: vec!["-c".into(), command.into()],
                 stdin: Some(with_system(prompt)),
             },
-            // Not a process: the engine calls `agent::api::run_iteration` instead. As a
-            // command line it is the harness naming what it would do (never run).
-            AgentSpec::Api { .. } => Invocation {
-                program: script_runner.as_os_str().to_owned(),
-                args: vec!["__api-agent".into(), self.label().into()],
-                stdin: Some(with_system(prompt)),
-            },
+            // The engine calls `agent::api::run_iteration` itself; where an agent runs as
+            // a command (implement, stories, the task parser) the harness plays it.
+            AgentSpec::Api { .. } => {
+                let mut args: Vec<OsString> = vec!["__api-agent".into(), self.label().into()];
+                if let Some(sp) = system_prompt.filter(|s| !s.trim().is_empty()) {
+                    args.extend(["--system".into(), sp.into()]);
+                }
+                Invocation {
+                    program: script_runner.as_os_str().to_owned(),
+                    args,
+                    stdin: Some(prompt.to_string()),
+                }
+            }
         }
     }
 }
