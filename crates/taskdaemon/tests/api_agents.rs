@@ -104,7 +104,7 @@ fn build_script(provider: &str) -> Value {
          "usage": usage(1000, 50, 0, 900)},
         {"text": "", "calls": [{"name": "run_command", "input": {"command": "test \"$(cat hello.txt)\" = hello && echo valid"}}],
          "usage": usage(60, 30, 900, 0)},
-        {"calls": [{"name": "run_command", "input": {"command": "git add hello.txt && git commit -qm 'add hello' && git log --oneline | head -1"}}],
+        {"calls": [{"name": "run_command", "input": {"command": "git add hello.txt && git commit -qm 'add hello' && git log --oneline | head -1; echo \"key:$ANTHROPIC_API_KEY$OPENAI_API_KEY.\""}}],
          "usage": usage(80, 20, 900, 0)},
         {"text": "hello.txt is written and committed. <promise>COMPLETE</promise>",
          "usage": usage(100, 40, 900, 0)}
@@ -193,6 +193,8 @@ fn end_to_end(provider: &str, model: &str, key_var: &str, base: impl Fn(&Mock) -
         "valid",
         "tool run_command: git add hello.txt",
         "model: hello.txt is written and committed.",
+        // The model's commands never see the key.
+        "key:.",
         "promise: complete",
     ] {
         assert!(log.contains(want), "`{want}` missing from the log:\n{log}");

@@ -79,7 +79,7 @@ enum Event {
     },
     ContentBlockDelta {
         index: usize,
-        delta: Delta,
+        delta: DeltaBody,
     },
     MessageDelta {
         delta: MessageDeltaBody,
@@ -117,7 +117,7 @@ enum StartBlock {
 
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-enum Delta {
+enum DeltaBody {
     TextDelta {
         text: String,
     },
@@ -314,8 +314,8 @@ impl Accumulator {
             Event::ContentBlockDelta { index, delta } => {
                 let part = self.blocks.iter_mut().rev().find(|(i, _)| *i == index);
                 match (part.map(|(_, p)| p), delta) {
-                    (Some(Part::Text(t)), Delta::TextDelta { text }) => t.push_str(&text),
-                    (Some(Part::Tool { json, .. }), Delta::InputJsonDelta { partial_json }) => {
+                    (Some(Part::Text(t)), DeltaBody::TextDelta { text }) => t.push_str(&text),
+                    (Some(Part::Tool { json, .. }), DeltaBody::InputJsonDelta { partial_json }) => {
                         json.push_str(&partial_json)
                     }
                     _ => {}

@@ -152,7 +152,12 @@ impl Turns<'_> {
         let ctx = ToolContext {
             root: std::fs::canonicalize(self.it.workdir)
                 .unwrap_or_else(|_| self.it.workdir.to_path_buf()),
-            env: self.it.env.clone(),
+            // The key stays with the harness: the model's commands get it empty.
+            env: {
+                let mut env = self.it.env.clone();
+                env.push((self.pset.key_env(self.it.provider).into(), "".into()));
+                env
+            },
             harness: self.it.harness.to_path_buf(),
             deadline: self.deadline,
             grace: self.it.grace,
