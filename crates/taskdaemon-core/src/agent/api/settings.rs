@@ -227,6 +227,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_default_config_files_api_block_parses() {
+        let text = crate::config::DEFAULT_CONFIG_YAML;
+        let start = text.find("# api:").expect("an api: block");
+        let block: String = text[start..]
+            .lines()
+            .map_while(|l| l.strip_prefix("# "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let s = crate::yaml::parse::<crate::config::Settings>(std::path::Path::new("d"), &block)
+            .unwrap()
+            .unwrap();
+        let api = s.api.unwrap();
+        assert_eq!(api.max_turns(), 50);
+        assert_eq!(
+            api.provider(Provider::Anthropic).requests_per_minute,
+            Some(50)
+        );
+        assert!(is_loopback(
+            &api.provider(Provider::OpenAi).base_url(Provider::OpenAi)
+        ));
+        assert_eq!(api.price("qwen2.5-coder:7b").unwrap().output, 0.0);
+    }
+
+    #[test]
     fn loopback_hosts() {
         assert!(is_loopback("http://127.0.0.1:8080/v1"));
         assert!(is_loopback("http://localhost:11434/v1"));
