@@ -66,7 +66,11 @@ impl Transcript {
             }
         }
         self.out.tool_calls += 1;
-        let line = format!("{name}: {detail}");
+        let line = if detail.is_empty() {
+            name.to_string()
+        } else {
+            format!("{name}: {detail}")
+        };
         if self.out.recent_tools.len() == RECENT_TOOLS {
             self.out.recent_tools.remove(0);
         }
@@ -197,7 +201,10 @@ impl Turns<'_> {
                     name: call.name.clone(),
                     detail: detail.clone(),
                 });
-                log(&format!("tool {}: {detail}", call.name));
+                log(&format!(
+                    "tool {}",
+                    tr.out.last_tool.as_deref().unwrap_or_default()
+                ));
                 let out = tools::run(&ctx, &call.name, &call.input).await;
                 let shown = crate::fsutil::bound_text(&out.content, LOG_RESULT);
                 let mark = if out.is_error { "  ✗ " } else { "  → " };

@@ -433,7 +433,7 @@ async fn spawn(ctx: &ToolContext, program: OsString, args: Vec<OsString>) -> Too
         Err(e) => ToolOutput::err(format!("could not run: {e}")),
         Ok(res) => {
             let code = res.status.code();
-            let mut text = fsutil::bound_text(&out, MAX_RESULT - 200);
+            let mut text = fsutil::bound_text(out.trim_end(), MAX_RESULT - 200);
             if res.timed_out {
                 text.push_str("\n(stopped: the iteration's time ran out)");
             }
