@@ -484,6 +484,85 @@ mod tests {
         assert!(!glob_match("*.txt", "d/a.txt"));
     }
 
+    fn ctx(root: &Path) -> ToolContext {
+        ToolContext {
+            root: root.to_path_buf(),
+            env: Vec::new(),
+            harness: PathBuf::from("taskdaemon"),
+            deadline: None,
+            grace: Duration::from_secs(1),
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn file_tools_read_edit_list_grep() {
+        let d = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(d.path()).unwrap();
+        let c = ctx(&root);
+        let w = run(
+            &c,
+            "write_file",
+            &json!({"path": "src/a.txt", "content": "one\ntwo\ntwo\n"}),
+        )
+        .await;
+        assert!(!w.is_error, "{w:?}");
+        let r = run(
+            &c,
+            "read_file",
+            &json!({"path": "src/a.txt", "start_line": 2, "end_line": 2}),
+        )
+        .await;
+        assert_eq!(r.content, "     2\ttwo\n");
+        let e = run(
+            &c,
+            "edit_file",
+            &json!({"path": "src/a.txt", "old_text": "two", "new_text": "2"}),
+        )
+        .await;
+        assert!(e.is_error && e.content.contains("occurs 2 times"), "{e:?}");
+        let e = run(
+            &c,
+            "edit_file",
+            &json!({"path": "src/a.txt", "old_text": "one", "new_text": "1"}),
+        )
+        .await;
+        assert!(!e.is_error, "{e:?}");
+        assert_eq!(
+            std::fs::read_to_string(root.join("src/a.txt")).unwrap(),
+            "1\ntwo\ntwo\n"
+        );
+        let l = run(&c, "list_files", &json!({"pattern": "**/*.txt"})).await;
+        assert_eq!(l.content, "src/a.txt");
+        let g = run(&c, "grep", &json!({"text": "two"})).await;
+        assert_eq!(g.content, "src/a.txt:2: two\nsrc/a.txt:3: two");
+        let x = run(&c, "rm_rf", &json!({})).await;
+        assert!(x.is_error && x.content.contains("unknown tool"));
+        let m = run(&c, "write_file", &json!({"path": "b.txt"})).await;
+        assert!(m.is_error && m.content.contains("missing string argument `content`"));
+    }
+
+    #[tokio::test]
+    async fn command_output_is_bounded_head_and_tail() {
+        let d = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(d.path()).unwrap();
+        let o = run(
+            &ctx(&root),
+            "run_command",
+            &json!({"command": "echo first; seq 1 200000; echo last; exit 3"}),
+        )
+        .await;
+        assert!(o.is_error);
+        assert!(o.content.len() <= MAX_RESULT + 200, "{}", o.content.len());
+        assert!(o.content.starts_with("first\n"));
+        assert!(
+            o.content.contains("last\n(exit code 3)"),
+            "{}",
+            &o.content[o.content.len() - 100..]
+        );
+        assert!(o.content.contains("omitted"));
+    }
+
     #[test]
     fn confine_refuses_the_ways_out() {
         let d = tempfile::tempdir().unwrap();
