@@ -699,3 +699,101 @@ fn api_agent_as_a_process_for_commands_that_spawn_agents() {
     );
     assert!(!stderr.contains(KEY));
 }
+
+/// 529 and 5xx: the turn is sent again after a bounded backoff (2 s, 4 s, …).
+#[test]
+fn overloaded_turns_back_off_and_retry() {
+    let env = Env::new();
+    let overloaded = json!({"status": 529, "body": {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}});
+    let mock = Mock::start(
+        &env,
+        "529",
+        json!({"provider": "anthropic", "replies": [
+            overloaded,
+            {"status": 503, "body": {"error": {"message": "upstream unavailable"}}},
+            {"text": "<promise>COMPLETE</promise>", "usage": usage(10, 5, 0, 0)}
+        ]}),
+    );
+    user_config(
+        &env,
+        &format!("api:\n  anthropic:\n    base-url: {}\n", mock.url()),
+    );
+    let r = run_with(
+        &env,
+        &[("ANTHROPIC_API_KEY", KEY)],
+        &[
+            "run",
+            "x",
+            "--agent",
+            "api:anthropic:claude-sonnet-4-5",
+            "--validate",
+            "true",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let t: Vec<f64> = mock
+        .requests()
+        .iter()
+        .map(|r| r["t"].as_f64().unwrap())
+        .collect();
+    assert_eq!(t.len(), 3);
+    assert!(
+        t[1] - t[0] >= 1.9 && t[2] - t[1] >= 3.9,
+        "no backoff: {t:?}"
+    );
+    let log = std::fs::read_to_string(env.repo().join(".ralph/logs/iteration-001.log")).unwrap();
+    assert!(
+        log.contains("529: Overloaded (overloaded); retrying the turn in 2"),
+        "{log}"
+    );
+    assert!(
+        log.contains("503: upstream unavailable (overloaded); retrying the turn in 4"),
+        "{log}"
+    );
+}
+
+/// A conversation that outgrows the context ends its iteration with a note; the next
+/// iteration starts fresh.
+#[test]
+fn context_overflow_ends_the_iteration_with_a_note() {
+    let env = Env::new();
+    let mock = Mock::start(
+        &env,
+        "overflow",
+        json!({"provider": "openai", "replies": [
+            {"text": "Reading everything.", "calls": [{"name": "list_files", "input": {}}], "usage": usage(10, 5, 0, 0)},
+            {"status": 400, "body": {"error": {"message": "This model's maximum context length is 8192 tokens", "code": "context_length_exceeded"}}},
+            {"text": "Smaller steps.", "calls": [{"name": "write_file", "input": {"path": "done.txt", "content": "ok\n"}}], "usage": usage(10, 5, 0, 0)},
+            {"text": "<promise>COMPLETE</promise>", "usage": usage(10, 5, 0, 0)}
+        ]}),
+    );
+    user_config(
+        &env,
+        &format!("api:\n  openai:\n    base-url: {}/v1\n", mock.url()),
+    );
+    let r = run_with(
+        &env,
+        &[],
+        &[
+            "run",
+            "x",
+            "--agent",
+            "api:openai:local",
+            "--validate",
+            "test -f done.txt",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let log1 = std::fs::read_to_string(env.repo().join(".ralph/logs/iteration-001.log")).unwrap();
+    assert!(
+        log1.contains("no longer fits the model's context (400: This model's maximum context length is 8192 tokens)"),
+        "{log1}"
+    );
+    let reqs = mock.requests();
+    assert_eq!(
+        reqs[2]["body"]["messages"].as_array().unwrap().len(),
+        1,
+        "iteration 2 starts fresh"
+    );
+    assert_eq!(csv_rows(&env.repo()).len(), 2);
+}
