@@ -122,6 +122,9 @@ pub struct Settings {
     pub sandbox_network: Option<crate::sandbox::SandboxNetwork>,
     /// The image docker/podman run the agent in.
     pub sandbox_image: Option<String>,
+    /// Direct model API agents (`api:anthropic:MODEL`, `api:openai:MODEL`): endpoints,
+    /// keys' variables, the request scheduler's limits, max-turns, prices.
+    pub api: Option<crate::agent::api::ApiSettings>,
 }
 
 impl Settings {
@@ -162,6 +165,10 @@ impl Settings {
             sandbox_ro_hide: over.sandbox_ro_hide.or(self.sandbox_ro_hide),
             sandbox_network: over.sandbox_network.or(self.sandbox_network),
             sandbox_image: over.sandbox_image.or(self.sandbox_image),
+            api: match (self.api, over.api) {
+                (Some(low), Some(high)) => Some(low.merge(high)),
+                (low, high) => high.or(low),
+            },
         }
     }
 

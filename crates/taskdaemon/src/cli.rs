@@ -99,6 +99,9 @@ pub enum Command {
     /// Play a scripted-agent YAML script (used by `--agent script:FILE`).
     #[command(name = "__script-agent", hide = true)]
     ScriptAgent(commands::script_agent::ScriptAgentArgs),
+    /// Run a direct API agent as a process (used by `implement`, `stories`, the task parser).
+    #[command(name = "__api-agent", hide = true)]
+    ApiAgent(commands::api_agent::ApiAgentArgs),
 }
 
 /// An error that is the user's to fix (bad input, configuration, state): exit 64.
@@ -183,5 +186,6 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::MergeStore(a) => commands::merge_store::run(a),
         Command::StoreStress(a) => commands::store_stress::run(a, &ctx),
         Command::ScriptAgent(a) => commands::script_agent::run(a),
+        Command::ApiAgent(a) => commands::api_agent::run(a, &ctx),
     }
 }

@@ -182,6 +182,9 @@ pub async fn check_spec(spec: &AgentSpec, cwd: &Path) -> AgentCheck {
                 usage_reporting: "none",
             }
         }
+        AgentSpec::Api { provider, model } => {
+            super::api::check(*provider, model, &super::api::ApiSettings::default())
+        }
         AgentSpec::Script { file } => AgentCheck {
             agent: spec.label(),
             path: Some(file.clone()).filter(|f| f.exists()),

@@ -2,6 +2,7 @@
 //! runner starts it in its own process group; a parser turns its output into the agent's
 //! own words, tool calls and usage.
 
+pub mod api;
 pub mod doctor;
 pub mod failure;
 mod parse;

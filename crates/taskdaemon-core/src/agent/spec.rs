@@ -21,14 +21,23 @@ pub enum AgentSpec {
     Cmd {
         command: String,
     },
+    /// A model API called directly (`api:anthropic:MODEL`, `api:openai:MODEL`).
+    Api {
+        provider: super::api::Provider,
+        model: String,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     #[error(
-        "unknown agent `{0}`\n  hint: use one of claude, codex, gemini, opencode, amp, script:FILE or cmd:COMMAND"
+        "unknown agent `{0}`\n  hint: use one of claude, codex, gemini, opencode, amp, script:FILE, cmd:COMMAND or api:anthropic|openai:MODEL"
     )]
     Unknown(String),
+    #[error(
+        "`{0}` is not an API agent\n  hint: write api:anthropic:MODEL (e.g. api:anthropic:claude-sonnet-4-5) or api:openai:MODEL (any OpenAI-compatible server through api.openai.base-url)"
+    )]
+    BadApi(String),
     #[error(
         "`{0}` needs a value after the colon\n  hint: script:path/to/script.yaml or cmd:\"your command\""
     )]
@@ -62,6 +71,18 @@ impl AgentSpec {
             }
             return Ok(AgentSpec::Cmd {
                 command: rest.to_string(),
+            });
+        }
+        if let Some(rest) = s.strip_prefix("api:") {
+            let (provider, model) = rest.split_once(':').unwrap_or((rest, ""));
+            let provider = super::api::Provider::from_name(provider.trim())
+                .ok_or_else(|| AgentError::BadApi(s.into()))?;
+            if model.trim().is_empty() {
+                return Err(AgentError::BadApi(s.into()));
+            }
+            return Ok(AgentSpec::Api {
+                provider,
+                model: model.trim().to_string(),
             });
         }
         Preset::from_name(s)
@@ -101,6 +122,7 @@ impl AgentSpec {
             AgentSpec::Preset { preset } => preset.name().to_string(),
             AgentSpec::Script { file } => format!("script:{}", file.display()),
             AgentSpec::Cmd { command } => format!("cmd:{command}"),
+            AgentSpec::Api { provider, model } => format!("api:{}:{model}", provider.name()),
         }
     }
 
@@ -158,6 +180,19 @@ impl AgentSpec {
                 args: vec!["-c".into(), command.into()],
                 stdin: Some(with_system(prompt)),
             },
+            // The engine calls `agent::api::run_iteration` itself; where an agent runs as
+            // a command (implement, stories, the task parser) the harness plays it.
+            AgentSpec::Api { .. } => {
+                let mut args: Vec<OsString> = vec!["__api-agent".into(), self.label().into()];
+                if let Some(sp) = system_prompt.filter(|s| !s.trim().is_empty()) {
+                    args.extend(["--system".into(), sp.into()]);
+                }
+                Invocation {
+                    program: script_runner.as_os_str().to_owned(),
+                    args,
+                    stdin: Some(prompt.to_string()),
+                }
+            }
         }
     }
 }
@@ -201,9 +236,24 @@ mod tests {
         ));
         let e = AgentSpec::parse("gpt").unwrap_err().to_string();
         assert!(
-            e.contains("claude, codex, gemini, opencode, amp, script:FILE or cmd:COMMAND"),
+            e.contains("claude, codex, gemini, opencode, amp, script:FILE, cmd:COMMAND or api:"),
             "{e}"
         );
+        let api = AgentSpec::parse("api:openai:qwen2.5:7b").unwrap();
+        assert_eq!(
+            api,
+            AgentSpec::Api {
+                provider: crate::agent::api::Provider::OpenAi,
+                model: "qwen2.5:7b".into()
+            }
+        );
+        assert_eq!(api.label(), "api:openai:qwen2.5:7b");
+        for bad in ["api:", "api:gemini:x", "api:anthropic", "api:anthropic: "] {
+            assert!(
+                matches!(AgentSpec::parse(bad), Err(AgentError::BadApi(_))),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -748,6 +748,7 @@ impl Dispatcher {
                         "merging": self.merging.iter().collect::<Vec<_>>(),
                         "max-loops": self.opts.limits.max_loops,
                         "quota-governor": governor::global().snapshot(),
+                        "api-scheduler": crate::agent::api::scheduler::status(),
                     }),
                 )
             }

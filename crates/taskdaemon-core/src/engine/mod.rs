@@ -448,6 +448,41 @@ async fn run_agent(
         &ctx.script_runner,
     );
     let env = agent_env(st, n, &written.path, &ctx.script_runner);
+    if let crate::agent::AgentSpec::Api { provider, model } = &cfg.agent {
+        // A direct API agent: a conversation instead of a process, same results.
+        let it = crate::agent::api::Iteration {
+            provider: *provider,
+            model,
+            settings: &cfg.api,
+            system: cfg.loop_def.system_prompt.as_deref(),
+            prompt: &written.prompt,
+            workdir: &cfg.workdir,
+            env: env.clone(),
+            harness: &ctx.script_runner,
+            timeout,
+            grace: cfg.kill_grace(),
+        };
+        let events = &ctx.events;
+        let (agent, parsed) = crate::agent::api::run_iteration(
+            it,
+            cancel,
+            |line| log.output(crate::agent::Stream::Stdout, line.as_bytes()),
+            |activity| {
+                events.emit(EngineEvent::Agent {
+                    iteration: n,
+                    activity,
+                })
+            },
+        )
+        .await;
+        return Spawned::Ran(Box::new(AgentRun {
+            agent,
+            parsed,
+            env,
+            timeout,
+            cut_by_runtime,
+        }));
+    }
     let spec = ProcessSpec {
         program: inv.program,
         args: inv.args,

@@ -59,6 +59,9 @@ pub struct RunConfig {
     /// What the agent and the validation command are confined by (`--sandbox`).
     #[serde(default)]
     pub sandbox: crate::sandbox::SandboxPlan,
+    /// Direct API agents' settings (`api:` in config).
+    #[serde(default)]
+    pub api: crate::agent::api::ApiSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -137,6 +140,7 @@ impl RunConfig {
             context: serde_json::Map::new(),
             failure_policy: Default::default(),
             sandbox: Default::default(),
+            api: Default::default(),
             loop_def: def,
         };
         cfg.apply(s, false)?;
@@ -158,6 +162,9 @@ impl RunConfig {
             }
         }
         self.agent.check_installed()?;
+        if let Some(api) = &s.api {
+            self.api = std::mem::take(&mut self.api).merge(api.clone());
+        }
         if let Some(f) = &s.agent_format {
             self.agent_format = OutputFormat::parse(f).map_err(|m| value("agent-format", m))?;
         }

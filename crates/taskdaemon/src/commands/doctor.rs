@@ -36,7 +36,8 @@ pub fn run(a: DoctorArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let (agents, needed) = rt.block_on(agents(&a, wanted.as_deref(), &dir))?;
+    let api = merged.api.clone().unwrap_or_default();
+    let (agents, needed) = rt.block_on(agents(&a, wanted.as_deref(), &dir, &api))?;
     let git = rt.block_on(git(&dir));
     let daemon = daemon(&dir);
     let settings = settings_json(&layers);
@@ -65,12 +66,29 @@ pub fn run(a: DoctorArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         print_json(&json!({
             "agents": agents, "agent-in-use": needed, "git": git, "daemon": daemon,
             "settings": settings, "sandbox": sandbox, "problems": problems, "exit-code": code,
+            "api-prices": api.price_table(),
         }))?;
         return Ok(code);
     }
     let mut out = String::new();
     for c in &agents {
         render_agent(&mut out, c, needed.as_deref() == Some(c.agent.as_str()));
+    }
+    if merged.api.is_some() || needed.as_deref().is_some_and(|a| a.starts_with("api:")) {
+        outln!(
+            out,
+            "api prices (USD per million tokens: in / out / cache read / cache write):"
+        );
+        for (model, p) in api.price_table() {
+            outln!(
+                out,
+                "  {model}: {} / {} / {} / {}",
+                p.input,
+                p.output,
+                p.cache_read.unwrap_or(p.input / 10.0),
+                p.cache_write.unwrap_or(p.input * 1.25)
+            );
+        }
     }
     outln!(
         out,
@@ -142,6 +160,7 @@ async fn agents(
     a: &DoctorArgs,
     wanted: Option<&str>,
     dir: &Path,
+    api: &taskdaemon_core::agent::api::ApiSettings,
 ) -> anyhow::Result<(Vec<AgentCheck>, Option<String>)> {
     let spec = wanted.map(AgentSpec::parse).transpose().map_err(user)?;
     let mut checks = Vec::new();
@@ -153,6 +172,9 @@ async fn agents(
     match &spec {
         Some(AgentSpec::Preset { preset }) if a.agent.is_none() => {
             return Ok((checks, Some(preset.name().to_string())));
+        }
+        Some(AgentSpec::Api { provider, model }) => {
+            checks.push(taskdaemon_core::agent::api::check(*provider, model, api))
         }
         Some(s) => checks.push(check_spec(&s.clone().absolutize(dir), dir).await),
         None => {}

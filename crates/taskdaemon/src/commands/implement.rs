@@ -58,7 +58,7 @@ pub struct ImplementArgs {
 /// then the first installed CLI.
 #[derive(Debug, Args)]
 pub struct AgentFlags {
-    /// claude, codex, gemini, opencode, amp, script:FILE or cmd:COMMAND [default: config, else the first installed CLI].
+    /// claude, codex, gemini, opencode, amp, script:FILE, cmd:COMMAND or api:anthropic|openai:MODEL [default: config, else the first installed CLI].
     #[arg(long, value_name = "SPEC", env = "TASKDAEMON_AGENT")]
     pub agent: Option<String>,
     /// How to read the agent's output: text, claude-stream-json, codex-json [default: per agent].

@@ -1,6 +1,7 @@
 //! One file per command: an `Args` struct and a `run(args, ctx)` function.
 
 pub mod answer;
+pub mod api_agent;
 pub mod archive;
 pub mod cancel;
 pub mod check_doc;

@@ -58,7 +58,7 @@ pub struct RunFlags {
     /// Loop type (see `taskdaemon loops`) [default: ralph].
     #[arg(long = "loop", value_name = "TYPE", env = "TASKDAEMON_LOOP")]
     pub loop_type: Option<String>,
-    /// claude, codex, gemini, opencode, amp, script:FILE or cmd:COMMAND [default: config, else the first installed CLI].
+    /// claude, codex, gemini, opencode, amp, script:FILE, cmd:COMMAND or api:anthropic|openai:MODEL [default: config, else the first installed CLI].
     #[arg(long, value_name = "SPEC", env = "TASKDAEMON_AGENT")]
     pub agent: Option<String>,
     /// How to read the agent's output: text, claude-stream-json, codex-json [default: per agent].

@@ -96,6 +96,25 @@ pub fn run(args: StatusArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             );
         }
     }
+    for lane in daemon["api-scheduler"].as_array().into_iter().flatten() {
+        let limit = |k: &str| {
+            lane[k]
+                .as_u64()
+                .map_or("no limit".into(), |n| n.to_string())
+        };
+        outln!(
+            out,
+            "api scheduler: {}: {} in flight (max {}), {} waiting, {} requests in the last minute (limit {}), {} tokens (limit {})",
+            lane["lane"].as_str().unwrap_or_default(),
+            lane["in_flight"],
+            lane["max_concurrent"],
+            lane["waiting"],
+            lane["requests_last_minute"],
+            limit("requests_per_minute"),
+            lane["tokens_last_minute"],
+            limit("tokens_per_minute"),
+        );
+    }
     for p in records.list(Kind::Plan, &[]).map_err(store_err)? {
         let AnyRecord::Plan(p) = p else { continue };
         outln!(
