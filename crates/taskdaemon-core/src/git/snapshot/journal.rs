@@ -307,7 +307,13 @@ impl Snapshots {
             .call(&["update-ref", "-m", &why, "--stdin"])
             .input(input.into_bytes())
             .bytes()?;
-        if let Some(branch) = &j.target.branch {
+        // HEAD already naming the branch (the usual case) needs no write.
+        if let Some(branch) = j
+            .target
+            .branch
+            .as_ref()
+            .filter(|b| self.branch().ok().flatten().as_ref() != Some(*b))
+        {
             self.git
                 .run(&["symbolic-ref", "-m", &why, "HEAD", branch])?;
         }
