@@ -213,11 +213,17 @@ fn main() {
             ),
         )));
     }
-    println!("first save (private index seeded)        {:7.1} ms", ms(first));
+    println!(
+        "first save (private index seeded)        {:7.1} ms",
+        ms(first)
+    );
     report("taskdaemon snapshot save", save.clone());
     report("git add -A && git commit && git tag", naive_save.clone());
     ratio("save / naive", &save, &naive_save);
     report("taskdaemon snapshot rollback", rollback.clone());
-    report("naive: save what it replaces, reset", naive_rollback.clone());
+    report(
+        "naive: save what it replaces, reset",
+        naive_rollback.clone(),
+    );
     ratio("rollback / naive", &rollback, &naive_rollback);
 }

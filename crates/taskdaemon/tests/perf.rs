@@ -40,7 +40,11 @@ fn naive_tree(env: &Env) -> String {
             .args(args)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
     run(&["add", "-A"]);
@@ -95,7 +99,10 @@ fn repeated_saves_record_exactly_what_add_all_would() {
 
     // Nothing changed: the same tree again.
     let again = json(&env, &["snapshot", "save", "third", "--json"]);
-    assert_eq!(tree_of(&env, again["tag"].as_str().unwrap()), tree_of(&env, tag));
+    assert_eq!(
+        tree_of(&env, again["tag"].as_str().unwrap()),
+        tree_of(&env, tag)
+    );
 }
 
 #[test]
@@ -117,7 +124,10 @@ fn a_rollback_leaves_an_ordinary_index() {
     let index = std::fs::read(repo.join(".git/index")).unwrap();
     let trailer = &index[index.len() - 20..];
     assert!(trailer.iter().any(|b| *b != 0), "the index has a checksum");
-    git(&repo, &["-c", "index.skipHash=false", "fsck", "--no-dangling"]);
+    git(
+        &repo,
+        &["-c", "index.skipHash=false", "fsck", "--no-dangling"],
+    );
     // The index is the saved one: `a` staged as 1.
     assert_eq!(
         git(&repo, &["diff", "--cached", "--name-only"]).trim(),

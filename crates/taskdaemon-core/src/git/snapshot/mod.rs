@@ -374,10 +374,9 @@ impl Snapshots {
                 (locks::OWNER_ENV, &std::process::id().to_string()),
             ],
         );
-        let private = git.clone().with(
-            &["index.skipHash=true", "core.untrackedCache=true"],
-            &[],
-        );
+        let private = git
+            .clone()
+            .with(&["index.skipHash=true", "core.untrackedCache=true"], &[]);
         Ok(Snapshots {
             git,
             private,
@@ -1226,8 +1225,7 @@ fn status_changes(out: &[u8]) -> Vec<Vec<u8>> {
     let mut paths = Vec::new();
     let mut it = split_z(out);
     while let Some(entry) = it.next() {
-        let (Some(&x), Some(&y), Some(path)) = (entry.first(), entry.get(1), entry.get(3..))
-        else {
+        let (Some(&x), Some(&y), Some(path)) = (entry.first(), entry.get(1), entry.get(3..)) else {
             continue;
         };
         if matches!(x, b'R' | b'C') {
