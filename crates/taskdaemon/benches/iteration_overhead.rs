@@ -138,17 +138,18 @@ fn startup(repo: &Path, home: &Path) {
     );
     report("taskdaemon run --max-iterations 1", &mut ours);
     report("bash floor (git top level, HEAD x2, true x2)", &mut floor);
-    report(
-        "ratio taskdaemon / floor, per round (a factor, not ms)",
-        &mut ratio,
-    );
+    report_in("ratio taskdaemon / floor, per round", &mut ratio, "x");
 }
 
 fn report(what: &str, v: &mut [f64]) {
+    report_in(what, v, " ms");
+}
+
+fn report_in(what: &str, v: &mut [f64], unit: &str) {
     v.sort_by(|a, b| a.total_cmp(b));
     let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
     println!(
-        "  {what}: median {:.2} ms, p10 {:.2} ms, p90 {:.2} ms, min {:.2} ms, max {:.2} ms",
+        "  {what}: median {:.2}{unit}, p10 {:.2}{unit}, p90 {:.2}{unit}, min {:.2}{unit}, max {:.2}{unit}",
         q(0.5),
         q(0.1),
         q(0.9),

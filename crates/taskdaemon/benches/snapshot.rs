@@ -1,15 +1,21 @@
-//! Snapshot save and rollback on a 10,000-file (~45 MB) repository, next to the naive
-//! `git add -A && git commit && git tag`. Each round modifies 20 files and adds 1, then
-//! times one operation through the real binary (process start included).
+//! Snapshot save and rollback on a repository of FILES files (default 10,000, ~45 MB;
+//! `FILES=100000` for the large case), next to the naive way on an identical copy, in the
+//! same run. Each round modifies 20 files and adds 1 (in both copies), then times through
+//! the real binary (process start included):
 //!
-//! `cargo bench -p taskdaemon --bench snapshot` (ROUNDS=N to change the number of rounds).
-//! Goals (issue 3): save ≤ 150 ms, rollback ≤ 300 ms.
+//! - save: `taskdaemon snapshot save` vs `git add -A && git commit && git tag`;
+//! - rollback (after another such change): `taskdaemon snapshot rollback` vs the naive
+//!   "save what you replace, then reset": `git add -A && git commit && git tag &&
+//!   git reset --hard <the tag saved before>`.
+//!
+//! Ratios are taken round by round (same load); printed as median and min–max.
+//! `cargo bench -p taskdaemon --bench snapshot` (ROUNDS=N, FILES=N).
+//! Goals (issue 16): save ≤ 0.8× naive, rollback ≤ 1.0× naive and < 1 s at 100k files.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const FILES: usize = 10_000;
 const FILE_BYTES: usize = 4_600;
 const MODIFY: usize = 20;
 
@@ -34,6 +40,13 @@ fn content(rng: &mut Rng) -> String {
         ));
     }
     s
+}
+
+fn files() -> usize {
+    std::env::var("FILES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000)
 }
 
 fn path_of(i: usize) -> String {
@@ -69,7 +82,7 @@ fn build(root: &Path) -> PathBuf {
     let repo = root.join("repo");
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut bytes = 0;
-    for i in 0..FILES {
+    for i in 0..files() {
         let p = repo.join(path_of(i));
         std::fs::create_dir_all(p.parent().expect("dir")).expect("mkdir");
         let c = content(&mut rng);
@@ -80,7 +93,8 @@ fn build(root: &Path) -> PathBuf {
     git(&repo, &["add", "-A"]);
     git(&repo, &["commit", "-qm", "initial"]);
     eprintln!(
-        "repository: {FILES} files, {:.1} MB",
+        "repository: {} files, {:.1} MB",
+        files(),
         bytes as f64 / 1_000_000.0
     );
     repo
@@ -89,7 +103,7 @@ fn build(root: &Path) -> PathBuf {
 /// Modify 20 files and add 1, different ones each round.
 fn churn(repo: &Path, round: usize, rng: &mut Rng) {
     for k in 0..MODIFY {
-        let i = (round * 397 + k * 491) % FILES;
+        let i = (round * 397 + k * 491) % files();
         std::fs::write(repo.join(path_of(i)), content(rng)).expect("modify");
     }
     std::fs::write(repo.join(format!("new-{round}.txt")), content(rng)).expect("add");
@@ -113,16 +127,41 @@ fn td(repo: &Path, args: &[&str]) -> Command {
     c
 }
 
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
 fn report(name: &str, mut v: Vec<Duration>) {
     v.sort();
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     println!(
-        "{name:<38} median {:7.1} ms   min {:7.1} ms   max {:7.1} ms   (n={})",
+        "{name:<40} median {:7.1} ms   min {:7.1} ms   max {:7.1} ms   (n={})",
         ms(v[v.len() / 2]),
         ms(v[0]),
         ms(v[v.len() - 1]),
         v.len()
     );
+}
+
+/// Round-by-round ratios of `ours` to `naive`: median and min–max.
+fn ratio(name: &str, ours: &[Duration], naive: &[Duration]) {
+    let mut r: Vec<f64> = ours
+        .iter()
+        .zip(naive)
+        .map(|(a, b)| a.as_secs_f64() / b.as_secs_f64())
+        .collect();
+    r.sort_by(f64::total_cmp);
+    println!(
+        "{name:<40} ratio median {:5.2}x   min {:5.2}x   max {:5.2}x",
+        r[r.len() / 2],
+        r[0],
+        r[r.len() - 1]
+    );
+}
+
+fn naive(dir: &Path, script: &str) -> Command {
+    let mut c = hermetic(Command::new("sh"), dir);
+    c.current_dir(dir).args(["-c", script]);
+    c
 }
 
 fn main() {
@@ -132,22 +171,28 @@ fn main() {
         .unwrap_or(15);
     let tmp = tempfile::tempdir().expect("tempdir");
     let repo = build(tmp.path());
-    let naive = tmp.path().join("naive");
+    let plain = tmp.path().join("naive");
     let s = Command::new("cp")
         .args(["-a"])
         .arg(&repo)
-        .arg(&naive)
+        .arg(&plain)
         .status()
         .expect("cp");
     assert!(s.success());
-    let mut rng = Rng(42);
+    let (mut rng, mut rng2) = (Rng(42), Rng(42));
 
     let first = timed(td(&repo, &["snapshot", "save", "first"]));
-    let (mut save, mut rollback, mut naive_t) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut save, mut rollback) = (Vec::new(), Vec::new());
+    let (mut naive_save, mut naive_rollback) = (Vec::new(), Vec::new());
     for r in 0..rounds {
         churn(&repo, r, &mut rng);
+        churn(&plain, r, &mut rng2);
         let tag = format!("bench-{r}");
         save.push(timed(td(&repo, &["snapshot", "save", &tag])));
+        naive_save.push(timed(naive(
+            &plain,
+            &format!("git add -A && git commit -qm r{r} && git tag naive-{r}"),
+        )));
         let listed = td(&repo, &["snapshot", "list", "--json"])
             .output()
             .expect("list");
@@ -159,21 +204,26 @@ fn main() {
             .expect("saved tag")
             .to_string();
         churn(&repo, r + 1000, &mut rng);
+        churn(&plain, r + 1000, &mut rng2);
         rollback.push(timed(td(&repo, &["snapshot", "rollback", &saved])));
-
-        churn(&naive, r, &mut rng);
-        let mut c = hermetic(Command::new("sh"), &naive);
-        c.current_dir(&naive).args([
-            "-c",
-            &format!("git add -A && git commit -qm r{r} && git tag naive-{r}"),
-        ]);
-        naive_t.push(timed(c));
+        naive_rollback.push(timed(naive(
+            &plain,
+            &format!(
+                "git add -A && git commit -qm pre{r} && git tag naive-pre-{r} && git reset -q --hard naive-{r}"
+            ),
+        )));
     }
     println!(
-        "first save (no private index yet)      {:7.1} ms",
-        first.as_secs_f64() * 1000.0
+        "first save (private index seeded)        {:7.1} ms",
+        ms(first)
     );
-    report("taskdaemon snapshot save", save);
-    report("taskdaemon snapshot rollback", rollback);
-    report("git add -A && git commit && git tag", naive_t);
+    report("taskdaemon snapshot save", save.clone());
+    report("git add -A && git commit && git tag", naive_save.clone());
+    ratio("save / naive", &save, &naive_save);
+    report("taskdaemon snapshot rollback", rollback.clone());
+    report(
+        "naive: save what it replaces, reset",
+        naive_rollback.clone(),
+    );
+    ratio("rollback / naive", &rollback, &naive_rollback);
 }

@@ -257,20 +257,25 @@ impl Snapshots {
         recovering: bool,
     ) -> Result<Option<String>, SnapshotError> {
         let mut found = None;
+        let mut from = j.old_work_tree.clone();
         if recovering {
             // The private index must match the work tree again (a checkout may have
             // stopped in the middle); what only this mix holds is saved first.
             let now = self.capture(&[])?;
             found = self.save_what_only_the_mix_holds(j, &now)?;
+            from = now.work_tree;
         }
-        // The work tree: the private index matches it exactly, so this writes only what
-        // differs and removes files created since the snapshot.
-        self.git
+        // The work tree: the private index matches it exactly (it is `from`), so a
+        // two-way merge looks at and writes only the paths that differ, and removes files
+        // created since the snapshot. A path changed on disk since the capture stops it
+        // before anything is written ("not uptodate"): nothing unsaved is overwritten.
+        self.private
             .call(&[
                 "read-tree",
-                "--reset",
+                "-m",
                 "-u",
                 "--no-recurse-submodules",
+                &from,
                 &j.work_tree,
             ])
             .env("GIT_INDEX_FILE", self.work_index())
@@ -302,7 +307,13 @@ impl Snapshots {
             .call(&["update-ref", "-m", &why, "--stdin"])
             .input(input.into_bytes())
             .bytes()?;
-        if let Some(branch) = &j.target.branch {
+        // HEAD already naming the branch (the usual case) needs no write.
+        if let Some(branch) = j
+            .target
+            .branch
+            .as_ref()
+            .filter(|b| self.branch().ok().flatten().as_ref() != Some(*b))
+        {
             self.git
                 .run(&["symbolic-ref", "-m", &why, "HEAD", branch])?;
         }

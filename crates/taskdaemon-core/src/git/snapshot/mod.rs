@@ -13,12 +13,14 @@
 //! The tag's message carries the user's message and `Snapshot-*` trailers (kind, task,
 //! branch, head, time, sequence). Saving never touches the user's index, HEAD or branch:
 //! the work tree is read through a private index kept in `<git-dir>/taskdaemon/`, whose
-//! stat cache means a repeated save rehashes only the files that changed.
+//! stat cache means a repeated save rehashes only the files that changed. The first save
+//! seeds it from the user's index (stat data and hashes); later ones ask `git status`
+//! (with an untracked cache) what changed and add only that.
 //!
 //! Rollback first saves the current state as `pre-rollback-<seconds>`, then switches the
-//! work tree with `read-tree --reset -u` on the private index (which matches the work tree
-//! exactly at that moment, so only changed files are written and files created since are
-//! removed), moves the branch back, and installs the saved index with the stat data of the
+//! work tree with a two-way `read-tree -m -u` on the private index (which matches the
+//! work tree exactly at that moment, so only the paths that differ are looked at and
+//! written, and files created since are removed), moves the branch back, and installs the saved index with the stat data of the
 //! fresh checkout. It is a transaction: a journal written before the first destructive
 //! step lets the next snapshot command (or `run`/`task`) finish a killed rollback
 //! ([`journal`]); stale locks of a killed snapshot command are recovered ([`locks`]).
@@ -303,6 +305,10 @@ pub struct Snapshots {
     /// For the snapshot's own work: no filters, no line-ending conversion, no submodule
     /// recursion, so what is saved and restored is the bytes on disk.
     git: Git,
+    /// `git` for the private indexes only: no trailing checksum (it is ours alone, and
+    /// hashing a 10 MB index costs more than writing it), and an untracked cache so a
+    /// save looks only into directories that changed.
+    private: Git,
     /// For what the user sees (`git status`): their own settings.
     plain: Git,
     top: PathBuf,
@@ -318,28 +324,35 @@ pub struct Snapshots {
 impl Snapshots {
     /// The snapshots of the work tree containing `dir`.
     pub fn open(dir: &Path) -> Result<Snapshots, SnapshotError> {
-        let top = Git::new(dir).toplevel()?;
-        let plain = Git::new(&top);
-        let out = plain.run(&[
-            "rev-parse",
-            "--show-object-format",
-            "--path-format=absolute",
-            "--git-dir",
-            "--git-common-dir",
-            "--git-path",
-            "index",
-        ])?;
+        // Every fact in one git process.
+        let out = Git::new(dir)
+            .run(&[
+                "rev-parse",
+                "--path-format=absolute",
+                "--show-toplevel",
+                "--show-object-format",
+                "--git-dir",
+                "--git-common-dir",
+                "--git-path",
+                "index",
+            ])
+            .map_err(|_| GitError::NotARepo(dir.to_path_buf()))?;
         let mut lines = out.lines();
-        let (Some(format), Some(git_dir), Some(common_dir), Some(index)) =
-            (lines.next(), lines.next(), lines.next(), lines.next())
-        else {
+        let (Some(top), Some(format), Some(git_dir), Some(common_dir), Some(index)) = (
+            lines.next().map(PathBuf::from),
+            lines.next(),
+            lines.next(),
+            lines.next(),
+            lines.next(),
+        ) else {
             return Err(GitError::Failed {
                 args: "rev-parse --git-dir".into(),
-                dir: top,
+                dir: dir.to_path_buf(),
                 stderr: format!("unexpected output: {out:?}"),
             }
             .into());
         };
+        let plain = Git::new(&top);
         let empty_tree = if format == "sha256" {
             EMPTY_TREE_SHA256
         } else {
@@ -361,8 +374,12 @@ impl Snapshots {
                 (locks::OWNER_ENV, &std::process::id().to_string()),
             ],
         );
+        let private = git
+            .clone()
+            .with(&["index.skipHash=true", "core.untrackedCache=true"], &[]);
         Ok(Snapshots {
             git,
+            private,
             plain,
             top,
             git_dir: PathBuf::from(git_dir),
@@ -568,11 +585,7 @@ impl Snapshots {
 
     fn capture_once(&self, force: &[PathBuf]) -> Result<Captured, SnapshotError> {
         let head = self.rev("HEAD^{commit}")?;
-        let sym = self.git.call(&["symbolic-ref", "-q", "HEAD"]).output()?;
-        let branch = sym
-            .status
-            .success()
-            .then(|| String::from_utf8_lossy(&sym.stdout).trim().to_string());
+        let branch = self.branch()?;
 
         // The user's index, read through a copy: even `write-tree` would rewrite its
         // cache-tree extension in place.
@@ -581,7 +594,7 @@ impl Snapshots {
         let user_copy = dir.join("index.user");
         let has_index = copy_if_exists(&self.index, &user_copy)?;
         let idx = self
-            .git
+            .private
             .call(&["write-tree"])
             .env("GIT_INDEX_FILE", &user_copy)
             .output()?;
@@ -606,38 +619,11 @@ impl Snapshots {
         if !work_index.exists() && has_index {
             self.seed_work_index(&user_copy)?;
         }
+        let seeded = work_index.exists();
         self.track_as_the_user_does(&user_copy, has_index, force)?;
-        let add = self
-            .git
-            .call(&["add", "-A", "--ignore-errors"])
-            .env("GIT_INDEX_FILE", &work_index)
-            .output()?;
-        let mut skipped = Vec::new();
-        if !add.status.success() {
-            // An embedded repository without a commit has nothing git can record; it is
-            // left out (and a rollback refuses to replace it). Any other error stops.
-            let stderr = String::from_utf8_lossy(&add.stderr);
-            for line in stderr.lines() {
-                match line
-                    .strip_prefix("error: '")
-                    .and_then(|l| l.strip_suffix("' does not have a commit checked out"))
-                {
-                    Some(p) => skipped.push(p.to_string()),
-                    None if line.starts_with("fatal: adding files failed") => {}
-                    None if line.starts_with("warning:") || line.starts_with("hint:") => {}
-                    None => {
-                        return Err(GitError::Failed {
-                            args: "add -A".into(),
-                            dir: self.top.clone(),
-                            stderr: stderr.trim().to_string(),
-                        }
-                        .into());
-                    }
-                }
-            }
-        }
+        let skipped = self.add_changes(seeded)?;
         let work_tree = self
-            .git
+            .private
             .call(&["write-tree"])
             .env("GIT_INDEX_FILE", &work_index)
             .text()?;
@@ -650,6 +636,116 @@ impl Snapshots {
         })
     }
 
+    /// The branch HEAD names (`refs/heads/…`); `None` when HEAD is detached. Read from
+    /// the `HEAD` file; git is asked only when that file does not say (reftable).
+    fn branch(&self) -> Result<Option<String>, SnapshotError> {
+        let path = self.git_dir.join("HEAD");
+        let text = fs::read_to_string(&path).map_err(io(&path))?;
+        let text = text.trim_end();
+        match text.strip_prefix("ref: ") {
+            Some(r) if r.starts_with("refs/") && r != "refs/heads/.invalid" => {
+                Ok(Some(r.to_string()))
+            }
+            None if text.len() >= 40 && text.bytes().all(|b| b.is_ascii_hexdigit()) => Ok(None),
+            _ => {
+                let sym = self.git.call(&["symbolic-ref", "-q", "HEAD"]).output()?;
+                Ok(sym
+                    .status
+                    .success()
+                    .then(|| String::from_utf8_lossy(&sym.stdout).trim().to_string()))
+            }
+        }
+    }
+
+    /// Bring the private index in line with the work tree; the embedded repositories left
+    /// out (no commit to record). `git status` (with the untracked cache, looking only into
+    /// directories that changed) names what changed, and only that is added; without a
+    /// seeded index, with many changes or if that add fails (a path vanished in between),
+    /// everything is (`add -A`).
+    fn add_changes(&self, seeded: bool) -> Result<Vec<String>, SnapshotError> {
+        const FEW: usize = 2000;
+        if seeded {
+            let changed = self.changed_paths()?;
+            if changed.is_empty() {
+                return Ok(Vec::new());
+            }
+            if changed.len() <= FEW {
+                let add = self
+                    .private
+                    .call(&[
+                        "add",
+                        "-A",
+                        "--ignore-errors",
+                        "--pathspec-from-file=-",
+                        "--pathspec-file-nul",
+                    ])
+                    .env("GIT_INDEX_FILE", self.work_index())
+                    .env("GIT_LITERAL_PATHSPECS", "1")
+                    .input(join_z(changed.iter().map(Vec::as_slice)))
+                    .output()?;
+                if let Ok(skipped) = self.added(&add) {
+                    return Ok(skipped);
+                }
+            }
+        }
+        let add = self
+            .private
+            .call(&["add", "-A", "--ignore-errors"])
+            .env("GIT_INDEX_FILE", self.work_index())
+            .output()?;
+        self.added(&add)
+    }
+
+    /// Paths where the work tree differs from the private index (modified, deleted, of
+    /// another type) and untracked files or directories (not ignored), from `git status`.
+    /// Its refresh of the stat data and untracked cache is written back (optional locks).
+    fn changed_paths(&self) -> Result<Vec<Vec<u8>>, SnapshotError> {
+        let out = self
+            .private
+            .call(&[
+                "status",
+                "--porcelain",
+                "-z",
+                "--untracked-files=normal",
+                "--ignore-submodules=dirty",
+                "--no-renames",
+            ])
+            .env("GIT_INDEX_FILE", self.work_index())
+            .env("GIT_OPTIONAL_LOCKS", "1")
+            .bytes()?;
+        Ok(status_changes(&out))
+    }
+
+    /// The embedded repositories `add` left out; any other error stops.
+    fn added(&self, add: &std::process::Output) -> Result<Vec<String>, SnapshotError> {
+        let mut skipped = Vec::new();
+        if add.status.success() {
+            return Ok(skipped);
+        }
+        // An embedded repository without a commit has nothing git can record; it is
+        // left out (and a rollback refuses to replace it). Any other error stops.
+        let stderr = String::from_utf8_lossy(&add.stderr);
+        for line in stderr.lines() {
+            match line
+                .strip_prefix("error: '")
+                .and_then(|l| l.strip_suffix("' does not have a commit checked out"))
+            {
+                Some(p) => skipped.push(p.to_string()),
+                None if line.starts_with("fatal: adding files failed") => {}
+                None if line.starts_with("warning:") || line.starts_with("hint:") => {}
+                None => {
+                    return Err(GitError::Failed {
+                        args: "add -A".into(),
+                        dir: self.top.clone(),
+                        stderr: stderr.trim().to_string(),
+                    }
+                    .into());
+                }
+            }
+        }
+        Ok(skipped)
+    }
+
     /// Start the private index from the user's: its stat data saves hashing every file on
     /// the first save. The copy keeps the index's time (so git still re-checks entries
     /// written in the same second, "racy git"), and drops assume-unchanged, and
@@ -658,7 +754,7 @@ impl Snapshots {
         let work_index = self.work_index();
         copy_keeping_mtime(user_copy, &self.index, &work_index)?;
         let out = self
-            .git
+            .private
             .call(&["ls-files", "-v", "-z"])
             .env("GIT_INDEX_FILE", &work_index)
             .bytes()?;
@@ -681,7 +777,7 @@ impl Snapshots {
             ("--no-skip-worktree", skipped),
         ] {
             if !paths.is_empty() {
-                self.git
+                self.private
                     .call(&["update-index", flag, "-z", "--stdin"])
                     .env("GIT_INDEX_FILE", &work_index)
                     .input(join_z(paths.into_iter()))
@@ -702,7 +798,7 @@ impl Snapshots {
         let work_index = self.work_index();
         let ignored_tracked = |index: &Path| -> Result<BTreeSet<Vec<u8>>, SnapshotError> {
             let out = self
-                .git
+                .private
                 .call(&["ls-files", "-z", "-c", "-i", "--exclude-standard"])
                 .env("GIT_INDEX_FILE", index)
                 .bytes()?;
@@ -720,7 +816,7 @@ impl Snapshots {
         };
         let drop: Vec<&Vec<u8>> = ours.difference(&user).collect();
         if !drop.is_empty() {
-            self.git
+            self.private
                 .call(&["update-index", "--force-remove", "-z", "--stdin"])
                 .env("GIT_INDEX_FILE", &work_index)
                 .input(join_z(drop.iter().map(|p| p.as_slice())))
@@ -733,7 +829,7 @@ impl Snapshots {
             .filter(|p| fs::symlink_metadata(self.top.join(OsStr::from_bytes(p))).is_ok())
             .collect();
         if !add.is_empty() {
-            self.git
+            self.private
                 .call(&[
                     "add",
                     "-f",
@@ -1120,6 +1216,29 @@ fn porcelain_entries(out: &[u8]) -> usize {
         }
     }
     n
+}
+
+/// From `git status --porcelain -z --no-renames`: the paths whose work tree column shows
+/// a change, and untracked ones (a directory without its trailing slash, so a pathspec
+/// takes all of it).
+fn status_changes(out: &[u8]) -> Vec<Vec<u8>> {
+    let mut paths = Vec::new();
+    let mut it = split_z(out);
+    while let Some(entry) = it.next() {
+        let (Some(&x), Some(&y), Some(path)) = (entry.first(), entry.get(1), entry.get(3..)) else {
+            continue;
+        };
+        if matches!(x, b'R' | b'C') {
+            it.next();
+        }
+        if y != b' ' || x == b'?' {
+            let path = path.strip_suffix(b"/").unwrap_or(path);
+            if !path.is_empty() {
+                paths.push(path.to_vec());
+            }
+        }
+    }
+    paths
 }
 
 /// The message as stored: no NUL bytes, no trailing blank lines, never empty.
