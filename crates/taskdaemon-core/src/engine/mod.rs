@@ -23,10 +23,9 @@ pub use state::{
     DEFAULT_ITERATION_TIMEOUT, DEFAULT_KILL_GRACE, ResolveError, RunConfig, RunState, StateError,
 };
 
-use crate::agent::{OutputFormat, OutputParser, ProcessSpec, run_process};
+use crate::agent::{OutputFormat, ProcessSpec, step};
 use crate::clock;
 use crate::duration::format_duration;
-use crate::fsutil::write_atomic;
 use crate::gates::{Validation, run_validation};
 use crate::git::snapshot::Snapshots;
 use crate::git::{Git, GitError};
@@ -228,7 +227,7 @@ async fn iteration(
         ctx,
         cancel,
     )
-    .await
+    .await?
     {
         Spawned::Ran(ran) => *ran,
         Spawned::CouldNotStart(spec, e) => return could_not_spawn(cfg, &spec, e, log, ctx, n),
@@ -363,9 +362,8 @@ fn write_prompt(
     });
     let vars = prompt::variables(template, st, n, decision.as_deref(), ws, git)?;
     let prompt = template.render(&vars)?;
+    // Written by the agent step.
     let path = ws.prompt_file(n);
-    write_atomic(&path, prompt.as_bytes())
-        .map_err(io_err(format!("writing {}", path.display())))?;
     Ok(WrittenPrompt {
         prompt,
         path,
@@ -424,7 +422,8 @@ enum Spawned {
     CouldNotStart(ProcessSpec, std::io::Error),
 }
 
-/// Run the agent with the quiet watcher (quiet warning, no-progress deadline) beside it.
+/// Run the agent (one [`crate::agent::step`]) with the quiet watcher (quiet warning,
+/// no-progress deadline) beside it.
 #[allow(clippy::too_many_arguments)]
 async fn run_agent(
     st: &RunState,
@@ -435,41 +434,35 @@ async fn run_agent(
     log: &mut IterationLog,
     ctx: &EngineContext,
     cancel: &CancellationToken,
-) -> Spawned {
+) -> Result<Spawned, EngineError> {
     let (timeout, cut_by_runtime) = match (cfg.iteration_timeout(), remaining_runtime) {
         (Some(t), Some(r)) if r < t => (Some(r), true),
         (None, Some(r)) => (Some(r), true),
         (t, _) => (t, false),
     };
-    let inv = cfg.agent.invocation(
-        &written.prompt,
-        cfg.loop_def.system_prompt.as_deref(),
-        &ctx.script_runner,
-    );
     let env = agent_env(st, n, &written.path, &ctx.script_runner);
-    let spec = ProcessSpec {
-        program: inv.program,
-        args: inv.args,
-        cwd: cfg.workdir.clone(),
+    let req = step::StepRequest {
+        agent: &cfg.agent,
+        format: cfg.agent_format,
+        system_prompt: cfg.loop_def.system_prompt.as_deref(),
+        script_runner: &ctx.script_runner,
+        prompt: &written.prompt,
+        prompt_file: &written.path,
+        cwd: &cfg.workdir,
         env: env.clone(),
-        stdin: inv.stdin.map(String::into_bytes),
         timeout,
         grace: cfg.kill_grace(),
     };
-    let mut parser = OutputParser::new(cfg.agent_format);
     let events = &ctx.events;
     let watch = watch::Watch::new();
     let notes = std::sync::Mutex::new(Vec::<String>::new());
     let drain = || std::mem::take(&mut *notes.lock().unwrap_or_else(|e| e.into_inner()));
     let agent_cancel = cancel.child_token();
-    let running = run_process(&spec, &agent_cancel, |stream, line| {
+    let running = step::run_step(&req, log, &agent_cancel, |log, stream, text, acts| {
         for note in drain() {
             log.note(&note);
         }
-        log.output(stream, line);
-        let text = String::from_utf8_lossy(line);
-        let acts = parser.line(stream, &text);
-        watch.line(&text, stream == crate::agent::Stream::Stdout, &acts);
+        watch.line(text, stream == crate::agent::Stream::Stdout, &acts);
         for activity in acts {
             events.emit(EngineEvent::Agent {
                 iteration: n,
@@ -487,23 +480,31 @@ async fn run_agent(
     for note in drain() {
         log.note(&note);
     }
-    let mut agent = match ran {
-        Ok(a) => a,
-        Err(e) => return Spawned::CouldNotStart(spec, e),
+    let step = match ran {
+        Ok(s) => s,
+        Err(step::StepError::Spawn { spec, source }) => {
+            return Ok(Spawned::CouldNotStart(*spec, source));
+        }
+        Err(e @ step::StepError::Prompt { .. }) => {
+            return Err(EngineError::Io {
+                what: "writing the prompt".into(),
+                source: std::io::Error::other(e.to_string()),
+            });
+        }
     };
+    let mut agent = step.process;
     if watch.stopped().is_some() && !cancel.is_cancelled() {
         // Stopped by the no-progress deadline: a timeout, not a person's interrupt.
         agent.interrupted = false;
         agent.timed_out = true;
     }
-    let parsed = parser.finish();
-    Spawned::Ran(Box::new(AgentRun {
+    Ok(Spawned::Ran(Box::new(AgentRun {
         agent,
-        parsed,
+        parsed: step.parsed,
         env,
         timeout,
         cut_by_runtime,
-    }))
+    })))
 }
 
 /// After the agent: its impossible values, its cost and tokens, its log line and event,
@@ -1205,36 +1206,28 @@ fn judge_agent(
     verdict
 }
 
-/// The environment of the agent and the validation command (DESIGN.md, contract). The
-/// harness's own directory leads `PATH`, so the agent can call `taskdaemon snapshot save`.
+/// The environment of the agent and the validation command (DESIGN.md, contract): the
+/// agent step's contract plus the review pass and the spawned context. The harness's own
+/// directory leads `PATH`, so the agent can call `taskdaemon snapshot save`.
 fn agent_env(
     st: &RunState,
     n: u32,
     prompt_file: &std::path::Path,
     harness: &std::path::Path,
 ) -> Vec<(OsString, OsString)> {
-    let mut env = vec![
-        (
-            "TASKDAEMON_PROMPT_FILE".into(),
-            prompt_file.as_os_str().to_owned(),
-        ),
-        ("TASKDAEMON_ITERATION".into(), n.to_string().into()),
-        (
-            "TASKDAEMON_MAX_ITERATIONS".into(),
-            st.config.max_iterations.to_string().into(),
-        ),
-        ("TASKDAEMON_RUN_ID".into(), st.run_id.clone().into()),
-        (
-            "TASKDAEMON_WORKDIR".into(),
-            st.config.workdir.as_os_str().to_owned(),
-        ),
-        ("TASKDAEMON_BIN".into(), harness.as_os_str().to_owned()),
-        ("TASKDAEMON_LOOP".into(), st.config.loop_name.clone().into()),
-        (
-            "TASKDAEMON_REVIEW_PASS".into(),
-            prompt::review_pass(n).to_string().into(),
-        ),
-    ];
+    let mut env = step::contract_env(&step::Contract {
+        run_id: &st.run_id,
+        workdir: &st.config.workdir,
+        loop_name: &st.config.loop_name,
+        iteration: n,
+        max_iterations: st.config.max_iterations,
+        prompt_file,
+        harness,
+    });
+    env.push((
+        "TASKDAEMON_REVIEW_PASS".into(),
+        prompt::review_pass(n).to_string().into(),
+    ));
     // The spawned context (`plan-file` → TASKDAEMON_PLAN_FILE, …).
     for (k, v) in &st.config.context {
         let name = format!(
@@ -1247,15 +1240,6 @@ fn agent_env(
             other => other.to_string(),
         };
         env.push((name.into(), value.into()));
-    }
-    if let Some(dir) = harness.parent() {
-        let mut dirs = vec![dir.to_path_buf()];
-        if let Some(path) = std::env::var_os("PATH") {
-            dirs.extend(std::env::split_paths(&path));
-        }
-        if let Ok(path) = std::env::join_paths(dirs) {
-            env.push(("PATH".into(), path));
-        }
     }
     env
 }
