@@ -6,6 +6,7 @@ mod prompt;
 mod state;
 
 mod completion;
+pub mod decide;
 pub mod events;
 pub mod failures;
 pub mod standalone;
@@ -20,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 pub use events::{EngineEvent, EventSink};
 pub use outcome::{Outcome, exit_code};
 pub use state::{
-    DEFAULT_ITERATION_TIMEOUT, DEFAULT_KILL_GRACE, ResolveError, RunConfig, RunState, StateError,
+    DEFAULT_ITERATION_TIMEOUT, DEFAULT_KILL_GRACE, DEFAULT_MAX_STUCK, ResolveError, RunConfig, RunState, StateError,
 };
 
 use crate::agent::{OutputFormat, ProcessSpec, step};

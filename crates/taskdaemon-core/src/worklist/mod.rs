@@ -8,6 +8,7 @@ pub mod contradiction;
 pub mod coordinator;
 pub mod current_spec;
 pub mod events;
+pub mod guards;
 pub mod lock;
 pub mod progress;
 mod prompt;
@@ -23,6 +24,7 @@ use std::path::{Path, PathBuf};
 pub use agent::{AgentSetup, check_agent};
 pub use coordinator::{ImplementConfig, implement};
 pub use events::{WorklistEvent, WorklistSink};
+pub use guards::Limits;
 pub use state::ImplementState;
 pub use stories::{StoriesConfig, run_stories};
 
