@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::agent::{AgentJob, AgentRun, AgentSetup, prompt_path, run_agent};
-use super::guards::{Guards, Limits, Row, limit_detail};
+use super::guards::{Guards, Limits, Row, limit_detail, stop_detail};
 use super::events::{WorklistEvent, WorklistSink};
 use super::prompt::{ParallelPaths, TaskPrompt, task_prompt};
 use super::state::{ImplementState, ParallelGroup, TaskStatus};
@@ -385,6 +385,9 @@ impl Coord<'_> {
                 "max iterations reached (totalTasks × maxTaskIterations × 2); state kept\n  hint: run `taskdaemon implement` again to continue, or `taskdaemon cancel` to clean up"
             ).to_string(),
             Outcome::LimitReached { limit } => limit_detail(*limit, "implement"),
+            o @ (Outcome::Blocked { .. } | Outcome::Decide { .. } | Outcome::Stuck { .. }) => {
+                stop_detail(o, "implement").unwrap_or_default()
+            }
             Outcome::Interrupted => {
                 "interrupted; state kept. Continue with `taskdaemon implement`".into()
             }

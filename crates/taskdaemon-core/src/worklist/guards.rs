@@ -293,6 +293,23 @@ impl Guards {
     }
 }
 
+/// The final line of a work list's BLOCKED, DECIDE or stuck end, naming the command that
+/// continues it; `None` for the other outcomes.
+pub fn stop_detail(outcome: &Outcome, kind: &str) -> Option<String> {
+    Some(match outcome {
+        Outcome::Blocked { reason } => format!(
+            "blocked: {reason}. See .ralph/blocked.txt; resolve it, `taskdaemon unblock`, then `taskdaemon {kind}` again (it resumes)"
+        ),
+        Outcome::Decide { question } => format!(
+            "decision needed: {question}. Answer with `taskdaemon answer \"…\"`, then `taskdaemon {kind}` again: the answer goes into the next prompt"
+        ),
+        Outcome::Stuck { iterations } => format!(
+            "stuck: {iterations} rejected attempts in a row without a new commit (--max-stuck)\n  hint: read the last prompts' rejection reasons and the logs, fix the work list or the agent, then `taskdaemon {kind}` again"
+        ),
+        _ => return None,
+    })
+}
+
 /// The limit's words for a work list's final line.
 pub fn limit_detail(limit: Limit, kind: &str) -> String {
     format!(

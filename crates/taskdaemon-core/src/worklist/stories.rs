@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::WorklistError;
 use super::agent::{AgentJob, AgentRun, AgentSetup, prompt_path, run_agent};
-use super::guards::{Guards, Limits, Row, limit_detail};
+use super::guards::{Guards, Limits, Row, limit_detail, stop_detail};
 use super::events::{WorklistEvent, WorklistSink};
 use super::stories_rules::{self, APPROVED, CHANGES_REQUESTED, Mode, NEEDS_REVIEW, Story};
 use crate::engine::Outcome;
@@ -426,6 +426,9 @@ fn finish(
             "max iterations reached before every story passed\n  hint: run `taskdaemon stories` again (it continues from the file), or raise --max-iterations".into()
         }
         Outcome::LimitReached { limit } => limit_detail(*limit, "stories"),
+            o @ (Outcome::Blocked { .. } | Outcome::Decide { .. } | Outcome::Stuck { .. }) => {
+                stop_detail(o, "stories").unwrap_or_default()
+            }
         Outcome::Interrupted => "interrupted; the file keeps every accepted change. Run `taskdaemon stories` again to continue".into(),
         other => other.detail(),
     };
