@@ -394,6 +394,8 @@ impl Coord<'_> {
             other => other.detail(),
         };
         let summary = self.guards().summary(&outcome, detail.clone());
+        // The summary block first: the loop's own event stays the last one.
+        self.events.emit(WorklistEvent::RunFinished { summary });
         self.events.emit(WorklistEvent::ImplementFinished {
             outcome: outcome.label().to_string(),
             exit_code: outcome.exit_code(),
@@ -406,7 +408,6 @@ impl Coord<'_> {
                 stopped_at.clone()
             },
         });
-        self.events.emit(WorklistEvent::RunFinished { summary });
         ImplementResult {
             outcome,
             done,

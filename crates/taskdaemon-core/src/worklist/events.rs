@@ -118,7 +118,7 @@ pub enum WorklistEvent {
         passing: usize,
         stories: usize,
     },
-    /// The final summary block (spec 2 §3), after the loop's own last event.
+    /// The final summary block (spec 2 §3), just before the loop's own last event.
     RunFinished {
         summary: crate::telemetry::RunSummary,
     },

@@ -432,15 +432,16 @@ fn finish(
         Outcome::Interrupted => "interrupted; the file keeps every accepted change. Run `taskdaemon stories` again to continue".into(),
         other => other.detail(),
     };
+    // The summary block first: the loop's own event stays the last one.
+    events.emit(WorklistEvent::RunFinished {
+        summary: g.summary(&outcome, detail.clone()),
+    });
     events.emit(WorklistEvent::StoriesFinished {
         outcome: outcome.label().into(),
         exit_code: outcome.exit_code(),
-        detail: detail.clone(),
+        detail,
         passing,
         stories: stories.len(),
-    });
-    events.emit(WorklistEvent::RunFinished {
-        summary: g.summary(&outcome, detail),
     });
     StoriesResult {
         outcome,
