@@ -211,7 +211,7 @@ mod tests {
         let prompt_file = d.path().join("prompt.md");
         let log_path = d.path().join("iteration-001.log");
         let agent = AgentSpec::Cmd {
-            command: "cat \"$TASKDAEMON_PROMPT_FILE\"; echo \"run=$TASKDAEMON_RUN_ID it=$TASKDAEMON_ITERATION/$TASKDAEMON_MAX_ITERATIONS\"; echo oops >&2; exit 3".into(),
+            command: "cat \"$TASKDAEMON_PROMPT_FILE\"; echo; echo \"run=$TASKDAEMON_RUN_ID it=$TASKDAEMON_ITERATION/$TASKDAEMON_MAX_ITERATIONS\"; echo oops >&2; exit 3".into(),
         };
         let env = contract_env(&Contract {
             run_id: "r1",
