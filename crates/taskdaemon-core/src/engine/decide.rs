@@ -196,6 +196,8 @@ pub struct Decision {
     pub note: String,
     /// The claim was rejected (by the validation or the gates): say why.
     pub rejected: Option<String>,
+    /// The stuck guard counted this iteration (for the run's stuck-iterations total).
+    pub stuck_counted: bool,
 }
 
 /// Whether the evidence so far says done (the completion gates run next): `Some(verified)`.
@@ -223,6 +225,7 @@ pub fn decide(ev: &Evidence, st: &Counters, policy: &Policy) -> Decision {
         stall: None,
         note: String::new(),
         rejected: None,
+        stuck_counted: false,
     };
     let counts_for_stuck = agent_rules(ev, policy, &mut d);
     if counts_for_stuck && d.run_outcome.is_none() {
@@ -416,6 +419,7 @@ fn guard_rules(ev: &Evidence, policy: &Policy, d: &mut Decision) {
         ev.head_after.as_deref(),
         ev.timed_out,
     );
+    d.stuck_counted = c.stuck > 0;
     if guards::is_stuck(c.stuck, policy.max_stuck) {
         d.outcome = IterationOutcome::Stuck;
         d.run_outcome = Some(Outcome::Stuck {

@@ -30,7 +30,7 @@ use crate::duration::format_duration;
 use crate::gates::{Validation, run_validation};
 use crate::git::snapshot::Snapshots;
 use crate::git::{Git, GitError};
-use crate::guards::{self, Limit};
+use crate::guards;
 use crate::lifecycle::stall;
 use crate::loops::{PromptTemplate, TemplateError};
 use crate::signals::{self, Signal};
@@ -261,33 +261,29 @@ async fn iteration(
         }
     };
 
-    let mut tally = assess(
-        st,
-        cfg,
-        n,
-        &ran,
-        no_work,
-        &written.prompt,
-        ws,
-        &mut log,
-        ctx,
-        cancel,
-    )
-    .await?;
-    completion_step(st, cfg, n, ws, &mut log, ctx, cancel, &mut tally).await?;
-    guards_step(
-        st, cfg, n, ws, &ran, &head, new_commit, &mut log, ctx, &mut tally,
-    )?;
+    let (ev, validation_time) = gather(st, cfg, n, &ran, no_work, &head, &written.prompt, &mut log, ctx, cancel, ws).await?;
+    let d = decide::decide(&ev, &counters(st), &policy(cfg));
+    let d = apply(st, cfg, n, ws, &ran, d, &mut log, ctx)?;
     st.last_head = head.clone();
     st.iterations_done = n;
 
     let commit = new_commit.then(|| head.clone().unwrap_or_default());
     let short = commit.as_deref().map(|c| c[..c.len().min(12)].to_string());
-    record_progress(st, n, started, &ran, &tally, short.as_deref());
+    record_progress(st, n, started, &ran, &d, short.as_deref());
     let duration = started.elapsed();
-    record_row(st, cfg, n, duration, started_at, &ran, &tally, &short, ws)?;
+    record_row(st, cfg, n, duration, started_at, &ran, &d, &short, ws)?;
     finish_iteration(
-        st, cfg, n, duration, &ran, tally, short, log, &log_path, ctx,
+        st,
+        cfg,
+        n,
+        duration,
+        &ran,
+        d,
+        validation_time,
+        short,
+        log,
+        &log_path,
+        ctx,
     )
 }
 
@@ -573,87 +569,179 @@ fn account_agent(
     Ok(())
 }
 
-/// The iteration's verdict as its steps build it.
-struct Tally {
-    outcome: Option<Outcome>,
-    label: &'static str,
-    validation_passed: &'static str,
-    validation_time: Duration,
-    note_extra: String,
-    counts_for_stuck: bool,
-    /// The evidence says done; the gate pipeline has the last word.
-    completing: Option<bool>,
-}
-
-/// Judge the agent's result: interrupted, timed out, crashed, or on to its signals and
-/// the validation.
+/// The evidence of the iteration after the agent: its promise, the validation and the
+/// completion gates (each run only when the evidence so far calls for it). Effects only:
+/// logs, events, the commands; what it all means is [`decide::decide`]'s.
 #[allow(clippy::too_many_arguments)]
-async fn assess(
+async fn gather(
     st: &mut RunState,
     cfg: &RunConfig,
     n: u32,
     ran: &AgentRun,
     no_work: Option<String>,
+    head: &Option<String>,
     prompt: &str,
-    ws: &Workspace,
     log: &mut IterationLog,
     ctx: &EngineContext,
     cancel: &CancellationToken,
-) -> Result<Tally, EngineError> {
-    let mut tally = Tally {
-        outcome: None,
-        label: "continue",
-        validation_passed: "skipped",
-        validation_time: Duration::ZERO,
-        note_extra: String::new(),
-        counts_for_stuck: true,
-        completing: None,
+    ws: &Workspace,
+) -> Result<(decide::Evidence, Duration), EngineError> {
+    let mut ev = decide::Evidence {
+        iteration: n,
+        interrupted: ran.agent.interrupted,
+        timed_out: ran.agent.timed_out,
+        cut_by_runtime: ran.cut_by_runtime,
+        timeout: ran.timeout,
+        no_work,
+        head_before: st.last_head.clone(),
+        head_after: head.clone(),
+        tool_signature: ran.parsed.tool_signature.clone(),
+        ..decide::Evidence::default()
     };
-    if ran.agent.interrupted {
-        tally.outcome = Some(Outcome::Interrupted);
-        tally.label = "interrupted";
-        tally.counts_for_stuck = false;
-    } else if ran.agent.timed_out {
-        tally.label = "timeout";
-        let limit = ran.timeout.map(format_duration).unwrap_or_default();
-        st.previous_errors = Some(format!(
-            "Iteration {n} was stopped after {limit}: the agent did not finish in time. Take smaller steps and commit as you go."
-        ));
-        tally.note_extra.push_str("; timed out");
-        if ran.cut_by_runtime {
-            tally.outcome = Some(Outcome::LimitReached {
-                limit: Limit::MaxRuntime,
-            });
-        }
-    } else if let Some(reason) = no_work {
-        // An agent that failed to work never completes, whatever the validation says.
-        tally.label = "crashed";
-        log.note(&reason);
-        tally.note_extra.push_str("; the agent crashed");
-        st.previous_errors = Some(reason);
-    } else {
-        let env = ran.env.clone();
-        let claimed = signals_step(cfg, n, &ran.parsed, prompt, ws, log, ctx, &mut tally)?;
-        if let Some(claimed) = claimed {
-            validate_step(st, cfg, n, claimed, env, log, ctx, cancel, &mut tally).await?;
+    let mut validation_time = Duration::ZERO;
+    if let Some(reason) = &ev.no_work {
+        log.note(reason);
+    }
+    if !ev.interrupted && !ev.timed_out && ev.no_work.is_none() {
+        ev.signal = signals_step(cfg, n, &ran.parsed, prompt, log, ctx);
+        if !matches!(ev.signal, Some(Signal::Blocked(_) | Signal::Decide(_))) {
+            let claimed = ev.signal == Some(Signal::Complete);
+            let (v, t) = validate_step(cfg, n, claimed, ran.env.clone(), log, ctx, cancel).await?;
+            ev.validation = Some(v);
+            validation_time = t;
         }
     }
-    Ok(tally)
+    if decide::completing(&ev, &policy(cfg)).is_some() {
+        ev.gates = Some(completion_step(st, cfg, n, ws, log, ctx, cancel).await?);
+    }
+    ev.cost_usd = st.cost_usd;
+    Ok((ev, validation_time))
 }
 
-/// The agent's promises: BLOCKED and DECIDE end the loop here. Otherwise returns whether
-/// it claimed COMPLETE (the validation comes next).
+fn counters(st: &RunState) -> decide::Counters {
+    decide::Counters {
+        stuck: st.stuck_count,
+        stall: st.stall_count,
+        last_signature: st.last_signature.clone(),
+        stall_recoveries: st.stall_recoveries,
+    }
+}
+
+fn policy(cfg: &RunConfig) -> decide::Policy {
+    decide::Policy {
+        max_iterations: cfg.max_iterations,
+        max_cost: cfg.max_cost,
+        max_stuck: cfg.max_stuck,
+        max_stall: cfg.max_stall,
+        promise_required: cfg.completion_promise.is_some(),
+        has_validation: cfg.validate.is_some(),
+    }
+}
+
+/// Carry out the decision: the counters and feedback into the state, BLOCKED / DECIDE
+/// written for a person, the stall guard's snapshot or rollback.
 #[allow(clippy::too_many_arguments)]
+fn apply(
+    st: &mut RunState,
+    cfg: &RunConfig,
+    n: u32,
+    ws: &Workspace,
+    ran: &AgentRun,
+    mut d: decide::Decision,
+    log: &mut IterationLog,
+    ctx: &EngineContext,
+) -> Result<decide::Decision, EngineError> {
+    st.stuck_count = d.counters.stuck;
+    st.stall_count = d.counters.stall;
+    st.last_signature = d.counters.last_signature.clone();
+    st.stall_recoveries = d.counters.stall_recoveries;
+    if d.stuck_counted {
+        st.stuck_iterations += 1;
+    }
+    match &d.feedback {
+        decide::Feedback::Keep => {}
+        decide::Feedback::Clear => st.previous_errors = None,
+        decide::Feedback::Set(t) => st.previous_errors = Some(t.clone()),
+    }
+    match &d.run_outcome {
+        Some(Outcome::Blocked { reason }) => ws.write_blocked(reason, n, &clock::now_rfc3339())?,
+        Some(Outcome::Decide { question }) => {
+            ws.write_decide(question, n, &clock::now_rfc3339())?
+        }
+        _ => {}
+    }
+    if let Some(action) = d.stall {
+        stall_effect(st, cfg, n, ws, &ran.parsed, action, &mut d, log, ctx)?;
+    }
+    Ok(d)
+}
+
+/// The stall guard's effect: the first stall is recovered (a snapshot and guidance), the
+/// second fails the loop, rolling a task back.
+#[allow(clippy::too_many_arguments)]
+fn stall_effect(
+    st: &mut RunState,
+    cfg: &RunConfig,
+    n: u32,
+    ws: &Workspace,
+    parsed: &crate::agent::ParsedOutput,
+    action: decide::StallAction,
+    d: &mut decide::Decision,
+    log: &mut IterationLog,
+    ctx: &EngineContext,
+) -> Result<(), EngineError> {
+    let snaps = Snapshots::open(&cfg.workdir)?;
+    let repeats = match action {
+        decide::StallAction::Recover { repeats } => {
+            let snap = stall::recover(&snaps, ws, st.task, n, repeats, &parsed.recent_tools)?;
+            log.note(&format!(
+                "stall: the same tool calls {repeats} iterations in a row; saved {}, recovery guidance in .ralph/feedback.md",
+                snap.tag
+            ));
+            ctx.events.emit(EngineEvent::Stall {
+                iteration: n,
+                repeats,
+                recovery: 1,
+                snapshot: Some(snap.tag.clone()),
+                rolled_back_to: None,
+            });
+            d.note.push_str(&format!("; stalled, saved {}", snap.tag));
+            return Ok(());
+        }
+        decide::StallAction::Fail { repeats } => repeats,
+    };
+    let cause = format!("{} stall recoveries", st.stall_recoveries);
+    let rb = crate::lifecycle::fail_task(&snaps, ws, st.task, &cause)?;
+    let reason = match &rb {
+        Some(r) => format!(
+            "stalled twice (the same tool calls {repeats} iterations in a row after a recovery); rolled back to {} (the stalled state is saved as {})",
+            r.restored.tag, r.saved.tag
+        ),
+        None => format!(
+            "stalled twice (the same tool calls {repeats} iterations in a row after a recovery); not a task, so nothing was rolled back"
+        ),
+    };
+    log.note(&reason);
+    ctx.events.emit(EngineEvent::Stall {
+        iteration: n,
+        repeats,
+        recovery: st.stall_recoveries,
+        snapshot: rb.as_ref().map(|r| r.saved.tag.clone()),
+        rolled_back_to: rb.as_ref().map(|r| r.restored.tag.clone()),
+    });
+    d.run_outcome = Some(Outcome::Failed { reason });
+    Ok(())
+}
+
+/// The agent's promise (logged, announced; ignored promises warned about).
 fn signals_step(
     cfg: &RunConfig,
     n: u32,
     parsed: &crate::agent::ParsedOutput,
     prompt: &str,
-    ws: &Workspace,
     log: &mut IterationLog,
     ctx: &EngineContext,
-    tally: &mut Tally,
-) -> Result<Option<bool>, EngineError> {
+) -> Option<Signal> {
     let words = match cfg.agent_format {
         OutputFormat::Text => signals::strip_prompt_echo(&parsed.words, prompt),
         _ => parsed.words.clone(),
@@ -667,43 +755,25 @@ fn signals_step(
         Some(Signal::Complete) => ("complete", None),
         Some(Signal::Blocked(r)) => ("blocked", Some(r.clone())),
         Some(Signal::Decide(q)) => ("decide", Some(q.clone())),
-        None => ("", None),
+        None => return None,
     };
-    if !kind.is_empty() {
-        log.note(&format!(
-            "promise: {kind}{}",
-            text.as_deref()
-                .map(|t| format!(": {t}"))
-                .unwrap_or_default()
-        ));
-        ctx.events.emit(EngineEvent::Signal {
-            iteration: n,
-            signal: kind.into(),
-            text,
-        });
-    }
-    match scan.signal {
-        Some(Signal::Blocked(reason)) => {
-            ws.write_blocked(&reason, n, &clock::now_rfc3339())?;
-            tally.label = "blocked";
-            tally.outcome = Some(Outcome::Blocked { reason });
-            Ok(None)
-        }
-        Some(Signal::Decide(question)) => {
-            ws.write_decide(&question, n, &clock::now_rfc3339())?;
-            tally.label = "decide";
-            tally.outcome = Some(Outcome::Decide { question });
-            Ok(None)
-        }
-        signal => Ok(Some(signal == Some(Signal::Complete))),
-    }
+    log.note(&format!(
+        "promise: {kind}{}",
+        text.as_deref()
+            .map(|t| format!(": {t}"))
+            .unwrap_or_default()
+    ));
+    ctx.events.emit(EngineEvent::Signal {
+        iteration: n,
+        signal: kind.into(),
+        text,
+    });
+    scan.signal
 }
 
-/// The validation command, when there is one, decides whether the claim (or the
-/// passing state) goes on to the completion gates.
+/// The validation command, when there is one: its run as evidence, and its time.
 #[allow(clippy::too_many_arguments)]
 async fn validate_step(
-    st: &mut RunState,
     cfg: &RunConfig,
     n: u32,
     claimed: bool,
@@ -711,13 +781,9 @@ async fn validate_step(
     log: &mut IterationLog,
     ctx: &EngineContext,
     cancel: &CancellationToken,
-    tally: &mut Tally,
-) -> Result<(), EngineError> {
+) -> Result<(decide::ValidationEvidence, Duration), EngineError> {
     let Some(cmd) = &cfg.validate else {
-        if claimed {
-            tally.completing = Some(false);
-        }
-        return Ok(());
+        return Ok((decide::ValidationEvidence::NotRun, Duration::ZERO));
     };
     ctx.events.emit(EngineEvent::ValidationStarted {
         iteration: n,
@@ -739,7 +805,6 @@ async fn validate_step(
     )
     .await
     .map_err(io_err(format!("running validation `{cmd}`")))?;
-    tally.validation_time = v.duration;
     log.note(&format!(
         "validation exited with {}{} after {} (success is {}): {}",
         v.exit_code,
@@ -755,36 +820,17 @@ async fn validate_step(
         timed_out: v.timed_out,
         duration_ms: v.duration.as_millis() as u64,
     });
-    tally.validation_passed = if v.passed { "true" } else { "false" };
-    if v.exit_code == 127 && cfg.success_exit_code != 127 && !v.interrupted {
-        tally.label = "validation-missing";
-        tally.outcome = Some(Outcome::ValidationMissing {
+    let evidence = if v.exit_code == 127 && cfg.success_exit_code != 127 && !v.interrupted {
+        decide::ValidationEvidence::Missing {
             command: cmd.clone(),
             output: v.output.clone(),
-        });
-    } else if v.interrupted {
-        tally.outcome = Some(Outcome::Interrupted);
-        tally.label = "interrupted";
-        tally.counts_for_stuck = false;
-    } else if v.passed {
-        st.previous_errors = None;
-        if cfg.completion_promise.is_some() && !claimed {
-            tally
-                .note_extra
-                .push_str("; validation passes, waiting for the completion promise");
-        } else {
-            tally.completing = Some(true);
         }
+    } else if v.interrupted {
+        decide::ValidationEvidence::Interrupted
+    } else if v.passed {
+        decide::ValidationEvidence::Passed
     } else {
-        st.previous_errors = Some(format!(
-            "$ {cmd}\n(exit code {}{}, expected {})\n{}",
-            v.exit_code,
-            if v.timed_out { ", timed out" } else { "" },
-            cfg.success_exit_code,
-            v.output.trim_end()
-        ));
         if claimed {
-            tally.label = "rejected";
             let reason = format!(
                 "COMPLETE claimed but validation failed (exit {}); its output goes into the next prompt",
                 v.exit_code
@@ -795,12 +841,18 @@ async fn validate_step(
                 reason,
             });
         }
-    }
-    Ok(())
+        decide::ValidationEvidence::Failed {
+            command: cmd.clone(),
+            exit_code: v.exit_code,
+            timed_out: v.timed_out,
+            expected: cfg.success_exit_code,
+            output: v.output.clone(),
+        }
+    };
+    Ok((evidence, v.duration))
 }
 
 /// The completion gates: the harness's last word on evidence that says done.
-#[allow(clippy::too_many_arguments)]
 async fn completion_step(
     st: &mut RunState,
     cfg: &RunConfig,
@@ -809,25 +861,14 @@ async fn completion_step(
     log: &mut IterationLog,
     ctx: &EngineContext,
     cancel: &CancellationToken,
-    tally: &mut Tally,
-) -> Result<(), EngineError> {
-    let Some(verified) = tally.completing else {
-        return Ok(());
-    };
-    match completion::gates(st, cfg, n, ws, ctx, cancel).await? {
-        completion::Verdict::Complete => {
-            tally.label = "complete";
-            tally.outcome = Some(Outcome::Complete { verified });
-        }
+) -> Result<decide::GateVerdict, EngineError> {
+    Ok(match completion::gates(st, cfg, n, ws, ctx, cancel).await? {
+        completion::Verdict::Complete => decide::GateVerdict::Complete,
         completion::Verdict::Swallowed => {
-            tally.label = "plan-phase";
             log.note("completion claimed in the plan phase: ignored (spec 4)");
-            tally
-                .note_extra
-                .push_str("; completion ignored in the plan phase");
+            decide::GateVerdict::Swallowed
         }
         completion::Verdict::Rejected { attempt } => {
-            tally.label = "rejected";
             let reason = format!(
                 "the harness's gates rejected the completion (attempt {attempt} of {}); see .ralph/feedback.md",
                 completion::MAX_GATE_FAILURES
@@ -837,126 +878,13 @@ async fn completion_step(
                 iteration: n,
                 reason,
             });
+            decide::GateVerdict::Rejected
         }
         completion::Verdict::Abort { reason } => {
-            tally.label = "failed";
             log.note(&reason);
-            tally.outcome = Some(Outcome::Failed { reason });
+            decide::GateVerdict::Abort { reason }
         }
-    }
-    Ok(())
-}
-
-/// Guards. A stall (the same tool calls again and again) comes first: its recovery
-/// gives the agent a fresh start, so it also clears the stuck count.
-#[allow(clippy::too_many_arguments)]
-fn guards_step(
-    st: &mut RunState,
-    cfg: &RunConfig,
-    n: u32,
-    ws: &Workspace,
-    ran: &AgentRun,
-    head: &Option<String>,
-    new_commit: bool,
-    log: &mut IterationLog,
-    ctx: &EngineContext,
-    tally: &mut Tally,
-) -> Result<(), EngineError> {
-    let mut recovered = false;
-    if tally.counts_for_stuck && tally.outcome.is_none() {
-        recovered = stall_guard(st, cfg, n, ws, &ran.parsed, log, ctx, tally)?;
-    }
-    if !recovered && tally.counts_for_stuck && tally.outcome.is_none() {
-        st.stuck_count = guards::next_stuck_count(
-            st.stuck_count,
-            st.last_head.as_deref(),
-            head.as_deref(),
-            ran.agent.timed_out,
-        );
-        if st.stuck_count > 0 {
-            st.stuck_iterations += 1;
-        }
-        if guards::is_stuck(st.stuck_count, cfg.max_stuck) {
-            tally.label = "stuck";
-            tally.outcome = Some(Outcome::Stuck {
-                iterations: st.stuck_count,
-            });
-        }
-    } else if new_commit && !ran.agent.timed_out {
-        // An interrupted iteration that committed still made progress.
-        st.stuck_count = 0;
-    }
-    Ok(())
-}
-
-/// The stall guard: the first stall is recovered (a snapshot and guidance), the second
-/// fails the loop. Returns whether this iteration recovered from a stall.
-#[allow(clippy::too_many_arguments)]
-fn stall_guard(
-    st: &mut RunState,
-    cfg: &RunConfig,
-    n: u32,
-    ws: &Workspace,
-    parsed: &crate::agent::ParsedOutput,
-    log: &mut IterationLog,
-    ctx: &EngineContext,
-    tally: &mut Tally,
-) -> Result<bool, EngineError> {
-    st.stall_count = guards::next_stall_count(
-        st.last_signature.as_deref(),
-        st.stall_count,
-        parsed.tool_signature.as_deref(),
-    );
-    st.last_signature = parsed.tool_signature.clone();
-    if cfg.max_stall == 0 || st.stall_count < cfg.max_stall {
-        return Ok(false);
-    }
-    let repeats = st.stall_count;
-    st.stall_count = 0;
-    st.stall_recoveries += 1;
-    let snaps = Snapshots::open(&cfg.workdir)?;
-    if st.stall_recoveries == 1 {
-        let snap = stall::recover(&snaps, ws, st.task, n, repeats, &parsed.recent_tools)?;
-        log.note(&format!(
-            "stall: the same tool calls {repeats} iterations in a row; saved {}, recovery guidance in .ralph/feedback.md",
-            snap.tag
-        ));
-        ctx.events.emit(EngineEvent::Stall {
-            iteration: n,
-            repeats,
-            recovery: 1,
-            snapshot: Some(snap.tag.clone()),
-            rolled_back_to: None,
-        });
-        tally.label = "stall-recovery";
-        tally
-            .note_extra
-            .push_str(&format!("; stalled, saved {}", snap.tag));
-        st.stuck_count = 0;
-        return Ok(true);
-    }
-    let cause = format!("{} stall recoveries", st.stall_recoveries);
-    let rb = crate::lifecycle::fail_task(&snaps, ws, st.task, &cause)?;
-    let reason = match &rb {
-        Some(r) => format!(
-            "stalled twice (the same tool calls {repeats} iterations in a row after a recovery); rolled back to {} (the stalled state is saved as {})",
-            r.restored.tag, r.saved.tag
-        ),
-        None => format!(
-            "stalled twice (the same tool calls {repeats} iterations in a row after a recovery); not a task, so nothing was rolled back"
-        ),
-    };
-    log.note(&reason);
-    ctx.events.emit(EngineEvent::Stall {
-        iteration: n,
-        repeats,
-        recovery: st.stall_recoveries,
-        snapshot: rb.as_ref().map(|r| r.saved.tag.clone()),
-        rolled_back_to: rb.as_ref().map(|r| r.restored.tag.clone()),
-    });
-    tally.label = "failed";
-    tally.outcome = Some(Outcome::Failed { reason });
-    Ok(false)
+    })
 }
 
 /// The iteration's progress note for the next prompts (the last ones only).
@@ -965,7 +893,7 @@ fn record_progress(
     n: u32,
     started: Instant,
     ran: &AgentRun,
-    tally: &Tally,
+    d: &decide::Decision,
     short: Option<&str>,
 ) {
     let parsed = &ran.parsed;
@@ -977,8 +905,8 @@ fn record_progress(
         short
             .map(|c| format!("commit {c}"))
             .unwrap_or_else(|| "no commit".into()),
-        tally.label,
-        tally.note_extra,
+        d.outcome,
+        d.note,
     );
     if let Some(last) = &parsed.last_text {
         // Quoted tags would put promises into the next prompt: keep their text only.
@@ -1002,7 +930,7 @@ fn record_row(
     duration: Duration,
     started_at: String,
     ran: &AgentRun,
-    tally: &Tally,
+    d: &decide::Decision,
     short: &Option<String>,
     ws: &Workspace,
 ) -> Result<(), EngineError> {
@@ -1018,9 +946,9 @@ fn record_row(
         stuck_count: st.stuck_count,
         timestamp: started_at,
         run_id: st.run_id.clone(),
-        outcome: tally.label.to_string(),
+        outcome: d.outcome,
         agent_exit_code: ran.agent.status.code(),
-        validation_passed: tally.validation_passed.to_string(),
+        validation_passed: d.validation,
         tokens_in: parsed.tokens_in.unwrap_or(0),
         tokens_out: parsed.tokens_out.unwrap_or(0),
         cost_usd: format!("{:.6}", parsed.cost_usd.unwrap_or(0.0)),
@@ -1032,8 +960,8 @@ fn record_row(
     Ok(())
 }
 
-/// After the evidence: the limits (a passing last iteration still completes), a pause
-/// at usage, the log's last line, and the iteration's end announced.
+/// After the decision: a pause at usage, the log's last line, and the iteration's end
+/// announced.
 #[allow(clippy::too_many_arguments)]
 fn finish_iteration(
     st: &mut RunState,
@@ -1041,31 +969,18 @@ fn finish_iteration(
     n: u32,
     duration: Duration,
     ran: &AgentRun,
-    tally: Tally,
+    d: decide::Decision,
+    validation_time: Duration,
     short: Option<String>,
     mut log: IterationLog,
     log_path: &std::path::Path,
     ctx: &EngineContext,
 ) -> Result<Option<Outcome>, EngineError> {
-    let Tally {
-        mut outcome,
-        label,
-        validation_time,
+    let decide::Decision {
+        outcome: label,
+        run_outcome: outcome,
         ..
-    } = tally;
-    // Limits, after the evidence: a passing last iteration still completes.
-    if outcome.is_none()
-        && let Some(limit) = guards::limit_reached(
-            n,
-            cfg.max_iterations,
-            Duration::ZERO,
-            None,
-            st.cost_usd,
-            cfg.max_cost,
-        )
-    {
-        outcome = Some(Outcome::LimitReached { limit });
-    }
+    } = d;
     if outcome.is_none()
         && failures::pause_at_usage(st, cfg, &ran.parsed.evidence, jiff::Timestamp::now())
     {
@@ -1088,7 +1003,7 @@ fn finish_iteration(
     let overhead = duration.saturating_sub(ran.agent.duration + validation_time);
     ctx.events.emit(EngineEvent::IterationFinished {
         iteration: n,
-        outcome: label.to_string(),
+        outcome: label.label().to_string(),
         duration_ms: duration.as_secs_f64() * 1000.0,
         overhead_ms: overhead.as_secs_f64() * 1000.0,
         commit: short,
