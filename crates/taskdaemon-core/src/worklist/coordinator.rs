@@ -462,7 +462,13 @@ impl Coord<'_> {
         env
     }
 
-    fn job(&self, task: &Task, st: &ImplementState, cwd: &Path, parallel: bool) -> AgentJob {
+    fn job(
+        &self,
+        task: &Task,
+        st: &ImplementState,
+        cwd: &Path,
+        parallel: bool,
+    ) -> Result<AgentJob, WorklistError> {
         let progress_text = progress::read_for_prompt(&self.cfg.spec_dir, PROGRESS_BUDGET);
         let tasks_file = self.tasks_file();
         let lock = lock::tasks_lock_path(&self.cfg.spec_dir);
@@ -491,15 +497,16 @@ impl Coord<'_> {
             }),
         });
         let mut g = self.guards();
-        AgentJob {
+        let contract = g.contract(role(task));
+        Ok(AgentJob {
             setup: self.cfg.setup.clone(),
             label: task.id.clone(),
             cwd: cwd.to_path_buf(),
-            prompt: g.with_decision(prompt),
+            prompt: g.prompt(&contract, &prompt)?,
             env: self.env(task, st, &progress_file),
             log: self.log_base(st, task),
-            contract: g.contract(role(task)),
-        }
+            contract,
+        })
     }
 
     fn started(&self, task: &Task, st: &ImplementState, job: &AgentJob, parallel: bool) {
@@ -655,7 +662,7 @@ impl Coord<'_> {
         let checked_before: BTreeSet<usize> =
             tasks.iter().filter(|t| t.done).map(|t| t.index).collect();
         let head_before = self.git.head()?;
-        let job = self.job(task, st, &self.cfg.repo, false);
+        let job = self.job(task, st, &self.cfg.repo, false)?;
         self.started(task, st, &job, false);
         let started = Started::of(&job);
         let run = run_agent(job, self.events.clone(), self.cancel.clone()).await?;
@@ -751,7 +758,7 @@ impl Coord<'_> {
         let head_before = self.git.head()?;
         for (i, tree) in &trees {
             let task = &tasks[*i];
-            let job = self.job(task, st, tree, true);
+            let job = self.job(task, st, tree, true)?;
             self.started(task, st, &job, true);
             let started = Started::of(&job);
             let (events, cancel, i) = (self.events.clone(), self.cancel.clone(), *i);

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::WorklistError;
 use super::agent::{AgentRun, JobContract};
+use super::loop_prompt::{LoopPrompts, PromptVars};
 use crate::clock;
 use crate::engine::decide::{self, Claim};
 use crate::engine::{Outcome, RunState};
@@ -73,6 +74,7 @@ pub struct Guards {
     stuck: u32,
     stuck_iterations: u32,
     decision: Option<String>,
+    prompts: LoopPrompts,
 }
 
 impl Guards {
@@ -106,7 +108,9 @@ impl Guards {
             },
             None => None,
         };
+        let prompts = LoopPrompts::load(repo)?;
         Ok(Guards {
+            prompts,
             run_id: RunState::new_id(clock::now()),
             kind,
             ws,
@@ -130,14 +134,19 @@ impl Guards {
         self.decision.as_deref()
     }
 
-    /// The prompt with the person's answer, when there is one.
-    pub fn with_decision(&self, prompt: String) -> String {
-        match &self.decision {
-            Some(d) => format!(
-                "{prompt}\n## A person's decision on your earlier question\n\n{d}\n\nFollow it.\n"
-            ),
-            None => prompt,
-        }
+    /// The prompt of an invocation: the work source's `task` text through the loop type
+    /// the contract names (with the person's answer, when there is one).
+    pub fn prompt(&self, contract: &JobContract, task: &str) -> Result<String, WorklistError> {
+        self.prompts.render(
+            &contract.loop_name,
+            &PromptVars {
+                task,
+                decision: self.decision.as_deref(),
+                iteration: contract.iteration,
+                max_iterations: contract.max_iterations,
+                workdir: &self.repo,
+            },
+        )
     }
 
     /// The loop's limits before the next iteration (`done` iterations so far).

@@ -10,6 +10,7 @@ pub mod current_spec;
 pub mod events;
 pub mod guards;
 pub mod lock;
+pub mod loop_prompt;
 pub mod progress;
 mod prompt;
 pub mod state;

@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::WorklistError;
-use super::agent::{AgentJob, AgentRun, AgentSetup, prompt_path, run_agent};
+use super::agent::{AgentJob, AgentRun, AgentSetup, JobContract, prompt_path, run_agent};
 use super::guards::{Guards, Limits, Row, limit_detail, stop_detail};
 use super::events::{WorklistEvent, WorklistSink};
 use super::stories_rules::{self, APPROVED, CHANGES_REQUESTED, Mode, NEEDS_REVIEW, Story};
@@ -198,13 +198,11 @@ async fn one_iteration(
         .repo
         .join(LOGS_DIR)
         .join(format!("iteration-{iteration:03}-{}", mode.name()));
-    let prompt = g.with_decision(story_prompt(
-        cfg,
-        rel,
-        step.stories,
-        mode,
-        previous_error.as_deref(),
-    ));
+    let contract = g.contract(loop_type(mode));
+    let prompt = g.prompt(
+        &contract,
+        &story_prompt(cfg, rel, step.stories, mode, previous_error.as_deref()),
+    )?;
     events.emit(WorklistEvent::StoryIteration {
         iteration,
         mode: mode.name().into(),
@@ -213,7 +211,7 @@ async fn one_iteration(
     });
     let started_at = crate::clock::now_rfc3339();
     let head_before = git.head()?;
-    let job = story_job(cfg, g, mode, iteration, prompt, log);
+    let job = story_job(cfg, contract, mode, iteration, prompt, log);
     let invocation = job.contract.iteration;
     let run = run_agent(job, events.clone(), cancel.clone()).await?;
     g.account(&run)?;
@@ -324,6 +322,15 @@ fn judge(
     }
 }
 
+/// The loop type of a mode's agent: a review is `story-review`; implementing a story and
+/// fixing it after a review are `story-implement`.
+fn loop_type(mode: &Mode) -> &'static str {
+    match mode {
+        Mode::Review(_) => "story-review",
+        _ => "story-implement",
+    }
+}
+
 /// The failure when stories remain but every one waits on a story that does not pass.
 fn no_story_can_start(cfg: &StoriesConfig, stories: &[Story]) -> Outcome {
     let waiting: Vec<String> = stories
@@ -343,7 +350,7 @@ fn no_story_can_start(cfg: &StoriesConfig, stories: &[Story]) -> Outcome {
 /// The agent run of one iteration in `mode`.
 fn story_job(
     cfg: &StoriesConfig,
-    g: &mut Guards,
+    contract: JobContract,
     mode: &Mode,
     iteration: u32,
     prompt: String,
@@ -364,7 +371,7 @@ fn story_job(
             ("TASKDAEMON_ITERATION".into(), iteration.to_string().into()),
         ],
         log,
-        contract: g.contract(&format!("story-{}", mode.name())),
+        contract,
     }
 }
 
