@@ -17,12 +17,12 @@ use super::prompt::{ParallelPaths, TaskPrompt, task_prompt};
 use super::state::{ImplementState, ParallelGroup, TaskStatus};
 use super::tasks_md::{self, Task};
 use super::verify::{self, Evidence, Failure};
-use super::worktree::{WorktreeOp, task_worktree, worktrees_dir};
 use super::{WorklistError, lock, progress};
 use crate::engine::Outcome;
 use crate::engine::decide::{Claim, IterationOutcome, ValidationResult};
 use crate::fsutil::write_atomic;
 use crate::git::Git;
+use crate::git::worktree::Worktrees;
 use crate::guards::Limit;
 
 pub const TASKS_FILE: &str = "tasks.md";
@@ -726,29 +726,15 @@ impl Coord<'_> {
         };
         let checked_before: BTreeSet<usize> =
             tasks.iter().filter(|t| t.done).map(|t| t.index).collect();
-        let wt_root = worktrees_dir(&self.git)?;
-        let safe_name: String = self
-            .spec_name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        // One worktree manager: the loops' (`git::worktree`), with the work lists' own
+        // base inside the git directory.
+        let wts = Worktrees::open(&self.cfg.repo, &worklist_worktrees(&self.git)?)?;
         let mut trees: Vec<(usize, PathBuf)> = Vec::new();
+        let mut names: Vec<String> = Vec::new();
         for &i in group {
-            let path = wt_root.join(format!("{safe_name}-task-{}", tasks[i].id));
-            task_worktree(
-                &self.git,
-                WorktreeOp::Add {
-                    path: &path,
-                    base: &base,
-                },
-            )?;
-            trees.push((i, path));
+            let name = tree_name(&self.spec_name, &tasks[i].id);
+            trees.push((i, wts.detached(&name, &base)?));
+            names.push(name);
         }
         self.events.emit(WorklistEvent::GroupStarted {
             iteration: st.global_iteration,
@@ -800,10 +786,12 @@ impl Coord<'_> {
                 .map(|stop| Ran::Done(v, stop)),
             other => other,
         };
-        for (_, tree) in &trees {
-            if let Err(e) = task_worktree(&self.git, WorktreeOp::Remove { path: tree }) {
-                self.events
-                    .warn(format!("could not remove worktree {}: {e}", tree.display()));
+        for name in &names {
+            if let Err(e) = wts.remove(name, true, false) {
+                self.events.warn(format!(
+                    "could not remove worktree {}: {e}",
+                    wts.path_for(name).display()
+                ));
             }
         }
         outcome
@@ -1061,6 +1049,35 @@ impl Coord<'_> {
         commit.extend(paths);
         self.git.call(&commit).text()?;
         Ok(())
+    }
+}
+
+/// Where the work lists' task worktrees live: `<git-common-dir>/taskdaemon/worklist-worktrees/`.
+fn worklist_worktrees(git: &Git) -> Result<PathBuf, WorklistError> {
+    Ok(git
+        .common_dir()?
+        .join("taskdaemon")
+        .join("worklist-worktrees"))
+}
+
+/// A task worktree's name: `<spec>-task-<id>`, in the characters worktree names allow.
+fn tree_name(spec: &str, id: &str) -> String {
+    let clean = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '-' | '.') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    let name = format!("{}-task-{}", clean(spec), clean(id));
+    if name.starts_with(['.', '-']) {
+        format!("_{name}")
+    } else {
+        name
     }
 }
 

@@ -18,7 +18,6 @@ pub mod stories;
 pub mod stories_rules;
 pub mod tasks_md;
 pub mod verify;
-pub mod worktree;
 
 use std::path::{Path, PathBuf};
 
@@ -43,6 +42,8 @@ pub enum WorklistError {
     Busy { spec: PathBuf, pid: String },
     #[error(transparent)]
     Git(#[from] crate::git::GitError),
+    #[error(transparent)]
+    Worktree(#[from] crate::git::worktree::WorktreeError),
     #[error("{0}")]
     Invalid(String),
     /// The agent could not run at all (could-not-start, auth): nothing to count as an
