@@ -73,9 +73,20 @@ fi
     let r = env.run(&["implement", SPEC, "--agent", &a]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     let blocked = std::fs::read_to_string(env.repo().join(".ralph/blocked.txt")).unwrap();
-    assert!(blocked.contains("the database password is missing"), "{blocked}");
-    assert!(r.stdout.contains("BLOCKED (code 2)"), "summary block: {}", r.stdout);
-    assert!(r.stderr.contains("`taskdaemon implement` again"), "{}", r.stderr);
+    assert!(
+        blocked.contains("the database password is missing"),
+        "{blocked}"
+    );
+    assert!(
+        r.stdout.contains("BLOCKED (code 2)"),
+        "summary block: {}",
+        r.stdout
+    );
+    assert!(
+        r.stderr.contains("`taskdaemon implement` again"),
+        "{}",
+        r.stderr
+    );
 
     // Still blocked: a rerun refuses until a person unblocks.
     let r = env.run(&["implement", SPEC, "--agent", &a]);
@@ -97,7 +108,10 @@ fi
         "the answered question is archived"
     );
     let tasks = std::fs::read_to_string(env.repo().join(SPEC).join("tasks.md")).unwrap();
-    assert!(tasks.contains("- [x] 1.1") && tasks.contains("- [x] 1.2"), "{tasks}");
+    assert!(
+        tasks.contains("- [x] 1.1") && tasks.contains("- [x] 1.2"),
+        "{tasks}"
+    );
     assert_eq!(
         modes_and_outcomes(&env.repo()),
         [
@@ -244,7 +258,11 @@ fn max_cost_stops_implement_and_stories() {
     let rows = csv_rows(&env.repo());
     assert_eq!(rows.len(), 2, "{rows:?}");
     assert_eq!(rows[0]["cost_usd"], "0.600000");
-    assert!(r.stdout.contains("$1.20") || r.stdout.contains("1.2"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("$1.20") || r.stdout.contains("1.2"),
+        "{}",
+        r.stdout
+    );
 
     let env = Env::new();
     let repo = env.repo();
@@ -278,7 +296,14 @@ fn a_kill_9_of_run_mid_iteration_keeps_what_the_agent_printed_in_its_log() {
     );
     let mut child = env
         .cmd()
-        .args(["run", "say two things", "--agent", &a, "--max-iterations", "1"])
+        .args([
+            "run",
+            "say two things",
+            "--agent",
+            &a,
+            "--max-iterations",
+            "1",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

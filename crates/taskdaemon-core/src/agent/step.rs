@@ -86,13 +86,19 @@ pub fn contract_env(c: &Contract<'_>) -> Vec<(OsString, OsString)> {
             "TASKDAEMON_PROMPT_FILE".into(),
             c.prompt_file.as_os_str().to_owned(),
         ),
-        ("TASKDAEMON_ITERATION".into(), c.iteration.to_string().into()),
+        (
+            "TASKDAEMON_ITERATION".into(),
+            c.iteration.to_string().into(),
+        ),
         (
             "TASKDAEMON_MAX_ITERATIONS".into(),
             c.max_iterations.to_string().into(),
         ),
         ("TASKDAEMON_RUN_ID".into(), c.run_id.into()),
-        ("TASKDAEMON_WORKDIR".into(), c.workdir.as_os_str().to_owned()),
+        (
+            "TASKDAEMON_WORKDIR".into(),
+            c.workdir.as_os_str().to_owned(),
+        ),
         ("TASKDAEMON_BIN".into(), c.harness.as_os_str().to_owned()),
         ("TASKDAEMON_LOOP".into(), c.loop_name.into()),
     ];
@@ -225,12 +231,17 @@ mod tests {
         let r = req(&agent, d.path(), &prompt_file, env);
         let mut log = IterationLog::create(&log_path, 1 << 20).unwrap();
         let mut seen = Vec::new();
-        let out = run_step(&r, &mut log, &CancellationToken::new(), |log, _, text, _| {
-            // Already in the file when the callback sees it.
-            let now = std::fs::read_to_string(log.path()).unwrap();
-            assert!(now.contains(text), "{now:?} lacks {text:?}");
-            seen.push(text.to_string());
-        })
+        let out = run_step(
+            &r,
+            &mut log,
+            &CancellationToken::new(),
+            |log, _, text, _| {
+                // Already in the file when the callback sees it.
+                let now = std::fs::read_to_string(log.path()).unwrap();
+                assert!(now.contains(text), "{now:?} lacks {text:?}");
+                seen.push(text.to_string());
+            },
+        )
         .await
         .unwrap();
         log.finish().unwrap();

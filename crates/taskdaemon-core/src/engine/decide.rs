@@ -111,7 +111,10 @@ pub enum ValidationEvidence {
         output: String,
     },
     /// Exit 127: the command is not there.
-    Missing { command: String, output: String },
+    Missing {
+        command: String,
+        output: String,
+    },
     Interrupted,
 }
 
@@ -122,7 +125,9 @@ pub enum GateVerdict {
     /// Plan phase: the claim does not count.
     Swallowed,
     Rejected,
-    Abort { reason: String },
+    Abort {
+        reason: String,
+    },
 }
 
 /// Everything the steps found out in one iteration.
@@ -207,7 +212,11 @@ pub fn completing(ev: &Evidence, policy: &Policy) -> Option<bool> {
         return None;
     }
     let claimed = ev.signal == Some(Signal::Complete);
-    match ev.validation.as_ref().unwrap_or(&ValidationEvidence::NotRun) {
+    match ev
+        .validation
+        .as_ref()
+        .unwrap_or(&ValidationEvidence::NotRun)
+    {
         ValidationEvidence::NotRun if !policy.has_validation => claimed.then_some(false),
         ValidationEvidence::Passed if claimed || !policy.promise_required => Some(true),
         _ => None,
@@ -310,7 +319,11 @@ fn agent_rules(ev: &Evidence, policy: &Policy, d: &mut Decision) -> bool {
 /// The validation's verdict on the state (and on a claim).
 fn validation_rules(ev: &Evidence, policy: &Policy, d: &mut Decision) -> bool {
     let claimed = ev.signal == Some(Signal::Complete);
-    match ev.validation.as_ref().unwrap_or(&ValidationEvidence::NotRun) {
+    match ev
+        .validation
+        .as_ref()
+        .unwrap_or(&ValidationEvidence::NotRun)
+    {
         ValidationEvidence::NotRun => {}
         ValidationEvidence::Missing { command, output } => {
             d.validation = ValidationResult::Failed;
@@ -443,8 +456,7 @@ pub fn stuck_rule(
         Claim::Accepted => 0,
         Claim::Rejected => guards::next_stuck_count(count, head_before, head_after, timed_out),
     };
-    let outcome =
-        guards::is_stuck(next, max_stuck).then_some(Outcome::Stuck { iterations: next });
+    let outcome = guards::is_stuck(next, max_stuck).then_some(Outcome::Stuck { iterations: next });
     (next, outcome)
 }
 

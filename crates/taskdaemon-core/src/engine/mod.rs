@@ -21,7 +21,8 @@ use tokio_util::sync::CancellationToken;
 pub use events::{EngineEvent, EventSink};
 pub use outcome::{Outcome, exit_code};
 pub use state::{
-    DEFAULT_ITERATION_TIMEOUT, DEFAULT_KILL_GRACE, DEFAULT_MAX_STUCK, ResolveError, RunConfig, RunState, StateError,
+    DEFAULT_ITERATION_TIMEOUT, DEFAULT_KILL_GRACE, DEFAULT_MAX_STUCK, ResolveError, RunConfig,
+    RunState, StateError,
 };
 
 use crate::agent::{OutputFormat, ProcessSpec, step};
@@ -261,7 +262,20 @@ async fn iteration(
         }
     };
 
-    let (ev, validation_time) = gather(st, cfg, n, &ran, no_work, &head, &written.prompt, &mut log, ctx, cancel, ws).await?;
+    let (ev, validation_time) = gather(
+        st,
+        cfg,
+        n,
+        &ran,
+        no_work,
+        &head,
+        &written.prompt,
+        &mut log,
+        ctx,
+        cancel,
+        ws,
+    )
+    .await?;
     let d = decide::decide(&ev, &counters(st), &policy(cfg));
     let d = apply(st, cfg, n, ws, &ran, d, &mut log, ctx)?;
     st.last_head = head.clone();
@@ -862,29 +876,31 @@ async fn completion_step(
     ctx: &EngineContext,
     cancel: &CancellationToken,
 ) -> Result<decide::GateVerdict, EngineError> {
-    Ok(match completion::gates(st, cfg, n, ws, ctx, cancel).await? {
-        completion::Verdict::Complete => decide::GateVerdict::Complete,
-        completion::Verdict::Swallowed => {
-            log.note("completion claimed in the plan phase: ignored (spec 4)");
-            decide::GateVerdict::Swallowed
-        }
-        completion::Verdict::Rejected { attempt } => {
-            let reason = format!(
-                "the harness's gates rejected the completion (attempt {attempt} of {}); see .ralph/feedback.md",
-                completion::MAX_GATE_FAILURES
-            );
-            log.note(&reason);
-            ctx.events.emit(EngineEvent::CompletionRejected {
-                iteration: n,
-                reason,
-            });
-            decide::GateVerdict::Rejected
-        }
-        completion::Verdict::Abort { reason } => {
-            log.note(&reason);
-            decide::GateVerdict::Abort { reason }
-        }
-    })
+    Ok(
+        match completion::gates(st, cfg, n, ws, ctx, cancel).await? {
+            completion::Verdict::Complete => decide::GateVerdict::Complete,
+            completion::Verdict::Swallowed => {
+                log.note("completion claimed in the plan phase: ignored (spec 4)");
+                decide::GateVerdict::Swallowed
+            }
+            completion::Verdict::Rejected { attempt } => {
+                let reason = format!(
+                    "the harness's gates rejected the completion (attempt {attempt} of {}); see .ralph/feedback.md",
+                    completion::MAX_GATE_FAILURES
+                );
+                log.note(&reason);
+                ctx.events.emit(EngineEvent::CompletionRejected {
+                    iteration: n,
+                    reason,
+                });
+                decide::GateVerdict::Rejected
+            }
+            completion::Verdict::Abort { reason } => {
+                log.note(&reason);
+                decide::GateVerdict::Abort { reason }
+            }
+        },
+    )
 }
 
 /// The iteration's progress note for the next prompts (the last ones only).

@@ -167,8 +167,8 @@ pub async fn run_agent(
         timeout: job.setup.timeout,
         grace: job.setup.grace,
     };
-    let mut log = IterationLog::create(&out_file, DEFAULT_LOG_CAP)
-        .map_err(WorklistError::io(&out_file))?;
+    let mut log =
+        IterationLog::create(&out_file, DEFAULT_LOG_CAP).map_err(WorklistError::io(&out_file))?;
     log.note(&format!(
         "run {} {} invocation {}: agent {}; prompt {}",
         job.contract.run_id,
@@ -195,7 +195,11 @@ pub async fn run_agent(
     log.note(&format!(
         "agent exited with {}{}{}",
         r.process.status.code(),
-        if r.process.timed_out { " (timed out)" } else { "" },
+        if r.process.timed_out {
+            " (timed out)"
+        } else {
+            ""
+        },
         if r.process.interrupted {
             " (interrupted)"
         } else {

@@ -11,8 +11,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::agent::{AgentJob, AgentRun, AgentSetup, prompt_path, run_agent};
-use super::guards::{Guards, Limits, Row, limit_detail, stop_detail};
 use super::events::{WorklistEvent, WorklistSink};
+use super::guards::{Guards, Limits, Row, limit_detail, stop_detail};
 use super::prompt::{ParallelPaths, TaskPrompt, task_prompt};
 use super::state::{ImplementState, ParallelGroup, TaskStatus};
 use super::tasks_md::{self, Task};
@@ -695,8 +695,16 @@ impl Coord<'_> {
             head_after.as_deref(),
             run.timed_out,
         );
-        let commit = (head_after != head_before).then(|| head_after.clone()).flatten();
-        self.record(task, &started, &run, attempt_label(claim, &stuck), Some((claim, commit)))?;
+        let commit = (head_after != head_before)
+            .then(|| head_after.clone())
+            .flatten();
+        self.record(
+            task,
+            &started,
+            &run,
+            attempt_label(claim, &stuck),
+            Some((claim, commit)),
+        )?;
         let result = if failures.is_empty() {
             let commits = self.commits_since(&self.cfg.repo, head_before.as_deref())?;
             self.events.emit(WorklistEvent::TaskCompleted {
@@ -959,10 +967,9 @@ impl Coord<'_> {
         };
         let stuck = match &stop {
             Some(_) => None,
-            None => {
-                self.guards()
-                    .after_attempt(claim, head_before, head_after.as_deref(), false)
-            }
+            None => self
+                .guards()
+                .after_attempt(claim, head_before, head_after.as_deref(), false),
         };
         for (i, started, run) in starts {
             let v = verdicts.iter().find(|v| v.index == *i);
@@ -976,7 +983,9 @@ impl Coord<'_> {
                     Some((Claim::Rejected, None)),
                 ),
                 None => (
-                    stop.as_ref().map(signal_label).unwrap_or(IterationOutcome::Continue),
+                    stop.as_ref()
+                        .map(signal_label)
+                        .unwrap_or(IterationOutcome::Continue),
                     None,
                 ),
             };

@@ -105,6 +105,9 @@ mod tests {
         )
         .unwrap();
         let p = LoopPrompts::load(d.path()).unwrap();
-        assert_eq!(p.render("qa", &v).unwrap(), "House rules first. Do task 1.1 (2/9)");
+        assert_eq!(
+            p.render("qa", &v).unwrap(),
+            "House rules first. Do task 1.1 (2/9)"
+        );
     }
 }

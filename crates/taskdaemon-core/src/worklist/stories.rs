@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::WorklistError;
 use super::agent::{AgentJob, AgentRun, AgentSetup, JobContract, prompt_path, run_agent};
-use super::guards::{Guards, Limits, Row, limit_detail, stop_detail};
 use super::events::{WorklistEvent, WorklistSink};
+use super::guards::{Guards, Limits, Row, limit_detail, stop_detail};
 use super::stories_rules::{self, APPROVED, CHANGES_REQUESTED, Mode, NEEDS_REVIEW, Story};
 use crate::engine::Outcome;
 use crate::engine::decide::{Claim, IterationOutcome, ValidationResult};
@@ -107,12 +107,19 @@ pub async fn run_stories(
     loop {
         let (snapshot, stories) = load(&cfg.file)?;
         if cancel.is_cancelled() {
-            return Ok(finish(events, &g, Outcome::Interrupted, &stories, cfg.review));
+            return Ok(finish(
+                events,
+                &g,
+                Outcome::Interrupted,
+                &stories,
+                cfg.review,
+            ));
         }
         if let Some(o) = g.limit(iteration) {
             return Ok(finish(events, &g, o, &stories, cfg.review));
         }
-        let Some((mode, snapshot, stories)) = next_mode(cfg, &git, &rel, events, snapshot, stories)?
+        let Some((mode, snapshot, stories)) =
+            next_mode(cfg, &git, &rel, events, snapshot, stories)?
         else {
             let (_, stories) = load(&cfg.file)?;
             return Ok(finish(
@@ -130,8 +137,17 @@ pub async fn run_stories(
             snapshot: &snapshot,
             stories: &stories,
         };
-        match one_iteration(cfg, &mut g, &git, &rel, &step, &mut previous_error, events, cancel)
-            .await?
+        match one_iteration(
+            cfg,
+            &mut g,
+            &git,
+            &rel,
+            &step,
+            &mut previous_error,
+            events,
+            cancel,
+        )
+        .await?
         {
             Some(o) => {
                 let (_, now) = load(&cfg.file)?;

@@ -74,9 +74,10 @@ fn table() -> Vec<Row> {
             s.stuck = 2;
         })
         .want(O::Continue, None, 0),
-        row("the third iteration without a commit is stuck", |_, s, _| {
-            s.stuck = 2
-        })
+        row(
+            "the third iteration without a commit is stuck",
+            |_, s, _| s.stuck = 2,
+        )
         .want(O::Stuck, Some("STUCK"), 3),
         row("max-stuck 0 never sticks", |_, s, p| {
             s.stuck = 50;
@@ -88,8 +89,7 @@ fn table() -> Vec<Row> {
             s.stuck = 2;
         })
         .want(O::Interrupted, Some("INTERRUPTED"), 2),
-        row("a timeout counts and says so", |e, _, _| e.timed_out = true)
-            .want(O::Timeout, None, 1),
+        row("a timeout counts and says so", |e, _, _| e.timed_out = true).want(O::Timeout, None, 1),
         row("a timeout at the runtime limit ends the loop", |e, _, _| {
             e.timed_out = true;
             e.cut_by_runtime = true;
@@ -109,30 +109,42 @@ fn table() -> Vec<Row> {
             e.signal = Some(Signal::Decide("which db?".into()))
         })
         .want(O::Decide, Some("DECIDE"), 0),
-        row("promise + passing validation + gates complete", |e, _, _| {
-            e.signal = Some(Signal::Complete);
-            e.validation = Some(ValidationEvidence::Passed);
-            e.gates = Some(GateVerdict::Complete);
-        })
+        row(
+            "promise + passing validation + gates complete",
+            |e, _, _| {
+                e.signal = Some(Signal::Complete);
+                e.validation = Some(ValidationEvidence::Passed);
+                e.gates = Some(GateVerdict::Complete);
+            },
+        )
         .want(O::Complete, Some("COMPLETE"), 0),
         row("promise + failing validation is rejected", |e, _, _| {
             e.signal = Some(Signal::Complete);
             e.validation = Some(failed_validation());
         })
         .want(O::Rejected, None, 1),
-        row("passing validation without the required promise waits", |e, _, p| {
-            p.promise_required = true;
-            e.validation = Some(ValidationEvidence::Passed);
-        })
+        row(
+            "passing validation without the required promise waits",
+            |e, _, p| {
+                p.promise_required = true;
+                e.validation = Some(ValidationEvidence::Passed);
+            },
+        )
         .want(O::Continue, None, 1),
-        row("passing validation alone completes by default", |e, _, _| {
-            e.validation = Some(ValidationEvidence::Passed);
-        })
+        row(
+            "passing validation alone completes by default",
+            |e, _, _| {
+                e.validation = Some(ValidationEvidence::Passed);
+            },
+        )
         .want(O::Complete, Some("COMPLETE"), 0),
-        row("a promise without validation completes unverified", |e, _, p| {
-            p.has_validation = false;
-            e.signal = Some(Signal::Complete);
-        })
+        row(
+            "a promise without validation completes unverified",
+            |e, _, p| {
+                p.has_validation = false;
+                e.signal = Some(Signal::Complete);
+            },
+        )
         .want(O::Complete, Some("COMPLETE"), 0),
         row("validation missing ends the loop", |e, _, _| {
             e.validation = Some(ValidationEvidence::Missing {
@@ -174,8 +186,10 @@ fn table() -> Vec<Row> {
             s.stall_recoveries = 1;
         })
         .want(O::Failed, Some("FAILED"), 0),
-        row("the last iteration reaches the limit", |e, _, _| e.iteration = 10)
-            .want(O::Continue, Some("LIMIT"), 1),
+        row("the last iteration reaches the limit", |e, _, _| {
+            e.iteration = 10
+        })
+        .want(O::Continue, Some("LIMIT"), 1),
         row("a passing last iteration still completes", |e, _, _| {
             e.iteration = 10;
             e.validation = Some(ValidationEvidence::Passed);
@@ -215,7 +229,9 @@ fn feedback_and_csv_labels() {
     assert_eq!(d.outcome.label(), "rejected");
     assert!(d.rejected.is_some());
     match d.feedback {
-        Feedback::Set(t) => assert!(t.starts_with("$ make test\n(exit code 1, expected 0)\n1 failed")),
+        Feedback::Set(t) => {
+            assert!(t.starts_with("$ make test\n(exit code 1, expected 0)\n1 failed"))
+        }
         other => panic!("{other:?}"),
     }
     e.validation = Some(ValidationEvidence::Passed);
