@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 pub use events::{EngineEvent, EventSink};
 pub use outcome::{Outcome, exit_code};
 pub use state::{
-    DEFAULT_ITERATION_TIMEOUT, DEFAULT_KILL_GRACE, DEFAULT_MAX_STUCK, ResolveError, RunConfig,
-    RunState, StateError,
+    DEFAULT_ITERATION_TIMEOUT, DEFAULT_KILL_GRACE, DEFAULT_MAX_STALL, DEFAULT_MAX_STUCK,
+    ResolveError, RunConfig, RunState, StateError,
 };
 
 use crate::agent::{OutputFormat, ProcessSpec, step};

@@ -63,6 +63,8 @@ pub struct AgentRun {
     pub cost_usd: Option<f64>,
     pub tokens_in: u64,
     pub tokens_out: u64,
+    /// The fingerprint of its tool calls (structured output only): the stall guard's input.
+    pub tool_signature: Option<String>,
 }
 
 /// `log` with `suffix` appended (not `with_extension`: task ids like `1.2` hold dots).
@@ -231,6 +233,7 @@ pub async fn run_agent(
         cost_usd: r.parsed.cost_usd,
         tokens_in: r.parsed.tokens_in.unwrap_or(0),
         tokens_out: r.parsed.tokens_out.unwrap_or(0),
+        tool_signature: r.parsed.tool_signature.clone(),
     };
     events.emit(WorklistEvent::AgentFinished {
         task_id: job.label,

@@ -28,6 +28,8 @@ use crate::workspace::Workspace;
 pub struct Limits {
     /// Rejected attempts in a row without a commit before the loop is stuck (0: never).
     pub max_stuck: u32,
+    /// Agents in a row with the same tool calls before the loop fails as stalled (0: never).
+    pub max_stall: u32,
     pub max_cost: Option<f64>,
     pub max_runtime: Option<Duration>,
 }
@@ -36,6 +38,7 @@ impl Default for Limits {
     fn default() -> Limits {
         Limits {
             max_stuck: crate::engine::DEFAULT_MAX_STUCK,
+            max_stall: crate::engine::DEFAULT_MAX_STALL,
             max_cost: None,
             max_runtime: None,
         }
@@ -75,6 +78,8 @@ pub struct Guards {
     stuck_iterations: u32,
     decision: Option<String>,
     prompts: LoopPrompts,
+    stall: u32,
+    last_signature: Option<String>,
 }
 
 impl Guards {
@@ -111,6 +116,8 @@ impl Guards {
         let prompts = LoopPrompts::load(repo)?;
         Ok(Guards {
             prompts,
+            stall: 0,
+            last_signature: None,
             run_id: RunState::new_id(clock::now()),
             kind,
             ws,
@@ -191,8 +198,19 @@ impl Guards {
         Ok(())
     }
 
-    /// The agent's BLOCKED or DECIDE: written for the person, and the loop's outcome.
-    pub fn signal(&self, run: &AgentRun, iteration: u32) -> Result<Option<Outcome>, WorklistError> {
+    /// The agent's BLOCKED or DECIDE (written for the person), or a stall (the same tool
+    /// calls `--max-stall` agents in a row): the loop's outcome.
+    pub fn signal(
+        &mut self,
+        run: &AgentRun,
+        iteration: u32,
+    ) -> Result<Option<Outcome>, WorklistError> {
+        self.stall = guards::next_stall_count(
+            self.last_signature.as_deref(),
+            self.stall,
+            run.tool_signature.as_deref(),
+        );
+        self.last_signature = run.tool_signature.clone();
         let scan = signals::scan(&run.words, "COMPLETE");
         let at = clock::now_rfc3339();
         let ws_err = |e: crate::workspace::WorkspaceError| WorklistError::Invalid(e.to_string());
@@ -208,6 +226,14 @@ impl Guards {
                     .write_decide(&question, iteration, &at)
                     .map_err(ws_err)?;
                 Some(Outcome::Decide { question })
+            }
+            _ if self.limits.max_stall > 0 && self.stall >= self.limits.max_stall => {
+                Some(Outcome::Failed {
+                    reason: format!(
+                        "stalled: the agents made the same tool calls {} times in a row (--max-stall)\n  hint: read the last logs; change the task or the prompt (a loop type in .taskdaemon/loops/), then run `taskdaemon {}` again",
+                        self.stall, self.kind
+                    ),
+                })
             }
             _ => None,
         })
@@ -325,4 +351,53 @@ pub fn limit_detail(limit: Limit, kind: &str) -> String {
         "{} reached\n  hint: run `taskdaemon {kind}` again to continue (it resumes), or raise the limit",
         limit.describe()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(words: &str, signature: Option<&str>) -> AgentRun {
+        AgentRun {
+            words: words.into(),
+            exit_code: 0,
+            timed_out: false,
+            interrupted: false,
+            duration: Duration::from_millis(5),
+            cost_usd: Some(0.25),
+            tokens_in: 10,
+            tokens_out: 2,
+            tool_signature: signature.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn promises_stalls_cost_and_a_blocked_loop_that_does_not_start() {
+        let d = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            max_cost: Some(0.5),
+            ..Limits::default()
+        };
+        let mut g = Guards::start(d.path(), "stories", limits, 10).unwrap();
+        for i in 1..=2 {
+            g.account(&run("working", Some("sig"))).unwrap();
+            assert_eq!(g.signal(&run("working", Some("sig")), i).unwrap(), None);
+        }
+        let third = g.signal(&run("working", Some("sig")), 3).unwrap();
+        assert!(
+            matches!(&third, Some(Outcome::Failed { reason }) if reason.contains("stalled")),
+            "{third:?}"
+        );
+        assert_eq!(
+            g.limit(1).map(|o| o.label()),
+            Some("LIMIT"),
+            "0.5 USD spent"
+        );
+        let o = g
+            .signal(&run("<promise>BLOCKED: no key</promise>", None), 4)
+            .unwrap();
+        assert_eq!(o.map(|o| o.exit_code()), Some(2));
+        let e = Guards::start(d.path(), "stories", limits, 10).unwrap_err();
+        assert!(e.to_string().contains("taskdaemon unblock"), "{e}");
+    }
 }

@@ -256,7 +256,8 @@ async fn one_iteration(
         }
         row.outcome = match o {
             Outcome::Blocked { .. } => IterationOutcome::Blocked,
-            _ => IterationOutcome::Decide,
+            Outcome::Decide { .. } => IterationOutcome::Decide,
+            _ => IterationOutcome::Failed,
         };
         g.record(&row)?;
         return Ok(Some(o));

@@ -65,6 +65,9 @@ pub struct LimitFlags {
     /// Stop (exit 4) after N rejected attempts in a row without a new commit; 0 disables [default: 3].
     #[arg(long, value_name = "N")]
     pub max_stuck: Option<u32>,
+    /// Stop (exit 5) after N agents in a row with the same tool calls; 0 disables [default: 3].
+    #[arg(long, value_name = "N")]
+    pub max_stall: Option<u32>,
     /// Stop (exit 1) once the agents' reported cost reaches USD.
     #[arg(long, value_name = "USD")]
     pub max_cost: Option<f64>,
@@ -85,6 +88,7 @@ impl LimitFlags {
         let d = worklist::Limits::default();
         Ok(worklist::Limits {
             max_stuck: self.max_stuck.unwrap_or(d.max_stuck),
+            max_stall: self.max_stall.unwrap_or(d.max_stall),
             max_cost: self.max_cost,
             max_runtime: self.max_runtime.map(|d| d.0),
         })
