@@ -38,8 +38,8 @@ task's Verify command passes. State: <spec>/.ralph-state.json (resumed by the ne
 An agent may end its answer with <promise>BLOCKED: reason</promise> (.ralph/blocked.txt, exit 2; \
 `taskdaemon unblock` then run again) or <promise>DECIDE: question</promise> (.ralph/decide.txt, \
 exit 3; `taskdaemon answer \"…\"` then run again: the answer goes into the next prompt). Every \
-agent invocation adds a row to .ralph/summary.csv (mode implement or qa).\n\n\
-Exit codes: 0 ALL_TASKS_COMPLETE, 1 a limit (iterations, --max-cost, --max-runtime), 2 blocked, 3 decide, 4 stuck, 5 a task kept failing, 64 usage, 130 interrupted or cancelled.")]
+agent invocation adds a row to .ralph/logs/summary.csv (mode implement or qa).\n\n\
+Exit codes: 0 ALL_TASKS_COMPLETE, 1 a limit (iterations, --max-cost, --max-runtime), 2 blocked, 3 decide, 4 stuck, 5 a task kept failing or the agents stalled, 64 usage, 130 interrupted or cancelled.")]
 pub struct ImplementArgs {
     /// The spec directory with tasks.md [default: specs/<name> from specs/.current-spec, else the current directory].
     #[arg(value_name = "SPEC_DIR")]

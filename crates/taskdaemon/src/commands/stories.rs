@@ -27,7 +27,7 @@ moves a story back to needs_review. A violation restores the file and the reason
 next prompt. At the review cap the harness approves the story, with a note. Done when the agent \
 says <promise>COMPLETE</promise> and every story passes (and is approved).\n\n\
 BLOCKED and DECIDE promises stop the loop as in `implement` (exit 2 and 3; a blocked iteration \
-leaves the stories file as it was). Every agent invocation adds a row to .ralph/summary.csv with \
+leaves the stories file as it was). Every agent invocation adds a row to .ralph/logs/summary.csv with \
 its mode (implement, review, review-fix).\n\n\
 Exit codes: 0 complete, 1 a limit (iterations, --max-cost, --max-runtime), 2 blocked, 3 decide, 4 stuck (--max-stuck rejected iterations without a commit), 5 no story can start, 64 usage, 130 interrupted.")]
 pub struct StoriesArgs {
