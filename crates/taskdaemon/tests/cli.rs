@@ -690,14 +690,27 @@ fn loops_lists_sources_and_overrides() {
         .iter()
         .map(|l| l["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["phase", "plan", "ralph", "spec"], "{v}");
-    let ralph = &v[2];
+    assert_eq!(
+        names,
+        [
+            "implement",
+            "phase",
+            "plan",
+            "qa",
+            "ralph",
+            "spec",
+            "story-implement",
+            "story-review"
+        ],
+        "{v}"
+    );
+    let ralph = &v[4];
     assert!(
         ralph["source"].as_str().unwrap().starts_with("user: "),
         "{v}"
     );
     assert_eq!(ralph["overrides"], serde_json::json!(["built-in"]));
-    assert_eq!(v[1]["source"], "built-in", "{v}");
+    assert_eq!(v[2]["source"], "built-in", "{v}");
     std::fs::write(user.join("bad.yaml"), "x:\n  prompt-template: [\n").unwrap();
     let r = env.run(&["loops"]);
     assert_eq!(r.code, 64);

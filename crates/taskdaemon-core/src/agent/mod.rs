@@ -11,6 +11,7 @@ mod presets;
 mod runner;
 pub mod script;
 mod spec;
+pub mod step;
 pub mod tracked;
 
 pub use failure::{AgentResult, Evidence, FailureClass, UsageWindow, classify};

@@ -6,6 +6,7 @@ mod prompt;
 mod state;
 
 mod completion;
+pub mod decide;
 pub mod events;
 pub mod failures;
 pub mod standalone;
@@ -20,17 +21,17 @@ use tokio_util::sync::CancellationToken;
 pub use events::{EngineEvent, EventSink};
 pub use outcome::{Outcome, exit_code};
 pub use state::{
-    DEFAULT_ITERATION_TIMEOUT, DEFAULT_KILL_GRACE, ResolveError, RunConfig, RunState, StateError,
+    DEFAULT_ITERATION_TIMEOUT, DEFAULT_KILL_GRACE, DEFAULT_MAX_STALL, DEFAULT_MAX_STUCK,
+    ResolveError, RunConfig, RunState, StateError,
 };
 
-use crate::agent::{OutputFormat, OutputParser, ProcessSpec, run_process};
+use crate::agent::{OutputFormat, ProcessSpec, step};
 use crate::clock;
 use crate::duration::format_duration;
-use crate::fsutil::write_atomic;
 use crate::gates::{Validation, run_validation};
 use crate::git::snapshot::Snapshots;
 use crate::git::{Git, GitError};
-use crate::guards::{self, Limit};
+use crate::guards;
 use crate::lifecycle::stall;
 use crate::loops::{PromptTemplate, TemplateError};
 use crate::signals::{self, Signal};
@@ -229,7 +230,7 @@ async fn iteration(
         ctx,
         cancel,
     )
-    .await
+    .await?
     {
         Spawned::Ran(ran) => *ran,
         Spawned::CouldNotStart(spec, e) => return could_not_spawn(cfg, &spec, e, log, ctx, n),
@@ -262,33 +263,42 @@ async fn iteration(
         }
     };
 
-    let mut tally = assess(
+    let (ev, validation_time) = gather(
         st,
         cfg,
         n,
         &ran,
         no_work,
+        &head,
         &written.prompt,
-        ws,
         &mut log,
         ctx,
         cancel,
+        ws,
     )
     .await?;
-    completion_step(st, cfg, n, ws, &mut log, ctx, cancel, &mut tally).await?;
-    guards_step(
-        st, cfg, n, ws, &ran, &head, new_commit, &mut log, ctx, &mut tally,
-    )?;
+    let d = decide::decide(&ev, &counters(st), &policy(cfg));
+    let d = apply(st, cfg, n, ws, &ran, d, &mut log, ctx)?;
     st.last_head = head.clone();
     st.iterations_done = n;
 
     let commit = new_commit.then(|| head.clone().unwrap_or_default());
     let short = commit.as_deref().map(|c| c[..c.len().min(12)].to_string());
-    record_progress(st, n, started, &ran, &tally, short.as_deref());
+    record_progress(st, n, started, &ran, &d, short.as_deref());
     let duration = started.elapsed();
-    record_row(st, cfg, n, duration, started_at, &ran, &tally, &short, ws)?;
+    record_row(st, cfg, n, duration, started_at, &ran, &d, &short, ws)?;
     finish_iteration(
-        st, cfg, n, duration, &ran, tally, short, log, &log_path, ctx,
+        st,
+        cfg,
+        n,
+        duration,
+        &ran,
+        d,
+        validation_time,
+        short,
+        log,
+        &log_path,
+        ctx,
     )
 }
 
@@ -364,9 +374,8 @@ fn write_prompt(
     });
     let vars = prompt::variables(template, st, n, decision.as_deref(), ws, git)?;
     let prompt = template.render(&vars)?;
+    // Written by the agent step.
     let path = ws.prompt_file(n);
-    write_atomic(&path, prompt.as_bytes())
-        .map_err(io_err(format!("writing {}", path.display())))?;
     Ok(WrittenPrompt {
         prompt,
         path,
@@ -425,7 +434,8 @@ enum Spawned {
     CouldNotStart(ProcessSpec, std::io::Error),
 }
 
-/// Run the agent with the quiet watcher (quiet warning, no-progress deadline) beside it.
+/// Run the agent (one [`crate::agent::step`]) with the quiet watcher (quiet warning,
+/// no-progress deadline) beside it.
 #[allow(clippy::too_many_arguments)]
 async fn run_agent(
     st: &RunState,
@@ -436,17 +446,12 @@ async fn run_agent(
     log: &mut IterationLog,
     ctx: &EngineContext,
     cancel: &CancellationToken,
-) -> Spawned {
+) -> Result<Spawned, EngineError> {
     let (timeout, cut_by_runtime) = match (cfg.iteration_timeout(), remaining_runtime) {
         (Some(t), Some(r)) if r < t => (Some(r), true),
         (None, Some(r)) => (Some(r), true),
         (t, _) => (t, false),
     };
-    let inv = cfg.agent.invocation(
-        &written.prompt,
-        cfg.loop_def.system_prompt.as_deref(),
-        &ctx.script_runner,
-    );
     let env = agent_env(st, n, &written.path, &ctx.script_runner);
     if let crate::agent::AgentSpec::Api { provider, model } = &cfg.agent {
         // A direct API agent: a conversation instead of a process, same results.
@@ -475,40 +480,39 @@ async fn run_agent(
             },
         )
         .await;
-        return Spawned::Ran(Box::new(AgentRun {
+        return Ok(Spawned::Ran(Box::new(AgentRun {
             agent,
             parsed,
             env,
             timeout,
             cut_by_runtime,
-        }));
+        })));
     }
-    let spec = ProcessSpec {
-        program: inv.program,
-        args: inv.args,
-        cwd: cfg.workdir.clone(),
+    let req = step::StepRequest {
+        agent: &cfg.agent,
+        format: cfg.agent_format,
+        system_prompt: cfg.loop_def.system_prompt.as_deref(),
+        script_runner: &ctx.script_runner,
+        prompt: &written.prompt,
+        prompt_file: &written.path,
+        cwd: &cfg.workdir,
         env: env.clone(),
-        stdin: inv.stdin.map(String::into_bytes),
         timeout,
         grace: cfg.kill_grace(),
+        sandbox: &cfg.sandbox,
     };
-    let spec = crate::sandbox::wrap(spec, &cfg.sandbox);
     let mut denied = crate::sandbox::DeniedWrites::new(&cfg.workdir);
-    let mut parser = OutputParser::new(cfg.agent_format);
     let events = &ctx.events;
     let watch = watch::Watch::new();
     let notes = std::sync::Mutex::new(Vec::<String>::new());
     let drain = || std::mem::take(&mut *notes.lock().unwrap_or_else(|e| e.into_inner()));
     let agent_cancel = cancel.child_token();
-    let running = run_process(&spec, &agent_cancel, |stream, line| {
+    let running = step::run_step(&req, log, &agent_cancel, |log, stream, text, acts| {
         for note in drain() {
             log.note(&note);
         }
-        log.output(stream, line);
-        let text = String::from_utf8_lossy(line);
-        denied.line(&text);
-        let acts = parser.line(stream, &text);
-        watch.line(&text, stream == crate::agent::Stream::Stdout, &acts);
+        denied.line(text);
+        watch.line(text, stream == crate::agent::Stream::Stdout, &acts);
         for activity in acts {
             events.emit(EngineEvent::Agent {
                 iteration: n,
@@ -530,23 +534,31 @@ async fn run_agent(
         log.note(&note);
         warn(ctx, &format!("iteration {n}: {note}"));
     }
-    let mut agent = match ran {
-        Ok(a) => a,
-        Err(e) => return Spawned::CouldNotStart(spec, e),
+    let step = match ran {
+        Ok(s) => s,
+        Err(step::StepError::Spawn { spec, source }) => {
+            return Ok(Spawned::CouldNotStart(*spec, source));
+        }
+        Err(e @ step::StepError::Prompt { .. }) => {
+            return Err(EngineError::Io {
+                what: "writing the prompt".into(),
+                source: std::io::Error::other(e.to_string()),
+            });
+        }
     };
+    let mut agent = step.process;
     if watch.stopped().is_some() && !cancel.is_cancelled() {
         // Stopped by the no-progress deadline: a timeout, not a person's interrupt.
         agent.interrupted = false;
         agent.timed_out = true;
     }
-    let parsed = parser.finish();
-    Spawned::Ran(Box::new(AgentRun {
+    Ok(Spawned::Ran(Box::new(AgentRun {
         agent,
-        parsed,
+        parsed: step.parsed,
         env,
         timeout,
         cut_by_runtime,
-    }))
+    })))
 }
 
 /// After the agent: its impossible values, its cost and tokens, its log line and event,
@@ -614,87 +626,179 @@ fn account_agent(
     Ok(())
 }
 
-/// The iteration's verdict as its steps build it.
-struct Tally {
-    outcome: Option<Outcome>,
-    label: &'static str,
-    validation_passed: &'static str,
-    validation_time: Duration,
-    note_extra: String,
-    counts_for_stuck: bool,
-    /// The evidence says done; the gate pipeline has the last word.
-    completing: Option<bool>,
-}
-
-/// Judge the agent's result: interrupted, timed out, crashed, or on to its signals and
-/// the validation.
+/// The evidence of the iteration after the agent: its promise, the validation and the
+/// completion gates (each run only when the evidence so far calls for it). Effects only:
+/// logs, events, the commands; what it all means is [`decide::decide`]'s.
 #[allow(clippy::too_many_arguments)]
-async fn assess(
+async fn gather(
     st: &mut RunState,
     cfg: &RunConfig,
     n: u32,
     ran: &AgentRun,
     no_work: Option<String>,
+    head: &Option<String>,
     prompt: &str,
-    ws: &Workspace,
     log: &mut IterationLog,
     ctx: &EngineContext,
     cancel: &CancellationToken,
-) -> Result<Tally, EngineError> {
-    let mut tally = Tally {
-        outcome: None,
-        label: "continue",
-        validation_passed: "skipped",
-        validation_time: Duration::ZERO,
-        note_extra: String::new(),
-        counts_for_stuck: true,
-        completing: None,
+    ws: &Workspace,
+) -> Result<(decide::Evidence, Duration), EngineError> {
+    let mut ev = decide::Evidence {
+        iteration: n,
+        interrupted: ran.agent.interrupted,
+        timed_out: ran.agent.timed_out,
+        cut_by_runtime: ran.cut_by_runtime,
+        timeout: ran.timeout,
+        no_work,
+        head_before: st.last_head.clone(),
+        head_after: head.clone(),
+        tool_signature: ran.parsed.tool_signature.clone(),
+        ..decide::Evidence::default()
     };
-    if ran.agent.interrupted {
-        tally.outcome = Some(Outcome::Interrupted);
-        tally.label = "interrupted";
-        tally.counts_for_stuck = false;
-    } else if ran.agent.timed_out {
-        tally.label = "timeout";
-        let limit = ran.timeout.map(format_duration).unwrap_or_default();
-        st.previous_errors = Some(format!(
-            "Iteration {n} was stopped after {limit}: the agent did not finish in time. Take smaller steps and commit as you go."
-        ));
-        tally.note_extra.push_str("; timed out");
-        if ran.cut_by_runtime {
-            tally.outcome = Some(Outcome::LimitReached {
-                limit: Limit::MaxRuntime,
-            });
-        }
-    } else if let Some(reason) = no_work {
-        // An agent that failed to work never completes, whatever the validation says.
-        tally.label = "crashed";
-        log.note(&reason);
-        tally.note_extra.push_str("; the agent crashed");
-        st.previous_errors = Some(reason);
-    } else {
-        let env = ran.env.clone();
-        let claimed = signals_step(cfg, n, &ran.parsed, prompt, ws, log, ctx, &mut tally)?;
-        if let Some(claimed) = claimed {
-            validate_step(st, cfg, n, claimed, env, log, ctx, cancel, &mut tally).await?;
+    let mut validation_time = Duration::ZERO;
+    if let Some(reason) = &ev.no_work {
+        log.note(reason);
+    }
+    if !ev.interrupted && !ev.timed_out && ev.no_work.is_none() {
+        ev.signal = signals_step(cfg, n, &ran.parsed, prompt, log, ctx);
+        if !matches!(ev.signal, Some(Signal::Blocked(_) | Signal::Decide(_))) {
+            let claimed = ev.signal == Some(Signal::Complete);
+            let (v, t) = validate_step(cfg, n, claimed, ran.env.clone(), log, ctx, cancel).await?;
+            ev.validation = Some(v);
+            validation_time = t;
         }
     }
-    Ok(tally)
+    if decide::completing(&ev, &policy(cfg)).is_some() {
+        ev.gates = Some(completion_step(st, cfg, n, ws, log, ctx, cancel).await?);
+    }
+    ev.cost_usd = st.cost_usd;
+    Ok((ev, validation_time))
 }
 
-/// The agent's promises: BLOCKED and DECIDE end the loop here. Otherwise returns whether
-/// it claimed COMPLETE (the validation comes next).
+fn counters(st: &RunState) -> decide::Counters {
+    decide::Counters {
+        stuck: st.stuck_count,
+        stall: st.stall_count,
+        last_signature: st.last_signature.clone(),
+        stall_recoveries: st.stall_recoveries,
+    }
+}
+
+fn policy(cfg: &RunConfig) -> decide::Policy {
+    decide::Policy {
+        max_iterations: cfg.max_iterations,
+        max_cost: cfg.max_cost,
+        max_stuck: cfg.max_stuck,
+        max_stall: cfg.max_stall,
+        promise_required: cfg.completion_promise.is_some(),
+        has_validation: cfg.validate.is_some(),
+    }
+}
+
+/// Carry out the decision: the counters and feedback into the state, BLOCKED / DECIDE
+/// written for a person, the stall guard's snapshot or rollback.
 #[allow(clippy::too_many_arguments)]
+fn apply(
+    st: &mut RunState,
+    cfg: &RunConfig,
+    n: u32,
+    ws: &Workspace,
+    ran: &AgentRun,
+    mut d: decide::Decision,
+    log: &mut IterationLog,
+    ctx: &EngineContext,
+) -> Result<decide::Decision, EngineError> {
+    st.stuck_count = d.counters.stuck;
+    st.stall_count = d.counters.stall;
+    st.last_signature = d.counters.last_signature.clone();
+    st.stall_recoveries = d.counters.stall_recoveries;
+    if d.stuck_counted {
+        st.stuck_iterations += 1;
+    }
+    match &d.feedback {
+        decide::Feedback::Keep => {}
+        decide::Feedback::Clear => st.previous_errors = None,
+        decide::Feedback::Set(t) => st.previous_errors = Some(t.clone()),
+    }
+    match &d.run_outcome {
+        Some(Outcome::Blocked { reason }) => ws.write_blocked(reason, n, &clock::now_rfc3339())?,
+        Some(Outcome::Decide { question }) => {
+            ws.write_decide(question, n, &clock::now_rfc3339())?
+        }
+        _ => {}
+    }
+    if let Some(action) = d.stall {
+        stall_effect(st, cfg, n, ws, &ran.parsed, action, &mut d, log, ctx)?;
+    }
+    Ok(d)
+}
+
+/// The stall guard's effect: the first stall is recovered (a snapshot and guidance), the
+/// second fails the loop, rolling a task back.
+#[allow(clippy::too_many_arguments)]
+fn stall_effect(
+    st: &mut RunState,
+    cfg: &RunConfig,
+    n: u32,
+    ws: &Workspace,
+    parsed: &crate::agent::ParsedOutput,
+    action: decide::StallAction,
+    d: &mut decide::Decision,
+    log: &mut IterationLog,
+    ctx: &EngineContext,
+) -> Result<(), EngineError> {
+    let snaps = Snapshots::open(&cfg.workdir)?;
+    let repeats = match action {
+        decide::StallAction::Recover { repeats } => {
+            let snap = stall::recover(&snaps, ws, st.task, n, repeats, &parsed.recent_tools)?;
+            log.note(&format!(
+                "stall: the same tool calls {repeats} iterations in a row; saved {}, recovery guidance in .ralph/feedback.md",
+                snap.tag
+            ));
+            ctx.events.emit(EngineEvent::Stall {
+                iteration: n,
+                repeats,
+                recovery: 1,
+                snapshot: Some(snap.tag.clone()),
+                rolled_back_to: None,
+            });
+            d.note.push_str(&format!("; stalled, saved {}", snap.tag));
+            return Ok(());
+        }
+        decide::StallAction::Fail { repeats } => repeats,
+    };
+    let cause = format!("{} stall recoveries", st.stall_recoveries);
+    let rb = crate::lifecycle::fail_task(&snaps, ws, st.task, &cause)?;
+    let reason = match &rb {
+        Some(r) => format!(
+            "stalled twice (the same tool calls {repeats} iterations in a row after a recovery); rolled back to {} (the stalled state is saved as {})",
+            r.restored.tag, r.saved.tag
+        ),
+        None => format!(
+            "stalled twice (the same tool calls {repeats} iterations in a row after a recovery); not a task, so nothing was rolled back"
+        ),
+    };
+    log.note(&reason);
+    ctx.events.emit(EngineEvent::Stall {
+        iteration: n,
+        repeats,
+        recovery: st.stall_recoveries,
+        snapshot: rb.as_ref().map(|r| r.saved.tag.clone()),
+        rolled_back_to: rb.as_ref().map(|r| r.restored.tag.clone()),
+    });
+    d.run_outcome = Some(Outcome::Failed { reason });
+    Ok(())
+}
+
+/// The agent's promise (logged, announced; ignored promises warned about).
 fn signals_step(
     cfg: &RunConfig,
     n: u32,
     parsed: &crate::agent::ParsedOutput,
     prompt: &str,
-    ws: &Workspace,
     log: &mut IterationLog,
     ctx: &EngineContext,
-    tally: &mut Tally,
-) -> Result<Option<bool>, EngineError> {
+) -> Option<Signal> {
     let words = match cfg.agent_format {
         OutputFormat::Text => signals::strip_prompt_echo(&parsed.words, prompt),
         _ => parsed.words.clone(),
@@ -708,43 +812,25 @@ fn signals_step(
         Some(Signal::Complete) => ("complete", None),
         Some(Signal::Blocked(r)) => ("blocked", Some(r.clone())),
         Some(Signal::Decide(q)) => ("decide", Some(q.clone())),
-        None => ("", None),
+        None => return None,
     };
-    if !kind.is_empty() {
-        log.note(&format!(
-            "promise: {kind}{}",
-            text.as_deref()
-                .map(|t| format!(": {t}"))
-                .unwrap_or_default()
-        ));
-        ctx.events.emit(EngineEvent::Signal {
-            iteration: n,
-            signal: kind.into(),
-            text,
-        });
-    }
-    match scan.signal {
-        Some(Signal::Blocked(reason)) => {
-            ws.write_blocked(&reason, n, &clock::now_rfc3339())?;
-            tally.label = "blocked";
-            tally.outcome = Some(Outcome::Blocked { reason });
-            Ok(None)
-        }
-        Some(Signal::Decide(question)) => {
-            ws.write_decide(&question, n, &clock::now_rfc3339())?;
-            tally.label = "decide";
-            tally.outcome = Some(Outcome::Decide { question });
-            Ok(None)
-        }
-        signal => Ok(Some(signal == Some(Signal::Complete))),
-    }
+    log.note(&format!(
+        "promise: {kind}{}",
+        text.as_deref()
+            .map(|t| format!(": {t}"))
+            .unwrap_or_default()
+    ));
+    ctx.events.emit(EngineEvent::Signal {
+        iteration: n,
+        signal: kind.into(),
+        text,
+    });
+    scan.signal
 }
 
-/// The validation command, when there is one, decides whether the claim (or the
-/// passing state) goes on to the completion gates.
+/// The validation command, when there is one: its run as evidence, and its time.
 #[allow(clippy::too_many_arguments)]
 async fn validate_step(
-    st: &mut RunState,
     cfg: &RunConfig,
     n: u32,
     claimed: bool,
@@ -752,13 +838,9 @@ async fn validate_step(
     log: &mut IterationLog,
     ctx: &EngineContext,
     cancel: &CancellationToken,
-    tally: &mut Tally,
-) -> Result<(), EngineError> {
+) -> Result<(decide::ValidationEvidence, Duration), EngineError> {
     let Some(cmd) = &cfg.validate else {
-        if claimed {
-            tally.completing = Some(false);
-        }
-        return Ok(());
+        return Ok((decide::ValidationEvidence::NotRun, Duration::ZERO));
     };
     ctx.events.emit(EngineEvent::ValidationStarted {
         iteration: n,
@@ -781,7 +863,6 @@ async fn validate_step(
     )
     .await
     .map_err(io_err(format!("running validation `{cmd}`")))?;
-    tally.validation_time = v.duration;
     log.note(&format!(
         "validation exited with {}{} after {} (success is {}): {}",
         v.exit_code,
@@ -797,36 +878,17 @@ async fn validate_step(
         timed_out: v.timed_out,
         duration_ms: v.duration.as_millis() as u64,
     });
-    tally.validation_passed = if v.passed { "true" } else { "false" };
-    if v.exit_code == 127 && cfg.success_exit_code != 127 && !v.interrupted {
-        tally.label = "validation-missing";
-        tally.outcome = Some(Outcome::ValidationMissing {
+    let evidence = if v.exit_code == 127 && cfg.success_exit_code != 127 && !v.interrupted {
+        decide::ValidationEvidence::Missing {
             command: cmd.clone(),
             output: v.output.clone(),
-        });
-    } else if v.interrupted {
-        tally.outcome = Some(Outcome::Interrupted);
-        tally.label = "interrupted";
-        tally.counts_for_stuck = false;
-    } else if v.passed {
-        st.previous_errors = None;
-        if cfg.completion_promise.is_some() && !claimed {
-            tally
-                .note_extra
-                .push_str("; validation passes, waiting for the completion promise");
-        } else {
-            tally.completing = Some(true);
         }
+    } else if v.interrupted {
+        decide::ValidationEvidence::Interrupted
+    } else if v.passed {
+        decide::ValidationEvidence::Passed
     } else {
-        st.previous_errors = Some(format!(
-            "$ {cmd}\n(exit code {}{}, expected {})\n{}",
-            v.exit_code,
-            if v.timed_out { ", timed out" } else { "" },
-            cfg.success_exit_code,
-            v.output.trim_end()
-        ));
         if claimed {
-            tally.label = "rejected";
             let reason = format!(
                 "COMPLETE claimed but validation failed (exit {}); its output goes into the next prompt",
                 v.exit_code
@@ -837,12 +899,18 @@ async fn validate_step(
                 reason,
             });
         }
-    }
-    Ok(())
+        decide::ValidationEvidence::Failed {
+            command: cmd.clone(),
+            exit_code: v.exit_code,
+            timed_out: v.timed_out,
+            expected: cfg.success_exit_code,
+            output: v.output.clone(),
+        }
+    };
+    Ok((evidence, v.duration))
 }
 
 /// The completion gates: the harness's last word on evidence that says done.
-#[allow(clippy::too_many_arguments)]
 async fn completion_step(
     st: &mut RunState,
     cfg: &RunConfig,
@@ -851,154 +919,32 @@ async fn completion_step(
     log: &mut IterationLog,
     ctx: &EngineContext,
     cancel: &CancellationToken,
-    tally: &mut Tally,
-) -> Result<(), EngineError> {
-    let Some(verified) = tally.completing else {
-        return Ok(());
-    };
-    match completion::gates(st, cfg, n, ws, ctx, cancel).await? {
-        completion::Verdict::Complete => {
-            tally.label = "complete";
-            tally.outcome = Some(Outcome::Complete { verified });
-        }
-        completion::Verdict::Swallowed => {
-            tally.label = "plan-phase";
-            log.note("completion claimed in the plan phase: ignored (spec 4)");
-            tally
-                .note_extra
-                .push_str("; completion ignored in the plan phase");
-        }
-        completion::Verdict::Rejected { attempt } => {
-            tally.label = "rejected";
-            let reason = format!(
-                "the harness's gates rejected the completion (attempt {attempt} of {}); see .ralph/feedback.md",
-                completion::MAX_GATE_FAILURES
-            );
-            log.note(&reason);
-            ctx.events.emit(EngineEvent::CompletionRejected {
-                iteration: n,
-                reason,
-            });
-        }
-        completion::Verdict::Abort { reason } => {
-            tally.label = "failed";
-            log.note(&reason);
-            tally.outcome = Some(Outcome::Failed { reason });
-        }
-    }
-    Ok(())
-}
-
-/// Guards. A stall (the same tool calls again and again) comes first: its recovery
-/// gives the agent a fresh start, so it also clears the stuck count.
-#[allow(clippy::too_many_arguments)]
-fn guards_step(
-    st: &mut RunState,
-    cfg: &RunConfig,
-    n: u32,
-    ws: &Workspace,
-    ran: &AgentRun,
-    head: &Option<String>,
-    new_commit: bool,
-    log: &mut IterationLog,
-    ctx: &EngineContext,
-    tally: &mut Tally,
-) -> Result<(), EngineError> {
-    let mut recovered = false;
-    if tally.counts_for_stuck && tally.outcome.is_none() {
-        recovered = stall_guard(st, cfg, n, ws, &ran.parsed, log, ctx, tally)?;
-    }
-    if !recovered && tally.counts_for_stuck && tally.outcome.is_none() {
-        st.stuck_count = guards::next_stuck_count(
-            st.stuck_count,
-            st.last_head.as_deref(),
-            head.as_deref(),
-            ran.agent.timed_out,
-        );
-        if st.stuck_count > 0 {
-            st.stuck_iterations += 1;
-        }
-        if guards::is_stuck(st.stuck_count, cfg.max_stuck) {
-            tally.label = "stuck";
-            tally.outcome = Some(Outcome::Stuck {
-                iterations: st.stuck_count,
-            });
-        }
-    } else if new_commit && !ran.agent.timed_out {
-        // An interrupted iteration that committed still made progress.
-        st.stuck_count = 0;
-    }
-    Ok(())
-}
-
-/// The stall guard: the first stall is recovered (a snapshot and guidance), the second
-/// fails the loop. Returns whether this iteration recovered from a stall.
-#[allow(clippy::too_many_arguments)]
-fn stall_guard(
-    st: &mut RunState,
-    cfg: &RunConfig,
-    n: u32,
-    ws: &Workspace,
-    parsed: &crate::agent::ParsedOutput,
-    log: &mut IterationLog,
-    ctx: &EngineContext,
-    tally: &mut Tally,
-) -> Result<bool, EngineError> {
-    st.stall_count = guards::next_stall_count(
-        st.last_signature.as_deref(),
-        st.stall_count,
-        parsed.tool_signature.as_deref(),
-    );
-    st.last_signature = parsed.tool_signature.clone();
-    if cfg.max_stall == 0 || st.stall_count < cfg.max_stall {
-        return Ok(false);
-    }
-    let repeats = st.stall_count;
-    st.stall_count = 0;
-    st.stall_recoveries += 1;
-    let snaps = Snapshots::open(&cfg.workdir)?;
-    if st.stall_recoveries == 1 {
-        let snap = stall::recover(&snaps, ws, st.task, n, repeats, &parsed.recent_tools)?;
-        log.note(&format!(
-            "stall: the same tool calls {repeats} iterations in a row; saved {}, recovery guidance in .ralph/feedback.md",
-            snap.tag
-        ));
-        ctx.events.emit(EngineEvent::Stall {
-            iteration: n,
-            repeats,
-            recovery: 1,
-            snapshot: Some(snap.tag.clone()),
-            rolled_back_to: None,
-        });
-        tally.label = "stall-recovery";
-        tally
-            .note_extra
-            .push_str(&format!("; stalled, saved {}", snap.tag));
-        st.stuck_count = 0;
-        return Ok(true);
-    }
-    let cause = format!("{} stall recoveries", st.stall_recoveries);
-    let rb = crate::lifecycle::fail_task(&snaps, ws, st.task, &cause)?;
-    let reason = match &rb {
-        Some(r) => format!(
-            "stalled twice (the same tool calls {repeats} iterations in a row after a recovery); rolled back to {} (the stalled state is saved as {})",
-            r.restored.tag, r.saved.tag
-        ),
-        None => format!(
-            "stalled twice (the same tool calls {repeats} iterations in a row after a recovery); not a task, so nothing was rolled back"
-        ),
-    };
-    log.note(&reason);
-    ctx.events.emit(EngineEvent::Stall {
-        iteration: n,
-        repeats,
-        recovery: st.stall_recoveries,
-        snapshot: rb.as_ref().map(|r| r.saved.tag.clone()),
-        rolled_back_to: rb.as_ref().map(|r| r.restored.tag.clone()),
-    });
-    tally.label = "failed";
-    tally.outcome = Some(Outcome::Failed { reason });
-    Ok(false)
+) -> Result<decide::GateVerdict, EngineError> {
+    Ok(
+        match completion::gates(st, cfg, n, ws, ctx, cancel).await? {
+            completion::Verdict::Complete => decide::GateVerdict::Complete,
+            completion::Verdict::Swallowed => {
+                log.note("completion claimed in the plan phase: ignored (spec 4)");
+                decide::GateVerdict::Swallowed
+            }
+            completion::Verdict::Rejected { attempt } => {
+                let reason = format!(
+                    "the harness's gates rejected the completion (attempt {attempt} of {}); see .ralph/feedback.md",
+                    completion::MAX_GATE_FAILURES
+                );
+                log.note(&reason);
+                ctx.events.emit(EngineEvent::CompletionRejected {
+                    iteration: n,
+                    reason,
+                });
+                decide::GateVerdict::Rejected
+            }
+            completion::Verdict::Abort { reason } => {
+                log.note(&reason);
+                decide::GateVerdict::Abort { reason }
+            }
+        },
+    )
 }
 
 /// The iteration's progress note for the next prompts (the last ones only).
@@ -1007,7 +953,7 @@ fn record_progress(
     n: u32,
     started: Instant,
     ran: &AgentRun,
-    tally: &Tally,
+    d: &decide::Decision,
     short: Option<&str>,
 ) {
     let parsed = &ran.parsed;
@@ -1019,8 +965,8 @@ fn record_progress(
         short
             .map(|c| format!("commit {c}"))
             .unwrap_or_else(|| "no commit".into()),
-        tally.label,
-        tally.note_extra,
+        d.outcome,
+        d.note,
     );
     if let Some(last) = &parsed.last_text {
         // Quoted tags would put promises into the next prompt: keep their text only.
@@ -1044,7 +990,7 @@ fn record_row(
     duration: Duration,
     started_at: String,
     ran: &AgentRun,
-    tally: &Tally,
+    d: &decide::Decision,
     short: &Option<String>,
     ws: &Workspace,
 ) -> Result<(), EngineError> {
@@ -1060,9 +1006,9 @@ fn record_row(
         stuck_count: st.stuck_count,
         timestamp: started_at,
         run_id: st.run_id.clone(),
-        outcome: tally.label.to_string(),
+        outcome: d.outcome,
         agent_exit_code: ran.agent.status.code(),
-        validation_passed: tally.validation_passed.to_string(),
+        validation_passed: d.validation,
         tokens_in: parsed.tokens_in.unwrap_or(0),
         tokens_out: parsed.tokens_out.unwrap_or(0),
         cost_usd: format!("{:.6}", parsed.cost_usd.unwrap_or(0.0)),
@@ -1074,8 +1020,8 @@ fn record_row(
     Ok(())
 }
 
-/// After the evidence: the limits (a passing last iteration still completes), a pause
-/// at usage, the log's last line, and the iteration's end announced.
+/// After the decision: a pause at usage, the log's last line, and the iteration's end
+/// announced.
 #[allow(clippy::too_many_arguments)]
 fn finish_iteration(
     st: &mut RunState,
@@ -1083,31 +1029,18 @@ fn finish_iteration(
     n: u32,
     duration: Duration,
     ran: &AgentRun,
-    tally: Tally,
+    d: decide::Decision,
+    validation_time: Duration,
     short: Option<String>,
     mut log: IterationLog,
     log_path: &std::path::Path,
     ctx: &EngineContext,
 ) -> Result<Option<Outcome>, EngineError> {
-    let Tally {
-        mut outcome,
-        label,
-        validation_time,
+    let decide::Decision {
+        outcome: label,
+        run_outcome: outcome,
         ..
-    } = tally;
-    // Limits, after the evidence: a passing last iteration still completes.
-    if outcome.is_none()
-        && let Some(limit) = guards::limit_reached(
-            n,
-            cfg.max_iterations,
-            Duration::ZERO,
-            None,
-            st.cost_usd,
-            cfg.max_cost,
-        )
-    {
-        outcome = Some(Outcome::LimitReached { limit });
-    }
+    } = d;
     if outcome.is_none()
         && failures::pause_at_usage(st, cfg, &ran.parsed.evidence, jiff::Timestamp::now())
     {
@@ -1130,7 +1063,7 @@ fn finish_iteration(
     let overhead = duration.saturating_sub(ran.agent.duration + validation_time);
     ctx.events.emit(EngineEvent::IterationFinished {
         iteration: n,
-        outcome: label.to_string(),
+        outcome: label.label().to_string(),
         duration_ms: duration.as_secs_f64() * 1000.0,
         overhead_ms: overhead.as_secs_f64() * 1000.0,
         commit: short,
@@ -1253,36 +1186,28 @@ fn judge_agent(
     verdict
 }
 
-/// The environment of the agent and the validation command (DESIGN.md, contract). The
-/// harness's own directory leads `PATH`, so the agent can call `taskdaemon snapshot save`.
+/// The environment of the agent and the validation command (DESIGN.md, contract): the
+/// agent step's contract plus the review pass and the spawned context. The harness's own
+/// directory leads `PATH`, so the agent can call `taskdaemon snapshot save`.
 fn agent_env(
     st: &RunState,
     n: u32,
     prompt_file: &std::path::Path,
     harness: &std::path::Path,
 ) -> Vec<(OsString, OsString)> {
-    let mut env = vec![
-        (
-            "TASKDAEMON_PROMPT_FILE".into(),
-            prompt_file.as_os_str().to_owned(),
-        ),
-        ("TASKDAEMON_ITERATION".into(), n.to_string().into()),
-        (
-            "TASKDAEMON_MAX_ITERATIONS".into(),
-            st.config.max_iterations.to_string().into(),
-        ),
-        ("TASKDAEMON_RUN_ID".into(), st.run_id.clone().into()),
-        (
-            "TASKDAEMON_WORKDIR".into(),
-            st.config.workdir.as_os_str().to_owned(),
-        ),
-        ("TASKDAEMON_BIN".into(), harness.as_os_str().to_owned()),
-        ("TASKDAEMON_LOOP".into(), st.config.loop_name.clone().into()),
-        (
-            "TASKDAEMON_REVIEW_PASS".into(),
-            prompt::review_pass(n).to_string().into(),
-        ),
-    ];
+    let mut env = step::contract_env(&step::Contract {
+        run_id: &st.run_id,
+        workdir: &st.config.workdir,
+        loop_name: &st.config.loop_name,
+        iteration: n,
+        max_iterations: st.config.max_iterations,
+        prompt_file,
+        harness,
+    });
+    env.push((
+        "TASKDAEMON_REVIEW_PASS".into(),
+        prompt::review_pass(n).to_string().into(),
+    ));
     // The spawned context (`plan-file` → TASKDAEMON_PLAN_FILE, …).
     for (k, v) in &st.config.context {
         let name = format!(
@@ -1295,15 +1220,6 @@ fn agent_env(
             other => other.to_string(),
         };
         env.push((name.into(), value.into()));
-    }
-    if let Some(dir) = harness.parent() {
-        let mut dirs = vec![dir.to_path_buf()];
-        if let Some(path) = std::env::var_os("PATH") {
-            dirs.extend(std::env::split_paths(&path));
-        }
-        if let Ok(path) = std::env::join_paths(dirs) {
-            env.push(("PATH".into(), path));
-        }
     }
     env
 }

@@ -303,6 +303,34 @@ impl Worktrees {
         Ok(path)
     }
 
+    /// A throwaway worktree `name` with a detached HEAD at `start` (a work list's parallel
+    /// task). An earlier one of that name (left by an interrupted loop) is replaced; a
+    /// directory in the way that is not a worktree is an error, never deleted.
+    pub fn detached(&self, name: &str, start: &str) -> Result<PathBuf, WorktreeError> {
+        check_name(name)?;
+        let _lock = self.lock_name(name)?;
+        let path = self.path_for(name);
+        if let Some(r) = find(&self.registered()?, &path).cloned() {
+            self.remove_registered(&r, true, false)?;
+        }
+        self.git.run(&["worktree", "prune"])?;
+        if path.exists() && !is_empty_dir(&path) {
+            return Err(WorktreeError::NotAWorktree { path });
+        }
+        std::fs::create_dir_all(&self.base).map_err(io(&self.base))?;
+        self.git
+            .call(&[
+                "worktree".as_ref(),
+                "add".as_ref(),
+                "--detach".as_ref(),
+                "--quiet".as_ref(),
+                path.as_os_str(),
+                start.as_ref(),
+            ])
+            .text()?;
+        Ok(path)
+    }
+
     /// Remove the worktree `name`. Refuses one with uncommitted changes or untracked files
     /// unless `force`; deletes its branch only when `delete_branch`, and then only if another
     /// branch holds its commits (or `force`). Nothing there (no directory, no registration) is

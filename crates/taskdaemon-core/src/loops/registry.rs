@@ -16,6 +16,9 @@ const BUILTIN: &[(&str, &str)] = &[
     ("plan.yaml", include_str!("builtin/plan.yaml")),
     ("spec.yaml", include_str!("builtin/spec.yaml")),
     ("phase.yaml", include_str!("builtin/phase.yaml")),
+    // The work lists' agents (implement, qa, story-implement, story-review).
+    ("implement.yaml", include_str!("builtin/implement.yaml")),
+    ("stories.yaml", include_str!("builtin/stories.yaml")),
 ];
 
 /// Where a loop type was defined.

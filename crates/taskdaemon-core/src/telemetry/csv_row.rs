@@ -43,10 +43,10 @@ pub struct SummaryRow {
     pub timestamp: String,
     pub run_id: String,
     /// continue, complete, rejected, blocked, decide, stuck, limit, timeout, interrupted.
-    pub outcome: String,
+    pub outcome: crate::engine::decide::IterationOutcome,
     pub agent_exit_code: i32,
     /// true, false, or skipped (no validation command, or not run).
-    pub validation_passed: String,
+    pub validation_passed: crate::engine::decide::ValidationResult,
     pub tokens_in: u64,
     pub tokens_out: u64,
     pub cost_usd: String,
@@ -120,6 +120,7 @@ fn find_row(csv_bytes: &[u8], run_id: &str, iteration: u32) -> Option<std::ops::
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::decide::{IterationOutcome, ValidationResult};
 
     #[test]
     fn header_once_then_rows_with_every_column() {
@@ -135,9 +136,9 @@ mod tests {
             stuck_count: 1,
             timestamp: "2026-11-21T12:00:00Z".into(),
             run_id: "r".into(),
-            outcome: "continue".into(),
+            outcome: IterationOutcome::Continue,
             agent_exit_code: 0,
-            validation_passed: "false".into(),
+            validation_passed: ValidationResult::Failed,
             tokens_in: 0,
             tokens_out: 0,
             cost_usd: "0.000000".into(),
@@ -163,7 +164,7 @@ mod tests {
     fn a_redone_iteration_replaces_its_row() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("summary.csv");
-        let row = |run: &str, n: u32, outcome: &str| SummaryRow {
+        let row = |run: &str, n: u32, outcome: IterationOutcome| SummaryRow {
             iteration: n,
             mode: "ralph".into(),
             duration_seconds: "1.000".into(),
@@ -173,20 +174,21 @@ mod tests {
             stuck_count: 0,
             timestamp: "2026-11-21T12:00:00Z".into(),
             run_id: run.into(),
-            outcome: outcome.into(),
+            outcome,
             agent_exit_code: 0,
-            validation_passed: "skipped".into(),
+            validation_passed: ValidationResult::Skipped,
             tokens_in: 0,
             tokens_out: 0,
             cost_usd: "0.000000".into(),
             waited_seconds: "0.000".into(),
         };
-        write_row(&p, &row("old", 1, "continue")).unwrap();
-        write_row(&p, &row("r", 1, "continue")).unwrap();
-        write_row(&p, &row("r", 2, "killed")).unwrap();
-        write_row(&p, &row("r", 2, "continue")).unwrap();
-        write_row(&p, &row("r", 1, "again")).unwrap();
-        write_row(&p, &row("r", 3, "complete")).unwrap();
+        use IterationOutcome::*;
+        write_row(&p, &row("old", 1, Continue)).unwrap();
+        write_row(&p, &row("r", 1, Continue)).unwrap();
+        write_row(&p, &row("r", 2, Interrupted)).unwrap();
+        write_row(&p, &row("r", 2, Continue)).unwrap();
+        write_row(&p, &row("r", 1, Rejected)).unwrap();
+        write_row(&p, &row("r", 3, Complete)).unwrap();
         let text = std::fs::read_to_string(&p).unwrap();
         let rows: Vec<(String, String, String)> = text
             .lines()
@@ -198,7 +200,7 @@ mod tests {
             .collect();
         let want = [
             ("old", "1", "continue"),
-            ("r", "1", "again"),
+            ("r", "1", "rejected"),
             ("r", "2", "continue"),
             ("r", "3", "complete"),
         ];

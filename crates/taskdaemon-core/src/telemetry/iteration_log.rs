@@ -7,6 +7,10 @@
 //! file gets one note saying how many lines and bytes were dropped where. The harness's
 //! notes are never dropped. So a log holds at most the cap plus the notes, and memory at
 //! most one tail, whatever the agent prints.
+//!
+//! Lines of the head part and notes are written (and flushed) as they come, so `logs
+//! --follow` sees them at once and a killed harness leaves them; [`IterationLog::finish`]
+//! syncs the file.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -103,6 +107,8 @@ impl IterationLog {
             let _ = self.out.write_all(mark);
             let _ = self.out.write_all(line);
             let _ = self.out.write_all(b"\n");
+            // Line by line: a killed harness leaves what was printed.
+            let _ = self.out.flush();
             return;
         }
         self.head_left = 0;
@@ -125,6 +131,7 @@ impl IterationLog {
         for l in text.lines() {
             if self.tail.is_empty() {
                 let _ = writeln!(self.out, "[taskdaemon] {l}");
+                let _ = self.out.flush();
             } else {
                 self.tail.push(NOTE);
                 self.tail.extend_from_slice(l.as_bytes());

@@ -1,4 +1,5 @@
-//! One fresh agent process for one task or story iteration, through the engine's runner
+//! One fresh agent process for one task or story iteration, through the agent step
+//! ([`crate::agent::step`]: the contract environment, the log streamed as printed) and the engine's runner
 //! (own process group, timeout and cancellation stop the whole group). The prompt and the
 //! output are kept next to each other (`<log>.prompt.md`, `<log>.log`). An agent that
 //! could not run at all (could-not-start, auth: `agent::classify`, as the engine does)
@@ -13,11 +14,8 @@ use tokio_util::sync::CancellationToken;
 use super::WorklistError;
 use super::events::{WorklistEvent, WorklistSink};
 use crate::agent::preflight::{Finding, preflight_here, preflight_sandboxed};
-use crate::agent::{
-    AgentSpec, FailureClass, OutputFormat, OutputParser, ProcessSpec, classify, run_process,
-};
-use crate::fsutil::write_atomic;
-use crate::signals;
+use crate::agent::{AgentSpec, FailureClass, OutputFormat, step};
+use crate::telemetry::{DEFAULT_LOG_CAP, IterationLog};
 
 /// The agent every iteration uses, resolved by the binary (flag, config, environment).
 #[derive(Debug, Clone)]
@@ -42,6 +40,17 @@ pub struct AgentJob {
     pub env: Vec<(OsString, OsString)>,
     /// Without extension: `<log>.prompt.md` and `<log>.log` are written.
     pub log: PathBuf,
+    pub contract: JobContract,
+}
+
+/// The agent contract's values of one invocation (`TASKDAEMON_RUN_ID`, …).
+#[derive(Debug, Clone)]
+pub struct JobContract {
+    pub run_id: String,
+    /// The loop type (implement, qa, story-implement, story-review).
+    pub loop_name: String,
+    pub iteration: u32,
+    pub max_iterations: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -52,6 +61,12 @@ pub struct AgentRun {
     pub timed_out: bool,
     pub interrupted: bool,
     pub duration: Duration,
+    /// What the agent reported it cost (structured output only).
+    pub cost_usd: Option<f64>,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    /// The fingerprint of its tool calls (structured output only): the stall guard's input.
+    pub tool_signature: Option<String>,
 }
 
 /// `log` with `suffix` appended (not `with_extension`: task ids like `1.2` hold dots).
@@ -127,91 +142,107 @@ pub async fn run_agent(
     cancel: CancellationToken,
 ) -> Result<AgentRun, WorklistError> {
     let prompt_file = prompt_path(&job.log);
-    write_atomic(&prompt_file, job.prompt.as_bytes()).map_err(WorklistError::io(&prompt_file))?;
-    let inv = job
-        .setup
-        .agent
-        .invocation(&job.prompt, None, &job.setup.script_runner);
-    let mut env = job.env.clone();
-    env.push(("TASKDAEMON_PROMPT_FILE".into(), prompt_file.clone().into()));
-    let spec = ProcessSpec {
-        program: inv.program,
-        args: inv.args,
-        cwd: job.cwd.clone(),
+    let out_file = suffixed(&job.log, ".log");
+    if let Some(dir) = out_file.parent() {
+        std::fs::create_dir_all(dir).map_err(WorklistError::io(dir))?;
+    }
+    let mut env = step::contract_env(&step::Contract {
+        run_id: &job.contract.run_id,
+        workdir: &job.cwd,
+        loop_name: &job.contract.loop_name,
+        iteration: job.contract.iteration,
+        max_iterations: job.contract.max_iterations,
+        prompt_file: &prompt_file,
+        harness: &job.setup.script_runner,
+    });
+    for (k, v) in &job.env {
+        env.retain(|(old, _)| old != k);
+        env.push((k.clone(), v.clone()));
+    }
+    let sandbox = job.setup.sandbox.with_contract_dirs(&env);
+    let req = step::StepRequest {
+        agent: &job.setup.agent,
+        format: job.setup.format,
+        system_prompt: None,
+        script_runner: &job.setup.script_runner,
+        prompt: &job.prompt,
+        prompt_file: &prompt_file,
+        cwd: &job.cwd,
         env,
-        stdin: inv.stdin.map(String::into_bytes),
         timeout: job.setup.timeout,
         grace: job.setup.grace,
+        sandbox: &sandbox,
     };
-    let sandbox = job.setup.sandbox.with_contract_dirs(&spec.env);
-    let spec = crate::sandbox::wrap(spec, &sandbox);
-    let mut parser = OutputParser::new(job.setup.format);
-    let mut log = String::new();
+    let mut log =
+        IterationLog::create(&out_file, DEFAULT_LOG_CAP).map_err(WorklistError::io(&out_file))?;
+    log.note(&format!(
+        "run {} {} invocation {}: agent {}; prompt {}",
+        job.contract.run_id,
+        job.contract.loop_name,
+        job.contract.iteration,
+        job.setup.agent.label(),
+        prompt_file.display()
+    ));
     let mut denied = crate::sandbox::DeniedWrites::new(&job.cwd);
-    let r = run_process(&spec, &cancel, |stream, line| {
-        let text = String::from_utf8_lossy(line);
-        denied.line(&text);
-        log.push_str(&text);
-        log.push('\n');
-        if log.len() > 4 * 1024 * 1024 {
-            log = crate::fsutil::bound_text(&log, 2 * 1024 * 1024);
-        }
-        let _ = parser.line(stream, &text);
+    let ran = step::run_step(&req, &mut log, &cancel, |_, _, text, _| {
+        denied.line(text);
         events.emit(WorklistEvent::AgentOutput {
             task_id: job.label.clone(),
-            text: text.into_owned(),
+            text: text.to_string(),
         });
     })
-    .await
-    .map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => {
-            WorklistError::AgentCannotRun {
-                class: FailureClass::CouldNotStart,
-                line: format!("{}: {e}", spec.program.to_string_lossy()),
-                hint: cannot_run_hint(FailureClass::CouldNotStart).into(),
-            }
+    .await;
+    let r = match ran {
+        Ok(r) => r,
+        Err(e) => {
+            log.note(&format!("the agent could not start: {e}"));
+            let _ = log.finish();
+            return Err(step_error(e, &job));
         }
-        _ => WorklistError::Io {
-            path: job.cwd.clone(),
-            message: format!("starting agent `{}`: {e}", job.setup.agent.label()),
-        },
-    })?;
-    if let Some(note) = denied.note() {
-        log.push_str(&format!("[taskdaemon] {note}\n"));
-    }
-    let out_file = suffixed(&job.log, ".log");
-    write_atomic(&out_file, log.as_bytes()).map_err(WorklistError::io(&out_file))?;
-    let parsed = parser.finish();
-    let words = match job.setup.format {
-        OutputFormat::Text => signals::strip_prompt_echo(&parsed.words, &job.prompt),
-        _ => parsed.words,
     };
-    if !r.interrupted {
-        let result = classify(
-            r.status.code(),
-            r.timed_out,
-            &parsed.evidence,
-            &jiff::Zoned::now(),
-        );
-        if matches!(
+    if let Some(note) = denied.note() {
+        log.note(&note);
+    }
+    log.note(&format!(
+        "agent exited with {}{}{}",
+        r.process.status.code(),
+        if r.process.timed_out {
+            " (timed out)"
+        } else {
+            ""
+        },
+        if r.process.interrupted {
+            " (interrupted)"
+        } else {
+            ""
+        }
+    ));
+    log.finish().map_err(WorklistError::io(&out_file))?;
+    if let Some(result) = &r.failure
+        && matches!(
             result.class,
             FailureClass::CouldNotStart | FailureClass::Auth
-        ) {
-            return Err(WorklistError::AgentCannotRun {
-                class: result.class,
-                line: result
-                    .line
-                    .unwrap_or_else(|| format!("exit code {}", r.status.code())),
-                hint: cannot_run_hint(result.class).into(),
-            });
-        }
+        )
+    {
+        return Err(WorklistError::AgentCannotRun {
+            class: result.class,
+            line: result
+                .line
+                .clone()
+                .unwrap_or_else(|| format!("exit code {}", r.process.status.code())),
+            hint: cannot_run_hint(result.class).into(),
+        });
     }
     let run = AgentRun {
-        words,
-        exit_code: r.status.code(),
-        timed_out: r.timed_out,
-        interrupted: r.interrupted,
-        duration: r.duration,
+        words: r.words,
+        exit_code: r.process.status.code(),
+        timed_out: r.process.timed_out,
+        interrupted: r.process.interrupted,
+        duration: r.process.duration,
+        cost_usd: r.parsed.cost_usd,
+        tokens_in: r.parsed.tokens_in.unwrap_or(0),
+        tokens_out: r.parsed.tokens_out.unwrap_or(0),
+        tool_signature: r.parsed.tool_signature.clone(),
     };
     events.emit(WorklistEvent::AgentFinished {
         task_id: job.label,
@@ -221,4 +252,26 @@ pub async fn run_agent(
         duration_ms: run.duration.as_millis() as u64,
     });
     Ok(run)
+}
+
+/// A step that could not run, as the work list says it.
+fn step_error(e: step::StepError, job: &AgentJob) -> WorklistError {
+    match e {
+        step::StepError::Spawn { spec, source }
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+            ) =>
+        {
+            WorklistError::AgentCannotRun {
+                class: FailureClass::CouldNotStart,
+                line: format!("{}: {source}", spec.program.to_string_lossy()),
+                hint: cannot_run_hint(FailureClass::CouldNotStart).into(),
+            }
+        }
+        other => WorklistError::Io {
+            path: job.cwd.clone(),
+            message: format!("starting agent `{}`: {other}", job.setup.agent.label()),
+        },
+    }
 }

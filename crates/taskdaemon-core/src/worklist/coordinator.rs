@@ -12,15 +12,17 @@ use tokio_util::sync::CancellationToken;
 
 use super::agent::{AgentJob, AgentRun, AgentSetup, prompt_path, run_agent};
 use super::events::{WorklistEvent, WorklistSink};
+use super::guards::{Guards, Limits, Row, limit_detail, stop_detail};
 use super::prompt::{ParallelPaths, TaskPrompt, task_prompt};
 use super::state::{ImplementState, ParallelGroup, TaskStatus};
 use super::tasks_md::{self, Task};
 use super::verify::{self, Evidence, Failure};
-use super::worktree::{WorktreeOp, task_worktree, worktrees_dir};
 use super::{WorklistError, lock, progress};
 use crate::engine::Outcome;
+use crate::engine::decide::{Claim, IterationOutcome, ValidationResult};
 use crate::fsutil::write_atomic;
 use crate::git::Git;
+use crate::git::worktree::Worktrees;
 use crate::guards::Limit;
 
 pub const TASKS_FILE: &str = "tasks.md";
@@ -45,6 +47,8 @@ pub struct ImplementConfig {
     pub max_task_iterations: u32,
     /// Time limit of a task's Verify command.
     pub verify_timeout: Option<Duration>,
+    /// `--max-stuck`, `--max-cost`, `--max-runtime`.
+    pub limits: Limits,
 }
 
 #[derive(Debug, Clone)]
@@ -63,7 +67,9 @@ struct Verdict {
 }
 
 enum Ran {
-    Done(Vec<Verdict>),
+    /// The verdicts, and the loop's outcome when an agent's BLOCKED or DECIDE, or the
+    /// stuck rule, ends it.
+    Done(Vec<Verdict>, Option<Outcome>),
     Interrupted,
 }
 
@@ -74,6 +80,7 @@ struct Coord<'a> {
     spec_name: String,
     events: &'a WorklistSink,
     cancel: &'a CancellationToken,
+    guards: std::sync::Mutex<Guards>,
 }
 
 /// Check what `implement` needs before anything changes: tasks.md exists and git tracks it.
@@ -111,11 +118,16 @@ pub async fn implement(
     cancel: &CancellationToken,
 ) -> Result<ImplementResult, WorklistError> {
     preflight(&cfg.spec_dir, &cfg.repo)?;
-    let c = Coord::new(cfg, events, cancel);
+    let tasks_now = read_tasks_of(&cfg.spec_dir)?;
+    let (mut st, resumed) = load_state(cfg, events, tasks_now.len())?;
+    let guards = Guards::start(&cfg.repo, "implement", cfg.limits, st.max_iterations())?;
+    if guards.cost_limit_blind(cfg.setup.format) {
+        events.warn("--max-cost is set but this agent's plain-text output reports no cost; the limit cannot trigger");
+    }
+    let c = Coord::new(cfg, events, cancel, guards);
     Git::new(&cfg.spec_dir).ensure_excluded(IGNORED)?;
-    let mut tasks = c.read_tasks()?;
-
-    let (mut st, resumed) = load_state(cfg, events, tasks.len())?;
+    Git::new(&cfg.repo).ensure_excluded(crate::workspace::IGNORED)?;
+    let mut tasks = tasks_now;
 
     let first_open = tasks.iter().position(|t| !t.done);
     events.emit(WorklistEvent::ImplementStarted {
@@ -160,14 +172,10 @@ pub async fn implement(
             st.save(&cfg.spec_dir)?;
             return Ok(c.finish(Outcome::Interrupted, &tasks));
         }
-        if st.global_iteration >= st.max_iterations() {
+        let limit = c.guards().limit(st.global_iteration);
+        if let Some(o) = limit {
             st.save(&cfg.spec_dir)?;
-            return Ok(c.finish(
-                Outcome::LimitReached {
-                    limit: Limit::MaxIterations,
-                },
-                &tasks,
-            ));
+            return Ok(c.finish(o, &tasks));
         }
         if st.task_index != next {
             st.task_index = next;
@@ -182,15 +190,20 @@ pub async fn implement(
         } else {
             c.run_one(&tasks, next, &st).await?
         };
-        let verdicts = match ran {
+        let (verdicts, stop) = match ran {
             Ran::Interrupted => {
                 st.save(&cfg.spec_dir)?;
                 return Ok(c.finish(Outcome::Interrupted, &c.read_tasks()?));
             }
-            Ran::Done(v) => v,
+            Ran::Done(v, stop) => (v, stop),
         };
         let first_failed = record_verdicts(&mut st, &verdicts);
         st.parallel_group = None;
+        if let Some(o) = stop {
+            // BLOCKED, DECIDE or stuck: the attempt is not counted; a rerun resumes here.
+            st.save(&cfg.spec_dir)?;
+            return Ok(c.finish(o, &c.read_tasks()?));
+        }
         if let Some((index, reason)) = first_failed {
             st.task_index = index;
             st.task_iteration += 1;
@@ -218,6 +231,7 @@ impl<'a> Coord<'a> {
         cfg: &'a ImplementConfig,
         events: &'a WorklistSink,
         cancel: &'a CancellationToken,
+        guards: Guards,
     ) -> Coord<'a> {
         let spec_rel = cfg
             .spec_dir
@@ -240,8 +254,20 @@ impl<'a> Coord<'a> {
             spec_rel,
             events,
             cancel,
+            guards: std::sync::Mutex::new(guards),
         }
     }
+
+    /// The engine's guards (never held across an await).
+    fn guards(&self) -> std::sync::MutexGuard<'_, Guards> {
+        self.guards.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn read_tasks_of(spec_dir: &Path) -> Result<Vec<Task>, WorklistError> {
+    let p = spec_dir.join(TASKS_FILE);
+    let text = std::fs::read(&p).map_err(WorklistError::io(&p))?;
+    Ok(tasks_md::parse(&String::from_utf8_lossy(&text)))
 }
 
 /// The saved state (fresh when there is none or it is corrupt), brought in line with the
@@ -344,9 +370,7 @@ impl Coord<'_> {
     }
 
     fn read_tasks(&self) -> Result<Vec<Task>, WorklistError> {
-        let p = self.tasks_file();
-        let text = std::fs::read(&p).map_err(WorklistError::io(&p))?;
-        Ok(tasks_md::parse(&String::from_utf8_lossy(&text)))
+        read_tasks_of(&self.cfg.spec_dir)
     }
 
     fn finish(&self, outcome: Outcome, tasks: &[Task]) -> ImplementResult {
@@ -356,14 +380,23 @@ impl Coord<'_> {
             Outcome::Complete { .. } => {
                 format!("ALL_TASKS_COMPLETE: {done} of {} tasks", tasks.len())
             }
-            Outcome::LimitReached { .. } => (
+            Outcome::LimitReached {
+                limit: Limit::MaxIterations,
+            } => (
                 "max iterations reached (totalTasks × maxTaskIterations × 2); state kept\n  hint: run `taskdaemon implement` again to continue, or `taskdaemon cancel` to clean up"
             ).to_string(),
+            Outcome::LimitReached { limit } => limit_detail(*limit, "implement"),
+            o @ (Outcome::Blocked { .. } | Outcome::Decide { .. } | Outcome::Stuck { .. }) => {
+                stop_detail(o, "implement").unwrap_or_default()
+            }
             Outcome::Interrupted => {
                 "interrupted; state kept. Continue with `taskdaemon implement`".into()
             }
             other => other.detail(),
         };
+        let summary = self.guards().summary(&outcome, detail.clone());
+        // The summary block first: the loop's own event stays the last one.
+        self.events.emit(WorklistEvent::RunFinished { summary });
         self.events.emit(WorklistEvent::ImplementFinished {
             outcome: outcome.label().to_string(),
             exit_code: outcome.exit_code(),
@@ -430,7 +463,13 @@ impl Coord<'_> {
         env
     }
 
-    fn job(&self, task: &Task, st: &ImplementState, cwd: &Path, parallel: bool) -> AgentJob {
+    fn job(
+        &self,
+        task: &Task,
+        st: &ImplementState,
+        cwd: &Path,
+        parallel: bool,
+    ) -> Result<AgentJob, WorklistError> {
         let progress_text = progress::read_for_prompt(&self.cfg.spec_dir, PROGRESS_BUDGET);
         let tasks_file = self.tasks_file();
         let lock = lock::tasks_lock_path(&self.cfg.spec_dir);
@@ -458,14 +497,17 @@ impl Coord<'_> {
                 progress_file: &progress_file,
             }),
         });
-        AgentJob {
+        let mut g = self.guards();
+        let contract = g.contract(role(task));
+        Ok(AgentJob {
             setup: self.cfg.setup.clone(),
             label: task.id.clone(),
             cwd: cwd.to_path_buf(),
-            prompt,
+            prompt: g.prompt(&contract, &prompt)?,
             env: self.env(task, st, &progress_file),
             log: self.log_base(st, task),
-        }
+            contract,
+        })
     }
 
     fn started(&self, task: &Task, st: &ImplementState, job: &AgentJob, parallel: bool) {
@@ -628,19 +670,49 @@ impl Coord<'_> {
         let checked_before: BTreeSet<usize> =
             tasks.iter().filter(|t| t.done).map(|t| t.index).collect();
         let head_before = self.git.head()?;
-        let job = self.job(task, st, &self.cfg.repo, false);
+        let job = self.job(task, st, &self.cfg.repo, false)?;
         self.started(task, st, &job, false);
+        let started = Started::of(&job);
         let run = run_agent(job, self.events.clone(), self.cancel.clone()).await?;
         if run.interrupted || self.cancel.is_cancelled() {
+            self.record(task, &started, &run, IterationOutcome::Interrupted, None)?;
             return Ok(Ran::Interrupted);
         }
         let after = self.read_tasks()?;
+        if let Some(o) = self.after_agent(&run, st)? {
+            self.record(task, &started, &run, signal_label(&o), None)?;
+            let all: Vec<usize> = after.iter().map(|t| t.index).collect();
+            self.restore_boxes(&all, &checked_before)?;
+            return Ok(Ran::Done(Vec::new(), Some(o)));
+        }
         let failures = self
             .verdict(task, &run, &self.cfg.repo, &checked_before, &after, &[])
             .await?;
         if self.cancel.is_cancelled() {
             return Ok(Ran::Interrupted);
         }
+        let head_after = self.git.head()?;
+        let claim = if failures.is_empty() {
+            Claim::Accepted
+        } else {
+            Claim::Rejected
+        };
+        let stuck = self.guards().after_attempt(
+            claim,
+            head_before.as_deref(),
+            head_after.as_deref(),
+            run.timed_out,
+        );
+        let commit = (head_after != head_before)
+            .then(|| head_after.clone())
+            .flatten();
+        self.record(
+            task,
+            &started,
+            &run,
+            attempt_label(claim, &stuck),
+            Some((claim, commit)),
+        )?;
         let result = if failures.is_empty() {
             let commits = self.commits_since(&self.cfg.repo, head_before.as_deref())?;
             self.events.emit(WorklistEvent::TaskCompleted {
@@ -655,7 +727,7 @@ impl Coord<'_> {
             self.restore_boxes(&all, &checked_before)?;
             Err(failures)
         };
-        Ok(Ran::Done(vec![Verdict { index, result }]))
+        Ok(Ran::Done(vec![Verdict { index, result }], stuck))
     }
 
     async fn run_group(
@@ -670,48 +742,40 @@ impl Coord<'_> {
         };
         let checked_before: BTreeSet<usize> =
             tasks.iter().filter(|t| t.done).map(|t| t.index).collect();
-        let wt_root = worktrees_dir(&self.git)?;
-        let safe_name: String = self
-            .spec_name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        // One worktree manager: the loops' (`git::worktree`), with the work lists' own
+        // base inside the git directory.
+        let wts = Worktrees::open(&self.cfg.repo, &worklist_worktrees(&self.git)?)?;
         let mut trees: Vec<(usize, PathBuf)> = Vec::new();
+        let mut names: Vec<String> = Vec::new();
         for &i in group {
-            let path = wt_root.join(format!("{safe_name}-task-{}", tasks[i].id));
-            task_worktree(
-                &self.git,
-                WorktreeOp::Add {
-                    path: &path,
-                    base: &base,
-                },
-            )?;
-            trees.push((i, path));
+            let name = tree_name(&self.spec_name, &tasks[i].id);
+            trees.push((i, wts.detached(&name, &base)?));
+            names.push(name);
         }
         self.events.emit(WorklistEvent::GroupStarted {
             iteration: st.global_iteration,
             task_ids: group.iter().map(|i| tasks[*i].id.clone()).collect(),
         });
         let mut set = JoinSet::new();
+        let head_before = self.git.head()?;
         for (i, tree) in &trees {
             let task = &tasks[*i];
-            let job = self.job(task, st, tree, true);
+            let job = self.job(task, st, tree, true)?;
             self.started(task, st, &job, true);
+            let started = Started::of(&job);
             let (events, cancel, i) = (self.events.clone(), self.cancel.clone(), *i);
-            set.spawn(async move { (i, run_agent(job, events, cancel).await) });
+            set.spawn(async move { (i, started, run_agent(job, events, cancel).await) });
         }
         let mut runs: Vec<(usize, AgentRun)> = Vec::new();
+        let mut starts: Vec<(usize, Started, AgentRun)> = Vec::new();
         let mut error = None;
         while let Some(joined) = set.join_next().await {
             match joined {
-                Ok((i, Ok(run))) => runs.push((i, run)),
-                Ok((_, Err(e))) => error = Some(e),
+                Ok((i, started, Ok(run))) => {
+                    starts.push((i, started, run.clone()));
+                    runs.push((i, run));
+                }
+                Ok((_, _, Err(e))) => error = Some(e),
                 Err(e) => {
                     error = Some(WorklistError::Io {
                         path: self.cfg.repo.clone(),
@@ -732,10 +796,18 @@ impl Coord<'_> {
                 error,
             )
             .await;
-        for (_, tree) in &trees {
-            if let Err(e) = task_worktree(&self.git, WorktreeOp::Remove { path: tree }) {
-                self.events
-                    .warn(format!("could not remove worktree {}: {e}", tree.display()));
+        let outcome = match outcome {
+            Ok(Ran::Done(v, stop)) => self
+                .group_guards(tasks, &v, &starts, head_before.as_deref(), stop)
+                .map(|stop| Ran::Done(v, stop)),
+            other => other,
+        };
+        for name in &names {
+            if let Err(e) = wts.remove(name, true, false) {
+                self.events.warn(format!(
+                    "could not remove worktree {}: {e}",
+                    wts.path_for(name).display()
+                ));
             }
         }
         outcome
@@ -763,8 +835,15 @@ impl Coord<'_> {
         let after = self.read_tasks()?;
         let mut verdicts = Vec::new();
         let mut failed = Vec::new();
+        let mut stop = None;
         for (i, run) in &runs {
             let task = &tasks[*i];
+            if let Some(o) = self.after_agent(run, st)? {
+                // BLOCKED or DECIDE: this task's attempt does not count; its box goes back.
+                failed.push(*i);
+                stop.get_or_insert(o);
+                continue;
+            }
             let Some((_, tree)) = trees.iter().find(|(t, _)| t == i) else {
                 continue;
             };
@@ -838,7 +917,89 @@ impl Coord<'_> {
             )
         };
         self.commit_spec_files(&[TASKS_FILE, progress::PROGRESS_FILE], &msg)?;
-        Ok(Ran::Done(verdicts))
+        Ok(Ran::Done(verdicts, stop))
+    }
+
+    /// After an agent: its cost and tokens; its BLOCKED or DECIDE, written for a person.
+    fn after_agent(
+        &self,
+        run: &AgentRun,
+        st: &ImplementState,
+    ) -> Result<Option<Outcome>, WorklistError> {
+        let mut g = self.guards();
+        g.account(run)?;
+        g.signal(run, st.global_iteration)
+    }
+
+    /// The invocation's row in summary.csv; `judged`: the claim and the commit it made.
+    fn record(
+        &self,
+        task: &Task,
+        started: &Started,
+        run: &AgentRun,
+        outcome: IterationOutcome,
+        judged: Option<(Claim, Option<String>)>,
+    ) -> Result<(), WorklistError> {
+        let (validation, commit) = match judged {
+            Some((Claim::Accepted, c)) => (ValidationResult::Passed, c),
+            Some((Claim::Rejected, c)) => (ValidationResult::Failed, c),
+            None => (ValidationResult::Skipped, None),
+        };
+        self.guards().record(&Row {
+            invocation: started.invocation,
+            mode: role(task),
+            started_at: started.at.clone(),
+            duration: run.duration,
+            run,
+            outcome,
+            validation,
+            commit,
+        })
+    }
+
+    /// A parallel group's rows and its stuck rule: it made progress when any task was
+    /// accepted or HEAD moved.
+    fn group_guards(
+        &self,
+        tasks: &[Task],
+        verdicts: &[Verdict],
+        starts: &[(usize, Started, AgentRun)],
+        head_before: Option<&str>,
+        stop: Option<Outcome>,
+    ) -> Result<Option<Outcome>, WorklistError> {
+        let head_after = self.git.head()?;
+        let claim = if verdicts.iter().any(|v| v.result.is_ok()) {
+            Claim::Accepted
+        } else {
+            Claim::Rejected
+        };
+        let stuck = match &stop {
+            Some(_) => None,
+            None => self
+                .guards()
+                .after_attempt(claim, head_before, head_after.as_deref(), false),
+        };
+        for (i, started, run) in starts {
+            let v = verdicts.iter().find(|v| v.index == *i);
+            let (outcome, judged) = match v.map(|v| &v.result) {
+                Some(Ok(c)) => (
+                    attempt_label(Claim::Accepted, &stuck),
+                    Some((Claim::Accepted, c.last().cloned())),
+                ),
+                Some(Err(_)) => (
+                    attempt_label(Claim::Rejected, &stuck),
+                    Some((Claim::Rejected, None)),
+                ),
+                None => (
+                    stop.as_ref()
+                        .map(signal_label)
+                        .unwrap_or(IterationOutcome::Continue),
+                    None,
+                ),
+            };
+            self.record(&tasks[*i], started, run, outcome, judged)?;
+        }
+        Ok(stop.or(stuck))
     }
 
     /// Cherry-pick `commits` onto HEAD of the main work tree, in order; on a conflict the
@@ -905,6 +1066,72 @@ impl Coord<'_> {
         commit.extend(paths);
         self.git.call(&commit).text()?;
         Ok(())
+    }
+}
+
+/// Where the work lists' task worktrees live: `<git-common-dir>/taskdaemon/worklist-worktrees/`.
+fn worklist_worktrees(git: &Git) -> Result<PathBuf, WorklistError> {
+    Ok(git
+        .common_dir()?
+        .join("taskdaemon")
+        .join("worklist-worktrees"))
+}
+
+/// A task worktree's name: `<spec>-task-<id>`, in the characters worktree names allow.
+fn tree_name(spec: &str, id: &str) -> String {
+    let clean = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '-' | '.') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    let name = format!("{}-task-{}", clean(spec), clean(id));
+    if name.starts_with(['.', '-']) {
+        format!("_{name}")
+    } else {
+        name
+    }
+}
+
+/// The loop type of a task's agent: `implement` (executor) or `qa` ([VERIFY]).
+fn role(task: &Task) -> &'static str {
+    if task.verify_task { "qa" } else { "implement" }
+}
+
+/// When and as which invocation an agent started.
+#[derive(Debug, Clone)]
+struct Started {
+    invocation: u32,
+    at: String,
+}
+
+impl Started {
+    fn of(job: &AgentJob) -> Started {
+        Started {
+            invocation: job.contract.iteration,
+            at: crate::clock::now_rfc3339(),
+        }
+    }
+}
+
+fn signal_label(o: &Outcome) -> IterationOutcome {
+    match o {
+        Outcome::Blocked { .. } => IterationOutcome::Blocked,
+        Outcome::Decide { .. } => IterationOutcome::Decide,
+        _ => IterationOutcome::Failed,
+    }
+}
+
+fn attempt_label(claim: Claim, stuck: &Option<Outcome>) -> IterationOutcome {
+    match (claim, stuck) {
+        (_, Some(_)) => IterationOutcome::Stuck,
+        (Claim::Accepted, None) => IterationOutcome::Continue,
+        (Claim::Rejected, None) => IterationOutcome::Rejected,
     }
 }
 

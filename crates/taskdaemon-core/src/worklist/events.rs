@@ -122,6 +122,10 @@ pub enum WorklistEvent {
         passing: usize,
         stories: usize,
     },
+    /// The final summary block (spec 2 §3), just before the loop's own last event.
+    RunFinished {
+        summary: crate::telemetry::RunSummary,
+    },
 }
 
 /// Where events go; a gone observer is ignored.

@@ -8,7 +8,9 @@ pub mod contradiction;
 pub mod coordinator;
 pub mod current_spec;
 pub mod events;
+pub mod guards;
 pub mod lock;
+pub mod loop_prompt;
 pub mod progress;
 mod prompt;
 pub mod state;
@@ -16,13 +18,13 @@ pub mod stories;
 pub mod stories_rules;
 pub mod tasks_md;
 pub mod verify;
-pub mod worktree;
 
 use std::path::{Path, PathBuf};
 
 pub use agent::{AgentSetup, check_agent};
 pub use coordinator::{ImplementConfig, implement};
 pub use events::{WorklistEvent, WorklistSink};
+pub use guards::Limits;
 pub use state::ImplementState;
 pub use stories::{StoriesConfig, run_stories};
 
@@ -40,6 +42,8 @@ pub enum WorklistError {
     Busy { spec: PathBuf, pid: String },
     #[error(transparent)]
     Git(#[from] crate::git::GitError),
+    #[error(transparent)]
+    Worktree(#[from] crate::git::worktree::WorktreeError),
     #[error("{0}")]
     Invalid(String),
     /// The agent could not run at all (could-not-start, auth): nothing to count as an

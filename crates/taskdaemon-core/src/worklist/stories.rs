@@ -10,10 +10,12 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::WorklistError;
-use super::agent::{AgentJob, AgentSetup, prompt_path, run_agent};
+use super::agent::{AgentJob, AgentRun, AgentSetup, JobContract, prompt_path, run_agent};
 use super::events::{WorklistEvent, WorklistSink};
+use super::guards::{Guards, Limits, Row, limit_detail, stop_detail};
 use super::stories_rules::{self, APPROVED, CHANGES_REQUESTED, Mode, NEEDS_REVIEW, Story};
 use crate::engine::Outcome;
+use crate::engine::decide::{Claim, IterationOutcome, ValidationResult};
 use crate::fsutil::write_atomic;
 use crate::git::Git;
 use crate::guards::Limit;
@@ -33,6 +35,8 @@ pub struct StoriesConfig {
     /// Reviews of one story before the harness approves it.
     pub max_reviews: u64,
     pub max_iterations: u32,
+    /// `--max-stuck`, `--max-cost`, `--max-runtime`.
+    pub limits: Limits,
 }
 
 #[derive(Debug, Clone)]
@@ -78,8 +82,10 @@ pub async fn run_stories(
     cancel: &CancellationToken,
 ) -> Result<StoriesResult, WorklistError> {
     let (_, initial) = load(&cfg.file)?;
+    let mut g = Guards::start(&cfg.repo, "stories", cfg.limits, cfg.max_iterations)?;
     let git = Git::new(&cfg.repo);
     git.ensure_excluded(&[".ralph/stories-logs/"])?;
+    git.ensure_excluded(crate::workspace::IGNORED)?;
     let rel = cfg
         .file
         .strip_prefix(&cfg.repo)
@@ -94,109 +100,252 @@ pub async fn run_stories(
         review: cfg.review,
         sandbox: cfg.setup.sandbox.label(),
     });
+    if g.cost_limit_blind(cfg.setup.format) {
+        events.warn("--max-cost is set but this agent's plain-text output reports no cost; the limit cannot trigger");
+    }
     let mut previous_error: Option<String> = None;
     let mut iteration = 0u32;
     loop {
-        let (mut snapshot, mut stories) = load(&cfg.file)?;
+        let (snapshot, stories) = load(&cfg.file)?;
         if cancel.is_cancelled() {
-            return Ok(finish(events, Outcome::Interrupted, &stories, cfg.review));
-        }
-        if iteration >= cfg.max_iterations {
             return Ok(finish(
                 events,
-                Outcome::LimitReached {
-                    limit: Limit::MaxIterations,
-                },
+                &g,
+                Outcome::Interrupted,
                 &stories,
                 cfg.review,
             ));
         }
-        let Some(mut mode) = stories_rules::choose(&stories, cfg.review) else {
+        if let Some(o) = g.limit(iteration) {
+            return Ok(finish(events, &g, o, &stories, cfg.review));
+        }
+        let Some((mode, snapshot, stories)) =
+            next_mode(cfg, &git, &rel, events, snapshot, stories)?
+        else {
+            let (_, stories) = load(&cfg.file)?;
             return Ok(finish(
                 events,
+                &g,
                 no_story_can_start(cfg, &stories),
                 &stories,
                 cfg.review,
             ));
+        };
+        iteration += 1;
+        let step = Step {
+            iteration,
+            mode: &mode,
+            snapshot: &snapshot,
+            stories: &stories,
+        };
+        match one_iteration(
+            cfg,
+            &mut g,
+            &git,
+            &rel,
+            &step,
+            &mut previous_error,
+            events,
+            cancel,
+        )
+        .await?
+        {
+            Some(o) => {
+                let (_, now) = load(&cfg.file)?;
+                return Ok(finish(events, &g, o, &now, cfg.review));
+            }
+            None => continue,
+        }
+    }
+}
+
+/// The next iteration's mode (a story at the review cap approved by the harness first),
+/// with the file as it is then. `None`: no story can start.
+fn next_mode(
+    cfg: &StoriesConfig,
+    git: &Git,
+    rel: &Path,
+    events: &WorklistSink,
+    mut snapshot: String,
+    mut stories: Vec<Story>,
+) -> Result<Option<(Mode, String, Vec<Story>)>, WorklistError> {
+    loop {
+        let Some(mode) = stories_rules::choose(&stories, cfg.review) else {
+            return Ok(None);
         };
         // The review cap: the harness approves, with a note.
         if let Mode::Review(id) = &mode
             && let Some(s) = stories.iter().find(|s| &s.id == id)
             && s.review_count >= cfg.max_reviews
         {
-            auto_approve(cfg, &git, &rel, id, s.review_count)?;
+            auto_approve(cfg, git, rel, id, s.review_count)?;
             events.emit(WorklistEvent::StoryAutoApproved {
                 story_id: id.clone(),
                 reviews: s.review_count as u32,
             });
             (snapshot, stories) = load(&cfg.file)?;
-            match stories_rules::choose(&stories, cfg.review) {
-                Some(m) => mode = m,
-                None => continue,
-            }
+            continue;
         }
-        iteration += 1;
-        let log = cfg
-            .repo
-            .join(LOGS_DIR)
-            .join(format!("iteration-{iteration:03}-{}", mode.name()));
-        let prompt = story_prompt(cfg, &rel, &stories, &mode, previous_error.as_deref());
-        events.emit(WorklistEvent::StoryIteration {
-            iteration,
-            mode: mode.name().into(),
-            story_id: mode.story().map(str::to_string),
-            prompt_file: prompt_path(&log).display().to_string(),
+        return Ok(Some((mode, snapshot, stories)));
+    }
+}
+
+/// One iteration's inputs.
+struct Step<'a> {
+    iteration: u32,
+    mode: &'a Mode,
+    snapshot: &'a str,
+    stories: &'a [Story],
+}
+
+/// Run one agent in `mode` and judge it: the loop's outcome when this iteration ends it.
+#[allow(clippy::too_many_arguments)]
+async fn one_iteration(
+    cfg: &StoriesConfig,
+    g: &mut Guards,
+    git: &Git,
+    rel: &Path,
+    step: &Step<'_>,
+    previous_error: &mut Option<String>,
+    events: &WorklistSink,
+    cancel: &CancellationToken,
+) -> Result<Option<Outcome>, WorklistError> {
+    let (iteration, mode) = (step.iteration, step.mode);
+    let log = cfg
+        .repo
+        .join(LOGS_DIR)
+        .join(format!("iteration-{iteration:03}-{}", mode.name()));
+    let contract = g.contract(loop_type(mode));
+    let prompt = g.prompt(
+        &contract,
+        &story_prompt(cfg, rel, step.stories, mode, previous_error.as_deref()),
+    )?;
+    events.emit(WorklistEvent::StoryIteration {
+        iteration,
+        mode: mode.name().into(),
+        story_id: mode.story().map(str::to_string),
+        prompt_file: prompt_path(&log).display().to_string(),
+    });
+    let started_at = crate::clock::now_rfc3339();
+    let head_before = git.head()?;
+    let job = story_job(cfg, contract, mode, iteration, prompt, log);
+    let invocation = job.contract.iteration;
+    let run = run_agent(job, events.clone(), cancel.clone()).await?;
+    g.account(&run)?;
+    let head_after = git.head()?;
+    let mut row = Row {
+        invocation,
+        mode: mode.name(),
+        started_at,
+        duration: run.duration,
+        run: &run,
+        outcome: IterationOutcome::Continue,
+        validation: ValidationResult::Skipped,
+        commit: (head_after.is_some() && head_after != head_before)
+            .then(|| head_after.clone().unwrap_or_default()),
+    };
+    if run.interrupted || cancel.is_cancelled() {
+        row.outcome = IterationOutcome::Interrupted;
+        g.record(&row)?;
+        return Ok(Some(Outcome::Interrupted));
+    }
+    if let Some(o) = g.signal(&run, iteration)? {
+        // The iteration did not happen for the file: a BLOCKED review keeps the story's
+        // reviewStatus and reviewCount.
+        if std::fs::read_to_string(&cfg.file).ok().as_deref() != Some(step.snapshot) {
+            restore_snapshot(cfg, git, rel, step.snapshot, iteration)?;
+        }
+        row.outcome = match o {
+            Outcome::Blocked { .. } => IterationOutcome::Blocked,
+            Outcome::Decide { .. } => IterationOutcome::Decide,
+            _ => IterationOutcome::Failed,
+        };
+        g.record(&row)?;
+        return Ok(Some(o));
+    }
+    let (claim, done) = judge(cfg, git, rel, step, &run, previous_error, events)?;
+    row.validation = match claim {
+        Claim::Accepted => ValidationResult::Passed,
+        Claim::Rejected => ValidationResult::Failed,
+    };
+    let stuck = g.after_attempt(
+        claim,
+        head_before.as_deref(),
+        head_after.as_deref(),
+        run.timed_out,
+    );
+    row.outcome = match (&done, &stuck, claim) {
+        (Some(_), _, _) => IterationOutcome::Complete,
+        (None, Some(_), _) => IterationOutcome::Stuck,
+        (None, None, Claim::Rejected) => IterationOutcome::Rejected,
+        (None, None, Claim::Accepted) => IterationOutcome::Continue,
+    };
+    g.record(&row)?;
+    Ok(done.or(stuck))
+}
+
+/// Check the file's changes against the mode's rules (a violation restores it); the claim,
+/// and the outcome when every story is done and the agent said so.
+fn judge(
+    cfg: &StoriesConfig,
+    git: &Git,
+    rel: &Path,
+    step: &Step<'_>,
+    run: &AgentRun,
+    previous_error: &mut Option<String>,
+    events: &WorklistSink,
+) -> Result<(Claim, Option<Outcome>), WorklistError> {
+    let (iteration, mode) = (step.iteration, step.mode);
+    let after_text = std::fs::read_to_string(&cfg.file).unwrap_or_default();
+    let verdict = stories_rules::parse(&after_text)
+        .map_err(|m| format!("{} is broken after the iteration: {m}", rel.display()))
+        .and_then(|after| {
+            stories_rules::check(mode, step.stories, &after, cfg.review).map(|c| (after, c))
         });
-        let job = story_job(cfg, &mode, iteration, prompt, log);
-        let run = run_agent(job, events.clone(), cancel.clone()).await?;
-        if run.interrupted || cancel.is_cancelled() {
-            return Ok(finish(events, Outcome::Interrupted, &stories, cfg.review));
-        }
-        let after_text = std::fs::read_to_string(&cfg.file).unwrap_or_default();
-        let verdict = stories_rules::parse(&after_text)
-            .map_err(|m| format!("{} is broken after the iteration: {m}", rel.display()))
-            .and_then(|after| {
-                stories_rules::check(&mode, &stories, &after, cfg.review).map(|c| (after, c))
+    let said_complete = matches!(
+        signals::scan(&run.words, "COMPLETE").signal,
+        Some(Signal::Complete)
+    );
+    match verdict {
+        Err(reason) => {
+            restore_snapshot(cfg, git, rel, step.snapshot, iteration)?;
+            events.emit(WorklistEvent::StoryRejected {
+                iteration,
+                mode: mode.name().into(),
+                reason: reason.clone(),
             });
-        let said_complete = matches!(
-            signals::scan(&run.words, "COMPLETE").signal,
-            Some(Signal::Complete)
-        );
-        match verdict {
-            Err(reason) => {
-                restore_snapshot(cfg, &git, &rel, &snapshot, iteration)?;
-                events.emit(WorklistEvent::StoryRejected {
-                    iteration,
-                    mode: mode.name().into(),
-                    reason: reason.clone(),
-                });
-                previous_error = Some(format!(
-                    "Iteration {iteration} ({}) was rejected and {} was restored to how it was before it: {reason}",
-                    mode.name(),
-                    rel.display()
-                ));
-            }
-            Ok((after, changes)) => {
-                events.emit(WorklistEvent::StoryAccepted {
-                    iteration,
-                    mode: mode.name().into(),
-                    changes,
-                });
-                previous_error = None;
-                let all_done = after.iter().all(|s| s.done(cfg.review));
-                if said_complete && all_done {
-                    return Ok(finish(
-                        events,
-                        Outcome::Complete { verified: true },
-                        &after,
-                        cfg.review,
-                    ));
-                }
-                if said_complete {
-                    previous_error = Some(reject_complete(events, cfg, iteration, &after));
-                }
-            }
+            *previous_error = Some(format!(
+                "Iteration {iteration} ({}) was rejected and {} was restored to how it was before it: {reason}",
+                mode.name(),
+                rel.display()
+            ));
+            Ok((Claim::Rejected, None))
         }
+        Ok((after, changes)) => {
+            events.emit(WorklistEvent::StoryAccepted {
+                iteration,
+                mode: mode.name().into(),
+                changes,
+            });
+            *previous_error = None;
+            let all_done = after.iter().all(|s| s.done(cfg.review));
+            if said_complete && all_done {
+                return Ok((Claim::Accepted, Some(Outcome::Complete { verified: true })));
+            }
+            if said_complete {
+                *previous_error = Some(reject_complete(events, cfg, iteration, &after));
+            }
+            Ok((Claim::Accepted, None))
+        }
+    }
+}
+
+/// The loop type of a mode's agent: a review is `story-review`; implementing a story and
+/// fixing it after a review are `story-implement`.
+fn loop_type(mode: &Mode) -> &'static str {
+    match mode {
+        Mode::Review(_) => "story-review",
+        _ => "story-implement",
     }
 }
 
@@ -219,6 +368,7 @@ fn no_story_can_start(cfg: &StoriesConfig, stories: &[Story]) -> Outcome {
 /// The agent run of one iteration in `mode`.
 fn story_job(
     cfg: &StoriesConfig,
+    contract: JobContract,
     mode: &Mode,
     iteration: u32,
     prompt: String,
@@ -239,6 +389,7 @@ fn story_job(
             ("TASKDAEMON_ITERATION".into(), iteration.to_string().into()),
         ],
         log,
+        contract,
     }
 }
 
@@ -286,6 +437,7 @@ fn reject_complete(
 
 fn finish(
     events: &WorklistSink,
+    g: &Guards,
     outcome: Outcome,
     stories: &[Story],
     review: bool,
@@ -293,12 +445,22 @@ fn finish(
     let passing = stories.iter().filter(|s| s.done(review)).count();
     let detail = match &outcome {
         Outcome::Complete { .. } => format!("COMPLETE: all {} stories pass", stories.len()),
-        Outcome::LimitReached { .. } => {
+        Outcome::LimitReached {
+            limit: Limit::MaxIterations,
+        } => {
             "max iterations reached before every story passed\n  hint: run `taskdaemon stories` again (it continues from the file), or raise --max-iterations".into()
         }
+        Outcome::LimitReached { limit } => limit_detail(*limit, "stories"),
+            o @ (Outcome::Blocked { .. } | Outcome::Decide { .. } | Outcome::Stuck { .. }) => {
+                stop_detail(o, "stories").unwrap_or_default()
+            }
         Outcome::Interrupted => "interrupted; the file keeps every accepted change. Run `taskdaemon stories` again to continue".into(),
         other => other.detail(),
     };
+    // The summary block first: the loop's own event stays the last one.
+    events.emit(WorklistEvent::RunFinished {
+        summary: g.summary(&outcome, detail.clone()),
+    });
     events.emit(WorklistEvent::StoriesFinished {
         outcome: outcome.label().into(),
         exit_code: outcome.exit_code(),

@@ -36,7 +36,11 @@ their commits land in task order; [VERIFY] tasks go to a QA agent that must answ
 VERIFICATION_PASS or VERIFICATION_FAIL. A task is complete only when the agent said \
 TASK_COMPLETE without asking for manual work, checked its box, committed the spec files, and the \
 task's Verify command passes. State: <spec>/.ralph-state.json (resumed by the next implement).\n\n\
-Exit codes: 0 ALL_TASKS_COMPLETE, 1 iteration limit, 5 a task kept failing, 64 usage, 130 interrupted or cancelled.")]
+An agent may end its answer with <promise>BLOCKED: reason</promise> (.ralph/blocked.txt, exit 2; \
+`taskdaemon unblock` then run again) or <promise>DECIDE: question</promise> (.ralph/decide.txt, \
+exit 3; `taskdaemon answer \"…\"` then run again: the answer goes into the next prompt). Every \
+agent invocation adds a row to .ralph/logs/summary.csv (mode implement or qa).\n\n\
+Exit codes: 0 ALL_TASKS_COMPLETE, 1 a limit (iterations, --max-cost, --max-runtime), 2 blocked, 3 decide, 4 stuck, 5 a task kept failing or the agents stalled, 64 usage, 130 interrupted or cancelled.")]
 pub struct ImplementArgs {
     /// The spec directory with tasks.md [default: specs/<name> from specs/.current-spec, else the current directory].
     #[arg(value_name = "SPEC_DIR")]
@@ -46,12 +50,50 @@ pub struct ImplementArgs {
     pub max_task_iterations: u32,
     #[command(flatten)]
     pub agent: AgentFlags,
+    #[command(flatten)]
+    pub limits: LimitFlags,
     /// Time limit of a task's Verify command [default: 10m].
     #[arg(long, value_name = "DUR", value_parser = dur)]
     pub verify_timeout: Option<Dur>,
     /// One JSON event per line on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The engine's limits, as `run` has them.
+#[derive(Debug, Args)]
+pub struct LimitFlags {
+    /// Stop (exit 4) after N rejected attempts in a row without a new commit; 0 disables [default: 3].
+    #[arg(long, value_name = "N")]
+    pub max_stuck: Option<u32>,
+    /// Stop (exit 5) after N agents in a row with the same tool calls; 0 disables [default: 3].
+    #[arg(long, value_name = "N")]
+    pub max_stall: Option<u32>,
+    /// Stop (exit 1) once the agents' reported cost reaches USD.
+    #[arg(long, value_name = "USD")]
+    pub max_cost: Option<f64>,
+    /// Stop (exit 1) once the loop has taken DUR.
+    #[arg(long, value_name = "DUR", value_parser = dur)]
+    pub max_runtime: Option<Dur>,
+}
+
+impl LimitFlags {
+    pub fn limits(&self) -> anyhow::Result<worklist::Limits> {
+        if let Some(c) = self.max_cost
+            && !(c.is_finite() && c > 0.0)
+        {
+            return Err(user(format!(
+                "invalid --max-cost {c}\n  hint: a positive amount in USD, e.g. --max-cost 5"
+            )));
+        }
+        let d = worklist::Limits::default();
+        Ok(worklist::Limits {
+            max_stuck: self.max_stuck.unwrap_or(d.max_stuck),
+            max_stall: self.max_stall.unwrap_or(d.max_stall),
+            max_cost: self.max_cost,
+            max_runtime: self.max_runtime.map(|d| d.0),
+        })
+    }
 }
 
 /// How the agent is chosen, as `run` does it: flag, then TASKDAEMON_*, then config files,
@@ -173,6 +215,7 @@ pub fn run(args: ImplementArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     // Everything that can be wrong is checked before anything changes.
     worklist::coordinator::preflight(&spec, &repo).map_err(worklist_err)?;
     let setup = args.agent.resolve(&spec, ctx)?;
+    let limits = args.limits.limits()?;
     let verify = verify_commands(&spec);
     check_agent(&setup, &verify, &repo)?;
     let _lock = worklist::lock::acquire(&spec).map_err(worklist_err)?;
@@ -184,6 +227,7 @@ pub fn run(args: ImplementArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         repo,
         setup,
         max_task_iterations: args.max_task_iterations,
+        limits,
         verify_timeout: Some(
             args.verify_timeout
                 .map(|d| d.0)

@@ -8,7 +8,9 @@ use taskdaemon_core::worklist::stories::{default_max_iterations, load};
 use taskdaemon_core::worklist::{self, StoriesConfig};
 
 use super::Ctx;
-use super::implement::{AgentFlags, check_agent, drive, repo_of, take_over_worklist, worklist_err};
+use super::implement::{
+    AgentFlags, LimitFlags, check_agent, drive, repo_of, take_over_worklist, worklist_err,
+};
 use crate::cli::user;
 
 #[derive(Debug, Args)]
@@ -24,7 +26,10 @@ by 1 and ends approved (passes true) or changes_requested with reviewFeedback; a
 moves a story back to needs_review. A violation restores the file and the reason goes into the \
 next prompt. At the review cap the harness approves the story, with a note. Done when the agent \
 says <promise>COMPLETE</promise> and every story passes (and is approved).\n\n\
-Exit codes: 0 complete, 1 iteration limit, 5 no story can start, 64 usage, 130 interrupted.")]
+BLOCKED and DECIDE promises stop the loop as in `implement` (exit 2 and 3; a blocked iteration \
+leaves the stories file as it was). Every agent invocation adds a row to .ralph/logs/summary.csv with \
+its mode (implement, review, review-fix).\n\n\
+Exit codes: 0 complete, 1 a limit (iterations, --max-cost, --max-runtime), 2 blocked, 3 decide, 4 stuck (--max-stuck rejected iterations without a commit), 5 no story can start, 64 usage, 130 interrupted.")]
 pub struct StoriesArgs {
     /// The stories file [default: tasks.json, else prd.json].
     #[arg(value_name = "FILE")]
@@ -40,6 +45,8 @@ pub struct StoriesArgs {
     pub max_iterations: Option<u32>,
     #[command(flatten)]
     pub agent: AgentFlags,
+    #[command(flatten)]
+    pub limits: LimitFlags,
     /// One JSON event per line on stdout.
     #[arg(long)]
     pub json: bool,
@@ -65,6 +72,7 @@ pub fn run(args: StoriesArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let dir = file.parent().map(|p| p.to_path_buf()).unwrap_or(cwd);
     let repo = repo_of(&dir)?;
     let setup = args.agent.resolve(&dir, ctx)?;
+    let limits = args.limits.limits()?;
     check_agent(&setup, &[], &repo)?;
     let review = !args.skip_review;
     let _no_rollback = super::run::hold_for_loop(&repo)?;
@@ -74,6 +82,7 @@ pub fn run(args: StoriesArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         repo,
         setup,
         review,
+        limits,
         max_reviews: args.max_reviews,
         max_iterations: args
             .max_iterations

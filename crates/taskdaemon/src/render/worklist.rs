@@ -16,7 +16,11 @@ pub async fn run(json: bool, mut rx: UnboundedReceiver<WorklistEvent>) {
             }
             continue;
         }
-        if let Some(text) = describe(&ev) {
+        if let WorklistEvent::RunFinished { summary } = &ev {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{}", super::summary::summary_block(summary));
+            let _ = out.flush();
+        } else if let Some(text) = describe(&ev) {
             let _ = writeln!(std::io::stderr().lock(), "taskdaemon: {text}");
         } else if let WorklistEvent::AgentOutput { task_id, text } = &ev {
             let mut out = std::io::stdout().lock();
@@ -66,7 +70,7 @@ fn describe(ev: &WorklistEvent) -> Option<String> {
         } => format!(
             "iteration {iteration}: task {task_id} {title} ({role}, attempt {attempt} of {max_attempts})"
         ),
-        WorklistEvent::AgentOutput { .. } => return None,
+        WorklistEvent::AgentOutput { .. } | WorklistEvent::RunFinished { .. } => return None,
         WorklistEvent::AgentFinished {
             task_id,
             exit_code,
