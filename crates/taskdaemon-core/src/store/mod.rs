@@ -1,5 +1,6 @@
 //! Domain records on taskstore: Plan, Spec and LoopRun (spec 3 §6), their ids and
-//! resolution (§7), file paths (§8), dependency rules, and the StateManager actor (§3).
+//! resolution (§7), file paths (§8) and dependency rules. (The StateManager actor of §3 is
+//! the daemon's dispatcher, which owns the store; see `daemon`.)
 //!
 //! The store lives in `<project>/.taskdaemon/store/` (`plans.jsonl`, `specs.jsonl`,
 //! `runs.jsonl`), tracked in git. Every change takes the store-wide lock, catches up with
@@ -8,7 +9,6 @@
 
 pub mod check;
 pub mod ids;
-pub mod manager;
 pub mod paths;
 pub mod records;
 pub mod trust;
