@@ -602,6 +602,9 @@ impl Dispatcher {
         for n in step.notes {
             self.note(n);
         }
+        for n in status::clear_taken_holds(&mut self.records, &self.paths.project, now_ms())? {
+            self.note(n);
+        }
         self.act(step.actions);
         let running: BTreeMap<String, String> = self
             .active

@@ -222,3 +222,67 @@ pub fn snapshot(
         runs,
     })
 }
+
+/// The integration branch a "held on BRANCH: …" note names.
+fn held_branch_of(note: &str) -> Option<&str> {
+    let rest = note.strip_prefix("held on ")?;
+    Some(rest.split_once(':').map_or(rest, |(b, _)| b).trim())
+}
+
+/// Notes "held on taskdaemon/integration/T" of records whose held work a person has since
+/// taken into `T` (the integration branch is merged into it) are cleared. One line per
+/// cleared note.
+pub fn clear_taken_holds(
+    records: &mut Records,
+    project: &Path,
+    now: i64,
+) -> Result<Vec<String>, StoreError> {
+    let git = crate::git::Git::new(project);
+    let mut lines = Vec::new();
+    for kind in [Kind::Spec, Kind::Run] {
+        for mut rec in records.list(kind, &[])? {
+            let note = match &rec {
+                AnyRecord::Spec(s) => s.note.clone(),
+                AnyRecord::Run(r) => r.note.clone(),
+                AnyRecord::Plan(_) => None,
+            };
+            let Some(branch) = note.as_deref().and_then(held_branch_of) else {
+                continue;
+            };
+            let Some(target) = branch.strip_prefix("taskdaemon/integration/") else {
+                continue;
+            };
+            let taken = git
+                .run(&["merge-base", "--is-ancestor", branch, target])
+                .is_ok();
+            if !taken {
+                continue;
+            }
+            lines.push(format!(
+                "{}: the work held on {branch} is in {target} now",
+                rec.id()
+            ));
+            match &mut rec {
+                AnyRecord::Spec(s) => s.note = None,
+                AnyRecord::Run(r) => r.note = None,
+                AnyRecord::Plan(_) => {}
+            }
+            records.update(rec, now)?;
+        }
+    }
+    Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_held_branch_is_read_from_the_note() {
+        assert_eq!(
+            held_branch_of("held on taskdaemon/integration/main: main is checked out in /r"),
+            Some("taskdaemon/integration/main")
+        );
+        assert_eq!(held_branch_of("BLOCKED: no"), None);
+    }
+}
