@@ -41,7 +41,7 @@ use crate::git::worktree::Worktrees;
 use crate::scheduler::cascade::{self, Action, MergeEnd};
 use crate::scheduler::context;
 use crate::scheduler::{Limits, pick};
-use crate::store::{AnyRecord, LoopRun, Records, RunStatus, StoreError};
+use crate::store::{AnyRecord, LoopKind, LoopRun, Records, RunStatus, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -762,8 +762,8 @@ impl Dispatcher {
             Ok(Some(AnyRecord::Plan(p))) => p.target_branch.unwrap_or_else(|| default.clone()),
             _ => default.clone(),
         };
-        match run.loop_type.as_str() {
-            "phase" => {
+        match run.loop_type {
+            LoopKind::Phase => {
                 let spec_id = context::text(&run.context, context::SPEC_ID)
                     .or(run.parent.as_deref())
                     .unwrap_or(&run.id)
@@ -774,7 +774,7 @@ impl Dispatcher {
                 };
                 (spec_id, start)
             }
-            "plan" | "spec" => {
+            LoopKind::Plan | LoopKind::Spec => {
                 let plan_id = context::text(&run.context, context::PLAN_ID)
                     .or(run.parent.as_deref())
                     .unwrap_or(&run.id)
@@ -1015,7 +1015,7 @@ fn end_status(
     stop_as: Option<StopAs>,
     run: &LoopRun,
 ) -> (RunStatus, Option<String>) {
-    let standalone = !matches!(run.loop_type.as_str(), "plan" | "spec" | "phase");
+    let standalone = !run.loop_type.is_cascade();
     match result {
         Ok(Outcome::Complete { .. }) if standalone => (RunStatus::Rebasing, None),
         Ok(Outcome::Complete { .. }) => (RunStatus::Complete, None),

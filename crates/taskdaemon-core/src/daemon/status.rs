@@ -9,7 +9,7 @@ use taskstore::Filter;
 
 use super::events::Subject;
 use crate::scheduler::context;
-use crate::store::{AnyRecord, Kind, LoopRun, Records, RunStatus, StoreError};
+use crate::store::{AnyRecord, Kind, LoopKind, LoopRun, Records, RunStatus, StoreError};
 
 /// The daemon's own state (`daemon status`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,7 +34,7 @@ pub struct RunView {
     /// The run's task, or its spec's or plan's title.
     #[serde(default)]
     pub title: String,
-    pub loop_type: String,
+    pub loop_type: LoopKind,
     pub status: RunStatus,
     /// Marked running, but no daemon runs it (it stopped or was killed): it resumes on the
     /// next `daemon start`.
@@ -95,7 +95,7 @@ pub fn run_title(records: &Records, run: &LoopRun) -> String {
         .or(context::text(&run.context, context::PLAN_ID))
         .or(run.parent.as_deref());
     match owner.and_then(|id| records.get(id).ok().flatten()) {
-        Some(AnyRecord::Run(_)) | None => run.loop_type.clone(),
+        Some(AnyRecord::Run(_)) | None => run.loop_type.to_string(),
         Some(r) => r.title().to_string(),
     }
 }
@@ -114,7 +114,7 @@ pub fn subject_of(records: &Records, run: &LoopRun, repo: &Path) -> Subject {
     Subject {
         run: run.id.clone(),
         title: run_title(records, run),
-        loop_type: run.loop_type.clone(),
+        loop_type: run.loop_type.to_string(),
         plan,
         spec,
         repo: repo.to_path_buf(),

@@ -9,6 +9,7 @@
 
 pub mod check;
 pub mod ids;
+mod kind;
 pub mod paths;
 pub mod records;
 pub mod trust;
@@ -22,6 +23,7 @@ use taskstore::{Change, Filter, Op, Record, Store, StoreOptions};
 
 use ids::IdSource;
 pub use ids::Resolution;
+pub use kind::LoopKind;
 pub use records::{
     AnyRecord, Kind, LoopRun, Phase, Plan, PlanStatus, RunStatus, Spec, SpecStatus, TITLE_MAX,
 };
@@ -560,7 +562,7 @@ impl Records {
                     });
                 }
                 AnyRecord::Run(LoopRun {
-                    loop_type: r.loop_type,
+                    loop_type: LoopKind::parse(&r.loop_type),
                     parent: r.parent,
                     deps: dedup(r.deps),
                     status: r.status.unwrap_or(RunStatus::Pending),
