@@ -648,3 +648,7 @@ pub fn merged(records: &mut Records, id: &str, end: MergeEnd, now: i64) -> Resul
     }
     Ok(step)
 }
+
+#[cfg(test)]
+#[path = "cascade_tests.rs"]
+mod tests;
