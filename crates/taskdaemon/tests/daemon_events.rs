@@ -478,3 +478,57 @@ fn submit_spec_of_a_tasks_md_directory_completes_under_the_daemon_and_merges() {
     }
     s.ok(&["daemon", "stop"]);
 }
+
+#[test]
+fn cancel_stops_a_foreground_run_from_another_terminal() {
+    let go = Env::new();
+    let never = go.root().join("never");
+    let s = Setup::new(&[("WAIT_FOR", never.display().to_string())]);
+    let agent = s.vars[0].1.clone();
+    let mut c = s.env.cmd();
+    for (k, v) in &s.vars {
+        c.env(k, v);
+    }
+    let mut run = c
+        .args([
+            "run",
+            "wait forever",
+            "--agent",
+            &agent,
+            "--kill-grace",
+            "1s",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let lock = s.env.repo().join(".ralph/run.lock");
+    // Its lock holds its pid once the loop runs.
+    let t = std::time::Instant::now();
+    let state = s.env.repo().join(".ralph/run.json");
+    while std::fs::read_to_string(&lock).unwrap_or_default().trim() != run.id().to_string()
+        || !state.exists()
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the run never took its lock"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = s.run(&["cancel", "--json"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["stopped_pid"], run.id() as i64, "{v}");
+    let status = harness::wait_timeout(&mut run, Duration::from_secs(60));
+    assert!(!status.success(), "{status:?}");
+    // Nothing holds the lock any more, and `logs` knows the local run.
+    let r = s.run(&["cancel", "--json"]);
+    assert_ne!(r.code, 0, "a second cancel found a loop: {}", r.stdout);
+    let logs = s.ok(&["logs", "--json"]);
+    assert!(
+        logs.lines()
+            .last()
+            .is_some_and(|l| l.contains("\"status\"")),
+        "{logs}"
+    );
+}
