@@ -8,7 +8,7 @@ use serde_json::json;
 use taskdaemon_core::store::{
     AnyRecord, Kind, NewPlan, NewRecord, NewRun, NewSpec, Phase, Records, StoreError, ids,
 };
-use taskstore::{ChangeKind, Filter, StoreOptions};
+use taskstore::{Filter, StoreOptions};
 
 const T0: i64 = 1_763_726_400_000;
 

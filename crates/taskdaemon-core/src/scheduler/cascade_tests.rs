@@ -433,7 +433,10 @@ fn a_run_blocked_on_a_dep_is_pending_again_once_the_dep_is_resumed() {
 }
 
 /// How a merge ended, and what the merged record is afterwards.
-const MERGED: &[(&str, fn() -> MergeEnd, SpecStatus, bool)] = &[
+/// A row: its name, the merge's end, the spec's status after, whether its worktree goes.
+type MergedRow = (&'static str, fn() -> MergeEnd, SpecStatus, bool);
+
+const MERGED: &[MergedRow] = &[
     (
         "done: complete, its worktree removed",
         || MergeEnd::Done { note: None },
