@@ -260,7 +260,7 @@ fn ready_only_when_every_dep_is_complete() {
     let e = r.get(&db).unwrap().unwrap().set_status("done").unwrap_err();
     assert!(
         e.to_string()
-            .contains("use one of: pending, blocked, running, complete, failed"),
+            .contains("use one of: pending, blocked, running, paused, complete, failed"),
         "{e}"
     );
 }
