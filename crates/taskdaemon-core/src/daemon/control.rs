@@ -4,12 +4,14 @@
 
 use taskstore::Filter;
 
-use crate::scheduler::cascade::PAUSED;
 use crate::scheduler::{runs, specs};
-use crate::store::{AnyRecord, LoopRun, PlanStatus, Records, RunStatus, SpecStatus, StoreError};
+use crate::store::{
+    AnyRecord, LoopKind, LoopRun, PlanStatus, Records, RunStatus, SpecStatus, StoreError,
+};
 use crate::workspace::Workspace;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Action {
     Start,
     Pause,
@@ -99,14 +101,14 @@ pub fn apply(
                         SpecStatus::Pending | SpecStatus::Running | SpecStatus::Blocked
                     ) =>
                 {
-                    (SpecStatus::Blocked, Some(PAUSED.to_string()))
+                    (SpecStatus::Paused, None)
                 }
                 Action::Pause => (spec.status, spec.note.clone()),
                 Action::Cancel => (SpecStatus::Failed, Some("cancelled by a person".into())),
                 Action::Start | Action::Resume => {
                     let started = runs(records, &[Filter::eq("parent", spec.id.as_str())])?
                         .iter()
-                        .any(|r| r.loop_type == "phase");
+                        .any(|r| r.loop_type == LoopKind::Phase);
                     if spec.status == SpecStatus::Complete {
                         return Err(refused(action, &spec.id, "complete", "nothing to do"));
                     }
@@ -147,14 +149,19 @@ pub fn apply(
                     PlanStatus::Draft | PlanStatus::Ready | PlanStatus::InProgress
                 );
             let status = match action {
+                Action::Pause if paused => PlanStatus::Paused,
                 Action::Pause => plan.status,
                 Action::Cancel => PlanStatus::Cancelled,
                 Action::Start | Action::Resume => match plan.status {
-                    PlanStatus::Failed | PlanStatus::Cancelled => {
+                    // A plan goes on from what its records say (a draft whose plan run is
+                    // complete is ready again on the next pass).
+                    PlanStatus::Failed | PlanStatus::Cancelled | PlanStatus::Paused => {
                         if specs(records, &[Filter::eq("parent", plan.id.as_str())])?.is_empty()
                             && !runs(records, &[Filter::eq("parent", plan.id.as_str())])?
                                 .iter()
-                                .any(|r| r.loop_type == "spec" && r.status == RunStatus::Complete)
+                                .any(|r| {
+                                    r.loop_type == LoopKind::Spec && r.status == RunStatus::Complete
+                                })
                         {
                             PlanStatus::Draft
                         } else {
@@ -164,18 +171,10 @@ pub fn apply(
                     s => s,
                 },
             };
-            let note = if paused {
-                Some(PAUSED.to_string())
-            } else {
-                None
-            };
+            let note = None;
             if status != plan.status || note != plan.note {
-                out.lines.push(format!(
-                    "plan {}: {} -> {status}{}",
-                    plan.id,
-                    plan.status,
-                    if paused { " (paused)" } else { "" }
-                ));
+                out.lines
+                    .push(format!("plan {}: {} -> {status}", plan.id, plan.status));
                 plan.status = status;
                 plan.note = note;
                 records.update(AnyRecord::Plan(plan), now)?;
@@ -291,13 +290,16 @@ fn on_run(
 fn wake_parent(
     records: &mut Records,
     parent: &str,
-    loop_type: &str,
+    loop_type: &LoopKind,
     now: i64,
     out: &mut Applied,
 ) -> Result<(), ControlError> {
     match records.get(parent)? {
         Some(AnyRecord::Spec(mut s))
-            if matches!(s.status, SpecStatus::Blocked | SpecStatus::Failed) =>
+            if matches!(
+                s.status,
+                SpecStatus::Blocked | SpecStatus::Failed | SpecStatus::Paused
+            ) =>
         {
             out.lines
                 .push(format!("spec {}: {} -> running", s.id, s.status));
@@ -306,10 +308,12 @@ fn wake_parent(
             records.update(AnyRecord::Spec(s), now)?;
         }
         Some(AnyRecord::Plan(mut p))
-            if matches!(p.status, PlanStatus::Failed | PlanStatus::Cancelled)
-                || p.note.is_some() =>
+            if matches!(
+                p.status,
+                PlanStatus::Failed | PlanStatus::Cancelled | PlanStatus::Paused
+            ) || p.note.is_some() =>
         {
-            let status = if loop_type == "plan" {
+            let status = if *loop_type == LoopKind::Plan {
                 PlanStatus::Draft
             } else {
                 PlanStatus::InProgress

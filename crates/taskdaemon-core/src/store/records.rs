@@ -104,11 +104,12 @@ macro_rules! status_enum {
 }
 
 status_enum!(
-    /// Spec 3 §6 Plan statuses.
+    /// Spec 3 §6 Plan statuses, and `paused` (a person paused it: the cascade leaves it).
     PlanStatus {
         Draft = "draft",
         Ready = "ready",
         InProgress = "in-progress",
+        Paused = "paused",
         Complete = "complete",
         Failed = "failed",
         Cancelled = "cancelled",
@@ -116,11 +117,12 @@ status_enum!(
 );
 
 status_enum!(
-    /// Spec 3 §6 Spec statuses.
+    /// Spec 3 §6 Spec statuses, and `paused` (a person paused it: nothing of it starts).
     SpecStatus {
         Pending = "pending",
         Blocked = "blocked",
         Running = "running",
+        Paused = "paused",
         Complete = "complete",
         Failed = "failed",
     }
@@ -233,8 +235,8 @@ pub struct Spec {
 #[serde(rename_all = "kebab-case")]
 pub struct LoopRun {
     pub id: String,
-    /// The loop type's name (`ralph`, `phase`, …).
-    pub loop_type: String,
+    /// The loop type (`ralph`, `phase`, …; stored as its name).
+    pub loop_type: super::LoopKind,
     #[serde(default)]
     pub parent: Option<String>,
     #[serde(default)]
@@ -369,7 +371,7 @@ impl AnyRecord {
         match self {
             AnyRecord::Plan(r) => &r.title,
             AnyRecord::Spec(r) => &r.title,
-            AnyRecord::Run(r) => &r.loop_type,
+            AnyRecord::Run(r) => r.loop_type.as_str(),
         }
     }
     pub fn created_at(&self) -> i64 {
@@ -489,7 +491,7 @@ impl AnyRecord {
                 }
             }
             AnyRecord::Run(r) => {
-                if r.loop_type.trim().is_empty() {
+                if r.loop_type.as_str().trim().is_empty() {
                     return Err(invalid(
                         "loop-type",
                         "empty".into(),
