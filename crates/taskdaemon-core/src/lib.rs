@@ -14,6 +14,7 @@ pub mod git;
 pub mod guards;
 pub mod lifecycle;
 pub mod loops;
+pub mod report;
 pub mod scheduler;
 pub mod shell;
 pub mod signals;

@@ -90,6 +90,8 @@ pub enum Command {
     CheckDoc(commands::check_doc::CheckDocArgs),
     /// The loops' git worktrees: list them, prune finished ones.
     Worktree(commands::worktree::WorktreeArgs),
+    /// Write one self-contained HTML report (timeline, plots, gates, logs) of a run, all runs, or a daemon plan.
+    Report(commands::report::ReportArgs),
     /// Git merge driver for the record store (`%O %A %B %P`), installed by `init`.
     #[command(name = "__merge-store", hide = true)]
     MergeStore(commands::merge_store::MergeStoreArgs),
@@ -180,6 +182,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Resume(a) => commands::resume::run(a, &ctx),
         Command::CheckDoc(a) => commands::check_doc::run(a, &ctx),
         Command::Worktree(a) => commands::worktree::run(a, &ctx),
+        Command::Report(a) => commands::report::run(a, &ctx),
         Command::MergeStore(a) => commands::merge_store::run(a),
         Command::StoreStress(a) => commands::store_stress::run(a, &ctx),
         Command::ScriptAgent(a) => commands::script_agent::run(a),

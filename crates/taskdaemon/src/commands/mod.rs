@@ -19,6 +19,7 @@ pub mod pause;
 pub mod plan;
 pub mod plan_file;
 pub mod record_control;
+pub mod report;
 pub mod resume;
 pub mod run;
 pub mod script_agent;
