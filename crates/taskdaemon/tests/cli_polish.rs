@@ -1,0 +1,127 @@
+//! The CLI as a person meets it: the HTML report (rendered in headless Chromium),
+//! completions, `config show`, JSON errors, and the rough edges of issue 17 item 4.
+
+#[allow(dead_code)]
+mod harness;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use harness::{Env, wait_timeout};
+
+/// A Debian tool a test needs: its path, or `None` (skip, loudly) outside CI; on CI
+/// (`CI=true`) a missing tool fails the test (`.ci/run` installs it).
+fn tool(name: &str) -> Option<PathBuf> {
+    let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join(name))
+        .find(|p| p.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{name} is missing on CI: .ci/run should have installed it"
+        );
+        eprintln!("SKIPPED: {name} is not installed (apt-get install {name}); this test did not run");
+    }
+    found
+}
+
+fn demo(env: &Env) -> PathBuf {
+    let dir = env.root().join("demo");
+    let r = env.run(&["demo", "--path", dir.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    dir
+}
+
+fn chromium(args: &[&str], url: &Path, profile: &Path) -> std::process::Output {
+    let bin = tool("chromium").expect("checked by the caller");
+    let mut child = Command::new(bin)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .arg(format!("file://{}", url.display()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut s).unwrap();
+        s
+    });
+    let status = wait_timeout(&mut child, Duration::from_secs(300));
+    std::process::Output {
+        status,
+        stdout: reader.join().unwrap(),
+        stderr: Vec::new(),
+    }
+}
+
+#[test]
+fn report_of_the_demo_is_one_file_and_a_hostile_log_stays_text() {
+    let env = Env::new();
+    let dir = demo(&env);
+    let log = dir.join(".ralph/logs/iteration-002.log");
+    let mut text = std::fs::read_to_string(&log).unwrap();
+    text.push_str("</script><img src=x onerror=alert(1)></pre></details><script>document.title='owned'</script>\n");
+    std::fs::write(&log, text).unwrap();
+    let r = env.run(&["-C", dir.to_str().unwrap(), "report", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert_eq!(v["runs"], 1);
+    let out = PathBuf::from(v["path"].as_str().unwrap());
+    assert_eq!(out, dir.join(".ralph/logs/report.html"));
+    let html = std::fs::read_to_string(&out).unwrap();
+    for want in ["rejected", "complete", "<svg", "sh test.sh", "iteration 2: log (complete)"] {
+        assert!(html.contains(want), "{want} missing");
+    }
+    assert!(!html.contains("<img") && !html.contains("<script"), "markup from a log got through");
+    assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;"));
+    assert!(!html.contains("http://") && !html.contains("https://"));
+
+    // As a browser sees it: the log line is text, nothing ran, the page rendered.
+    if tool("chromium").is_none() {
+        return;
+    }
+    let profile = env.root().join("chromium-profile");
+    let dom = chromium(&["--dump-dom"], &out, &profile);
+    assert!(dom.status.success());
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(dom.contains("<title>taskdaemon report"), "{dom:.400}");
+    // The title is still ours (a script from the log would have set it to `owned`).
+    assert!(!dom.contains("<img") && !dom.contains("<script"), "the browser made markup from a log");
+    assert!(dom.contains("onerror=alert(1)"), "the hostile line is shown as text");
+    let png = env.root().join("report.png");
+    let shot = chromium(
+        &[&format!("--screenshot={}", png.display()), "--window-size=1280,1600"],
+        &out,
+        &profile,
+    );
+    assert!(shot.status.success());
+    let bytes = std::fs::read(&png).unwrap();
+    assert!(bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000, "{} bytes", bytes.len());
+}
+
+#[test]
+fn report_all_with_output_and_a_missing_run_is_a_usage_error() {
+    let env = Env::new();
+    let r = env.run(&["report"]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains(".ralph") && r.stderr.contains("hint:"), "{}", r.stderr);
+    let dir = demo(&env);
+    let r = env.run(&["-C", dir.to_str().unwrap(), "report", "--all", "-o", "all.html"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("report of 1 run(s)"), "{}", r.stdout);
+    assert!(dir.join("all.html").is_file());
+    let r = env.run(&["-C", dir.to_str().unwrap(), "report", "nosuchrun"]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+}
