@@ -13,13 +13,10 @@ const FILES: usize = 10_000;
 const FILE_BYTES: usize = 4_600;
 const MODIFY: usize = 20;
 
-struct Rng(u64);
+struct Rng(fastrand::Rng);
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        self.0.u64(..)
     }
 }
 
@@ -67,7 +64,7 @@ fn build(root: &Path) -> PathBuf {
     )
     .expect("gitconfig");
     let repo = root.join("repo");
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng(fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15));
     let mut bytes = 0;
     for i in 0..FILES {
         let p = repo.join(path_of(i));
@@ -140,7 +137,7 @@ fn main() {
         .status()
         .expect("cp");
     assert!(s.success());
-    let mut rng = Rng(42);
+    let mut rng = Rng(fastrand::Rng::with_seed(42));
 
     let first = timed(td(&repo, &["snapshot", "save", "first"]));
     let (mut save, mut rollback, mut naive_t) = (Vec::new(), Vec::new(), Vec::new());
