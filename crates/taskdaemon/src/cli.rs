@@ -92,6 +92,10 @@ pub enum Command {
     Worktree(commands::worktree::WorktreeArgs),
     /// Write one self-contained HTML report (timeline, plots, gates, logs) of a run, all runs, or a daemon plan.
     Report(commands::report::ReportArgs),
+    /// Print a shell completion script: bash, zsh, fish, elvish or powershell.
+    Completions(commands::completions::CompletionsArgs),
+    /// Print the man page, taskdaemon(1), in roff (`taskdaemon man | man -l -`).
+    Man(commands::completions::ManArgs),
     /// Git merge driver for the record store (`%O %A %B %P`), installed by `init`.
     #[command(name = "__merge-store", hide = true)]
     MergeStore(commands::merge_store::MergeStoreArgs),
@@ -183,8 +187,84 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::CheckDoc(a) => commands::check_doc::run(a, &ctx),
         Command::Worktree(a) => commands::worktree::run(a, &ctx),
         Command::Report(a) => commands::report::run(a, &ctx),
+        Command::Completions(a) => commands::completions::completions(a),
+        Command::Man(a) => commands::completions::man(a),
         Command::MergeStore(a) => commands::merge_store::run(a),
         Command::StoreStress(a) => commands::store_stress::run(a, &ctx),
         Command::ScriptAgent(a) => commands::script_agent::run(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every command and subcommand, with its path (`taskdaemon plan diff`).
+    fn walk(cmd: &clap::Command, path: String, out: &mut Vec<(String, clap::Command)>) {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let p = format!("{path} {}", sub.get_name());
+            out.push((p.clone(), sub.clone()));
+            walk(sub, p, out);
+        }
+    }
+
+    #[test]
+    fn every_argument_of_every_command_has_help_and_one_default() {
+        let mut root = super::Cli::command();
+        root.build();
+        let mut all = vec![("taskdaemon".to_string(), root.clone())];
+        walk(&root, "taskdaemon".into(), &mut all);
+        let mut missing = Vec::new();
+        for (path, cmd) in &all {
+            if cmd.get_about().is_none() {
+                missing.push(format!("{path}: no about"));
+            }
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                if help.trim().is_empty() {
+                    missing.push(format!("{path}: `{id}` has no help"));
+                }
+                let declared = help.matches("[default:").count();
+                if declared > 0 && !arg.get_default_values().is_empty() {
+                    missing.push(format!("{path}: `{id}` says its default twice"));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
+
+    #[test]
+    fn a_short_flag_means_one_thing_everywhere() {
+        let mut root = super::Cli::command();
+        root.build();
+        let mut all = vec![("taskdaemon".to_string(), root.clone())];
+        walk(&root, "taskdaemon".into(), &mut all);
+        let mut meaning: std::collections::BTreeMap<char, (String, String)> = Default::default();
+        let mut clash = Vec::new();
+        for (path, cmd) in &all {
+            for arg in cmd.get_arguments() {
+                let (Some(s), Some(long)) = (arg.get_short(), arg.get_long()) else {
+                    continue;
+                };
+                // -f is "the text from FILE": the run's prompt, the task's message.
+                let same = |a: &str, b: &str| {
+                    a == b || ["prompt-file", "message-file"].contains(&a) && ["prompt-file", "message-file"].contains(&b)
+                };
+                match meaning.get(&s) {
+                    Some((l, p)) if !same(l, long) => {
+                        clash.push(format!("-{s}: --{l} in `{p}`, --{long} in `{path}`"))
+                    }
+                    Some(_) => {}
+                    None => {
+                        meaning.insert(s, (long.to_string(), path.clone()));
+                    }
+                }
+            }
+        }
+        assert!(clash.is_empty(), "{}", clash.join("\n"));
     }
 }

@@ -125,3 +125,52 @@ fn report_all_with_output_and_a_missing_run_is_a_usage_error() {
     let r = env.run(&["-C", dir.to_str().unwrap(), "report", "nosuchrun"]);
     assert_eq!(r.code, 64, "{}", r.stderr);
 }
+
+/// Run `script` in bash with the completion script of `taskdaemon completions bash` loaded.
+fn bash_completion(env: &Env, script: &str) -> String {
+    let r = env.run(&["completions", "bash"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let file = env.root().join("taskdaemon.bash");
+    std::fs::write(&file, &r.stdout).unwrap();
+    let out = Command::new("bash")
+        .arg("--norc")
+        .arg("-c")
+        .arg(format!("source {}\n{script}", file.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn bash_completion_loads_and_completes_subcommands_and_options() {
+    let env = Env::new();
+    let out = bash_completion(
+        &env,
+        "complete -p taskdaemon\n\
+         COMP_WORDS=(taskdaemon rep); COMP_CWORD=1; _taskdaemon taskdaemon rep taskdaemon; echo \"sub: ${COMPREPLY[*]}\"\n\
+         COMP_WORDS=(taskdaemon sn); COMP_CWORD=1; _taskdaemon taskdaemon sn taskdaemon; echo \"sub2: ${COMPREPLY[*]}\"\n\
+         COMP_WORDS=(taskdaemon report --a); COMP_CWORD=2; _taskdaemon taskdaemon --a report; echo \"opt: ${COMPREPLY[*]}\"",
+    );
+    assert!(out.contains("-F _taskdaemon taskdaemon"), "{out}");
+    assert!(out.contains("sub: report\n"), "{out}");
+    assert!(out.contains("sub2: snapshot\n"), "{out}");
+    assert!(out.contains("opt: --all\n"), "{out}");
+    for shell in ["zsh", "fish"] {
+        let r = env.run(&["completions", shell]);
+        assert_eq!(r.code, 0);
+        assert!(r.stdout.contains("report") && r.stdout.contains("snapshot"), "{shell}");
+    }
+}
+
+#[test]
+fn man_page_is_roff_with_every_visible_subcommand() {
+    let env = Env::new();
+    let r = env.run(&["man"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.starts_with(".ie") || r.stdout.contains(".TH taskdaemon 1"), "{:.200}", r.stdout);
+    for sub in ["TASKDAEMON REPORT", "TASKDAEMON RUN", "TASKDAEMON SNAPSHOT", "TASKDAEMON COMPLETIONS"] {
+        assert!(r.stdout.contains(&format!(".SH \"{sub}\"")), "{sub} missing");
+    }
+    assert!(!r.stdout.contains("__merge-store"), "hidden commands stay out");
+}

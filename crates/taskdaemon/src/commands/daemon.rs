@@ -37,6 +37,7 @@ pub enum DaemonCommand {
     Stop,
     /// Whether it runs, its pid, socket, log and active runs.
     Status {
+        /// Print the daemon's state as one JSON object.
         #[arg(long)]
         json: bool,
     },

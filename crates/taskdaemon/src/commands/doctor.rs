@@ -21,6 +21,7 @@ pub struct DoctorArgs {
     /// Check only this agent (claude, codex, …, cmd:COMMAND, script:FILE) [default: every CLI].
     #[arg(long, value_name = "SPEC")]
     pub agent: Option<String>,
+    /// Print the checks as one JSON object.
     #[arg(long)]
     pub json: bool,
 }

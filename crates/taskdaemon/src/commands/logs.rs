@@ -20,8 +20,8 @@ use crate::cli::user;
 pub struct LogsArgs {
     /// A run, or a spec or plan (its latest run).
     pub reference: String,
-    /// Keep printing as the run writes, until it stops running.
-    #[arg(short, long)]
+    /// Keep printing as the run writes, until it stops running (no -f: -f means "from FILE").
+    #[arg(long)]
     pub follow: bool,
 }
 

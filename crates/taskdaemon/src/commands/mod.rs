@@ -4,6 +4,7 @@ pub mod answer;
 pub mod archive;
 pub mod cancel;
 pub mod check_doc;
+pub mod completions;
 pub mod daemon;
 pub mod daemon_link;
 pub mod demo;

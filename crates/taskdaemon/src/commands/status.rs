@@ -17,6 +17,7 @@ use crate::outln;
 `taskdaemon logs REF` shows a run's iteration logs; `taskdaemon show REF` one record in full."
 )]
 pub struct StatusArgs {
+    /// Print the tree as JSON.
     #[arg(long)]
     pub json: bool,
 }

@@ -40,6 +40,7 @@ pub struct TrustArgs {
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
+    /// Print the findings as one JSON object.
     #[arg(long)]
     pub json: bool,
 }
@@ -52,12 +53,14 @@ pub struct CompactArgs {
     /// Move unreadable lines to <collection>.jsonl.rejected instead of refusing.
     #[arg(long)]
     pub drop_corrupt: bool,
+    /// Print what was compacted as one JSON object.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
+    /// Print the statistics as one JSON object.
     #[arg(long)]
     pub json: bool,
 }

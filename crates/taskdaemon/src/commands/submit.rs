@@ -38,7 +38,7 @@ pub struct Common {
     /// The branch finished work is merged into [default: config target-branch, else the branch checked out here].
     #[arg(long, value_name = "BRANCH")]
     pub target: Option<String>,
-    /// Higher runs first [default: 0].
+    /// Higher runs first.
     #[arg(
         long,
         value_name = "N",
@@ -66,6 +66,7 @@ pub enum What {
     },
     /// A spec document (front matter: title, deps, phases) to build.
     Spec {
+        /// The spec document.
         file: PathBuf,
         /// The plan it belongs to [default: a new plan record named after the spec].
         #[arg(long, value_name = "REF")]
@@ -75,6 +76,7 @@ pub enum What {
     },
     /// A generic loop on one task, in its own worktree, merged when done.
     Ralph {
+        /// What the loop should do, in words.
         task: String,
         /// Validation command (sh -c) [default: config validate].
         #[arg(long, value_name = "CMD")]
