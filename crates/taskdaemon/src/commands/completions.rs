@@ -37,7 +37,7 @@ pub fn man(_args: ManArgs) -> anyhow::Result<i32> {
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
         let name = format!("taskdaemon {}", sub.get_name());
         let sub = sub.clone().bin_name(name.clone()).display_name(name.clone());
-        let mut part = format!(".SH \"{}\"\n", name.to_uppercase()).into_bytes();
+        let mut part = Vec::new();
         let m = clap_mangen::Man::new(sub);
         m.render_name_section(&mut part)?;
         m.render_synopsis_section(&mut part)?;
@@ -45,7 +45,7 @@ pub fn man(_args: ManArgs) -> anyhow::Result<i32> {
         m.render_options_section(&mut part)?;
         // Each part starts a section of its own: make them sub-sections of this page.
         let text = String::from_utf8_lossy(&part).replace(".SH ", ".SS ");
-        buf.extend_from_slice(text.as_bytes());
+        buf.extend_from_slice(format!(".SH \"{}\"\n{text}", name.to_uppercase()).as_bytes());
     }
     emit(&String::from_utf8_lossy(&buf))?;
     Ok(0)
