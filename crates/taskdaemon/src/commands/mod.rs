@@ -5,6 +5,7 @@ pub mod archive;
 pub mod cancel;
 pub mod check_doc;
 pub mod completions;
+pub mod config;
 pub mod daemon;
 pub mod daemon_link;
 pub mod demo;
