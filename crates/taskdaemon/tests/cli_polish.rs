@@ -174,3 +174,78 @@ fn man_page_is_roff_with_every_visible_subcommand() {
     }
     assert!(!r.stdout.contains("__merge-store"), "hidden commands stay out");
 }
+
+#[test]
+fn config_show_names_each_settings_source() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.repo().join(".taskdaemon")).unwrap();
+    std::fs::write(env.repo().join(".taskdaemon/config.yaml"), "# mine\nmax-iterations: 9\n").unwrap();
+    let r = env.cmd().args(["config", "show", "--json"]).env("TASKDAEMON_MAX_STUCK", "5").output().unwrap();
+    assert_eq!(r.status.code(), Some(0), "{}", String::from_utf8_lossy(&r.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    let row = |k: &str| v.as_array().unwrap().iter().find(|r| r["key"] == k).unwrap().clone();
+    assert_eq!(row("max-iterations")["value"], 9);
+    let cfg = env.repo().join(".taskdaemon/config.yaml");
+    assert_eq!(row("max-iterations")["from"], format!("{}:2", cfg.display()));
+    assert_eq!(row("max-stuck")["from"], "environment TASKDAEMON_MAX_STUCK");
+    assert_eq!(row("kill-grace")["from"], "default");
+    let text = env.run(&["config", "show"]);
+    assert!(text.stdout.lines().any(|l| l.starts_with("max-iterations") && l.ends_with(":2")), "{}", text.stdout);
+    // doctor shows the same source.
+    let d = env.run(&["doctor", "--json"]);
+    let dv: serde_json::Value = serde_json::from_str(d.stdout.trim()).unwrap();
+    assert_eq!(dv["settings"]["max-iterations"]["from"], format!("{}:2", cfg.display()));
+}
+
+#[test]
+fn a_missing_config_file_is_a_usage_error_also_as_json() {
+    let env = Env::new();
+    let r = env.run(&["--config", "/nonexistent.yaml", "list"]);
+    assert_eq!(r.code, 64, "{}", r.stdout);
+    assert!(r.stderr.contains("/nonexistent.yaml") && r.stderr.contains("hint:"), "{}", r.stderr);
+    let r = env.run(&["--config", "/nonexistent.yaml", "list", "--json"]);
+    assert_eq!(r.code, 64);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert!(v["error"].as_str().unwrap().contains("/nonexistent.yaml"));
+    assert!(v["hint"].as_str().unwrap().contains("--config"));
+    assert_eq!(v["exit"], 64);
+}
+
+#[test]
+fn a_bad_environment_value_is_reported_as_the_variable() {
+    let env = Env::new();
+    let r = env.cmd().args(["run", "x"]).env("TASKDAEMON_MAX_ITERATIONS", "abc").output().unwrap();
+    assert_eq!(r.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(err.contains("TASKDAEMON_MAX_ITERATIONS") && err.contains("abc"), "{err}");
+    assert!(err.contains("hint:"), "{err}");
+    // On the command line it is the flag.
+    let r = env.run(&["run", "x", "--max-iterations", "abc"]);
+    assert_eq!(r.code, 64);
+    assert!(r.stderr.contains("--max-iterations") && !r.stderr.contains("TASKDAEMON_MAX"), "{}", r.stderr);
+}
+
+#[test]
+fn list_runs_shows_what_each_run_works_on_and_no_colour_in_a_pipe() {
+    let env = Env::new();
+    let r = env.run(&["submit", "ralph", "make the widget blue"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = env.run(&["list", "runs"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("make the widget blue (ralph)"), "{}", r.stdout);
+    assert!(!r.stdout.contains('\u{1b}'), "colour in a pipe");
+}
+
+#[test]
+fn quiet_keeps_errors_and_drops_notes() {
+    let env = Env::new();
+    let dir = env.root().join("demo");
+    let r = env.run(&["-q", "demo", "--path", dir.to_str().unwrap()]);
+    assert_eq!(r.code, 0);
+    assert!(!r.stderr.contains("taskdaemon: ──"), "{}", r.stderr);
+    let loud = env.run(&["-C", dir.to_str().unwrap(), "report", "nosuch"]);
+    let quiet = env.run(&["-q", "-C", dir.to_str().unwrap(), "report", "nosuch"]);
+    assert_eq!(loud.code, 64);
+    assert_eq!(quiet.code, 64);
+    assert!(quiet.stderr.contains("error:"), "{}", quiet.stderr);
+}

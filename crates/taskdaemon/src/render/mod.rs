@@ -298,9 +298,8 @@ impl Renderer {
     }
 
     fn note(&mut self, text: &str) {
-        let write = || {
-            let _ = writeln!(std::io::stderr().lock(), "taskdaemon: {text}");
-        };
+        // Through out.rs: `-q` drops notes (not warnings).
+        let write = || crate::out::write_err(&format!("taskdaemon: {text}\n"));
         match &self.bar {
             Some(b) => b.suspend(write),
             None => write(),
