@@ -164,3 +164,9 @@ mod tests {
         assert_eq!(nearest("agnet", &["agent", "loop"]), Some("agent"));
     }
 }
+
+/// A value as YAML a person can read and paste into a file (multi-line strings as block
+/// scalars).
+pub fn to_yaml<T: serde::Serialize>(value: &T) -> Result<String, String> {
+    serde_saphyr::to_string(value).map_err(|e| e.to_string())
+}

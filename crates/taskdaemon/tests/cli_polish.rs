@@ -249,3 +249,90 @@ fn quiet_keeps_errors_and_drops_notes() {
     assert_eq!(quiet.code, 64);
     assert!(quiet.stderr.contains("error:"), "{}", quiet.stderr);
 }
+
+#[test]
+fn plan_diff_exits_1_when_a_hard_gate_fails() {
+    let env = Env::new();
+    let repo = env.repo();
+    let flavors = |n: usize| {
+        let items: Vec<String> = (0..n).map(|i| format!("  {{ name: \"F{i}\" }},")).collect();
+        format!("export const flavors = [\n{}\n];\n", items.join("\n"))
+    };
+    std::fs::create_dir_all(repo.join("src")).unwrap();
+    std::fs::write(repo.join("src/flavors.ts"), flavors(8)).unwrap();
+    harness::git(&repo, &["add", "-A"]);
+    harness::git(&repo, &["commit", "-qm", "eight"]);
+    let idle = env.script("idle.yaml", "iterations:\n  - steps: [ { say: looking } ]\n");
+    let r = env.run(&["task", "add 2 more flavors", "--agent", &idle, "--validate", "false", "--max-iterations", "1"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    std::fs::write(
+        repo.join(".ralph/plan.md"),
+        "# Plan\n\n## features\nFiles: src/flavors.ts\n<!-- TASK-1 [ADD]: 2 flavors -->\n<!-- EXISTING 8 flavors PRESERVED -->\n",
+    )
+    .unwrap();
+    std::fs::write(repo.join("src/flavors.ts"), flavors(10)).unwrap();
+    let ok = env.run(&["plan", "diff"]);
+    assert_eq!(ok.code, 0, "{}{}", ok.stdout, ok.stderr);
+    // Two flavors removed: the PRESERVED gate (hard) fails.
+    std::fs::write(repo.join("src/flavors.ts"), flavors(6)).unwrap();
+    let bad = env.run(&["plan", "diff"]);
+    assert!(bad.stdout.contains("FAIL"), "{}", bad.stdout);
+    assert_eq!(bad.code, 1, "{}", bad.stdout);
+    assert_eq!(env.run(&["plan", "diff", "--json"]).code, 1);
+}
+
+#[test]
+fn store_check_exits_1_when_the_merge_drivers_program_is_gone() {
+    let env = Env::new();
+    assert_eq!(env.run(&["init"]).code, 0);
+    let r = env.run(&["store", "check"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    harness::git(&env.repo(), &["config", "merge.taskstore.driver", "/nonexistent/taskdaemon __merge-store %O %A %B %P"]);
+    let r = env.run(&["store", "check"]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(r.stdout.contains("program is gone"), "{}", r.stdout);
+}
+
+#[test]
+fn edit_without_a_change_says_nothing_changed() {
+    let env = Env::new();
+    let r = env.run(&["plan", "new", "Blue widgets"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("not written yet"), "plan new names no file it did not write: {}", r.stdout);
+    let id = r.stdout.split_whitespace().nth(1).unwrap().to_string();
+    let r = env.run(&["edit", &id, "--title", "Blue widgets"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("nothing changed"), "{}", r.stdout);
+    let r = env.run(&["edit", &id, "--title", "Red widgets"]);
+    assert!(r.stdout.starts_with("updated"), "{}", r.stdout);
+}
+
+#[test]
+fn loops_name_prints_yaml_that_loads_back() {
+    let env = Env::new();
+    let r = env.run(&["loops", "ralph"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("  prompt-template: |"), "{:.300}", r.stdout);
+    assert!(!r.stdout.contains("\\n"), "no escaped newlines");
+    let orig: serde_json::Value = serde_json::from_str(&env.run(&["loops", "ralph", "--json"]).stdout).unwrap();
+    // Pasted into the project's loops, it loads as the same definition.
+    let dir = env.repo().join(".taskdaemon/loops");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("ralph.yaml"), &r.stdout).unwrap();
+    let back = env.run(&["loops", "ralph", "--json"]);
+    assert_eq!(back.code, 0, "{}", back.stderr);
+    let pasted: serde_json::Value = serde_json::from_str(&back.stdout).unwrap();
+    assert_eq!(orig, pasted);
+    assert!(env.run(&["loops"]).stdout.contains(".taskdaemon/loops/ralph.yaml"));
+}
+
+#[test]
+fn check_doc_specs_takes_its_directory_under_dash_c() {
+    let env = Env::new();
+    let specs = env.repo().join("specs");
+    std::fs::create_dir_all(&specs).unwrap();
+    let r = env.cmd().current_dir(env.root()).args(["-C", "repo", "check-doc", "specs", "specs", "--json"]).output().unwrap();
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(!String::from_utf8_lossy(&r.stderr).contains("No such file"), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(out.contains("\"specs\""), "{out}");
+}

@@ -36,7 +36,8 @@ pub enum What {
     /// A directory of spec documents: front matter (title, deps, phases), deps that resolve, no cycle.
     Specs {
         /// The directory of spec documents (relative paths start at -C DIR, else here).
-        dir: PathBuf,
+        #[arg(value_name = "DIR")]
+        specs_dir: PathBuf,
     },
 }
 
@@ -56,8 +57,8 @@ pub fn run(args: CheckDocArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             let data = serde_json::to_value(&c)?;
             (c.problems, summary, data)
         }
-        What::Specs { dir } => {
-            let dir = &base.join(dir);
+        What::Specs { specs_dir } => {
+            let dir = &base.join(specs_dir);
             // Deps may name specs already in the store; without a store, only the set counts.
             // The main work tree's store, also when the check runs in a loop's worktree.
             let records = ctx
