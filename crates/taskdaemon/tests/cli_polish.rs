@@ -336,3 +336,32 @@ fn check_doc_specs_takes_its_directory_under_dash_c() {
     assert!(!String::from_utf8_lossy(&r.stderr).contains("No such file"), "{}", String::from_utf8_lossy(&r.stderr));
     assert!(out.contains("\"specs\""), "{out}");
 }
+
+#[test]
+fn init_that_cannot_write_names_the_path_and_a_hint() {
+    let env = Env::new();
+    // A file where .taskdaemon/ should be (root ignores permission bits, so no chmod).
+    std::fs::write(env.repo().join(".taskdaemon"), "in the way\n").unwrap();
+    let r = env.run(&["init"]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains(".taskdaemon/config.yaml"), "{}", r.stderr);
+    assert!(r.stderr.contains("hint:"), "{}", r.stderr);
+}
+
+#[test]
+fn worktree_list_columns_align_with_long_branch_names() {
+    let env = Env::new();
+    for (name, branch) in [("a", "td/short"), ("bbbbbbbb", "taskdaemon/a-very-long-branch-name-indeed")] {
+        let path = env.repo().join(".taskdaemon/worktrees").join(name);
+        harness::git(&env.repo(), &["worktree", "add", "-q", "-b", branch, path.to_str().unwrap()]);
+    }
+    let r = env.run(&["worktree", "list"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert!(lines[0].starts_with("NAME"), "{}", r.stdout);
+    let col = |l: &str, word: &str| l.find(word);
+    let state: Vec<usize> = lines[1..].iter().filter_map(|l| col(l, "clean")).collect();
+    assert_eq!(state.len(), 2, "{}", r.stdout);
+    assert_eq!(state[0], state[1], "{}", r.stdout);
+    assert_eq!(col(lines[0], "STATE"), Some(state[0]), "{}", r.stdout);
+}
