@@ -365,3 +365,45 @@ fn worktree_list_columns_align_with_long_branch_names() {
     assert_eq!(state[0], state[1], "{}", r.stdout);
     assert_eq!(col(lines[0], "STATE"), Some(state[0]), "{}", r.stdout);
 }
+
+#[test]
+fn snapshot_prune_keeps_the_newest_and_what_another_ref_names_and_can_be_undone() {
+    let env = Env::new();
+    let repo = env.repo();
+    let mut tags = Vec::new();
+    for day in 1..=4 {
+        std::fs::write(repo.join(format!("f{day}")), "x").unwrap();
+        let out = env
+            .cmd()
+            .args(["snapshot", "save", &format!("s{day}"), "--json"])
+            .env("TASKDAEMON_NOW", format!("2026-11-0{day}T00:00:00Z"))
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        tags.push(v["tag"].as_str().unwrap().to_string());
+    }
+    // Someone tagged the second snapshot's commit: it stays.
+    harness::git(&repo, &["tag", "release-candidate", &format!("{}^{{commit}}", tags[1])]);
+    let r = env.run(&["snapshot", "prune"]);
+    assert_eq!(r.code, 64, "a prune says which: {}", r.stdout);
+    let dry = env.run(&["snapshot", "prune", "--keep", "1", "--dry-run"]);
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    assert!(dry.stdout.contains(&format!("would remove {}", tags[0])), "{}", dry.stdout);
+    assert!(dry.stdout.contains(&format!("keep    {}", tags[1])), "{}", dry.stdout);
+    assert_eq!(harness::git(&repo, &["tag"]).lines().count(), 5, "a dry run changes nothing");
+    let r = env.run(&["snapshot", "prune", "--keep", "1", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    let removed: Vec<&str> = v["removed"].as_array().unwrap().iter().map(|s| s["tag"].as_str().unwrap()).collect();
+    assert_eq!(removed, [tags[2].as_str(), tags[0].as_str()]);
+    let left = harness::git(&repo, &["tag"]);
+    assert!(left.contains(&tags[3]) && left.contains(&tags[1]) && !left.contains(&tags[0]), "{left}");
+    // The restore file brings a removed snapshot back, whole.
+    let restore = std::fs::read_to_string(v["restore-file"].as_str().unwrap()).unwrap();
+    let line = restore.lines().find(|l| l.contains(&tags[0])).unwrap();
+    let cmd = line.split("  #").next().unwrap();
+    let out = Command::new("sh").arg("-c").arg(cmd).current_dir(&repo).env("HOME", env.home()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let list = env.run(&["snapshot", "list"]);
+    assert!(list.stdout.contains(&tags[0]) && list.stdout.contains("s1"), "{}", list.stdout);
+}

@@ -30,7 +30,10 @@
 
 mod journal;
 mod locks;
+mod prune;
 mod trust;
+
+pub use prune::{Kept, PrunePlan, PrunePolicy, Pruned};
 
 pub use locks::Notice;
 
