@@ -104,6 +104,8 @@ pub enum Command {
     Man(commands::completions::ManArgs),
     /// The settings in force: `config show [--json]`, each with where it came from.
     Config(commands::config::ConfigArgs),
+    /// Delete a plan, spec or run record (refused while others name it; saved first).
+    Delete(commands::delete::DeleteArgs),
     /// Git merge driver for the record store (`%O %A %B %P`), installed by `init`.
     #[command(name = "__merge-store", hide = true)]
     MergeStore(commands::merge_store::MergeStoreArgs),
@@ -280,6 +282,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Completions(a) => commands::completions::completions(a),
         Command::Man(a) => commands::completions::man(a),
         Command::Config(a) => commands::config::run(a, &ctx),
+        Command::Delete(a) => commands::delete::run(a, &ctx),
         Command::MergeStore(a) => commands::merge_store::run(a),
         Command::StoreStress(a) => commands::store_stress::run(a, &ctx),
         Command::ScriptAgent(a) => commands::script_agent::run(a),

@@ -407,3 +407,29 @@ fn snapshot_prune_keeps_the_newest_and_what_another_ref_names_and_can_be_undone(
     let list = env.run(&["snapshot", "list"]);
     assert!(list.stdout.contains(&tags[0]) && list.stdout.contains("s1"), "{}", list.stdout);
 }
+
+#[test]
+fn delete_refuses_a_referenced_record_and_saves_what_it_deletes() {
+    let env = Env::new();
+    let new_plan = |title: &str, extra: &[&str]| {
+        let mut args = vec!["plan", "new", title, "--json"];
+        args.extend_from_slice(extra);
+        let r = env.run(&args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+        v["id"].as_str().unwrap().to_string()
+    };
+    let base = new_plan("base work", &[]);
+    let top = new_plan("top work", &["--deps", &base]);
+    let r = env.run(&["delete", &base]);
+    assert_eq!(r.code, 64, "{}", r.stdout);
+    assert!(r.stderr.contains(&top) && r.stderr.contains("hint:"), "{}", r.stderr);
+    let r = env.run(&["delete", &top, "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    let saved = std::fs::read_to_string(v["saved"].as_str().unwrap()).unwrap();
+    assert!(saved.contains("top work"), "{saved}");
+    assert!(!env.run(&["list"]).stdout.contains(&top));
+    assert_eq!(env.run(&["delete", &base]).code, 0, "free once nothing names it");
+    assert_eq!(env.run(&["show", &base]).code, 64);
+}

@@ -8,6 +8,7 @@ pub mod completions;
 pub mod config;
 pub mod daemon;
 pub mod daemon_link;
+pub mod delete;
 pub mod demo;
 pub mod doctor;
 pub mod edit;
