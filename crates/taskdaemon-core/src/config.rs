@@ -535,7 +535,10 @@ pub fn env_var_of(key: &str) -> String {
 /// Keys whose commented line in the default file is an example, not the default: what
 /// happens when they are unset.
 const UNSET_MEANS: &[(&str, &str)] = &[
-    ("agent", "(unset: the first of claude, codex, gemini, opencode, amp on PATH)"),
+    (
+        "agent",
+        "(unset: the first of claude, codex, gemini, opencode, amp on PATH)",
+    ),
     ("agent-format", "(unset: the agent's own format)"),
     ("validate", "(unset: the loop type's, else none)"),
     ("max-iterations", "(unset: the loop type's; ralph: 20)"),
@@ -543,7 +546,10 @@ const UNSET_MEANS: &[(&str, &str)] = &[
     ("max-cost", "(unset: no limit)"),
     ("completion-promise", "(unset: validation alone)"),
     ("parse-agent", "(unset: the built-in rules)"),
-    ("target-branch", "(unset: the branch checked out where work is submitted)"),
+    (
+        "target-branch",
+        "(unset: the branch checked out where work is submitted)",
+    ),
     ("pause-at-usage", "(unset: never)"),
     ("agent-limits", "(unset: max-loops for every agent)"),
 ];
@@ -563,7 +569,8 @@ fn documented_defaults() -> std::collections::BTreeMap<String, String> {
             && !k.is_empty()
             && k.chars().all(|c| c.is_ascii_lowercase() || c == '-')
         {
-            out.entry(k.to_string()).or_insert_with(|| v.trim().to_string());
+            out.entry(k.to_string())
+                .or_insert_with(|| v.trim().to_string());
         }
     }
     out
@@ -572,7 +579,10 @@ fn documented_defaults() -> std::collections::BTreeMap<String, String> {
 /// Every setting in force, lowest layer first overridden: the built-in default, the user's
 /// file, the project's file (or `--config FILE`), the `TASKDAEMON_*` variables. Files are
 /// read as `load_layers` reads them (a named file must exist).
-pub fn settings_in_force(repo: &Path, explicit: Option<&Path>) -> Result<Vec<InForce>, ConfigError> {
+pub fn settings_in_force(
+    repo: &Path,
+    explicit: Option<&Path>,
+) -> Result<Vec<InForce>, ConfigError> {
     let keys = match serde_json::to_value(Settings::default()) {
         Ok(serde_json::Value::Object(m)) => m.keys().cloned().collect::<Vec<_>>(),
         _ => Vec::new(),
@@ -610,14 +620,28 @@ pub fn settings_in_force(repo: &Path, explicit: Option<&Path>) -> Result<Vec<InF
                     .lines()
                     .position(|l| l.starts_with(&format!("{k}:")))
                     .map(|i| i + 1);
-                set(&mut rows, &k, v, Origin::File { path: path.clone(), line, flag });
+                set(
+                    &mut rows,
+                    &k,
+                    v,
+                    Origin::File {
+                        path: path.clone(),
+                        line,
+                        flag,
+                    },
+                );
             }
         }
     }
     for k in &keys {
         let var = env_var_of(k);
         if let Ok(v) = std::env::var(&var) {
-            set(&mut rows, k, serde_json::Value::String(v), Origin::Env { var });
+            set(
+                &mut rows,
+                k,
+                serde_json::Value::String(v),
+                Origin::Env { var },
+            );
         }
     }
     Ok(rows)
@@ -642,8 +666,14 @@ mod in_force_tests {
         let rows = settings_in_force(d.path(), Some(&f)).unwrap();
         let row = |k: &str| rows.iter().find(|r| r.key == k).unwrap();
         assert_eq!(row("max-iterations").value, serde_json::json!(7));
-        assert_eq!(row("max-iterations").from.to_string(), format!("--config {}:2", f.display()));
-        assert_eq!(row("agent").from.to_string(), format!("--config {}:3", f.display()));
+        assert_eq!(
+            row("max-iterations").from.to_string(),
+            format!("--config {}:2", f.display())
+        );
+        assert_eq!(
+            row("agent").from.to_string(),
+            format!("--config {}:3", f.display())
+        );
         assert_eq!(row("max-stuck").from, Origin::Default);
         assert_eq!(row("max-stuck").value, serde_json::json!("3"));
         assert!(row("max-cost").value.as_str().unwrap().contains("no limit"));

@@ -121,6 +121,12 @@ pub fn suggestions<'a>(
     scored.into_iter().take(n).map(|(_, c)| c).collect()
 }
 
+/// A value as YAML a person can read and paste into a file (multi-line strings as block
+/// scalars).
+pub fn to_yaml<T: serde::Serialize>(value: &T) -> Result<String, String> {
+    serde_saphyr::to_string(value).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,10 +169,4 @@ mod tests {
         assert_eq!(nearest("zzzzzzzz", &["agent", "loop"]), None);
         assert_eq!(nearest("agnet", &["agent", "loop"]), Some("agent"));
     }
-}
-
-/// A value as YAML a person can read and paste into a file (multi-line strings as block
-/// scalars).
-pub fn to_yaml<T: serde::Serialize>(value: &T) -> Result<String, String> {
-    serde_saphyr::to_string(value).map_err(|e| e.to_string())
 }

@@ -293,7 +293,10 @@ fn main() {
     overlap_scenario();
     let runs = env_num("RUNS", 200) as usize;
     let loops = env_num("LOOPS", 4);
-    let mut rng = Rng(fastrand::Rng::with_seed(env_num("SEED", 0x9e37_79b9_7f4a_7c15)));
+    let mut rng = Rng(fastrand::Rng::with_seed(env_num(
+        "SEED",
+        0x9e37_79b9_7f4a_7c15,
+    )));
     let p = project();
     // The DAG: each run depends on up to 3 random earlier runs (about 40% have none).
     let t0 = Instant::now();

@@ -171,8 +171,14 @@ fn env_value_error(e: &clap::Error) -> Option<String> {
         ContextValue::String(s) => s.clone(),
         _ => return None,
     };
-    let long = arg.strip_prefix("--")?.split([' ', '=']).next()?.to_string();
-    let on_line = std::env::args().skip(1).any(|a| a == format!("--{long}") || a.starts_with(&format!("--{long}=")));
+    let long = arg
+        .strip_prefix("--")?
+        .split([' ', '='])
+        .next()?
+        .to_string();
+    let on_line = std::env::args()
+        .skip(1)
+        .any(|a| a == format!("--{long}") || a.starts_with(&format!("--{long}=")));
     let var = taskdaemon_core::config::env_var_of(&long);
     (!on_line && std::env::var(&var).ok().as_deref() == Some(value.as_str())).then(|| {
         format!(
@@ -186,7 +192,9 @@ fn parse_error(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     if matches!(
         e.kind(),
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
     ) {
         let _ = e.print();
         return ExitCode::from(0);
@@ -194,7 +202,11 @@ fn parse_error(e: clap::Error) -> ExitCode {
     if let Some(m) = env_value_error(&e) {
         report_error(&m, exit_code::USAGE);
     } else if json_wanted() {
-        let text = e.kind().as_str().map(str::to_string).unwrap_or_else(|| e.to_string());
+        let text = e
+            .kind()
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| e.to_string());
         let full = e.to_string();
         let first = full.lines().next().unwrap_or(&text).to_string();
         report_error(&first, exit_code::USAGE);
@@ -220,7 +232,11 @@ pub fn main() -> ExitCode {
                 exit_code::INTERNAL
             };
             if crate::out::level() > 0 {
-                let causes: Vec<String> = e.chain().skip(1).map(|c| format!("\n  caused by: {c}")).collect();
+                let causes: Vec<String> = e
+                    .chain()
+                    .skip(1)
+                    .map(|c| format!("\n  caused by: {c}"))
+                    .collect();
                 report_error(&format!("{e}{}", causes.concat()), code);
             } else {
                 report_error(&format!("{e:#}"), code);
@@ -346,7 +362,9 @@ mod tests {
                 };
                 // -f is "the text from FILE": the run's prompt, the task's message.
                 let same = |a: &str, b: &str| {
-                    a == b || ["prompt-file", "message-file"].contains(&a) && ["prompt-file", "message-file"].contains(&b)
+                    a == b
+                        || ["prompt-file", "message-file"].contains(&a)
+                            && ["prompt-file", "message-file"].contains(&b)
                 };
                 match meaning.get(&s) {
                     Some((l, p)) if !same(l, long) => {

@@ -21,7 +21,9 @@ fn tool(name: &str) -> Option<PathBuf> {
             std::env::var("CI").as_deref() != Ok("true"),
             "{name} is missing on CI: .ci/run should have installed it"
         );
-        eprintln!("SKIPPED: {name} is not installed (apt-get install {name}); this test did not run");
+        eprintln!(
+            "SKIPPED: {name} is not installed (apt-get install {name}); this test did not run"
+        );
     }
     found
 }
@@ -81,10 +83,19 @@ fn report_of_the_demo_is_one_file_and_a_hostile_log_stays_text() {
     let out = PathBuf::from(v["path"].as_str().unwrap());
     assert_eq!(out, dir.join(".ralph/logs/report.html"));
     let html = std::fs::read_to_string(&out).unwrap();
-    for want in ["rejected", "complete", "<svg", "sh test.sh", "iteration 2: log (complete)"] {
+    for want in [
+        "rejected",
+        "complete",
+        "<svg",
+        "sh test.sh",
+        "iteration 2: log (complete)",
+    ] {
         assert!(html.contains(want), "{want} missing");
     }
-    assert!(!html.contains("<img") && !html.contains("<script"), "markup from a log got through");
+    assert!(
+        !html.contains("<img") && !html.contains("<script"),
+        "markup from a log got through"
+    );
     assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;"));
     assert!(!html.contains("http://") && !html.contains("https://"));
 
@@ -98,17 +109,30 @@ fn report_of_the_demo_is_one_file_and_a_hostile_log_stays_text() {
     let dom = String::from_utf8_lossy(&dom.stdout);
     assert!(dom.contains("<title>taskdaemon report"), "{dom:.400}");
     // The title is still ours (a script from the log would have set it to `owned`).
-    assert!(!dom.contains("<img") && !dom.contains("<script"), "the browser made markup from a log");
-    assert!(dom.contains("onerror=alert(1)"), "the hostile line is shown as text");
+    assert!(
+        !dom.contains("<img") && !dom.contains("<script"),
+        "the browser made markup from a log"
+    );
+    assert!(
+        dom.contains("onerror=alert(1)"),
+        "the hostile line is shown as text"
+    );
     let png = env.root().join("report.png");
     let shot = chromium(
-        &[&format!("--screenshot={}", png.display()), "--window-size=1280,1600"],
+        &[
+            &format!("--screenshot={}", png.display()),
+            "--window-size=1280,1600",
+        ],
         &out,
         &profile,
     );
     assert!(shot.status.success());
     let bytes = std::fs::read(&png).unwrap();
-    assert!(bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000, "{} bytes", bytes.len());
+    assert!(
+        bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000,
+        "{} bytes",
+        bytes.len()
+    );
 }
 
 #[test]
@@ -116,9 +140,20 @@ fn report_all_with_output_and_a_missing_run_is_a_usage_error() {
     let env = Env::new();
     let r = env.run(&["report"]);
     assert_eq!(r.code, 64, "{}", r.stderr);
-    assert!(r.stderr.contains(".ralph") && r.stderr.contains("hint:"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(".ralph") && r.stderr.contains("hint:"),
+        "{}",
+        r.stderr
+    );
     let dir = demo(&env);
-    let r = env.run(&["-C", dir.to_str().unwrap(), "report", "--all", "-o", "all.html"]);
+    let r = env.run(&[
+        "-C",
+        dir.to_str().unwrap(),
+        "report",
+        "--all",
+        "-o",
+        "all.html",
+    ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("report of 1 run(s)"), "{}", r.stdout);
     assert!(dir.join("all.html").is_file());
@@ -138,7 +173,11 @@ fn bash_completion(env: &Env, script: &str) -> String {
         .arg(format!("source {}\n{script}", file.display()))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -159,7 +198,10 @@ fn bash_completion_loads_and_completes_subcommands_and_options() {
     for shell in ["zsh", "fish"] {
         let r = env.run(&["completions", shell]);
         assert_eq!(r.code, 0);
-        assert!(r.stdout.contains("report") && r.stdout.contains("snapshot"), "{shell}");
+        assert!(
+            r.stdout.contains("report") && r.stdout.contains("snapshot"),
+            "{shell}"
+        );
     }
 }
 
@@ -168,33 +210,81 @@ fn man_page_is_roff_with_every_visible_subcommand() {
     let env = Env::new();
     let r = env.run(&["man"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.starts_with(".ie") || r.stdout.contains(".TH taskdaemon 1"), "{:.200}", r.stdout);
-    for sub in ["TASKDAEMON REPORT", "TASKDAEMON RUN", "TASKDAEMON SNAPSHOT", "TASKDAEMON COMPLETIONS"] {
-        assert!(r.stdout.contains(&format!(".SH \"{sub}\"")), "{sub} missing");
+    assert!(
+        r.stdout.starts_with(".ie") || r.stdout.contains(".TH taskdaemon 1"),
+        "{:.200}",
+        r.stdout
+    );
+    for sub in [
+        "TASKDAEMON REPORT",
+        "TASKDAEMON RUN",
+        "TASKDAEMON SNAPSHOT",
+        "TASKDAEMON COMPLETIONS",
+    ] {
+        assert!(
+            r.stdout.contains(&format!(".SH \"{sub}\"")),
+            "{sub} missing"
+        );
     }
-    assert!(!r.stdout.contains("__merge-store"), "hidden commands stay out");
+    assert!(
+        !r.stdout.contains("__merge-store"),
+        "hidden commands stay out"
+    );
 }
 
 #[test]
 fn config_show_names_each_settings_source() {
     let env = Env::new();
     std::fs::create_dir_all(env.repo().join(".taskdaemon")).unwrap();
-    std::fs::write(env.repo().join(".taskdaemon/config.yaml"), "# mine\nmax-iterations: 9\n").unwrap();
-    let r = env.cmd().args(["config", "show", "--json"]).env("TASKDAEMON_MAX_STUCK", "5").output().unwrap();
-    assert_eq!(r.status.code(), Some(0), "{}", String::from_utf8_lossy(&r.stderr));
+    std::fs::write(
+        env.repo().join(".taskdaemon/config.yaml"),
+        "# mine\nmax-iterations: 9\n",
+    )
+    .unwrap();
+    let r = env
+        .cmd()
+        .args(["config", "show", "--json"])
+        .env("TASKDAEMON_MAX_STUCK", "5")
+        .output()
+        .unwrap();
+    assert_eq!(
+        r.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
-    let row = |k: &str| v.as_array().unwrap().iter().find(|r| r["key"] == k).unwrap().clone();
+    let row = |k: &str| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["key"] == k)
+            .unwrap()
+            .clone()
+    };
     assert_eq!(row("max-iterations")["value"], 9);
     let cfg = env.repo().join(".taskdaemon/config.yaml");
-    assert_eq!(row("max-iterations")["from"], format!("{}:2", cfg.display()));
+    assert_eq!(
+        row("max-iterations")["from"],
+        format!("{}:2", cfg.display())
+    );
     assert_eq!(row("max-stuck")["from"], "environment TASKDAEMON_MAX_STUCK");
     assert_eq!(row("kill-grace")["from"], "default");
     let text = env.run(&["config", "show"]);
-    assert!(text.stdout.lines().any(|l| l.starts_with("max-iterations") && l.ends_with(":2")), "{}", text.stdout);
+    assert!(
+        text.stdout
+            .lines()
+            .any(|l| l.starts_with("max-iterations") && l.ends_with(":2")),
+        "{}",
+        text.stdout
+    );
     // doctor shows the same source.
     let d = env.run(&["doctor", "--json"]);
     let dv: serde_json::Value = serde_json::from_str(d.stdout.trim()).unwrap();
-    assert_eq!(dv["settings"]["max-iterations"]["from"], format!("{}:2", cfg.display()));
+    assert_eq!(
+        dv["settings"]["max-iterations"]["from"],
+        format!("{}:2", cfg.display())
+    );
 }
 
 #[test]
@@ -202,7 +292,11 @@ fn a_missing_config_file_is_a_usage_error_also_as_json() {
     let env = Env::new();
     let r = env.run(&["--config", "/nonexistent.yaml", "list"]);
     assert_eq!(r.code, 64, "{}", r.stdout);
-    assert!(r.stderr.contains("/nonexistent.yaml") && r.stderr.contains("hint:"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("/nonexistent.yaml") && r.stderr.contains("hint:"),
+        "{}",
+        r.stderr
+    );
     let r = env.run(&["--config", "/nonexistent.yaml", "list", "--json"]);
     assert_eq!(r.code, 64);
     let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
@@ -214,15 +308,27 @@ fn a_missing_config_file_is_a_usage_error_also_as_json() {
 #[test]
 fn a_bad_environment_value_is_reported_as_the_variable() {
     let env = Env::new();
-    let r = env.cmd().args(["run", "x"]).env("TASKDAEMON_MAX_ITERATIONS", "abc").output().unwrap();
+    let r = env
+        .cmd()
+        .args(["run", "x"])
+        .env("TASKDAEMON_MAX_ITERATIONS", "abc")
+        .output()
+        .unwrap();
     assert_eq!(r.status.code(), Some(64));
     let err = String::from_utf8_lossy(&r.stderr);
-    assert!(err.contains("TASKDAEMON_MAX_ITERATIONS") && err.contains("abc"), "{err}");
+    assert!(
+        err.contains("TASKDAEMON_MAX_ITERATIONS") && err.contains("abc"),
+        "{err}"
+    );
     assert!(err.contains("hint:"), "{err}");
     // On the command line it is the flag.
     let r = env.run(&["run", "x", "--max-iterations", "abc"]);
     assert_eq!(r.code, 64);
-    assert!(r.stderr.contains("--max-iterations") && !r.stderr.contains("TASKDAEMON_MAX"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("--max-iterations") && !r.stderr.contains("TASKDAEMON_MAX"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]
@@ -232,7 +338,11 @@ fn list_runs_shows_what_each_run_works_on_and_no_colour_in_a_pipe() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let r = env.run(&["list", "runs"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.contains("make the widget blue (ralph)"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("make the widget blue (ralph)"),
+        "{}",
+        r.stdout
+    );
     assert!(!r.stdout.contains('\u{1b}'), "colour in a pipe");
 }
 
@@ -262,8 +372,20 @@ fn plan_diff_exits_1_when_a_hard_gate_fails() {
     std::fs::write(repo.join("src/flavors.ts"), flavors(8)).unwrap();
     harness::git(&repo, &["add", "-A"]);
     harness::git(&repo, &["commit", "-qm", "eight"]);
-    let idle = env.script("idle.yaml", "iterations:\n  - steps: [ { say: looking } ]\n");
-    let r = env.run(&["task", "add 2 more flavors", "--agent", &idle, "--validate", "false", "--max-iterations", "1"]);
+    let idle = env.script(
+        "idle.yaml",
+        "iterations:\n  - steps: [ { say: looking } ]\n",
+    );
+    let r = env.run(&[
+        "task",
+        "add 2 more flavors",
+        "--agent",
+        &idle,
+        "--validate",
+        "false",
+        "--max-iterations",
+        "1",
+    ]);
     assert_eq!(r.code, 1, "{}", r.stderr);
     std::fs::write(
         repo.join(".ralph/plan.md"),
@@ -287,7 +409,14 @@ fn store_check_exits_1_when_the_merge_drivers_program_is_gone() {
     assert_eq!(env.run(&["init"]).code, 0);
     let r = env.run(&["store", "check"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-    harness::git(&env.repo(), &["config", "merge.taskstore.driver", "/nonexistent/taskdaemon __merge-store %O %A %B %P"]);
+    harness::git(
+        &env.repo(),
+        &[
+            "config",
+            "merge.taskstore.driver",
+            "/nonexistent/taskdaemon __merge-store %O %A %B %P",
+        ],
+    );
     let r = env.run(&["store", "check"]);
     assert_eq!(r.code, 1, "{}", r.stdout);
     assert!(r.stdout.contains("program is gone"), "{}", r.stdout);
@@ -298,7 +427,11 @@ fn edit_without_a_change_says_nothing_changed() {
     let env = Env::new();
     let r = env.run(&["plan", "new", "Blue widgets"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.contains("not written yet"), "plan new names no file it did not write: {}", r.stdout);
+    assert!(
+        r.stdout.contains("not written yet"),
+        "plan new names no file it did not write: {}",
+        r.stdout
+    );
     let id = r.stdout.split_whitespace().nth(1).unwrap().to_string();
     let r = env.run(&["edit", &id, "--title", "Blue widgets"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -312,9 +445,14 @@ fn loops_name_prints_yaml_that_loads_back() {
     let env = Env::new();
     let r = env.run(&["loops", "ralph"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.contains("  prompt-template: |"), "{:.300}", r.stdout);
+    assert!(
+        r.stdout.contains("  prompt-template: |"),
+        "{:.300}",
+        r.stdout
+    );
     assert!(!r.stdout.contains("\\n"), "no escaped newlines");
-    let orig: serde_json::Value = serde_json::from_str(&env.run(&["loops", "ralph", "--json"]).stdout).unwrap();
+    let orig: serde_json::Value =
+        serde_json::from_str(&env.run(&["loops", "ralph", "--json"]).stdout).unwrap();
     // Pasted into the project's loops, it loads as the same definition.
     let dir = env.repo().join(".taskdaemon/loops");
     std::fs::create_dir_all(&dir).unwrap();
@@ -323,7 +461,11 @@ fn loops_name_prints_yaml_that_loads_back() {
     assert_eq!(back.code, 0, "{}", back.stderr);
     let pasted: serde_json::Value = serde_json::from_str(&back.stdout).unwrap();
     assert_eq!(orig, pasted);
-    assert!(env.run(&["loops"]).stdout.contains(".taskdaemon/loops/ralph.yaml"));
+    assert!(
+        env.run(&["loops"])
+            .stdout
+            .contains(".taskdaemon/loops/ralph.yaml")
+    );
 }
 
 #[test]
@@ -331,9 +473,18 @@ fn check_doc_specs_takes_its_directory_under_dash_c() {
     let env = Env::new();
     let specs = env.repo().join("specs");
     std::fs::create_dir_all(&specs).unwrap();
-    let r = env.cmd().current_dir(env.root()).args(["-C", "repo", "check-doc", "specs", "specs", "--json"]).output().unwrap();
+    let r = env
+        .cmd()
+        .current_dir(env.root())
+        .args(["-C", "repo", "check-doc", "specs", "specs", "--json"])
+        .output()
+        .unwrap();
     let out = String::from_utf8_lossy(&r.stdout);
-    assert!(!String::from_utf8_lossy(&r.stderr).contains("No such file"), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(
+        !String::from_utf8_lossy(&r.stderr).contains("No such file"),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
     assert!(out.contains("\"specs\""), "{out}");
 }
 
@@ -351,9 +502,22 @@ fn init_that_cannot_write_names_the_path_and_a_hint() {
 #[test]
 fn worktree_list_columns_align_with_long_branch_names() {
     let env = Env::new();
-    for (name, branch) in [("a", "td/short"), ("bbbbbbbb", "taskdaemon/a-very-long-branch-name-indeed")] {
+    for (name, branch) in [
+        ("a", "td/short"),
+        ("bbbbbbbb", "taskdaemon/a-very-long-branch-name-indeed"),
+    ] {
         let path = env.repo().join(".taskdaemon/worktrees").join(name);
-        harness::git(&env.repo(), &["worktree", "add", "-q", "-b", branch, path.to_str().unwrap()]);
+        harness::git(
+            &env.repo(),
+            &[
+                "worktree",
+                "add",
+                "-q",
+                "-b",
+                branch,
+                path.to_str().unwrap(),
+            ],
+        );
     }
     let r = env.run(&["worktree", "list"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -383,29 +547,70 @@ fn snapshot_prune_keeps_the_newest_and_what_another_ref_names_and_can_be_undone(
         tags.push(v["tag"].as_str().unwrap().to_string());
     }
     // Someone tagged the second snapshot's commit: it stays.
-    harness::git(&repo, &["tag", "release-candidate", &format!("{}^{{commit}}", tags[1])]);
+    harness::git(
+        &repo,
+        &[
+            "tag",
+            "release-candidate",
+            &format!("{}^{{commit}}", tags[1]),
+        ],
+    );
     let r = env.run(&["snapshot", "prune"]);
     assert_eq!(r.code, 64, "a prune says which: {}", r.stdout);
     let dry = env.run(&["snapshot", "prune", "--keep", "1", "--dry-run"]);
     assert_eq!(dry.code, 0, "{}", dry.stderr);
-    assert!(dry.stdout.contains(&format!("would remove {}", tags[0])), "{}", dry.stdout);
-    assert!(dry.stdout.contains(&format!("keep    {}", tags[1])), "{}", dry.stdout);
-    assert_eq!(harness::git(&repo, &["tag"]).lines().count(), 5, "a dry run changes nothing");
+    assert!(
+        dry.stdout.contains(&format!("would remove {}", tags[0])),
+        "{}",
+        dry.stdout
+    );
+    assert!(
+        dry.stdout.contains(&format!("keep    {}", tags[1])),
+        "{}",
+        dry.stdout
+    );
+    assert_eq!(
+        harness::git(&repo, &["tag"]).lines().count(),
+        5,
+        "a dry run changes nothing"
+    );
     let r = env.run(&["snapshot", "prune", "--keep", "1", "--json"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
-    let removed: Vec<&str> = v["removed"].as_array().unwrap().iter().map(|s| s["tag"].as_str().unwrap()).collect();
+    let removed: Vec<&str> = v["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["tag"].as_str().unwrap())
+        .collect();
     assert_eq!(removed, [tags[2].as_str(), tags[0].as_str()]);
     let left = harness::git(&repo, &["tag"]);
-    assert!(left.contains(&tags[3]) && left.contains(&tags[1]) && !left.contains(&tags[0]), "{left}");
+    assert!(
+        left.contains(&tags[3]) && left.contains(&tags[1]) && !left.contains(&tags[0]),
+        "{left}"
+    );
     // The restore file brings a removed snapshot back, whole.
     let restore = std::fs::read_to_string(v["restore-file"].as_str().unwrap()).unwrap();
     let line = restore.lines().find(|l| l.contains(&tags[0])).unwrap();
     let cmd = line.split("  #").next().unwrap();
-    let out = Command::new("sh").arg("-c").arg(cmd).current_dir(&repo).env("HOME", env.home()).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .current_dir(&repo)
+        .env("HOME", env.home())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let list = env.run(&["snapshot", "list"]);
-    assert!(list.stdout.contains(&tags[0]) && list.stdout.contains("s1"), "{}", list.stdout);
+    assert!(
+        list.stdout.contains(&tags[0]) && list.stdout.contains("s1"),
+        "{}",
+        list.stdout
+    );
 }
 
 #[test]
@@ -423,13 +628,21 @@ fn delete_refuses_a_referenced_record_and_saves_what_it_deletes() {
     let top = new_plan("top work", &["--deps", &base]);
     let r = env.run(&["delete", &base]);
     assert_eq!(r.code, 64, "{}", r.stdout);
-    assert!(r.stderr.contains(&top) && r.stderr.contains("hint:"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&top) && r.stderr.contains("hint:"),
+        "{}",
+        r.stderr
+    );
     let r = env.run(&["delete", &top, "--json"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
     let saved = std::fs::read_to_string(v["saved"].as_str().unwrap()).unwrap();
     assert!(saved.contains("top work"), "{saved}");
     assert!(!env.run(&["list"]).stdout.contains(&top));
-    assert_eq!(env.run(&["delete", &base]).code, 0, "free once nothing names it");
+    assert_eq!(
+        env.run(&["delete", &base]).code,
+        0,
+        "free once nothing names it"
+    );
     assert_eq!(env.run(&["show", &base]).code, 64);
 }

@@ -106,9 +106,17 @@ fn run_section(out: &mut String, run: &RunData) {
     let _ = write!(
         out,
         "<section><h2>{}</h2><p class=\"sub\">run {} · loop {} · from {}{}</p>",
-        esc(if run.title.is_empty() { &run.run_id } else { &run.title }),
+        esc(if run.title.is_empty() {
+            &run.run_id
+        } else {
+            &run.title
+        }),
         esc(&run.run_id),
-        esc(if run.loop_name.is_empty() { "?" } else { &run.loop_name }),
+        esc(if run.loop_name.is_empty() {
+            "?"
+        } else {
+            &run.loop_name
+        }),
         esc(&run.source),
         run.started_at
             .as_deref()
@@ -122,7 +130,12 @@ fn run_section(out: &mut String, run: &RunData) {
         out.push_str(&svg::timeline(run));
         out.push_str("<div class=\"plots\">");
         out.push_str(&svg::durations(run));
-        out.push_str(&svg::cumulative(run, "cumulative cost", |i| i.cost_usd, svg::dollars));
+        out.push_str(&svg::cumulative(
+            run,
+            "cumulative cost",
+            |i| i.cost_usd,
+            svg::dollars,
+        ));
         out.push_str(&svg::cumulative(
             run,
             "cumulative tokens (in + out)",
@@ -160,11 +173,23 @@ fn summary_cards(out: &mut String, run: &RunData) {
     card(out, &svg::secs(secs), "time in iterations");
     card(out, &svg::dollars(run.total_cost()), "cost");
     let (tin, tout) = run.total_tokens();
-    card(out, &format!("{} / {}", svg::count(tin as f64), svg::count(tout as f64)), "tokens in / out");
+    card(
+        out,
+        &format!("{} / {}", svg::count(tin as f64), svg::count(tout as f64)),
+        "tokens in / out",
+    );
     card(out, &run.max_stuck().to_string(), "highest stuck count");
-    card(out, &format!("{} ({} recovered)", run.stall_count, run.stall_recoveries), "stall count");
+    card(
+        out,
+        &format!("{} ({} recovered)", run.stall_count, run.stall_recoveries),
+        "stall count",
+    );
     card(out, &run.gate_failures.to_string(), "gate failures");
-    card(out, &svg::secs(run.total_waited_s()), "waited (usage limits, backoff)");
+    card(
+        out,
+        &svg::secs(run.total_waited_s()),
+        "waited (usage limits, backoff)",
+    );
     out.push_str("</div>");
     if let Some(r) = &run.reason {
         let _ = write!(out, "<p><b>Final summary:</b> {}</p>", esc(r));
@@ -214,7 +239,11 @@ fn iteration_table(out: &mut String, run: &RunData) {
             it.outcome.colour(),
             esc(it.outcome.as_str()),
             svg::secs(it.duration_s),
-            if it.waited_s > 0.0 { svg::secs(it.waited_s) } else { String::new() },
+            if it.waited_s > 0.0 {
+                svg::secs(it.waited_s)
+            } else {
+                String::new()
+            },
             esc(it.commit.as_deref().unwrap_or("—")),
             validation_cell(it.validation),
             gates.join("\n"),
@@ -230,7 +259,9 @@ fn iteration_table(out: &mut String, run: &RunData) {
 fn events(out: &mut String, run: &RunData) {
     let waits: Vec<&Iteration> = run.iterations.iter().filter(|i| i.waited_s > 0.0).collect();
     if run.snapshots.is_empty() && run.merges.is_empty() && waits.is_empty() {
-        out.push_str("<p class=\"muted\">No snapshots, merges or usage-limit waits during this run.</p>");
+        out.push_str(
+            "<p class=\"muted\">No snapshots, merges or usage-limit waits during this run.</p>",
+        );
         return;
     }
     out.push_str("<h3>Snapshots, merges and waits</h3><table><tr><th>what</th><th>detail</th><th>when</th></tr>");
@@ -244,7 +275,11 @@ fn events(out: &mut String, run: &RunData) {
         );
     }
     for m in &run.merges {
-        let _ = write!(out, "<tr><td>merge</td><td><code>{}</code></td><td></td></tr>", esc(m));
+        let _ = write!(
+            out,
+            "<tr><td>merge</td><td><code>{}</code></td><td></td></tr>",
+            esc(m)
+        );
     }
     for i in waits {
         let _ = write!(
@@ -274,7 +309,11 @@ fn excerpt(out: &mut String, label: &str, e: &super::Excerpt) {
 }
 
 fn iteration_details(out: &mut String, run: &RunData) {
-    if run.iterations.iter().all(|i| i.prompt.is_none() && i.log.is_none()) {
+    if run
+        .iterations
+        .iter()
+        .all(|i| i.prompt.is_none() && i.log.is_none())
+    {
         return;
     }
     out.push_str("<h3>Prompts and logs</h3>");
@@ -283,7 +322,11 @@ fn iteration_details(out: &mut String, run: &RunData) {
             excerpt(out, &format!("iteration {}: prompt", it.n), p);
         }
         if let Some(l) = &it.log {
-            excerpt(out, &format!("iteration {}: log ({})", it.n, it.outcome.as_str()), l);
+            excerpt(
+                out,
+                &format!("iteration {}: log ({})", it.n, it.outcome.as_str()),
+                l,
+            );
         }
     }
 }

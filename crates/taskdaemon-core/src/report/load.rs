@@ -26,10 +26,7 @@ pub struct RunDir {
 type Row = HashMap<String, String>;
 
 fn read_rows(csv_path: &Path) -> Vec<Row> {
-    let Ok(mut r) = csv::ReaderBuilder::new()
-        .flexible(true)
-        .from_path(csv_path)
-    else {
+    let Ok(mut r) = csv::ReaderBuilder::new().flexible(true).from_path(csv_path) else {
         return Vec::new();
     };
     let Ok(header) = r.headers().cloned() else {
@@ -151,7 +148,11 @@ fn fill_from_state(run: &mut RunData, s: &Value) {
     run.reason = text_at(s, &["outcome", "reason"]);
     run.started_at = text_at(s, &["started_at"]);
     run.elapsed_ms = u64_at(s, "elapsed_ms");
-    let small = |k: &str| u64_at(s, k).and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
+    let small = |k: &str| {
+        u64_at(s, k)
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0)
+    };
     run.stall_count = small("stall_count");
     run.stall_recoveries = small("stall_recoveries");
     run.gate_failures = small("gate_failures");
@@ -217,9 +218,11 @@ fn iteration(row: &Row, logs: Option<&Path>) -> Iteration {
 
 /// Snapshot tags saved from the run's start (to its last iteration plus a minute, or now).
 fn snapshots_during(workdir: &Path, run: &RunData) -> Vec<SnapshotMark> {
-    let Some(start) = run.started_at.as_deref().or_else(|| {
-        run.iterations.first().map(|i| i.timestamp.as_str())
-    }) else {
+    let Some(start) = run
+        .started_at
+        .as_deref()
+        .or_else(|| run.iterations.first().map(|i| i.timestamp.as_str()))
+    else {
         return Vec::new();
     };
     let Ok(start) = start.parse::<jiff::Timestamp>() else {
@@ -229,7 +232,9 @@ fn snapshots_during(workdir: &Path, run: &RunData) -> Vec<SnapshotMark> {
         .iterations
         .last()
         .and_then(|i| i.timestamp.parse::<jiff::Timestamp>().ok())
-        .map(|t| t.as_second() + i64::try_from(run.elapsed_ms.unwrap_or(0) / 1000).unwrap_or(0) + 60)
+        .map(|t| {
+            t.as_second() + i64::try_from(run.elapsed_ms.unwrap_or(0) / 1000).unwrap_or(0) + 60
+        })
         .unwrap_or(i64::MAX);
     let Ok(list) = crate::git::snapshot::Snapshots::open(workdir).and_then(|s| s.list()) else {
         return Vec::new();

@@ -17,7 +17,9 @@ pub const EXCERPT_CAP: usize = 48 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    #[error("{path}: no run found (no summary.csv rows and no run.json)\n  hint: start one with `taskdaemon run`, or name a record: `taskdaemon report REF`")]
+    #[error(
+        "{path}: no run found (no summary.csv rows and no run.json)\n  hint: start one with `taskdaemon run`, or name a record: `taskdaemon report REF`"
+    )]
     NoRun { path: std::path::PathBuf },
     #[error("{path}: {source}")]
     Io {

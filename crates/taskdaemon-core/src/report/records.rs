@@ -9,6 +9,9 @@ use super::{RecordRow, RunDir};
 use crate::daemon::DaemonPaths;
 use crate::store::{AnyRecord, Kind, LoopRun, Records, StoreError};
 
+/// A record's rows (itself and all under it) and its runs with their titles.
+pub type RecordTree = (Vec<RecordRow>, Vec<(LoopRun, String)>);
+
 fn row(r: &AnyRecord, parent: Option<&str>) -> RecordRow {
     RecordRow {
         id: r.id().to_string(),
@@ -33,7 +36,7 @@ fn children(records: &Records, kind: Kind, parent: &str) -> Result<Vec<AnyRecord
 pub fn record_tree(
     records: &Records,
     rec: AnyRecord,
-) -> Result<(Vec<RecordRow>, Vec<(LoopRun, String)>), StoreError> {
+) -> Result<RecordTree, StoreError> {
     let mut rows = Vec::new();
     let mut runs = Vec::new();
     let parent_title = |r: &AnyRecord| {
@@ -97,7 +100,9 @@ pub fn run_title(run: &LoopRun, parent: Option<&str>) -> String {
         }
     };
     let what = if let Some(phase) = ctx("phase-name") {
-        let n = ctx("phase-number").map(|n| format!(" {n}")).unwrap_or_default();
+        let n = ctx("phase-number")
+            .map(|n| format!(" {n}"))
+            .unwrap_or_default();
         match parent {
             Some(p) => format!("{p}: phase{n}: {phase}"),
             None => format!("phase{n}: {phase}"),

@@ -37,7 +37,11 @@ fn frame(out: &mut String, title: &str, max: f64, step: f64, fmt: &dyn Fn(f64) -
     let plot_h = H - TOP - BOTTOM;
     if max <= 0.0 {
         let y = TOP + plot_h;
-        let _ = write!(out, r#"<line x1="{LEFT}" x2="{x2}" y1="{y}" y2="{y}" class="grid"/>"#, x2 = W - 6.0);
+        let _ = write!(
+            out,
+            r#"<line x1="{LEFT}" x2="{x2}" y1="{y}" y2="{y}" class="grid"/>"#,
+            x2 = W - 6.0
+        );
         return;
     }
     let mut v = 0.0;
@@ -143,7 +147,12 @@ pub fn durations(run: &RunData) -> String {
 }
 
 /// A running total over the iterations, as a line with a dot per iteration.
-pub fn cumulative(run: &RunData, title: &str, value: fn(&Iteration) -> f64, fmt: fn(f64) -> String) -> String {
+pub fn cumulative(
+    run: &RunData,
+    title: &str,
+    value: fn(&Iteration) -> f64,
+    fmt: fn(f64) -> String,
+) -> String {
     let mut total = 0.0;
     let points: Vec<(u32, f64)> = run
         .iterations
@@ -170,7 +179,12 @@ pub fn cumulative(run: &RunData, title: &str, value: fn(&Iteration) -> f64, fmt:
     let plot_h = H - TOP - BOTTOM;
     let n = points.len().max(1) as f64;
     let slot = plot_w / n;
-    let xy = |k: usize, v: f64| (LEFT + 4.0 + (k as f64 + 0.5) * slot, TOP + plot_h - v / max * plot_h);
+    let xy = |k: usize, v: f64| {
+        (
+            LEFT + 4.0 + (k as f64 + 0.5) * slot,
+            TOP + plot_h - v / max * plot_h,
+        )
+    };
     let path: Vec<String> = points
         .iter()
         .enumerate()
@@ -179,7 +193,11 @@ pub fn cumulative(run: &RunData, title: &str, value: fn(&Iteration) -> f64, fmt:
             format!("{x:.1},{y:.1}")
         })
         .collect();
-    let _ = write!(out, r#"<polyline points="{}" class="line"/>"#, path.join(" "));
+    let _ = write!(
+        out,
+        r#"<polyline points="{}" class="line"/>"#,
+        path.join(" ")
+    );
     for (k, (it, v)) in points.iter().enumerate() {
         let (x, y) = xy(k, *v);
         let _ = write!(

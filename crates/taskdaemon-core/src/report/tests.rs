@@ -21,7 +21,11 @@ fn ralph_with(log2: &str) -> tempfile::TempDir {
 "outcome":{"outcome":"complete","verified":true},"started_at":"2026-11-21T12:01:00Z","elapsed_ms":5500,"stall_count":2,"gate_failures":1}"#,
     )
     .unwrap();
-    std::fs::write(logs.join("iteration-001.log"), "[taskdaemon] validation: $ sh test.sh\nFAIL\n").unwrap();
+    std::fs::write(
+        logs.join("iteration-001.log"),
+        "[taskdaemon] validation: $ sh test.sh\nFAIL\n",
+    )
+    .unwrap();
     std::fs::write(logs.join("iteration-001.prompt.md"), "You are iteration 1").unwrap();
     std::fs::write(logs.join("iteration-002.log"), log2).unwrap();
     d
@@ -72,7 +76,9 @@ fn an_older_run_gets_no_logs_of_the_current_one() {
 
 #[test]
 fn hostile_log_text_stays_text() {
-    let d = ralph_with("</script><img src=x onerror=alert(1)></pre></details><script>alert(2)</script>\n");
+    let d = ralph_with(
+        "</script><img src=x onerror=alert(1)></pre></details><script>alert(2)</script>\n",
+    );
     let run = load(&d);
     let html = render(&Report {
         subject: "run <r1>".into(),
@@ -84,8 +90,14 @@ fn hostile_log_text_stays_text() {
     assert!(!html.contains("<script"), "a <script> tag got through");
     assert!(html.contains("&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;"));
     assert!(html.contains("make &lt;b&gt;it&lt;/b&gt; work"));
-    assert!(!html.contains("http://") && !html.contains("https://"), "no network");
-    assert_eq!(html.matches("<details>").count(), html.matches("</details>").count());
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "no network"
+    );
+    assert_eq!(
+        html.matches("<details>").count(),
+        html.matches("</details>").count()
+    );
     assert!(html.contains("<svg"));
 }
 

@@ -14,7 +14,6 @@
 //! with it; ids whose slug contains it. One match is found, several are ambiguous (all
 //! listed), none is "not found" with the nearest ids.
 
-
 use super::records::Kind;
 
 pub const HEX_LEN: usize = 6;
@@ -212,7 +211,8 @@ mod tests {
         let id = new_id(Kind::Plan, "x", &|h| h.len() < 8);
         assert_eq!(split(&id).unwrap().0.len(), 8);
         // Quick succession: different hex.
-        let a: std::collections::HashSet<String> = (0..1000).map(|_| random_hex()[..6].to_string()).collect();
+        let a: std::collections::HashSet<String> =
+            (0..1000).map(|_| random_hex()[..6].to_string()).collect();
         assert!(a.len() > 990, "{}", a.len());
     }
 

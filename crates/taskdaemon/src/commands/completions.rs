@@ -8,7 +8,9 @@ use clap_complete::Shell;
 use super::emit;
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  source <(taskdaemon completions bash)\n  taskdaemon completions zsh > ~/.zfunc/_taskdaemon\n  taskdaemon completions fish > ~/.config/fish/completions/taskdaemon.fish")]
+#[command(
+    after_help = "Examples:\n  source <(taskdaemon completions bash)\n  taskdaemon completions zsh > ~/.zfunc/_taskdaemon\n  taskdaemon completions fish > ~/.config/fish/completions/taskdaemon.fish"
+)]
 pub struct CompletionsArgs {
     /// The shell to write a completion script for.
     #[arg(value_enum, value_name = "SHELL")]
@@ -16,7 +18,9 @@ pub struct CompletionsArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  taskdaemon man | man -l -\n  taskdaemon man > /usr/local/share/man/man1/taskdaemon.1")]
+#[command(
+    after_help = "Examples:\n  taskdaemon man | man -l -\n  taskdaemon man > /usr/local/share/man/man1/taskdaemon.1"
+)]
 pub struct ManArgs {}
 
 pub fn completions(args: CompletionsArgs) -> anyhow::Result<i32> {
@@ -36,7 +40,10 @@ pub fn man(_args: ManArgs) -> anyhow::Result<i32> {
     page.render(&mut buf)?;
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
         let name = format!("taskdaemon {}", sub.get_name());
-        let sub = sub.clone().bin_name(name.clone()).display_name(name.clone());
+        let sub = sub
+            .clone()
+            .bin_name(name.clone())
+            .display_name(name.clone());
         let mut part = Vec::new();
         let m = clap_mangen::Man::new(sub);
         m.render_name_section(&mut part)?;

@@ -10,7 +10,9 @@ use crate::cli::user;
 use crate::outln;
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  taskdaemon config show\n  TASKDAEMON_MAX_ITERATIONS=5 taskdaemon config show --json")]
+#[command(
+    after_help = "Examples:\n  taskdaemon config show\n  TASKDAEMON_MAX_ITERATIONS=5 taskdaemon config show --json"
+)]
 pub struct ConfigArgs {
     #[command(subcommand)]
     pub what: What,
@@ -44,7 +46,11 @@ pub fn run(args: ConfigArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         other => other.to_string(),
     };
     let kw = rows.iter().map(|r| r.key.len()).max().unwrap_or(0);
-    let vw = rows.iter().map(|r| show(&r.value).chars().count().min(40)).max().unwrap_or(0);
+    let vw = rows
+        .iter()
+        .map(|r| show(&r.value).chars().count().min(40))
+        .max()
+        .unwrap_or(0);
     let mut out = String::new();
     for r in &rows {
         outln!(out, "{:kw$}  {:vw$}  {}", r.key, show(&r.value), r.from);

@@ -12,9 +12,11 @@ use super::{Ctx, emit, now_ms, open_records, print_json, store_err};
 use crate::cli::user;
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  taskdaemon delete 4d5e6f\n  taskdaemon delete plan-old-idea --json\n\n\
+#[command(
+    after_help = "Examples:\n  taskdaemon delete 4d5e6f\n  taskdaemon delete plan-old-idea --json\n\n\
 A record that others name (as parent or dep) is not deleted: delete those first, or drop the dep with \
-`taskdaemon edit REF --remove-dep ID`. There is no --force cascade.")]
+`taskdaemon edit REF --remove-dep ID`. There is no --force cascade."
+)]
 pub struct DeleteArgs {
     /// The record: id, hex, or part of its name.
     #[arg(value_name = "REF")]
@@ -49,13 +51,21 @@ pub fn run(args: DeleteArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         )));
     }
     // Saved before anything is destroyed.
-    let dir = Git::new(ctx.project_dir()?).common_dir().map_err(user)?.join("taskdaemon/deleted");
+    let dir = Git::new(ctx.project_dir()?)
+        .common_dir()
+        .map_err(user)?
+        .join("taskdaemon/deleted");
     let now = now_ms();
     let saved = dir.join(format!("{id}-{now}.json"));
     let text = serde_json::to_string_pretty(&rec.to_json())? + "\n";
     std::fs::create_dir_all(&dir)
         .and_then(|()| taskdaemon_core::fsutil::write_atomic(&saved, text.as_bytes()))
-        .map_err(|e| user(format!("cannot save the record to {}: {e}\n  hint: nothing was deleted", saved.display())))?;
+        .map_err(|e| {
+            user(format!(
+                "cannot save the record to {}: {e}\n  hint: nothing was deleted",
+                saved.display()
+            ))
+        })?;
     records.delete(&id, now).map_err(store_err)?;
     if args.json {
         print_json(&serde_json::json!({"deleted": id, "saved": saved}))?;

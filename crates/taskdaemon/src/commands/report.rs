@@ -12,7 +12,9 @@ use super::{Ctx, daemon_link, emit, open_records, print_json, store_err};
 use crate::cli::user;
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  taskdaemon report                 # this directory's last run\n  taskdaemon report --all -o runs.html\n  taskdaemon report plan-oauth      # a daemon plan: its specs and every run")]
+#[command(
+    after_help = "Examples:\n  taskdaemon report                 # this directory's last run\n  taskdaemon report --all -o runs.html\n  taskdaemon report plan-oauth      # a daemon plan: its specs and every run"
+)]
 pub struct ReportArgs {
     /// A run id of this directory (or its start), or a daemon record: run, spec or plan (id, hex, or part of its name).
     #[arg(value_name = "REF", conflicts_with = "all")]
@@ -49,7 +51,10 @@ fn local_plan(args: &ReportArgs, workdir: &Path) -> Option<Plan> {
             format!("all runs in {}", workdir.display()),
             ids.iter().map(|id| one(Some(id.clone()))).collect(),
         ),
-        None => (format!("last run in {}", workdir.display()), vec![one(None)]),
+        None => (
+            format!("last run in {}", workdir.display()),
+            vec![one(None)],
+        ),
         Some(r) => {
             let hits: Vec<&String> = ids.iter().filter(|id| id.starts_with(r.as_str())).collect();
             match hits.as_slice() {
@@ -128,11 +133,18 @@ pub fn run(args: ReportArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         None => plan.default_out,
     };
     if let Some(parent) = out.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| user(format!("cannot create {}: {e}\n  hint: choose another place with -o FILE", parent.display())))?;
+        std::fs::create_dir_all(parent).map_err(|e| {
+            user(format!(
+                "cannot create {}: {e}\n  hint: choose another place with -o FILE",
+                parent.display()
+            ))
+        })?;
     }
     taskdaemon_core::fsutil::write_atomic(&out, report::render(&rep).as_bytes()).map_err(|e| {
-        user(format!("cannot write {}: {e}\n  hint: choose another place with -o FILE", out.display()))
+        user(format!(
+            "cannot write {}: {e}\n  hint: choose another place with -o FILE",
+            out.display()
+        ))
     })?;
     if args.json {
         print_json(&serde_json::json!({"path": out, "runs": rep.runs.len()}))?;

@@ -104,7 +104,10 @@ fn prune(
     let policy = PrunePolicy {
         keep,
         before_ms: older_than.map(|d| now - i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
-        current_task: lifecycle::TaskFiles::new(ws).read_counter().ok().filter(|n| *n > 0),
+        current_task: lifecycle::TaskFiles::new(ws)
+            .read_counter()
+            .ok()
+            .filter(|n| *n > 0),
     };
     let plan = snaps.prune_plan(&policy).map_err(user)?;
     if !json {
@@ -113,7 +116,12 @@ fn prune(
         }
         for s in &plan.remove {
             let verb = if dry_run { "would remove" } else { "remove" };
-            println!("{verb} {}  {}  {}", s.tag, when(s.time_ms), s.message.lines().next().unwrap_or(""));
+            println!(
+                "{verb} {}  {}  {}",
+                s.tag,
+                when(s.time_ms),
+                s.message.lines().next().unwrap_or("")
+            );
         }
         if plan.remove.is_empty() {
             println!("nothing to prune");
@@ -121,15 +129,23 @@ fn prune(
     }
     if dry_run {
         if json {
-            print_json(&serde_json::json!({"dry-run": true, "remove": plan.remove, "kept": plan.kept_because}))?;
+            print_json(
+                &serde_json::json!({"dry-run": true, "remove": plan.remove, "kept": plan.kept_because}),
+            )?;
         }
         return Ok(0);
     }
     let done = snaps.prune(&plan, now).map_err(user)?;
     if json {
-        print_json(&serde_json::json!({"removed": done.removed, "kept": plan.kept_because, "restore-file": done.restore_file}))?;
+        print_json(
+            &serde_json::json!({"removed": done.removed, "kept": plan.kept_because, "restore-file": done.restore_file}),
+        )?;
     } else if let Some(f) = &done.restore_file {
-        println!("removed {} snapshot(s); to restore one, run its line of {}", done.removed.len(), f.display());
+        println!(
+            "removed {} snapshot(s); to restore one, run its line of {}",
+            done.removed.len(),
+            f.display()
+        );
     }
     Ok(0)
 }

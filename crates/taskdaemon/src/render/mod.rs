@@ -25,20 +25,23 @@ pub struct Renderer {
 
 /// Whether stderr takes a live status line: a terminal, not `TERM=dumb`.
 fn status_line_wanted(json: bool) -> bool {
-    !json
-        && std::io::stderr().is_terminal()
-        && std::env::var("TERM").map_or(true, |t| t != "dumb")
+    !json && std::io::stderr().is_terminal() && std::env::var("TERM").map_or(true, |t| t != "dumb")
 }
 
 /// A spinner on stderr; dimmed unless NO_COLOR is set.
 fn status_bar() -> indicatif::ProgressBar {
     let plain = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     // wide_msg: cut to the terminal's width, so the line never wraps.
-    let template = if plain { "{spinner} {wide_msg}" } else { "{spinner:.dim} {wide_msg:.dim}" };
+    let template = if plain {
+        "{spinner} {wide_msg}"
+    } else {
+        "{spinner:.dim} {wide_msg:.dim}"
+    };
     let style = indicatif::ProgressStyle::with_template(template)
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner())
         .tick_chars("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏·");
-    let bar = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+    let bar =
+        indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
     bar.set_style(style);
     bar
 }
@@ -339,4 +342,3 @@ impl Renderer {
         bar.tick();
     }
 }
-

@@ -77,9 +77,9 @@ impl Snapshots {
         let own = format!("refs/tags/{}", s.tag);
         let mut refs = Vec::new();
         for target in [s.commit.as_str(), own.as_str()] {
-            let out = self
-                .git
-                .run(&["for-each-ref", "--format=%(refname)", "--points-at", target])?;
+            let out =
+                self.git
+                    .run(&["for-each-ref", "--format=%(refname)", "--points-at", target])?;
             refs.extend(out.lines().filter(|r| *r != own).map(str::to_string));
         }
         refs.sort();
