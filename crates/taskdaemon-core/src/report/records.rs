@@ -33,10 +33,7 @@ fn children(records: &Records, kind: Kind, parent: &str) -> Result<Vec<AnyRecord
 }
 
 /// The record and everything under it, depth first, with the runs found (and their titles).
-pub fn record_tree(
-    records: &Records,
-    rec: AnyRecord,
-) -> Result<RecordTree, StoreError> {
+pub fn record_tree(records: &Records, rec: AnyRecord) -> Result<RecordTree, StoreError> {
     let mut rows = Vec::new();
     let mut runs = Vec::new();
     let parent_title = |r: &AnyRecord| {
