@@ -75,9 +75,11 @@ fn record_plan(reference: &str, ctx: &Ctx) -> anyhow::Result<Plan> {
     let paths = daemon_link::paths(ctx)?;
     let records = open_records(ctx, StoreOptions::default())?;
     let rec = records.find(reference).map_err(store_err)?;
-    let subject = format!("{} {}: {}", rec.kind().tag(), rec.id(), rec.title());
-    let id = rec.id().to_string();
+    let (kind, id) = (rec.kind().tag(), rec.id().to_string());
     let (rows, runs) = report::record_tree(&records, rec).map_err(store_err)?;
+    // The first row is the record itself, with a run's real title.
+    let title = rows.first().map(|r| r.title.clone()).unwrap_or_default();
+    let subject = format!("{kind} {id}: {title}");
     let sources = runs
         .into_iter()
         .filter_map(|(run, title)| report::run_dir(&paths, &run, Some(title)))
