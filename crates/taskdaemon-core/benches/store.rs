@@ -307,13 +307,8 @@ fn measure(project: &Path) {
     );
 
     // get by id: typed (decoded into a Spec) and the stored line only.
-    let mut seed = 0x9e3779b97f4a7c15u64;
-    let mut rnd = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed as usize
-    };
+    let mut rng = fastrand::Rng::with_seed(0x9e3779b97f4a7c15);
+    let mut rnd = move || rng.usize(..);
     let picks: Vec<&str> = (0..100_000)
         .map(|_| ids[rnd() % ids.len()].as_str())
         .collect();

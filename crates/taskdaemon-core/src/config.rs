@@ -519,3 +519,204 @@ mod tests {
         assert_eq!(m.agent.as_deref(), Some("claude"));
     }
 }
+
+/// Where a setting in force came from (`config show`, `doctor`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Origin {
+    /// Not set anywhere: the built-in default (`value` is what `init` writes, commented).
+    Default,
+    /// A settings file; `flag`: named with `--config`.
+    File {
+        path: PathBuf,
+        line: Option<usize>,
+        flag: bool,
+    },
+    /// A `TASKDAEMON_*` environment variable.
+    Env { var: String },
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Default => f.write_str("default"),
+            Origin::File { path, line, flag } => {
+                if *flag {
+                    f.write_str("--config ")?;
+                }
+                write!(f, "{}", path.display())?;
+                match line {
+                    Some(l) => write!(f, ":{l}"),
+                    None => Ok(()),
+                }
+            }
+            Origin::Env { var } => write!(f, "environment {var}"),
+        }
+    }
+}
+
+/// One setting in force: its key, its value (JSON; null when unset with no default), where
+/// it came from.
+#[derive(Debug, Clone, Serialize)]
+pub struct InForce {
+    pub key: String,
+    pub value: serde_json::Value,
+    pub from: Origin,
+}
+
+/// The environment variable of a key: `max-iterations` → `TASKDAEMON_MAX_ITERATIONS`.
+pub fn env_var_of(key: &str) -> String {
+    format!("TASKDAEMON_{}", key.to_ascii_uppercase().replace('-', "_"))
+}
+
+/// Keys whose commented line in the default file is an example, not the default: what
+/// happens when they are unset.
+const UNSET_MEANS: &[(&str, &str)] = &[
+    (
+        "agent",
+        "(unset: the first of claude, codex, gemini, opencode, amp on PATH)",
+    ),
+    ("agent-format", "(unset: the agent's own format)"),
+    ("validate", "(unset: the loop type's, else none)"),
+    ("max-iterations", "(unset: the loop type's; ralph: 20)"),
+    ("max-runtime", "(unset: no limit)"),
+    ("max-cost", "(unset: no limit)"),
+    ("completion-promise", "(unset: validation alone)"),
+    ("parse-agent", "(unset: the built-in rules)"),
+    (
+        "target-branch",
+        "(unset: the branch checked out where work is submitted)",
+    ),
+    ("pause-at-usage", "(unset: never)"),
+    ("agent-limits", "(unset: max-loops for every agent)"),
+];
+
+/// The defaults `init` writes commented (`# key: value`), by key; for a key whose line is
+/// only an example, what unset means.
+fn documented_defaults() -> std::collections::BTreeMap<String, String> {
+    let mut out: std::collections::BTreeMap<String, String> = UNSET_MEANS
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    for line in DEFAULT_CONFIG_YAML.lines() {
+        let Some(rest) = line.strip_prefix("# ") else {
+            continue;
+        };
+        if let Some((k, v)) = rest.split_once(": ")
+            && !k.is_empty()
+            && k.chars().all(|c| c.is_ascii_lowercase() || c == '-')
+        {
+            out.entry(k.to_string())
+                .or_insert_with(|| v.trim().to_string());
+        }
+    }
+    out
+}
+
+/// Every setting in force, lowest layer first overridden: the built-in default, the user's
+/// file, the project's file (or `--config FILE`), the `TASKDAEMON_*` variables. Files are
+/// read as `load_layers` reads them (a named file must exist).
+pub fn settings_in_force(
+    repo: &Path,
+    explicit: Option<&Path>,
+) -> Result<Vec<InForce>, ConfigError> {
+    let keys = match serde_json::to_value(Settings::default()) {
+        Ok(serde_json::Value::Object(m)) => m.keys().cloned().collect::<Vec<_>>(),
+        _ => Vec::new(),
+    };
+    let defaults = documented_defaults();
+    let mut rows: Vec<InForce> = keys
+        .iter()
+        .map(|k| InForce {
+            key: k.clone(),
+            value: defaults
+                .get(k)
+                .map(|v| serde_json::Value::String(v.clone()))
+                .unwrap_or(serde_json::Value::Null),
+            from: Origin::Default,
+        })
+        .collect();
+    let mut files: Vec<(PathBuf, bool)> = Vec::new();
+    if let Some(d) = user_config_dir() {
+        files.push((d.join("config.yaml"), false));
+    }
+    match explicit {
+        Some(p) => files.push((p.to_path_buf(), true)),
+        None => files.push((project_config_path(repo), false)),
+    }
+    for (path, flag) in files {
+        let settings = match load_file(&path) {
+            Ok(s) => s,
+            Err(ConfigError::Missing(_)) if !flag => continue,
+            Err(e) => return Err(e),
+        };
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if let Ok(serde_json::Value::Object(m)) = serde_json::to_value(&settings) {
+            for (k, v) in m.into_iter().filter(|(_, v)| !v.is_null()) {
+                let line = text
+                    .lines()
+                    .position(|l| l.starts_with(&format!("{k}:")))
+                    .map(|i| i + 1);
+                set(
+                    &mut rows,
+                    &k,
+                    v,
+                    Origin::File {
+                        path: path.clone(),
+                        line,
+                        flag,
+                    },
+                );
+            }
+        }
+    }
+    for k in &keys {
+        let var = env_var_of(k);
+        if let Ok(v) = std::env::var(&var) {
+            set(
+                &mut rows,
+                k,
+                serde_json::Value::String(v),
+                Origin::Env { var },
+            );
+        }
+    }
+    Ok(rows)
+}
+
+fn set(rows: &mut [InForce], key: &str, value: serde_json::Value, from: Origin) {
+    if let Some(r) = rows.iter_mut().find(|r| r.key == key) {
+        r.value = value;
+        r.from = from;
+    }
+}
+
+#[cfg(test)]
+mod in_force_tests {
+    use super::*;
+
+    #[test]
+    fn every_key_with_its_source_and_line() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("c.yaml");
+        std::fs::write(&f, "# comment\nmax-iterations: 7\nagent: codex\n").unwrap();
+        let rows = settings_in_force(d.path(), Some(&f)).unwrap();
+        let row = |k: &str| rows.iter().find(|r| r.key == k).unwrap();
+        assert_eq!(row("max-iterations").value, serde_json::json!(7));
+        assert_eq!(
+            row("max-iterations").from.to_string(),
+            format!("--config {}:2", f.display())
+        );
+        assert_eq!(
+            row("agent").from.to_string(),
+            format!("--config {}:3", f.display())
+        );
+        assert_eq!(row("max-stuck").from, Origin::Default);
+        assert_eq!(row("max-stuck").value, serde_json::json!("3"));
+        assert!(row("max-cost").value.as_str().unwrap().contains("no limit"));
+        assert!(rows.iter().any(|r| r.key == "loop"));
+        assert_eq!(env_var_of("max-iterations"), "TASKDAEMON_MAX_ITERATIONS");
+        let missing = settings_in_force(d.path(), Some(&d.path().join("nope.yaml")));
+        assert!(matches!(missing, Err(ConfigError::Missing(_))));
+    }
+}

@@ -16,8 +16,9 @@ pub fn check_bound(input: &str, d: Duration) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Parse `90s`, `15m`, `2h`, `1d`, `500ms` or a combination such as `1h30m`. A bare number
-/// means seconds. Returns a message saying what was wrong.
+/// Parse `90s`, `15m`, `2h`, `1d`, `500ms` or a combination such as `1h30m` (jiff's
+/// friendly format, days of 24 hours). A bare number means seconds. Returns a message
+/// saying what was wrong; values over [`MAX_DURATION`] and overflows are refused.
 pub fn parse_duration(input: &str) -> Result<Duration, String> {
     let s = input.trim();
     if s.is_empty() {
@@ -29,49 +30,21 @@ pub fn parse_duration(input: &str) -> Result<Duration, String> {
             Err(_) => check_bound(input, Duration::MAX),
         };
     }
-    let mut total = 0.0f64;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit() && c != '.')
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(format!(
-                "`{input}` is not a duration; write it like 90s, 15m or 2h"
-            ));
-        }
-        let number: f64 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("`{input}` is not a duration; write it like 90s, 15m or 2h"))?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let factor = match unit {
-            "ms" => 0.001,
-            "s" | "sec" | "secs" => 1.0,
-            "m" | "min" | "mins" => 60.0,
-            "h" | "hr" | "hrs" => 3600.0,
-            "d" => 86400.0,
-            "" => {
-                return Err(format!(
-                    "`{input}`: missing unit after {number}; use ms, s, m, h or d"
-                ));
-            }
-            other => {
-                return Err(format!(
-                    "`{input}`: unknown unit `{other}`; use ms, s, m, h or d"
-                ));
-            }
-        };
-        total += number * factor;
-        if !total.is_finite() || total > MAX_DURATION.as_secs_f64() {
-            return check_bound(input, Duration::MAX);
-        }
+    let hint = "write it like 90s, 15m, 2h or 1h30m (units ms, s, m, h, d; at most 366d)";
+    // One word, no sign, no ISO 8601: jiff would also take `1 hour ago` or `PT1H`.
+    if !s.starts_with(|c: char| c.is_ascii_digit() || c == '.')
+        || s.contains(|c: char| c.is_whitespace() || c == ',')
+    {
+        return Err(format!("`{input}` is not a duration; {hint}"));
     }
-    check_bound(input, Duration::from_secs_f64(total))
+    let span: jiff::Span = s
+        .parse()
+        .map_err(|e| format!("`{input}` is not a duration, or too long ({e}); {hint}"))?;
+    let signed = span
+        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
+        .map_err(|e| format!("`{input}`: {e}; {hint}"))?;
+    let d = Duration::try_from(signed).map_err(|_| format!("`{input}` is negative; {hint}"))?;
+    check_bound(input, d)
 }
 
 /// Format a duration for people: `850ms`, `42s`, `3m 05s`, `1h 02m`.
@@ -103,6 +76,13 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2sec"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("3mins"), Ok(Duration::from_secs(180)));
+        assert_eq!(parse_duration("1hrs"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1d12h"), Ok(Duration::from_secs(36 * 3600)));
+        for other in ["-1h", "1h ago", "PT1H", "1 hour", "+5s"] {
+            assert!(parse_duration(other).is_err(), "{other}");
+        }
     }
 
     #[test]

@@ -99,29 +99,32 @@ fn hint_for(message: &str) -> Option<String> {
     None
 }
 
-/// The candidate closest to `word` by edit distance, if it is close enough to be a typo.
+/// The candidate closest to `word`, if it is close enough to be a typo.
 pub fn nearest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
-    candidates
-        .iter()
-        .map(|c| (distance(word, c), *c))
-        .filter(|(d, c)| *d <= (c.len().max(word.len()) / 3).max(2))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
+    suggestions(word, candidates.iter().copied(), 1).pop()
 }
 
-/// Edit distance (Levenshtein) in characters.
-pub fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur.push((prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
+/// Did-you-mean, the one used everywhere (config fields, loop names, template variables,
+/// snapshot tags): up to `n` candidates within a typo's reach of `word` (Damerau–Levenshtein
+/// distance at most a third of the longer word, at least 2), nearest first.
+pub fn suggestions<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+    n: usize,
+) -> Vec<&'a str> {
+    let mut scored: Vec<(usize, &str)> = candidates
+        .into_iter()
+        .map(|c| (strsim::damerau_levenshtein(word, c), c))
+        .filter(|(d, c)| *d <= (c.chars().count().max(word.chars().count()) / 3).max(2))
+        .collect();
+    scored.sort();
+    scored.into_iter().take(n).map(|(_, c)| c).collect()
+}
+
+/// A value as YAML a person can read and paste into a file (multi-line strings as block
+/// scalars).
+pub fn to_yaml<T: serde::Serialize>(value: &T) -> Result<String, String> {
+    serde_saphyr::to_string(value).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -19,13 +19,10 @@ use std::time::{Duration, Instant};
 const FILE_BYTES: usize = 4_600;
 const MODIFY: usize = 20;
 
-struct Rng(u64);
+struct Rng(fastrand::Rng);
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        self.0.u64(..)
     }
 }
 
@@ -80,7 +77,7 @@ fn build(root: &Path) -> PathBuf {
     )
     .expect("gitconfig");
     let repo = root.join("repo");
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng(fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15));
     let mut bytes = 0;
     for i in 0..files() {
         let p = repo.join(path_of(i));
@@ -179,7 +176,10 @@ fn main() {
         .status()
         .expect("cp");
     assert!(s.success());
-    let (mut rng, mut rng2) = (Rng(42), Rng(42));
+    let (mut rng, mut rng2) = (
+        Rng(fastrand::Rng::with_seed(42)),
+        Rng(fastrand::Rng::with_seed(42)),
+    );
 
     let first = timed(td(&repo, &["snapshot", "save", "first"]));
     let (mut save, mut rollback) = (Vec::new(), Vec::new());

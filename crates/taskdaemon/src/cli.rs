@@ -28,6 +28,12 @@ pub struct Cli {
     /// Settings file to use instead of the project's .taskdaemon/config.yaml; it must exist.
     #[arg(long, global = true, value_name = "FILE", env = "TASKDAEMON_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Say less: only warnings, errors and what the command was asked to print.
+    #[arg(short = 'q', long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// Say more: every cause of an error on its own line.
+    #[arg(short = 'v', long, global = true)]
+    pub verbose: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -90,6 +96,16 @@ pub enum Command {
     CheckDoc(commands::check_doc::CheckDocArgs),
     /// The loops' git worktrees: list them, prune finished ones.
     Worktree(commands::worktree::WorktreeArgs),
+    /// Write one self-contained HTML report (timeline, plots, gates, logs) of a run, all runs, or a daemon plan.
+    Report(commands::report::ReportArgs),
+    /// Print a shell completion script: bash, zsh, fish, elvish or powershell.
+    Completions(commands::completions::CompletionsArgs),
+    /// Print the man page, taskdaemon(1), in roff (`taskdaemon man | man -l -`).
+    Man(commands::completions::ManArgs),
+    /// The settings in force: `config show [--json]`, each with where it came from.
+    Config(commands::config::ConfigArgs),
+    /// Delete a plan, spec or run record (refused while others name it; saved first).
+    Delete(commands::delete::DeleteArgs),
     /// Git merge driver for the record store (`%O %A %B %P`), installed by `init`.
     #[command(name = "__merge-store", hide = true)]
     MergeStore(commands::merge_store::MergeStoreArgs),
@@ -121,35 +137,133 @@ pub fn user(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow::Error::new(UserError(e.to_string()))
 }
 
+/// Whether the command line asked for JSON (then errors are JSON too).
+fn json_wanted() -> bool {
+    std::env::args_os().skip(1).any(|a| a == "--json")
+}
+
+/// Print an error for people (`error:` in red when colour is on) or, with `--json`, as
+/// `{"error":…,"hint":…,"exit":N}` on stdout.
+fn report_error(message: &str, code: i32) {
+    let (what, hint) = match message.split_once("\n  hint: ") {
+        Some((w, h)) => (w.trim_end(), Some(h.trim())),
+        None => (message.trim_end(), None),
+    };
+    if json_wanted() {
+        let v = serde_json::json!({"error": what, "hint": hint, "exit": code});
+        println!("{v}");
+        return;
+    }
+    let label = crate::out::paint("error:", crate::out::error_style(), true);
+    let what = what.strip_prefix("error: ").unwrap_or(what);
+    match hint {
+        Some(h) => eprintln!("{label} {what}\n  hint: {h}"),
+        None => eprintln!("{label} {what}"),
+    }
+}
+
+/// A bad value that came from a `TASKDAEMON_*` variable, not from the command line, is
+/// reported as the variable (clap names the flag it feeds).
+fn env_value_error(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    let arg = match e.get(ContextKind::InvalidArg)? {
+        ContextValue::String(s) => s.clone(),
+        _ => return None,
+    };
+    let value = match e.get(ContextKind::InvalidValue)? {
+        ContextValue::String(s) => s.clone(),
+        _ => return None,
+    };
+    let long = arg
+        .strip_prefix("--")?
+        .split([' ', '='])
+        .next()?
+        .to_string();
+    let on_line = std::env::args()
+        .skip(1)
+        .any(|a| a == format!("--{long}") || a.starts_with(&format!("--{long}=")));
+    let var = taskdaemon_core::config::env_var_of(&long);
+    (!on_line && std::env::var(&var).ok().as_deref() == Some(value.as_str())).then(|| {
+        format!(
+            "environment variable {var}={value:?} is not a valid {long}\n  hint: fix or unset it (`unset {var}`); `taskdaemon {} --help` describes --{long}",
+            std::env::args().nth(1).unwrap_or_default()
+        )
+    })
+}
+
+fn parse_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return ExitCode::from(0);
+    }
+    if let Some(m) = env_value_error(&e) {
+        report_error(&m, exit_code::USAGE);
+    } else if json_wanted() {
+        let text = e
+            .kind()
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| e.to_string());
+        let full = e.to_string();
+        let first = full.lines().next().unwrap_or(&text).to_string();
+        report_error(&first, exit_code::USAGE);
+    } else {
+        let _ = e.print();
+    }
+    ExitCode::from(exit_code::USAGE as u8)
+}
+
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(match e.kind() {
-                clap::error::ErrorKind::DisplayHelp
-                | clap::error::ErrorKind::DisplayVersion
-                | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => 0,
-                _ => exit_code::USAGE as u8,
-            });
-        }
+        Err(e) => return parse_error(e),
     };
+    crate::out::set_level(if cli.quiet { -1 } else { i8::from(cli.verbose) });
     let code = match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
             let user_fault = e.chain().any(|c| c.is::<UserError>());
-            eprintln!("error: {e:#}");
-            if user_fault {
+            let code = if user_fault {
                 exit_code::USAGE
             } else {
                 exit_code::INTERNAL
+            };
+            if crate::out::level() > 0 {
+                let causes: Vec<String> = e
+                    .chain()
+                    .skip(1)
+                    .map(|c| format!("\n  caused by: {c}"))
+                    .collect();
+                report_error(&format!("{e}{}", causes.concat()), code);
+            } else {
+                report_error(&format!("{e:#}"), code);
             }
+            code
         }
     };
     ExitCode::from(u8::try_from(code).unwrap_or(exit_code::INTERNAL as u8))
 }
 
+/// `--config FILE` (or TASKDAEMON_CONFIG) must name a file: a typo is an error, never a
+/// silent fall back to no settings.
+fn check_config(config: Option<&std::path::Path>) -> anyhow::Result<()> {
+    match config {
+        Some(p) if !p.is_file() => Err(user(format!(
+            "config file {} does not exist (given with --config or TASKDAEMON_CONFIG)\n  hint: check the path, or leave --config out to use .taskdaemon/config.yaml (`taskdaemon init` writes one)",
+            p.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn dispatch(cli: Cli) -> anyhow::Result<i32> {
+    check_config(cli.config.as_deref())?;
     let ctx = commands::Ctx {
         dir: cli.dir,
         config: cli.config,
@@ -183,9 +297,90 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Resume(a) => commands::resume::run(a, &ctx),
         Command::CheckDoc(a) => commands::check_doc::run(a, &ctx),
         Command::Worktree(a) => commands::worktree::run(a, &ctx),
+        Command::Report(a) => commands::report::run(a, &ctx),
+        Command::Completions(a) => commands::completions::completions(a),
+        Command::Man(a) => commands::completions::man(a),
+        Command::Config(a) => commands::config::run(a, &ctx),
+        Command::Delete(a) => commands::delete::run(a, &ctx),
         Command::MergeStore(a) => commands::merge_store::run(a),
         Command::StoreStress(a) => commands::store_stress::run(a, &ctx),
         Command::ScriptAgent(a) => commands::script_agent::run(a),
         Command::ApiAgent(a) => commands::api_agent::run(a, &ctx),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every command and subcommand, with its path (`taskdaemon plan diff`).
+    fn walk(cmd: &clap::Command, path: String, out: &mut Vec<(String, clap::Command)>) {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let p = format!("{path} {}", sub.get_name());
+            out.push((p.clone(), sub.clone()));
+            walk(sub, p, out);
+        }
+    }
+
+    #[test]
+    fn every_argument_of_every_command_has_help_and_one_default() {
+        let mut root = super::Cli::command();
+        root.build();
+        let mut all = vec![("taskdaemon".to_string(), root.clone())];
+        walk(&root, "taskdaemon".into(), &mut all);
+        let mut missing = Vec::new();
+        for (path, cmd) in &all {
+            if cmd.get_about().is_none() {
+                missing.push(format!("{path}: no about"));
+            }
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                if help.trim().is_empty() {
+                    missing.push(format!("{path}: `{id}` has no help"));
+                }
+                let declared = help.matches("[default:").count();
+                if declared > 0 && !arg.get_default_values().is_empty() {
+                    missing.push(format!("{path}: `{id}` says its default twice"));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
+
+    #[test]
+    fn a_short_flag_means_one_thing_everywhere() {
+        let mut root = super::Cli::command();
+        root.build();
+        let mut all = vec![("taskdaemon".to_string(), root.clone())];
+        walk(&root, "taskdaemon".into(), &mut all);
+        let mut meaning: std::collections::BTreeMap<char, (String, String)> = Default::default();
+        let mut clash = Vec::new();
+        for (path, cmd) in &all {
+            for arg in cmd.get_arguments() {
+                let (Some(s), Some(long)) = (arg.get_short(), arg.get_long()) else {
+                    continue;
+                };
+                // -f is "the text from FILE": the run's prompt, the task's message.
+                let same = |a: &str, b: &str| {
+                    a == b
+                        || ["prompt-file", "message-file"].contains(&a)
+                            && ["prompt-file", "message-file"].contains(&b)
+                };
+                match meaning.get(&s) {
+                    Some((l, p)) if !same(l, long) => {
+                        clash.push(format!("-{s}: --{l} in `{p}`, --{long} in `{path}`"))
+                    }
+                    Some(_) => {}
+                    None => {
+                        meaning.insert(s, (long.to_string(), path.clone()));
+                    }
+                }
+            }
+        }
+        assert!(clash.is_empty(), "{}", clash.join("\n"));
     }
 }

@@ -29,5 +29,67 @@ pub fn write_out(text: &str) -> std::io::Result<()> {
 }
 
 pub fn write_err(text: &str) {
+    if quiet_drops(text) {
+        return;
+    }
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+/// How much the harness says on stderr: -1 quiet (`-q`: only warnings and errors), 0
+/// normal, 1 verbose (`-v`: every cause of an error on its own line).
+static LEVEL: std::sync::atomic::AtomicI8 = std::sync::atomic::AtomicI8::new(0);
+
+pub fn set_level(level: i8) {
+    LEVEL.store(level, Ordering::Relaxed);
+}
+
+pub fn level() -> i8 {
+    LEVEL.load(Ordering::Relaxed)
+}
+
+/// Whether `-q` drops this stderr text: the harness's informational notes.
+fn quiet_drops(text: &str) -> bool {
+    level() < 0
+        && text.starts_with("taskdaemon")
+        && !text.contains("warning")
+        && !text.contains("error")
+}
+
+/// Whether colour goes to this stream: a terminal, no NO_COLOR, not TERM=dumb
+/// (anstream's rules, also CLICOLOR/CLICOLOR_FORCE).
+pub fn colour_on(stderr: bool) -> bool {
+    let choice = if stderr {
+        anstream::AutoStream::choice(&std::io::stderr())
+    } else {
+        anstream::AutoStream::choice(&std::io::stdout())
+    };
+    !matches!(choice, anstream::ColorChoice::Never)
+}
+
+/// `text` in `style` when colour is on for that stream.
+pub fn paint(text: &str, style: anstyle::Style, stderr: bool) -> String {
+    if colour_on(stderr) {
+        format!("{style}{text}{style:#}")
+    } else {
+        text.to_string()
+    }
+}
+
+/// The colour of a record's or run's status.
+pub fn status_style(status: &str) -> anstyle::Style {
+    use anstyle::{AnsiColor, Style};
+    let fg = |c: AnsiColor| Style::new().fg_color(Some(c.into()));
+    match status {
+        "complete" | "merged" | "done" | "passed" => fg(AnsiColor::Green),
+        "running" | "in-progress" | "rebasing" | "ready" => fg(AnsiColor::Cyan),
+        "failed" | "blocked" | "stuck" | "cancelled" => fg(AnsiColor::Red).bold(),
+        "paused" | "pending" | "queued" | "draft" => fg(AnsiColor::Yellow),
+        _ => Style::new(),
+    }
+}
+
+pub fn error_style() -> anstyle::Style {
+    anstyle::Style::new()
+        .fg_color(Some(anstyle::AnsiColor::Red.into()))
+        .bold()
 }

@@ -476,7 +476,8 @@ fn doctor_says_an_agent_is_not_logged_in_and_exits_1_and_a_cmd_agent_alone_passe
         v["settings"]["max-iterations"]["from"]
             .as_str()
             .unwrap()
-            .ends_with(".taskdaemon/config.yaml")
+            .ends_with(".taskdaemon/config.yaml:1"),
+        "the file and line it came from"
     );
 }
 

@@ -16,7 +16,7 @@ fn demo_completes_after_rejecting_a_premature_complete() {
     let dir = env.root().join("demo");
     let out = env
         .cmd()
-        .args(["demo", "--dir"])
+        .args(["demo", "--path"])
         .arg(&dir)
         .output()
         .unwrap();

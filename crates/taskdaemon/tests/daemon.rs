@@ -368,12 +368,9 @@ fn a_daemon_killed_three_times_finishes_every_run_with_iterations_going_on_and_n
     d.ok(&["submit", "plan", "six parts"]);
     d.start(3);
     let mut kills = 0;
-    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut rng = fastrand::Rng::with_seed(0x2545_f491_4f6c_dd1d);
     while kills < 3 {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        std::thread::sleep(Duration::from_millis(900 + rng % 600));
+        std::thread::sleep(Duration::from_millis(900 + rng.u64(..600)));
         let s = d.status();
         assert_ne!(
             plan_status(&s),

@@ -74,13 +74,8 @@ fn fifty_sigkills_of_run_each_resumed_leave_no_process_no_repeated_row_and_never
     let env = Env::new();
     let agent = setup(&env);
     let starts = env.root().join("starts");
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
+    let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15);
+    let mut next = move || rng.u64(..);
     let first = [
         "run",
         "count the iterations",

@@ -174,16 +174,12 @@ fn a_rollback_killed_at_each_step_ends_old_or_new_exactly() {
     }
 }
 
-/// A small xorshift generator: the seed is printed, so a failure can be replayed with
+/// A seeded generator (fastrand): the seed is printed, so a failure can be replayed with
 /// `ROLLBACK_KILL_SEED`.
-struct Rng(u64);
-
+struct Rng(fastrand::Rng);
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        self.0.u64(..)
     }
 }
 
@@ -206,7 +202,7 @@ fn random_sigkills_of_rollback_end_old_or_new_exactly() {
                 | 1
         });
     eprintln!("ROLLBACK_KILL_SEED={seed}");
-    let mut rng = Rng(seed);
+    let mut rng = Rng(fastrand::Rng::with_seed(seed));
 
     // How long one rollback takes on this machine now.
     let env = Env::new();

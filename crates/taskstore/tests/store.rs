@@ -297,13 +297,8 @@ fn random_damage_never_panics_and_never_loses_an_untouched_line() {
     let lines: Vec<String> = (0..40)
         .map(|i| item(&format!("r{i:02}"), i, "ok").to_string())
         .collect();
-    let mut seed = 0x9e3779b97f4a7c15u64;
-    let mut rnd = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rng = fastrand::Rng::with_seed(0x9e3779b97f4a7c15);
+    let mut rnd = move || rng.u64(..);
     for _ in 0..300 {
         let mut bytes = lines.join("\n").into_bytes();
         bytes.push(b'\n');

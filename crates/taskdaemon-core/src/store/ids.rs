@@ -14,8 +14,6 @@
 //! with it; ids whose slug contains it. One match is found, several are ambiguous (all
 //! listed), none is "not found" with the nearest ids.
 
-use std::collections::HashSet;
-
 use super::records::Kind;
 
 pub const HEX_LEN: usize = 6;
@@ -155,14 +153,9 @@ fn decide(mut hits: Vec<String>) -> Option<Resolution> {
     }
 }
 
-/// The ids most like `reference`: shared character pairs (Dice coefficient) over the
-/// slug, or a shared start of the hex.
+/// The ids most like `reference`: shared character pairs (strsim's Sørensen–Dice) over
+/// the slug, or a shared start of the hex.
 pub fn nearest<'a>(reference: &str, ids: impl Iterator<Item = &'a str>, n: usize) -> Vec<String> {
-    let pairs = |s: &str| -> HashSet<(char, char)> {
-        let c: Vec<char> = s.chars().collect();
-        c.windows(2).map(|w| (w[0], w[1])).collect()
-    };
-    let want = pairs(reference);
     let mut scored: Vec<(f64, String)> = ids
         .filter_map(|id| {
             let hex = id.split('-').next().unwrap_or("");
@@ -171,13 +164,7 @@ pub fn nearest<'a>(reference: &str, ids: impl Iterator<Item = &'a str>, n: usize
                 .zip(reference.chars())
                 .take_while(|(a, b)| a == b)
                 .count();
-            let have = pairs(slug_part(id));
-            let shared = want.intersection(&have).count();
-            let dice = if want.is_empty() || have.is_empty() {
-                0.0
-            } else {
-                2.0 * shared as f64 / (want.len() + have.len()) as f64
-            };
+            let dice = strsim::sorensen_dice(reference, slug_part(id));
             let score = dice.max(if common_hex >= 2 {
                 common_hex as f64 / hex.len() as f64
             } else {
@@ -224,7 +211,8 @@ mod tests {
         let id = new_id(Kind::Plan, "x", &|h| h.len() < 8);
         assert_eq!(split(&id).unwrap().0.len(), 8);
         // Quick succession: different hex.
-        let a: HashSet<String> = (0..1000).map(|_| random_hex()[..6].to_string()).collect();
+        let a: std::collections::HashSet<String> =
+            (0..1000).map(|_| random_hex()[..6].to_string()).collect();
         assert!(a.len() > 990, "{}", a.len());
     }
 

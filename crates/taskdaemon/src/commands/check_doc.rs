@@ -27,18 +27,26 @@ pub struct CheckDocArgs {
 pub enum What {
     /// A plan document: a `# Title`, `## ` sections, and all five review passes done.
     Plan {
+        /// The plan document (relative paths start at -C DIR, else here).
         file: PathBuf,
-        /// The review pass just done (1-5) [default: 5].
+        /// The review pass just done (1-5).
         #[arg(long, value_name = "N", default_value_t = docs::REVIEW_PASSES)]
         review_pass: u32,
     },
     /// A directory of spec documents: front matter (title, deps, phases), deps that resolve, no cycle.
-    Specs { dir: PathBuf },
+    Specs {
+        /// The directory of spec documents (relative paths start at -C DIR, else here).
+        #[arg(value_name = "DIR")]
+        specs_dir: PathBuf,
+    },
 }
 
 pub fn run(args: CheckDocArgs, ctx: &Ctx) -> anyhow::Result<i32> {
+    // Under -C DIR, a relative path names a file there (as every other command's does).
+    let base = ctx.workdir()?;
     let (problems, summary, data) = match &args.what {
         What::Plan { file, review_pass } => {
+            let file = &base.join(file);
             let c = docs::check_plan(file, *review_pass);
             let summary = format!(
                 "plan {}: {} section(s){}",
@@ -49,7 +57,8 @@ pub fn run(args: CheckDocArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             let data = serde_json::to_value(&c)?;
             (c.problems, summary, data)
         }
-        What::Specs { dir } => {
+        What::Specs { specs_dir } => {
+            let dir = &base.join(specs_dir);
             // Deps may name specs already in the store; without a store, only the set counts.
             // The main work tree's store, also when the check runs in a loop's worktree.
             let records = ctx

@@ -43,7 +43,7 @@ pub enum DaemonCommand {
     },
     /// Whether it runs, its pid, socket, log and active runs. Exits 1 when none runs.
     Status {
-        /// Print the result as JSON.
+        /// Print the daemon's state as one JSON object.
         #[arg(long)]
         json: bool,
     },

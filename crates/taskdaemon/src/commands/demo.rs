@@ -24,8 +24,8 @@ const TASK: &str = "Implement calc.sh so that `sh test.sh` passes: `sh calc.sh a
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Where to make the demo repository (must not exist or be empty) [default: a new temp dir].
-    #[arg(long, value_name = "DIR")]
+    /// Where to make the demo repository (must not exist or be empty) [default: a new temp dir]. Not the global -C/--dir, which names where to run.
+    #[arg(long = "path", value_name = "PATH")]
     pub dir: Option<PathBuf>,
     /// One JSON event per line on stdout.
     #[arg(long)]
@@ -41,7 +41,7 @@ pub fn run(args: DemoArgs, _ctx: &Ctx) -> anyhow::Result<i32> {
                     .unwrap_or(true)
             {
                 return Err(user(format!(
-                    "{} exists and is not empty\n  hint: pass a new directory with --dir, or leave --dir out",
+                    "{} exists and is not empty\n  hint: pass a new directory with --path, or leave --path out",
                     d.display()
                 )));
             }
@@ -96,6 +96,10 @@ pub fn run(args: DemoArgs, _ctx: &Ctx) -> anyhow::Result<i32> {
         );
         println!(
             "  the repository:     git -C {} log --oneline",
+            dir.display()
+        );
+        println!(
+            "  an HTML report:     taskdaemon -C {} report",
             dir.display()
         );
     }

@@ -22,16 +22,15 @@ pub struct DoctorArgs {
     /// Check only this agent (claude, codex, …, cmd:COMMAND, script:FILE) [default: every CLI].
     #[arg(long, value_name = "SPEC")]
     pub agent: Option<String>,
+    /// Print the checks as one JSON object.
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn run(a: DoctorArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let dir = ctx.workdir()?;
-    let layers = layers(&dir, ctx.config.as_deref())?;
-    let merged = layers
-        .iter()
-        .fold(Settings::default(), |acc, (_, s)| acc.merge(s.clone()));
+    let settings = settings_json(&dir, ctx.config.as_deref())?;
+    let merged = config::load_layers(&dir, ctx.config.as_deref()).map_err(user)?;
     let wanted = a.agent.clone().or(merged.agent.clone());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -40,7 +39,6 @@ pub fn run(a: DoctorArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let (agents, needed) = rt.block_on(agents(&a, wanted.as_deref(), &dir, &api))?;
     let git = rt.block_on(git(&dir));
     let daemon = daemon(&dir);
-    let settings = settings_json(&layers);
     let mut problems: Vec<String> = Vec::new();
     match agents.iter().find(|c| Some(&c.agent) == needed.as_ref()) {
         Some(c) if !c.usable() => problems.push(format!(
@@ -247,48 +245,14 @@ fn daemon(dir: &Path) -> Value {
     }
 }
 
-/// The layers, lowest first, each with its name.
-fn layers(dir: &Path, explicit: Option<&Path>) -> anyhow::Result<Vec<(String, Settings)>> {
-    let mut v = Vec::new();
-    if let Some(d) = config::user_config_dir() {
-        let f = d.join("config.yaml");
-        if f.exists() {
-            v.push((
-                f.display().to_string(),
-                config::load_file(&f).map_err(user)?,
-            ));
-        }
-    }
-    let project = explicit
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| config::project_config_path(dir));
-    if project.exists() {
-        v.push((
-            project.display().to_string(),
-            config::load_file(&project).map_err(user)?,
-        ));
-    }
-    Ok(v)
-}
-
-/// Every key set by some layer: its value and the layer it came from (the last wins);
-/// TASKDAEMON_* variables over the files.
-fn settings_json(layers: &[(String, Settings)]) -> Value {
-    let mut out = serde_json::Map::new();
-    for (from, s) in layers {
-        if let Ok(Value::Object(m)) = serde_json::to_value(s) {
-            for (k, v) in m.into_iter().filter(|(_, v)| !v.is_null()) {
-                out.insert(k, json!({"value": v, "from": from}));
-            }
-        }
-    }
-    for (k, v) in std::env::vars() {
-        if let Some(name) = k.strip_prefix("TASKDAEMON_")
-            && !matches!(name, "NOW" | "BIN" | "GROUP")
-        {
-            let key = name.to_ascii_lowercase().replace('_', "-");
-            out.insert(key, json!({"value": v, "from": format!("environment {k}")}));
-        }
-    }
-    Value::Object(out)
+/// Every key set by some layer (not a default): its value and where it came from, as
+/// `config show` finds them.
+fn settings_json(dir: &Path, explicit: Option<&Path>) -> anyhow::Result<Value> {
+    let rows = config::settings_in_force(dir, explicit).map_err(user)?;
+    Ok(Value::Object(
+        rows.into_iter()
+            .filter(|r| r.from != config::Origin::Default)
+            .map(|r| (r.key, json!({"value": r.value, "from": r.from.to_string()})))
+            .collect(),
+    ))
 }

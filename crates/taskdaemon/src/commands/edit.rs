@@ -37,6 +37,7 @@ pub struct EditArgs {
 pub fn run(args: EditArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let mut records = open_records(ctx, StoreOptions::default())?;
     let mut rec = records.find(&args.reference).map_err(store_err)?;
+    let before = rec.to_json();
     if let Some(s) = &args.status {
         rec.set_status(s).map_err(store_err)?;
     }
@@ -74,6 +75,22 @@ pub fn run(args: EditArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         if !deps.contains(&d) {
             deps.push(d);
         }
+    }
+    // Nothing asked for differs from what is stored: say so, write nothing.
+    if rec.to_json() == before {
+        if args.json {
+            let mut v = record_json(&records, &rec)?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert("changed".into(), false.into());
+            }
+            print_json(&v)?;
+        } else {
+            emit(&format!(
+                "nothing changed: {} already has those values\n  hint: pass --status, --title, --file, --add-dep or --remove-dep with a new value\n",
+                rec.id()
+            ))?;
+        }
+        return Ok(0);
     }
     let rec = records.update(rec, now_ms()).map_err(store_err)?;
     if args.json {

@@ -31,24 +31,48 @@ struct Report {
     merge_driver: String,
 }
 
+/// Write a file of the project; a failure names the file and what to do (a read-only
+/// checkout, a file owned by someone else).
+fn write(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    write_atomic(path, bytes).map_err(|e| {
+        let hint = match e.kind() {
+            std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
+                "the repository is not writable here: run `taskdaemon init` where you can write (or fix its permissions)"
+            }
+            _ => "check that the directory exists and is writable",
+        };
+        user(format!("cannot write {}: {e}\n  hint: {hint}", path.display()))
+    })
+}
+
+/// Read a file of the project if it exists; a failure names the file.
+fn read(path: &std::path::Path) -> anyhow::Result<Option<String>> {
+    read_optional(path).map_err(|e| {
+        user(format!(
+            "cannot read {}: {e}\n  hint: check that it (and each directory above it) is a readable file or directory",
+            path.display()
+        ))
+    })
+}
+
 pub fn run(args: InitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let dir = ctx.repo_dir()?;
     let cfg = project_config_path(&dir);
-    let existing = read_optional(&cfg).map_err(user)?;
+    let existing = read(&cfg)?;
     let config_written = match existing {
         Some(_) if !args.force => false,
         Some(old) => {
-            write_atomic(&cfg.with_extension("yaml.bak"), old.as_bytes()).map_err(user)?;
-            write_atomic(&cfg, DEFAULT_CONFIG_YAML.as_bytes()).map_err(user)?;
+            write(&cfg.with_extension("yaml.bak"), old.as_bytes())?;
+            write(&cfg, DEFAULT_CONFIG_YAML.as_bytes())?;
             true
         }
         None => {
-            write_atomic(&cfg, DEFAULT_CONFIG_YAML.as_bytes()).map_err(user)?;
+            write(&cfg, DEFAULT_CONFIG_YAML.as_bytes())?;
             true
         }
     };
     let gi = dir.join(".gitignore");
-    let text = read_optional(&gi).map_err(user)?.unwrap_or_default();
+    let text = read(&gi)?.unwrap_or_default();
     let added: Vec<String> = IGNORED
         .iter()
         .filter(|p| !text.lines().any(|l| l.trim() == **p))
@@ -60,10 +84,10 @@ pub fn run(args: InitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             "taskdaemon: logs, escalations and runtime state",
             &added,
         );
-        write_atomic(&gi, new.as_bytes()).map_err(user)?;
+        write(&gi, new.as_bytes())?;
     }
     let ga = dir.join(".gitattributes");
-    let attrs = read_optional(&ga).map_err(user)?.unwrap_or_default();
+    let attrs = read(&ga)?.unwrap_or_default();
     let attributes_added = !attrs
         .lines()
         .any(|l| l.trim() == merge_store::ATTRIBUTES_LINE);
@@ -73,7 +97,7 @@ pub fn run(args: InitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             "taskdaemon: merge the record store per record (`taskdaemon store check`)",
             &[merge_store::ATTRIBUTES_LINE.to_string()],
         );
-        write_atomic(&ga, new.as_bytes()).map_err(user)?;
+        write(&ga, new.as_bytes())?;
     }
     let driver = merge_store::install(&dir)?;
     if args.json {

@@ -1,7 +1,7 @@
 //! `taskdaemon list [plans|specs|runs] [--status S] [--parent REF] [--json]`
 
 use clap::{Args, ValueEnum};
-use taskdaemon_core::store::Kind;
+use taskdaemon_core::store::{AnyRecord, Kind};
 use taskstore::{Filter, StoreOptions};
 
 use super::{Ctx, emit, open_records, print_json, record_json, store_err};
@@ -108,14 +108,29 @@ pub fn run(args: ListArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         } else {
             "no"
         };
+        // A run's title says what it works on (its phase, task or plan), not only `ralph`.
+        let title = match r {
+            AnyRecord::Run(run) => {
+                let parent = run
+                    .parent
+                    .as_deref()
+                    .and_then(|p| records.get(p).ok().flatten())
+                    .map(|p| p.title().to_string());
+                taskdaemon_core::report::run_title(run, parent.as_deref())
+            }
+            other => other.title().to_string(),
+        };
+        let status = crate::out::paint(
+            &format!("{:<11}", r.status()),
+            crate::out::status_style(r.status()),
+            false,
+        );
         outln!(
             out,
-            "{:<w$}  {:<4}  {:<11}  {:<5}  {}",
+            "{:<w$}  {:<4}  {status}  {:<5}  {title}",
             r.id(),
             r.kind().tag(),
-            r.status(),
             ready,
-            r.title()
         );
     }
     emit(&out)?;

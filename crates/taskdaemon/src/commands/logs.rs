@@ -29,8 +29,8 @@ use crate::cli::user;
 pub struct LogsArgs {
     /// A run, or a spec or plan (its latest run) [default: the local run of this directory].
     pub reference: Option<String>,
-    /// Keep printing as the run writes, until it stops running.
-    #[arg(short, long)]
+    /// Keep printing as the run writes, until it stops running (no -f: -f means "from FILE").
+    #[arg(long)]
     pub follow: bool,
     /// One JSON object per piece of a log: `{"run", "file", "text"}`, then `{"run", "status"}`.
     #[arg(long)]

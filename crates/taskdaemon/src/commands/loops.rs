@@ -46,8 +46,14 @@ pub fn run(args: LoopsArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         if args.json {
             print_json(&e.def)?;
         } else {
-            println!("# {} ({})", e.name, e.source);
-            println!("{}", serde_json::to_string_pretty(&e.def)?);
+            // YAML a person can paste into .taskdaemon/loops/NAME.yaml (`--json` keeps JSON).
+            let one = std::collections::BTreeMap::from([(e.name.as_str(), &e.def)]);
+            let yaml = taskdaemon_core::yaml::to_yaml(&one).map_err(anyhow::Error::msg)?;
+            println!(
+                "# {} ({})\n# paste into .taskdaemon/loops/{}.yaml to change it for this project",
+                e.name, e.source, e.name
+            );
+            print!("{yaml}");
         }
         return Ok(0);
     }

@@ -75,7 +75,12 @@ pub fn run(args: PlanArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     } else {
         let mut out = String::new();
         outln!(out, "created {}", plan.id);
-        outln!(out, "  file: {}", plan.file);
+        // Only a file that exists is printed as the record's file; else where it will go.
+        if std::path::Path::new(&plan.file).is_file() {
+            outln!(out, "  file: {}", plan.file);
+        } else {
+            outln!(out, "  document: not written yet; it goes in {}", plan.file);
+        }
         emit(&out)?;
     }
     Ok(0)

@@ -174,8 +174,10 @@ pub fn diff(args: DiffArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             r.message.replace(" still fails", "")
         );
     }
+    // Exit 1 when a hard gate fails (what would block the task's completion).
+    let code = i32::from(results.iter().any(|r| r.blocks()));
     if args.common.json {
-        return print_json(&results).map(|()| 0);
+        return print_json(&results).map(|()| code);
     }
     if results.is_empty() {
         println!("no markers for task {task} in {}", plan.path.display());
@@ -188,7 +190,7 @@ pub fn diff(args: DiffArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         };
         println!("{mark} {}", r.message);
     }
-    Ok(0)
+    Ok(code)
 }
 
 /// `plan update`: task.md's requirements as markers in the plan; the old plan is kept.

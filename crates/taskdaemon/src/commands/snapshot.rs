@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use taskdaemon_core::clock;
 use taskdaemon_core::duration::format_duration;
-use taskdaemon_core::git::snapshot::{Notice, Snapshot, Snapshots, TreeDiff};
+use taskdaemon_core::git::snapshot::{Notice, PrunePolicy, Snapshot, Snapshots, TreeDiff};
 use taskdaemon_core::lifecycle;
 use taskdaemon_core::workspace::Workspace;
 
@@ -53,6 +53,18 @@ pub enum Action {
     },
     /// The last snapshot, whether the work tree differs from it, and uncommitted changes.
     Status,
+    /// Remove old snapshot tags: beyond the N newest and/or older than a duration. Lists them first and writes a restore file; keeps the current task's and any another ref names.
+    Prune {
+        /// Keep this many newest snapshots.
+        #[arg(long, value_name = "N")]
+        keep: Option<usize>,
+        /// Only snapshots older than this (7d, 12h, …).
+        #[arg(long, value_name = "DUR", value_parser = |s: &str| taskdaemon_core::duration::parse_duration(s))]
+        older_than: Option<Duration>,
+        /// List what would be removed; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 pub fn run(args: SnapshotArgs, ctx: &Ctx) -> anyhow::Result<i32> {
@@ -74,8 +86,77 @@ fn show_notices(notices: &[Notice]) {
     }
 }
 
+/// `snapshot prune`: the plan listed, then (unless a dry run) carried out.
+fn prune(
+    keep: Option<usize>,
+    older_than: Option<Duration>,
+    dry_run: bool,
+    json: bool,
+    snaps: &Snapshots,
+    ws: &Workspace,
+) -> anyhow::Result<i32> {
+    if keep.is_none() && older_than.is_none() {
+        return Err(user(
+            "say which snapshots to prune\n  hint: `--keep N` (keep the N newest), `--older-than 30d`, or both; add --dry-run to look first",
+        ));
+    }
+    let now = clock::now().as_millisecond();
+    let policy = PrunePolicy {
+        keep,
+        before_ms: older_than.map(|d| now - i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        current_task: lifecycle::TaskFiles::new(ws)
+            .read_counter()
+            .ok()
+            .filter(|n| *n > 0),
+    };
+    let plan = snaps.prune_plan(&policy).map_err(user)?;
+    if !json {
+        for k in &plan.kept_because {
+            println!("keep    {}: {}", k.tag, k.why);
+        }
+        for s in &plan.remove {
+            let verb = if dry_run { "would remove" } else { "remove" };
+            println!(
+                "{verb} {}  {}  {}",
+                s.tag,
+                when(s.time_ms),
+                s.message.lines().next().unwrap_or("")
+            );
+        }
+        if plan.remove.is_empty() {
+            println!("nothing to prune");
+        }
+    }
+    if dry_run {
+        if json {
+            print_json(
+                &serde_json::json!({"dry-run": true, "remove": plan.remove, "kept": plan.kept_because}),
+            )?;
+        }
+        return Ok(0);
+    }
+    let done = snaps.prune(&plan, now).map_err(user)?;
+    if json {
+        print_json(
+            &serde_json::json!({"removed": done.removed, "kept": plan.kept_because, "restore-file": done.restore_file}),
+        )?;
+    } else if let Some(f) = &done.restore_file {
+        println!(
+            "removed {} snapshot(s); to restore one, run its line of {}",
+            done.removed.len(),
+            f.display()
+        );
+    }
+    Ok(0)
+}
+
 fn act(action: Action, json: bool, snaps: &Snapshots, ws: &Workspace) -> anyhow::Result<i32> {
     match action {
+        Action::Prune {
+            keep,
+            older_than,
+            dry_run,
+        } => return prune(keep, older_than, dry_run, json, snaps, ws),
         Action::Save { message } => {
             let s = lifecycle::save_manual(snaps, ws, message.as_deref().unwrap_or(""))
                 .map_err(user)?;

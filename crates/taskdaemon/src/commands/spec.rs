@@ -77,7 +77,12 @@ pub fn run(args: SpecArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         outln!(out, "created {}", rec.id());
         if let AnyRecord::Spec(s) = &rec {
             outln!(out, "  parent: {}", s.parent);
-            outln!(out, "  file: {}", s.file);
+            // Only a file that exists is printed as the record's file; else where it will go.
+            if std::path::Path::new(&s.file).is_file() {
+                outln!(out, "  file: {}", s.file);
+            } else {
+                outln!(out, "  document: not written yet; it goes in {}", s.file);
+            }
         }
         let r = records.readiness(&rec).map_err(store_err)?;
         if !r.ready {

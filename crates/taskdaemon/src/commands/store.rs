@@ -40,6 +40,7 @@ pub struct TrustArgs {
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
+    /// Print the findings as one JSON object.
     #[arg(long)]
     pub json: bool,
 }
@@ -52,12 +53,14 @@ pub struct CompactArgs {
     /// Move unreadable lines to <collection>.jsonl.rejected instead of refusing.
     #[arg(long)]
     pub drop_corrupt: bool,
+    /// Print what was compacted as one JSON object.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
+    /// Print the statistics as one JSON object.
     #[arg(long)]
     pub json: bool,
 }
@@ -133,14 +136,17 @@ fn check(a: CheckArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         })
         .collect();
     let graph = records.check_graph().map_err(store_err)?;
+    let driver = merge_store::status(&dir);
+    // A driver configured but whose program is gone makes every merge of the store fail.
+    let driver_broken = driver.driver.is_some() && !driver.program_exists;
     let report = CheckReport {
         store: store.dir().display().to_string(),
-        ok: store.issues().is_empty() && oversized.is_empty() && graph.is_empty(),
+        ok: store.issues().is_empty() && oversized.is_empty() && graph.is_empty() && !driver_broken,
         bad_lines: store.issues(),
         oversized,
         large,
         graph,
-        merge_driver: merge_store::status(&dir),
+        merge_driver: driver,
     };
     let code = if report.ok { 0 } else { 1 };
     if a.json {

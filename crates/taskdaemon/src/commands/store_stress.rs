@@ -43,13 +43,8 @@ pub fn run(a: StoreStressArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         .map_err(|e| store_err(e.into()))?
         .map(String::from)
         .collect();
-    let mut seed = (std::process::id() as u64) ^ (now_ms() as u64) | 1;
-    let mut rnd = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rng = fastrand::Rng::with_seed((std::process::id() as u64) ^ (now_ms() as u64));
+    let mut rnd = move || rng.u64(..);
     let out = std::io::stdout();
     let mut done = 0;
     while done < a.count {

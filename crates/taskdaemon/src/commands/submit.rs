@@ -38,7 +38,7 @@ pub struct Common {
     /// The branch finished work is merged into [default: config target-branch, else the branch checked out here].
     #[arg(long, value_name = "BRANCH")]
     pub target: Option<String>,
-    /// Higher runs first [default: 0].
+    /// Higher runs first.
     #[arg(
         long,
         value_name = "N",
@@ -67,6 +67,7 @@ pub enum What {
     /// A spec document (front matter: title, deps, phases) to build; or a spec directory
     /// with a tasks.md, worked through as `implement` does, in its own worktree, merged when done.
     Spec {
+        /// The spec document.
         file: PathBuf,
         /// The plan it belongs to [default: a new plan record named after the spec].
         #[arg(long, value_name = "REF")]
@@ -76,6 +77,7 @@ pub enum What {
     },
     /// A generic loop on one task, in its own worktree, merged when done.
     Ralph {
+        /// What the loop should do, in words.
         task: String,
         /// Validation command (sh -c) [default: config validate].
         #[arg(long, value_name = "CMD")]

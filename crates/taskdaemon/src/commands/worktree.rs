@@ -159,27 +159,53 @@ fn render_list(base: &Path, all: &[Listed]) -> String {
         );
         return out;
     }
-    let width = all.iter().map(|l| l.info.name.len()).max().unwrap_or(0);
-    for l in all {
-        let i = &l.info;
-        let state = if i.missing {
-            "missing (stale: `taskdaemon worktree prune` clears it)"
-        } else if i.dirty {
-            "uncommitted changes"
-        } else {
-            "clean"
-        };
+    // Each column as wide as its widest cell (long branch names included), with a header.
+    let rows: Vec<[String; 5]> = all
+        .iter()
+        .map(|l| {
+            let i = &l.info;
+            let state = if i.missing {
+                "missing (stale: `taskdaemon worktree prune` clears it)"
+            } else if i.dirty {
+                "uncommitted changes"
+            } else {
+                "clean"
+            };
+            [
+                i.name.clone(),
+                i.head
+                    .as_deref()
+                    .map(|h| h[..h.len().min(8)].to_string())
+                    .unwrap_or_else(|| "-".into()),
+                i.branch.clone().unwrap_or_else(|| "(detached)".into()),
+                l.status.clone().unwrap_or_else(|| "-".into()),
+                format!("{state}{}", if i.locked { ", locked" } else { "" }),
+            ]
+        })
+        .collect();
+    let header = ["NAME", "HEAD", "BRANCH", "RECORD", "STATE"].map(String::from);
+    let w: Vec<usize> = (0..4)
+        .map(|c| {
+            std::iter::once(&header)
+                .chain(&rows)
+                .map(|r| r[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for r in std::iter::once(&header).chain(&rows) {
         outln!(
             out,
-            "{:width$}  {:8}  {:24}  {:10}  {state}{}",
-            i.name,
-            i.head
-                .as_deref()
-                .map(|h| &h[..h.len().min(8)])
-                .unwrap_or("-"),
-            i.branch.as_deref().unwrap_or("(detached)"),
-            l.status.as_deref().unwrap_or("-"),
-            if i.locked { ", locked" } else { "" },
+            "{:w0$}  {:w1$}  {:w2$}  {:w3$}  {}",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2],
+            w3 = w[3]
         );
     }
     out

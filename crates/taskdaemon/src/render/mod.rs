@@ -19,7 +19,31 @@ pub struct Renderer {
     json: bool,
     tty: bool,
     status: Status,
-    status_shown: bool,
+    /// The live status line (indicatif), while an iteration is active.
+    bar: Option<indicatif::ProgressBar>,
+}
+
+/// Whether stderr takes a live status line: a terminal, not `TERM=dumb`.
+fn status_line_wanted(json: bool) -> bool {
+    !json && std::io::stderr().is_terminal() && std::env::var("TERM").map_or(true, |t| t != "dumb")
+}
+
+/// A spinner on stderr; dimmed unless NO_COLOR is set.
+fn status_bar() -> indicatif::ProgressBar {
+    let plain = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    // wide_msg: cut to the terminal's width, so the line never wraps.
+    let template = if plain {
+        "{spinner} {wide_msg}"
+    } else {
+        "{spinner:.dim} {wide_msg:.dim}"
+    };
+    let style = indicatif::ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner())
+        .tick_chars("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏·");
+    let bar =
+        indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+    bar.set_style(style);
+    bar
 }
 
 #[derive(Default)]
@@ -38,9 +62,9 @@ impl Renderer {
     pub fn new(json: bool) -> Renderer {
         Renderer {
             json,
-            tty: !json && std::io::stderr().is_terminal(),
+            tty: status_line_wanted(json),
             status: Status::default(),
-            status_shown: false,
+            bar: None,
         }
     }
 
@@ -265,28 +289,38 @@ impl Renderer {
     }
 
     fn out(&mut self, text: &str) {
-        self.clear_status();
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{text}");
-        let _ = out.flush();
-        drop(out);
+        let write = || {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{text}");
+            let _ = out.flush();
+        };
+        match &self.bar {
+            Some(b) => b.suspend(write),
+            None => write(),
+        }
         self.draw_status();
     }
 
     fn note(&mut self, text: &str) {
-        self.clear_status();
-        let _ = writeln!(std::io::stderr().lock(), "taskdaemon: {text}");
+        // Through out.rs: `-q` drops notes (not warnings).
+        let write = || crate::out::write_err(&format!("taskdaemon: {text}\n"));
+        match &self.bar {
+            Some(b) => b.suspend(write),
+            None => write(),
+        }
         self.draw_status();
     }
 
     fn clear_status(&mut self) {
-        if self.status_shown {
-            let _ = write!(std::io::stderr().lock(), "\r\x1b[2K");
-            self.status_shown = false;
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
         }
     }
 
     fn draw_status(&mut self) {
+        if !self.status.active {
+            self.clear_status();
+        }
         if !self.tty || !self.status.active {
             return;
         }
@@ -300,24 +334,12 @@ impl Renderer {
         } else {
             String::new()
         };
-        let width = terminal_width();
-        let mut line = format!(
-            "⟳ iteration {}/{} · {elapsed} · {} · {}{cost}",
+        let line = format!(
+            "iteration {}/{} · {elapsed} · {} · {}{cost}",
             s.iteration, s.max, s.agent, s.last
         );
-        if line.chars().count() > width {
-            line = line.chars().take(width.saturating_sub(1)).collect();
-        }
-        let mut err = std::io::stderr().lock();
-        let _ = write!(err, "\r\x1b[2K\x1b[2m{line}\x1b[0m");
-        let _ = err.flush();
-        self.status_shown = true;
+        let bar = self.bar.get_or_insert_with(status_bar);
+        bar.set_message(line);
+        bar.tick();
     }
-}
-
-fn terminal_width() -> usize {
-    std::env::var("COLUMNS")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(100)
 }

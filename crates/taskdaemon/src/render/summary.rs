@@ -25,7 +25,8 @@ Avg/iter:    {}\n\
 Stuck iters: {}\n\
 Cost:        {cost} · tokens {} in / {} out\n\
 Log:         {}\n\
-Iter logs:   {}",
+Iter logs:   {}\n\
+Report:      `taskdaemon report` writes {}/report.html (timeline, plots, gates, logs)",
         s.exit_label,
         s.exit_code,
         s.detail,
@@ -37,6 +38,7 @@ Iter logs:   {}",
         s.tokens_in,
         s.tokens_out,
         s.summary_csv.display(),
+        s.logs_dir.display(),
         s.logs_dir.display(),
     )
 }

@@ -118,7 +118,7 @@ fn describe(ev: &WorklistEvent) -> Option<String> {
             stopped_at,
             ..
         } => format!(
-            "{outcome}: {detail}{}",
+            "{outcome}: {detail}{}\n  an HTML report of the runs here: `taskdaemon report --all`",
             stopped_at
                 .as_deref()
                 .map(|t| format!(" (stopped at task {t})"))

@@ -516,13 +516,9 @@ fn a_real_git_merge_resolves_per_record_and_keeps_equal_time_conflicts() {
     );
 }
 
-fn xorshift(mut s: u64) -> impl FnMut() -> u64 {
-    move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    }
+fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    move || rng.u64(..)
 }
 
 /// Start the stress writer; its stdout lines are collected by a thread until it exits.

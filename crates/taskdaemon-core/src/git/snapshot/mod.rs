@@ -32,7 +32,10 @@
 
 mod journal;
 mod locks;
+mod prune;
 mod trust;
+
+pub use prune::{Kept, PrunePlan, PrunePolicy, Pruned};
 
 pub use locks::Notice;
 
@@ -1304,18 +1307,11 @@ fn parse_tag(tag: &str, commit: &str, contents: &str) -> Option<Snapshot> {
     Some(s)
 }
 
-/// Up to three snapshot names closest to `tag` by edit distance.
+/// Up to three snapshot names closest to `tag` (the shared did-you-mean).
 fn nearest_tags(tag: &str, all: &[Snapshot]) -> Vec<String> {
-    let mut scored: Vec<(usize, &str)> = all
-        .iter()
-        .map(|s| (crate::yaml::distance(tag, &s.tag), s.tag.as_str()))
-        .filter(|(d, t)| *d <= (t.len().max(tag.len()) / 2).max(3))
-        .collect();
-    scored.sort();
-    scored
+    crate::yaml::suggestions(tag, all.iter().map(|s| s.tag.as_str()), 3)
         .into_iter()
-        .take(3)
-        .map(|(_, t)| t.to_string())
+        .map(str::to_string)
         .collect()
 }
 

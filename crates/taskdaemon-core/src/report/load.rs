@@ -1,0 +1,277 @@
+//! Reading a run from disk: its rows of `summary.csv`, its `run.json`, its iteration
+//! logs and prompts, and from git the snapshots and merges made while it ran. Every file
+//! is optional and read leniently (columns by name): a report shows what is there.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::{
+    EXCERPT_CAP, Excerpt, Iteration, Outcome, ReportError, RunData, SnapshotMark, Validation,
+};
+use crate::git::Git;
+
+/// Where one run's files are.
+#[derive(Debug, Clone)]
+pub struct RunDir {
+    /// The `.ralph/` directory (a worktree's, or a daemon's kept copy of one).
+    pub ralph: PathBuf,
+    /// Which run (default: the one `run.json` names, else the last in summary.csv).
+    pub run_id: Option<String>,
+    /// A title to show (a record's), else the run's task.
+    pub title: Option<String>,
+}
+
+type Row = HashMap<String, String>;
+
+fn read_rows(csv_path: &Path) -> Vec<Row> {
+    let Ok(mut r) = csv::ReaderBuilder::new().flexible(true).from_path(csv_path) else {
+        return Vec::new();
+    };
+    let Ok(header) = r.headers().cloned() else {
+        return Vec::new();
+    };
+    r.records()
+        .flatten()
+        .map(|rec| {
+            header
+                .iter()
+                .zip(rec.iter())
+                .map(|(h, v)| (h.to_string(), v.to_string()))
+                .collect()
+        })
+        .collect()
+}
+
+/// The run ids of `ralph/logs/summary.csv`, oldest first.
+pub fn run_ids(ralph: &Path) -> Vec<String> {
+    let mut ids: Vec<String> = Vec::new();
+    for row in read_rows(&ralph.join("logs/summary.csv")) {
+        if let Some(id) = row.get("run_id")
+            && !id.is_empty()
+            && !ids.contains(id)
+        {
+            ids.push(id.clone());
+        }
+    }
+    ids
+}
+
+fn read_state(ralph: &Path) -> Option<Value> {
+    let text = std::fs::read_to_string(ralph.join("run.json")).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+fn text_at(v: &Value, path: &[&str]) -> Option<String> {
+    let mut at = v;
+    for p in path {
+        at = at.get(p)?;
+    }
+    match at {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn u64_at(v: &Value, key: &str) -> Option<u64> {
+    v.get(key)?.as_u64()
+}
+
+pub fn load_run(dir: &RunDir) -> Result<RunData, ReportError> {
+    let state = read_state(&dir.ralph);
+    let state_id = state.as_ref().and_then(|s| text_at(s, &["run_id"]));
+    let run_id = dir
+        .run_id
+        .clone()
+        .or_else(|| state_id.clone())
+        .or_else(|| run_ids(&dir.ralph).pop())
+        .ok_or_else(|| ReportError::NoRun {
+            path: dir.ralph.clone(),
+        })?;
+    // This run's own state only: a later run in the same directory replaced run.json.
+    let state = state.filter(|_| state_id.as_deref() == Some(run_id.as_str()));
+    let logs = logs_dir(&dir.ralph, &run_id, state.is_some());
+    let mut rows: Vec<Row> = read_rows(&dir.ralph.join("logs/summary.csv"));
+    if let Some(l) = &logs
+        && l != &dir.ralph.join("logs")
+    {
+        rows.extend(read_rows(&l.join("summary.csv")));
+    }
+    rows.retain(|r| r.get("run_id").map(String::as_str) == Some(run_id.as_str()));
+    let mut iterations: Vec<Iteration> = Vec::new();
+    for row in &rows {
+        let it = iteration(row, logs.as_deref());
+        iterations.retain(|i| i.n != it.n);
+        iterations.push(it);
+    }
+    iterations.sort_by_key(|i| i.n);
+    if iterations.is_empty() && state.is_none() {
+        return Err(ReportError::NoRun {
+            path: dir.ralph.clone(),
+        });
+    }
+    let mut run = RunData {
+        run_id,
+        iterations,
+        source: dir.ralph.display().to_string(),
+        ..RunData::default()
+    };
+    if let Some(s) = &state {
+        fill_from_state(&mut run, s);
+    }
+    run.title = dir
+        .title
+        .clone()
+        .unwrap_or_else(|| first_line(&run.task).to_string());
+    let workdir = dir.ralph.parent().unwrap_or(&dir.ralph);
+    if workdir.join(".git").exists() {
+        run.snapshots = snapshots_during(workdir, &run);
+        run.merges = merges_in(workdir, state.as_ref());
+    }
+    Ok(run)
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+fn fill_from_state(run: &mut RunData, s: &Value) {
+    run.task = text_at(s, &["config", "task"]).unwrap_or_default();
+    run.loop_name = text_at(s, &["config", "loop_name"]).unwrap_or_default();
+    run.max_iterations = s
+        .pointer("/config/max_iterations")
+        .and_then(Value::as_u64)
+        .and_then(|n| u32::try_from(n).ok());
+    run.outcome = text_at(s, &["outcome", "outcome"]);
+    run.reason = text_at(s, &["outcome", "reason"]);
+    run.started_at = text_at(s, &["started_at"]);
+    run.elapsed_ms = u64_at(s, "elapsed_ms");
+    let small = |k: &str| {
+        u64_at(s, k)
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0)
+    };
+    run.stall_count = small("stall_count");
+    run.stall_recoveries = small("stall_recoveries");
+    run.gate_failures = small("gate_failures");
+}
+
+/// The directory of the run's iteration files: its own `logs/<run id>/`, else `logs/`
+/// when `run.json` names this run (a directory's current run).
+fn logs_dir(ralph: &Path, run_id: &str, current: bool) -> Option<PathBuf> {
+    let own = ralph.join("logs").join(run_id);
+    if own.is_dir() {
+        return Some(own);
+    }
+    current.then(|| ralph.join("logs"))
+}
+
+fn num<T: std::str::FromStr + Default>(row: &Row, key: &str) -> T {
+    row.get(key)
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_default()
+}
+
+fn iteration(row: &Row, logs: Option<&Path>) -> Iteration {
+    let n: u32 = num(row, "iteration");
+    let get = |k: &str| row.get(k).cloned().unwrap_or_default();
+    let read = |suffix: &str| {
+        let dir = logs?;
+        let bytes = std::fs::read(dir.join(format!("iteration-{n:03}.{suffix}"))).ok()?;
+        Some(Excerpt::new(&bytes, EXCERPT_CAP))
+    };
+    let log = read("log");
+    let notes = log
+        .as_ref()
+        .map(|l| {
+            l.text
+                .lines()
+                .filter_map(|line| line.strip_prefix("[taskdaemon] "))
+                .map(|s| s.chars().take(300).collect())
+                .collect()
+        })
+        .unwrap_or_default();
+    let commit = get("commit_hash");
+    Iteration {
+        n,
+        outcome: Outcome::parse(&get("outcome")),
+        duration_s: num(row, "duration_seconds"),
+        commit: (!commit.is_empty()).then_some(commit),
+        stuck_count: num(row, "stuck_count"),
+        validation: match get("validation_passed").as_str() {
+            "true" => Validation::Passed,
+            "false" => Validation::Failed,
+            _ => Validation::Skipped,
+        },
+        tokens_in: num(row, "tokens_in"),
+        tokens_out: num(row, "tokens_out"),
+        cost_usd: num(row, "cost_usd"),
+        waited_s: num(row, "waited_seconds"),
+        timestamp: get("timestamp"),
+        notes,
+        prompt: read("prompt.md"),
+        log,
+    }
+}
+
+/// Snapshot tags saved from the run's start (to its last iteration plus a minute, or now).
+fn snapshots_during(workdir: &Path, run: &RunData) -> Vec<SnapshotMark> {
+    let Some(start) = run
+        .started_at
+        .as_deref()
+        .or_else(|| run.iterations.first().map(|i| i.timestamp.as_str()))
+    else {
+        return Vec::new();
+    };
+    let Ok(start) = start.parse::<jiff::Timestamp>() else {
+        return Vec::new();
+    };
+    let end = run
+        .iterations
+        .last()
+        .and_then(|i| i.timestamp.parse::<jiff::Timestamp>().ok())
+        .map(|t| {
+            t.as_second() + i64::try_from(run.elapsed_ms.unwrap_or(0) / 1000).unwrap_or(0) + 60
+        })
+        .unwrap_or(i64::MAX);
+    let Ok(list) = crate::git::snapshot::Snapshots::open(workdir).and_then(|s| s.list()) else {
+        return Vec::new();
+    };
+    list.into_iter()
+        .filter(|s| s.time_ms / 1000 >= start.as_second() - 1 && s.time_ms / 1000 <= end)
+        .map(|s| SnapshotMark {
+            time: jiff::Timestamp::from_millisecond(s.time_ms)
+                .map(|t| t.to_string())
+                .unwrap_or_default(),
+            tag: s.tag,
+            message: s.message,
+        })
+        .collect()
+}
+
+/// Merge commits between the run's first and last HEAD.
+fn merges_in(workdir: &Path, state: Option<&Value>) -> Vec<String> {
+    let Some(s) = state else {
+        return Vec::new();
+    };
+    let (Some(from), Some(to)) = (text_at(s, &["start_head"]), text_at(s, &["last_head"])) else {
+        return Vec::new();
+    };
+    let hex = |h: &str| !h.is_empty() && h.chars().all(|c| c.is_ascii_hexdigit());
+    if !hex(&from) || !hex(&to) {
+        return Vec::new();
+    }
+    Git::new(workdir)
+        .run(&[
+            "log",
+            "--merges",
+            "--format=%h %s",
+            "-n",
+            "50",
+            &format!("{from}..{to}"),
+        ])
+        .map(|out| out.lines().map(str::to_string).collect())
+        .unwrap_or_default()
+}
