@@ -110,6 +110,8 @@ pub struct Settings {
     /// Pause when the agent reports this percentage of a usage window used (Claude with
     /// subscription auth), until the window resets: quota kept for a person's work.
     pub pause_at_usage: Option<u8>,
+    /// Where notifications go (see `notify`): the user's sinks and the project's add up.
+    pub notify: Option<Vec<crate::notify::SinkConfig>>,
 }
 
 impl Settings {
@@ -144,6 +146,13 @@ impl Settings {
             quiet_warning: over.quiet_warning.or(self.quiet_warning),
             no_progress_timeout: over.no_progress_timeout.or(self.no_progress_timeout),
             pause_at_usage: over.pause_at_usage.or(self.pause_at_usage),
+            notify: match (self.notify, over.notify) {
+                (Some(mut low), Some(high)) => {
+                    low.extend(high);
+                    Some(low)
+                }
+                (low, high) => high.or(low),
+            },
         }
     }
 }
