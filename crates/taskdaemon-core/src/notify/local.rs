@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::{Kind, Notice};
+use super::{Kind, Notice, Place};
 use crate::agent::FailureClass;
 use crate::engine::EngineEvent;
 
@@ -13,6 +13,9 @@ pub struct LocalNotices {
     pub repository: PathBuf,
     pub run: String,
     pub title: String,
+    /// The daemon's repository when the run is one of its runs (`repository` is then its
+    /// worktree).
+    pub daemon: Option<PathBuf>,
     said: Option<String>,
 }
 
@@ -22,12 +25,20 @@ impl LocalNotices {
             repository,
             run: run.to_string(),
             title: title.to_string(),
+            daemon: None,
             said: None,
         }
     }
 
     fn notice(&self, kind: Kind, reason: &str) -> Notice {
-        Notice::new(kind, &self.repository, &self.run, &self.title, reason)
+        let place = match &self.daemon {
+            Some(repo) => Place::Daemon {
+                repo,
+                worktree: Some(&self.repository),
+            },
+            None => Place::Local(&self.repository),
+        };
+        Notice::new(kind, place, &self.run, &self.title, reason)
     }
 
     /// The notice `e` calls for, if any.
@@ -76,4 +87,39 @@ impl LocalNotices {
             _ => None,
         }
     }
+}
+
+/// The sinks the config files in force at `dir` name (user's, then the project's); none
+/// when the files cannot be read (the run reports those errors itself).
+pub fn sinks_for(dir: &std::path::Path) -> Vec<super::SinkConfig> {
+    crate::config::load_layers(dir, None)
+        .ok()
+        .and_then(|s| s.notify)
+        .unwrap_or_default()
+}
+
+/// Pass a run's events on unchanged, sending the notices they call for to `sinks`. The
+/// returned task ends after the events do and the queued notices had up to 10 s to go out.
+pub fn tee(
+    mut events: tokio::sync::mpsc::UnboundedReceiver<EngineEvent>,
+    sinks: &[super::SinkConfig],
+    mut local: LocalNotices,
+    log: super::Log,
+) -> (
+    tokio::sync::mpsc::UnboundedReceiver<EngineEvent>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let notifier = super::Notifier::start(sinks, &local.repository.clone(), log);
+    let task = tokio::spawn(async move {
+        while let Some(e) = events.recv().await {
+            if let Some(n) = local.on(&e) {
+                notifier.send(n);
+            }
+            let _ = tx.send(e);
+        }
+        drop(tx);
+        notifier.finish(std::time::Duration::from_secs(10)).await;
+    });
+    (rx, task)
 }

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 pub use config::{SinkConfig, Target};
-pub use local::LocalNotices;
+pub use local::{LocalNotices, sinks_for, tee};
 
 /// What happened: the kinds a sink's `events:` filter names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -119,15 +119,15 @@ pub struct Notice {
 }
 
 impl Notice {
-    /// A notice of `kind` about `run`, with the action command for its kind.
-    pub fn new(kind: Kind, repository: &Path, run: &str, title: &str, reason: &str) -> Notice {
+    /// A notice of `kind` about `run`, with the action command for its kind and place.
+    pub fn new(kind: Kind, place: Place<'_>, run: &str, title: &str, reason: &str) -> Notice {
         Notice {
             kind,
-            repository: repository.display().to_string(),
+            repository: place.repository().display().to_string(),
             run: run.to_string(),
             title: title.to_string(),
             reason: reason.trim().to_string(),
-            action: action_for(kind, repository, run),
+            action: action_for(kind, place, run),
             at: crate::clock::now_rfc3339(),
         }
     }
@@ -176,22 +176,67 @@ impl Notice {
     }
 }
 
-/// The command a person runs to act on a notice of `kind`.
-pub fn action_for(kind: Kind, repository: &Path, run: &str) -> String {
-    let c = format!(
+/// Where a run works, for the command that acts on it.
+#[derive(Debug, Clone, Copy)]
+pub enum Place<'a> {
+    /// A foreground `run`/`task` in this directory.
+    Local(&'a Path),
+    /// A daemon run of the repository `repo`, in `worktree` once it started.
+    Daemon {
+        repo: &'a Path,
+        worktree: Option<&'a Path>,
+    },
+}
+
+impl Place<'_> {
+    pub fn repository(&self) -> &Path {
+        match self {
+            Place::Local(d) => d,
+            Place::Daemon { repo, .. } => repo,
+        }
+    }
+}
+
+fn c_flag(p: &Path) -> String {
+    format!(
         "taskdaemon -C {}",
-        crate::shell::quote(&repository.display().to_string())
-    );
-    match kind {
-        Kind::Blocked => format!("{c} unblock {run}"),
-        Kind::Decide => format!("{c} answer {run} \"…\""),
-        Kind::MergeConflict => format!("{c} resume {run}"),
-        Kind::DaemonStopped => format!("{c} daemon start"),
-        Kind::Complete
-        | Kind::Failed
-        | Kind::Stuck
-        | Kind::UsageLimitWait
-        | Kind::UsageLimitOver => format!("{c} logs {run}"),
+        crate::shell::quote(&p.display().to_string())
+    )
+}
+
+/// The command a person runs to act on a notice of `kind`.
+pub fn action_for(kind: Kind, place: Place<'_>, run: &str) -> String {
+    match place {
+        Place::Local(dir) => {
+            let c = c_flag(dir);
+            let logs = crate::shell::quote(&dir.join(".ralph/logs").display().to_string());
+            match kind {
+                Kind::Blocked => format!("{c} unblock && {c} run --resume"),
+                Kind::Decide => format!("{c} answer \"…\" && {c} run --resume"),
+                Kind::Failed | Kind::Stuck | Kind::MergeConflict => {
+                    format!("ls {logs}; then {c} run --resume")
+                }
+                Kind::DaemonStopped => format!("{c} daemon start"),
+                Kind::Complete | Kind::UsageLimitWait | Kind::UsageLimitOver => {
+                    format!("ls {logs}")
+                }
+            }
+        }
+        Place::Daemon { repo, worktree } => {
+            let c = c_flag(repo);
+            let w = c_flag(worktree.unwrap_or(repo));
+            match kind {
+                Kind::Blocked => format!("{w} unblock && {c} resume {run}"),
+                Kind::Decide => format!("{w} answer \"…\" && {c} resume {run}"),
+                Kind::MergeConflict => format!("{c} resume {run}"),
+                Kind::DaemonStopped => format!("{c} daemon start"),
+                Kind::Complete
+                | Kind::Failed
+                | Kind::Stuck
+                | Kind::UsageLimitWait
+                | Kind::UsageLimitOver => format!("{c} logs {run}"),
+            }
+        }
     }
 }
 

@@ -72,13 +72,19 @@ fn user_and_project_sinks_add_up() {
 fn a_notice_names_repository_run_reason_and_action() {
     let n = Notice::new(
         Kind::Decide,
-        Path::new("/src/my repo"),
+        Place::Daemon {
+            repo: Path::new("/src/my repo"),
+            worktree: Some(Path::new("/src/my repo/.taskdaemon/worktrees/r-12ab")),
+        },
         "r-12ab",
         "Add login",
         "  Use OAuth or passwords?\n",
     );
     assert_eq!(n.reason, "Use OAuth or passwords?");
-    assert_eq!(n.action, "taskdaemon -C '/src/my repo' answer r-12ab \"…\"");
+    assert_eq!(
+        n.action,
+        "taskdaemon -C '/src/my repo/.taskdaemon/worktrees/r-12ab' answer \"…\" && taskdaemon -C '/src/my repo' resume r-12ab"
+    );
     let body = n.body();
     assert_eq!(body["event"], "decide");
     assert_eq!(body["run"], "r-12ab");
@@ -88,13 +94,16 @@ fn a_notice_names_repository_run_reason_and_action() {
         "Add login",
         "my repo",
         "OAuth or passwords",
-        "answer r-12ab",
+        "resume r-12ab",
     ] {
         assert!(text.contains(want), "{want} in {text}");
     }
     for k in Kind::ALL {
-        let a = action_for(k, Path::new("/r"), "x");
-        assert!(a.starts_with("taskdaemon -C /r "), "{a}");
+        let a = action_for(k, Place::Local(Path::new("/r")), "x");
+        assert!(
+            a.contains("taskdaemon -C /r ") || a == "ls /r/.ralph/logs",
+            "{a}"
+        );
         let back: Kind = serde_json::from_value(serde_json::json!(k.as_str())).unwrap();
         assert_eq!(back, k);
     }
@@ -149,7 +158,13 @@ async fn a_failing_sink_is_reported_once_and_never_blocks_send() {
     let dir = tempfile::tempdir().unwrap();
     let n = Notifier::start(&sink, dir.path(), log);
     for _ in 0..(QUEUE * 2) {
-        n.send(Notice::new(Kind::Failed, dir.path(), "r", "t", "why"));
+        n.send(Notice::new(
+            Kind::Failed,
+            Place::Local(dir.path()),
+            "r",
+            "t",
+            "why",
+        ));
     }
     n.finish(std::time::Duration::from_secs(120)).await;
     let lines = lines.lock().unwrap();

@@ -59,7 +59,7 @@ fn rows_show_the_tree_and_fit_80_columns() {
     assert!(
         text[2].contains("blocked") && text[2].contains("it 3/10") && text[2].contains("$0.50")
     );
-    assert!(text[2].contains("Edit src/login.rs"), "{text:#?}");
+    assert!(text[2].contains("Edit src/logi"), "{text:#?}");
     assert!(text[3].contains("DECIDE: OAuth or passwords?"));
     assert!(text.iter().any(|t| t.contains("fix the flaky test")));
     for t in &text {
