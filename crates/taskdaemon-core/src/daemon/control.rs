@@ -9,7 +9,8 @@ use crate::scheduler::{runs, specs};
 use crate::store::{AnyRecord, LoopRun, PlanStatus, Records, RunStatus, SpecStatus, StoreError};
 use crate::workspace::Workspace;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Action {
     Start,
     Pause,

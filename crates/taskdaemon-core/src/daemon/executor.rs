@@ -9,6 +9,8 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
 use super::DaemonPaths;
+use super::events::{AGENT_LINE_MAX, AgentStream, DaemonEvent, Subject, WaitReason, bounded};
+use crate::agent::{Activity, FailureClass};
 use crate::config::{self, Settings};
 use crate::engine::{
     EngineContext, EngineEvent, EventSink, Outcome, RunConfig, RunState, run_loop,
@@ -31,6 +33,8 @@ pub struct Shared {
     pub default_agent: Option<String>,
     /// The settings file used instead of the project's (`--config`).
     pub config: Option<PathBuf>,
+    /// Where runs publish what their engine does.
+    pub events: super::Publisher,
 }
 
 /// A run to start, with what the dispatcher worked out from the records.
@@ -43,6 +47,8 @@ pub struct Launch {
     pub start: String,
     /// A person queued it again (resume, start): an ended run goes on past its outcome.
     pub requeued: bool,
+    /// Who its events are about.
+    pub subject: Subject,
 }
 
 /// What a run tells the dispatcher.
@@ -52,6 +58,7 @@ pub enum Report {
         run_id: String,
         worktree: PathBuf,
         first_iteration: u32,
+        resumed: bool,
     },
     Iteration {
         run_id: String,
@@ -107,6 +114,7 @@ async fn execute_inner(
         run_id: run_id.clone(),
         worktree,
         first_iteration: state.iterations_done + 1,
+        resumed,
     });
     let (etx, mut erx) = tokio::sync::mpsc::unbounded_channel();
     let ctx = EngineContext {
@@ -118,30 +126,37 @@ async fn execute_inner(
     let forward = {
         let tx = tx.clone();
         let run_id = run_id.clone();
+        let subject = l.subject.clone();
+        let events = shared.events.clone();
         tokio::spawn(async move {
             while let Some(e) = erx.recv().await {
                 let elapsed_ms = earlier + started.elapsed().as_millis() as u64;
-                let report = match e {
-                    EngineEvent::IterationStarted { iteration, .. } => Report::Iteration {
+                let report = match &e {
+                    EngineEvent::IterationStarted { iteration, .. } => Some(Report::Iteration {
                         run_id: run_id.clone(),
-                        iteration,
+                        iteration: *iteration,
                         finished: None,
                         elapsed_ms,
-                    },
+                    }),
                     EngineEvent::IterationFinished {
                         iteration,
                         outcome,
                         cost_total_usd,
                         ..
-                    } => Report::Iteration {
+                    } => Some(Report::Iteration {
                         run_id: run_id.clone(),
-                        iteration,
-                        finished: Some((outcome, cost_total_usd)),
+                        iteration: *iteration,
+                        finished: Some((outcome.clone(), *cost_total_usd)),
                         elapsed_ms,
-                    },
-                    _ => continue,
+                    }),
+                    _ => None,
                 };
-                let _ = tx.send(report);
+                if let Some(report) = report {
+                    let _ = tx.send(report);
+                }
+                for d in daemon_events(&subject, e) {
+                    events.emit(d);
+                }
             }
         })
     };
@@ -297,4 +312,127 @@ pub fn config_for(
     }
     cfg.context = run.context.clone();
     Ok(cfg)
+}
+
+/// At most this many lines of one agent message become `agent-line` events.
+const LINES_PER_MESSAGE: usize = 200;
+
+/// What an engine event tells the daemon's subscribers.
+pub fn daemon_events(subject: &Subject, e: EngineEvent) -> Vec<DaemonEvent> {
+    let subject = subject.clone();
+    match e {
+        EngineEvent::IterationStarted {
+            iteration,
+            max_iterations,
+            log,
+            ..
+        } => vec![DaemonEvent::IterationStarted {
+            subject,
+            iteration,
+            max_iterations,
+            log,
+        }],
+        EngineEvent::IterationFinished {
+            iteration,
+            outcome,
+            duration_ms,
+            commit,
+            stuck_count,
+            cost_total_usd,
+            ..
+        } => vec![DaemonEvent::IterationFinished {
+            subject,
+            iteration,
+            outcome,
+            duration_ms: duration_ms.max(0.0) as u64,
+            commit,
+            stuck_count,
+            cost_total_usd,
+        }],
+        EngineEvent::Agent {
+            iteration,
+            activity,
+        } => agent_events(subject, iteration, activity),
+        EngineEvent::Gate {
+            iteration,
+            gate,
+            passed,
+            severity,
+            message,
+        } => vec![DaemonEvent::GateResult {
+            subject,
+            iteration,
+            gate,
+            passed,
+            hard: severity == crate::gates::scope::Severity::Hard,
+            message,
+        }],
+        EngineEvent::ValidationFinished {
+            iteration,
+            passed,
+            exit_code,
+            timed_out,
+            ..
+        } => vec![DaemonEvent::GateResult {
+            subject,
+            iteration,
+            gate: "validate".into(),
+            passed,
+            hard: true,
+            message: if timed_out {
+                "timed out".into()
+            } else {
+                format!("exit {exit_code}")
+            },
+        }],
+        EngineEvent::Waiting {
+            class,
+            until,
+            message,
+            ..
+        } => vec![DaemonEvent::Waiting {
+            subject,
+            reason: wait_reason(class),
+            until: Some(until),
+            message,
+            action: None,
+        }],
+        EngineEvent::WaitOver { class, .. } => vec![DaemonEvent::WaitOver {
+            subject,
+            reason: wait_reason(class),
+        }],
+        _ => Vec::new(),
+    }
+}
+
+fn wait_reason(class: FailureClass) -> WaitReason {
+    if class == FailureClass::UsageLimit {
+        WaitReason::UsageLimit
+    } else {
+        WaitReason::Backoff
+    }
+}
+
+fn agent_events(subject: Subject, iteration: u32, activity: Activity) -> Vec<DaemonEvent> {
+    let (stream, text) = match activity {
+        Activity::ToolCall { name, detail } => {
+            return vec![DaemonEvent::AgentActivity {
+                subject,
+                iteration,
+                tool: name,
+                detail: bounded(&detail, AGENT_LINE_MAX),
+            }];
+        }
+        Activity::Text { text } => (AgentStream::Text, text),
+        Activity::Other { text } => (AgentStream::Other, text),
+    };
+    text.lines()
+        .take(LINES_PER_MESSAGE)
+        .map(|line| DaemonEvent::AgentLine {
+            subject: subject.clone(),
+            iteration,
+            stream,
+            line: bounded(line, AGENT_LINE_MAX),
+        })
+        .collect()
 }

@@ -1,6 +1,7 @@
 //! The daemon's protocol on its Unix socket: one JSON request per line, one JSON reply per
-//! line, then the connection closes. The client side is blocking (CLI commands); the server
-//! side lives in the daemon's dispatcher.
+//! line, then the connection closes; or `{"op":"subscribe"}`, after which the daemon
+//! writes one event per line (see [`super::events`]) and keeps the connection open. The
+//! client side is blocking (CLI commands); the server side lives in the daemon's dispatcher.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -21,9 +22,15 @@ pub enum Request {
     Wake,
     /// Act on a record (see `control`).
     Control {
-        action: String,
+        action: super::control::Action,
         reference: String,
     },
+    /// What `status --json` shows, as one reply.
+    Snapshot,
+    /// Keep the connection open: one `snapshot` event, then one line per
+    /// [`DaemonEvent`](super::events::DaemonEvent) until the daemon stops or the client
+    /// goes.
+    Subscribe,
     /// Stop: interrupt every run (they resume on the next start) and exit.
     Stop,
 }
@@ -86,6 +93,21 @@ pub fn refused_peer(peer: u32, owner: u32) -> Response {
 /// Send `req` and wait up to `timeout` for the reply. A socket that belongs to another
 /// user (not root) is not ours: refused before anything is sent.
 pub fn call(socket: &Path, req: &Request, timeout: Duration) -> Result<Response, IpcError> {
+    let mut s = connect(socket)?;
+    let ex = |e: std::io::Error| IpcError::Exchange(e.to_string());
+    s.set_read_timeout(Some(timeout)).map_err(ex)?;
+    s.set_write_timeout(Some(timeout)).map_err(ex)?;
+    let mut line = serde_json::to_string(req).map_err(|e| IpcError::Exchange(e.to_string()))?;
+    line.push('\n');
+    s.write_all(line.as_bytes()).map_err(ex)?;
+    let mut reply = String::new();
+    BufReader::new(&s).read_line(&mut reply).map_err(ex)?;
+    serde_json::from_str(&reply).map_err(|e| IpcError::Exchange(format!("bad reply: {e}")))
+}
+
+/// Connect to the daemon's socket; one owned by another user (not root) is refused before
+/// anything is sent.
+fn connect(socket: &Path) -> Result<UnixStream, IpcError> {
     if let Ok(meta) = std::fs::symlink_metadata(socket) {
         use std::os::unix::fs::MetadataExt;
         let me = nix::unistd::geteuid().as_raw();
@@ -99,19 +121,62 @@ pub fn call(socket: &Path, req: &Request, timeout: Duration) -> Result<Response,
             });
         }
     }
-    let mut s = UnixStream::connect(socket).map_err(|source| IpcError::Connect {
+    UnixStream::connect(socket).map_err(|source| IpcError::Connect {
         socket: socket.display().to_string(),
         source,
-    })?;
+    })
+}
+
+/// The events of a subscription, in order: first a `snapshot`, then one per line the
+/// daemon writes. Ends (`None`) when the daemon stops or closes the connection.
+#[derive(Debug)]
+pub struct Subscription {
+    reader: BufReader<UnixStream>,
+}
+
+impl Subscription {
+    /// Stop waiting after `timeout` without an event: the iterator then yields an
+    /// [`IpcError::Exchange`] whose kind is a timeout, and can go on being read.
+    pub fn set_timeout(&self, timeout: Option<Duration>) -> Result<(), IpcError> {
+        self.reader
+            .get_ref()
+            .set_read_timeout(timeout)
+            .map_err(|e| IpcError::Exchange(e.to_string()))
+    }
+}
+
+impl Iterator for Subscription {
+    type Item = Result<super::events::DaemonEvent, IpcError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => None,
+            Ok(_) => Some(serde_json::from_str(&line).map_err(|e| {
+                // The daemon refused (an error reply instead of an event).
+                match serde_json::from_str::<Response>(&line) {
+                    Ok(r) if !r.ok => IpcError::Exchange(r.message),
+                    _ => IpcError::Exchange(format!("bad event: {e}")),
+                }
+            })),
+            Err(e) => Some(Err(IpcError::Exchange(e.to_string()))),
+        }
+    }
+}
+
+/// Subscribe to the daemon's events on `socket` (see [`Request::Subscribe`]).
+pub fn subscribe(socket: &Path) -> Result<Subscription, IpcError> {
+    let s = connect(socket)?;
     let ex = |e: std::io::Error| IpcError::Exchange(e.to_string());
-    s.set_read_timeout(Some(timeout)).map_err(ex)?;
-    s.set_write_timeout(Some(timeout)).map_err(ex)?;
-    let mut line = serde_json::to_string(req).map_err(|e| IpcError::Exchange(e.to_string()))?;
+    s.set_write_timeout(Some(Duration::from_secs(10)))
+        .map_err(ex)?;
+    let mut line = serde_json::to_string(&Request::Subscribe)
+        .map_err(|e| IpcError::Exchange(e.to_string()))?;
     line.push('\n');
-    s.write_all(line.as_bytes()).map_err(ex)?;
-    let mut reply = String::new();
-    BufReader::new(&s).read_line(&mut reply).map_err(ex)?;
-    serde_json::from_str(&reply).map_err(|e| IpcError::Exchange(format!("bad reply: {e}")))
+    (&s).write_all(line.as_bytes()).map_err(ex)?;
+    Ok(Subscription {
+        reader: BufReader::new(s),
+    })
 }
 
 #[cfg(test)]

@@ -12,10 +12,12 @@
 //! resumes from the run state in its worktree (iteration, progress, stuck count).
 
 pub mod control;
+pub mod events;
 pub mod executor;
 pub mod governor;
 pub mod ipc;
 mod paths;
+pub mod status;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -24,9 +26,10 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+pub use events::{DaemonEvent, Subject};
 pub use paths::{DaemonInfo, DaemonPaths};
 
 use self::control::StopAs;
@@ -95,16 +98,49 @@ struct Active {
     stop_as: Option<StopAs>,
 }
 
+/// How many events a subscriber may fall behind before it is sent `lagged`.
+pub const EVENT_BUFFER: usize = 4096;
+
+/// Where the daemon's events go: the log (every event a person reads, never dropped) and
+/// the socket's subscribers (every event; a slow one lags, never blocks the daemon).
+#[derive(Debug, Clone)]
+pub struct Publisher {
+    log: mpsc::UnboundedSender<DaemonEvent>,
+    bus: broadcast::Sender<DaemonEvent>,
+}
+
+impl Publisher {
+    pub fn new(log: mpsc::UnboundedSender<DaemonEvent>) -> Publisher {
+        Publisher {
+            log,
+            bus: broadcast::channel(EVENT_BUFFER).0,
+        }
+    }
+
+    pub fn emit(&self, e: DaemonEvent) {
+        if e.logged() {
+            let _ = self.log.send(e.clone());
+        }
+        // No subscriber is no error.
+        let _ = self.bus.send(e);
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<DaemonEvent> {
+        self.bus.subscribe()
+    }
+}
+
 struct Dispatcher {
     paths: DaemonPaths,
     opts: Options,
     shared: Arc<Shared>,
     records: Records,
     active: BTreeMap<String, Active>,
-    merging: HashSet<String>,
+    /// Merges under way: record id → (branch, target).
+    merging: BTreeMap<String, (String, String)>,
     shutting_down: bool,
     started_at: String,
-    events: mpsc::UnboundedSender<String>,
+    events: Publisher,
     reports: mpsc::UnboundedSender<Report>,
     merges: mpsc::UnboundedSender<(String, MergeEnd)>,
     /// Time in scheduling passes and in recording what runs report, for the stop line.
@@ -120,20 +156,27 @@ fn now_ms() -> i64 {
     crate::clock::now().as_millisecond()
 }
 
-/// Run the daemon until `shutdown` is cancelled or a client asks it to stop. Lines of what
-/// it does go to `events`.
+/// Run the daemon until `shutdown` is cancelled or a client asks it to stop. What it does
+/// goes to `log` as events (those a person reads, see [`DaemonEvent::logged`]), and every
+/// event to the socket's subscribers.
 pub async fn run(
     paths: DaemonPaths,
     opts: Options,
-    events: mpsc::UnboundedSender<String>,
+    log: mpsc::UnboundedSender<DaemonEvent>,
     shutdown: CancellationToken,
 ) -> Result<(), DaemonError> {
     paths
         .prepare_dir()
         .map_err(io(format!("creating {}", paths.dir.display())))?;
     let lock = acquire_lock(&paths).await?;
+    let events = Publisher::new(log);
+    let repo = paths.project.clone();
     let note = |s: String| {
-        let _ = events.send(s);
+        events.emit(DaemonEvent::Note {
+            repo: repo.clone(),
+            warning: false,
+            message: s,
+        })
     };
 
     // What a dead daemon left running ends before anything resumes.
@@ -150,11 +193,12 @@ pub async fn run(
         script_runner: opts.script_runner.clone(),
         default_agent: opts.default_agent.clone(),
         config: opts.config.clone(),
+        events: events.clone(),
     });
-    let (rtx, mut rrx) = mpsc::unbounded_channel();
-    let (mtx, mut mrx) = mpsc::unbounded_channel();
-    let (itx, mut irx) = mpsc::channel::<(Request, oneshot::Sender<Response>)>(64);
-    let server = tokio::spawn(serve(listener, itx));
+    let (rtx, rrx) = mpsc::unbounded_channel();
+    let (mtx, mrx) = mpsc::unbounded_channel();
+    let (itx, irx) = mpsc::channel::<(Request, oneshot::Sender<Response>)>(64);
+    let server = tokio::spawn(serve(listener, itx, events.clone()));
 
     let mut d = Dispatcher {
         paths: paths.clone(),
@@ -162,7 +206,7 @@ pub async fn run(
         shared,
         records,
         active: BTreeMap::new(),
-        merging: HashSet::new(),
+        merging: BTreeMap::new(),
         shutting_down: false,
         started_at,
         events: events.clone(),
@@ -174,55 +218,14 @@ pub async fn run(
         record_time: Duration::ZERO,
         launched: 0,
     };
-    note(format!(
-        "daemon {} started for {} (max {} loops; socket {})",
-        std::process::id(),
-        paths.project.display(),
-        d.opts.limits.max_loops,
-        socket.display()
-    ));
+    events.emit(DaemonEvent::DaemonStarted {
+        repo: paths.project.clone(),
+        pid: std::process::id(),
+        max_loops: d.opts.limits.max_loops,
+        socket: socket.clone(),
+    });
     d.resume_running()?;
-
-    let mut dirty = true;
-    loop {
-        if d.shutting_down && d.active.is_empty() && d.merging.is_empty() {
-            break;
-        }
-        if dirty && !d.shutting_down {
-            let t = Instant::now();
-            if let Err(e) = d.pass() {
-                note(format!("scheduling pass failed: {e}"));
-            }
-            d.pass_time += t.elapsed();
-            d.passes += 1;
-            dirty = false;
-        }
-        tokio::select! {
-            Some(r) = rrx.recv() => {
-                let t = Instant::now();
-                dirty |= d.on_report(r);
-                while let Ok(r) = rrx.try_recv() {
-                    dirty |= d.on_report(r);
-                }
-                d.record_time += t.elapsed();
-            }
-            Some((id, end)) = mrx.recv() => {
-                let t = Instant::now();
-                d.on_merged(&id, end);
-                d.record_time += t.elapsed();
-                dirty = true;
-            }
-            Some((req, reply)) = irx.recv() => {
-                let resp = d.on_request(req);
-                let _ = reply.send(resp);
-                dirty = true;
-            }
-            _ = shutdown.cancelled(), if !d.shutting_down => {
-                d.begin_shutdown("a signal");
-            }
-            _ = tokio::time::sleep(d.opts.tick) => { dirty = true; }
-        }
-    }
+    d.serve_until_stopped(rrx, mrx, irx, shutdown).await;
     server.abort();
     for h in std::mem::take(&mut d.removals) {
         let _ = h.await;
@@ -230,9 +233,72 @@ pub async fn run(
     note(d.timing_line());
     let _ = std::fs::remove_file(&socket);
     let _ = std::fs::remove_file(paths.info());
-    note("daemon stopped".into());
+    events.emit(DaemonEvent::DaemonStopped {
+        repo: paths.project.clone(),
+    });
+    // Subscribers write what they have (the stop included), then go.
+    drop(d);
+    let until = Instant::now() + Duration::from_secs(2);
+    while events.bus.receiver_count() > 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     drop(lock);
     Ok(())
+}
+
+impl Dispatcher {
+    /// The dispatcher's loop: reports, merges, requests, the stop signal and the tick.
+    async fn serve_until_stopped(
+        &mut self,
+        mut rrx: mpsc::UnboundedReceiver<Report>,
+        mut mrx: mpsc::UnboundedReceiver<(String, MergeEnd)>,
+        mut irx: mpsc::Receiver<(Request, oneshot::Sender<Response>)>,
+        shutdown: CancellationToken,
+    ) {
+        let d = self;
+        let mut tick = tokio::time::interval(d.opts.tick);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut dirty = true;
+        loop {
+            if d.shutting_down && d.active.is_empty() && d.merging.is_empty() {
+                break;
+            }
+            if dirty && !d.shutting_down {
+                let t = Instant::now();
+                if let Err(e) = d.pass() {
+                    d.note(format!("scheduling pass failed: {e}"));
+                }
+                d.pass_time += t.elapsed();
+                d.passes += 1;
+                dirty = false;
+            }
+            tokio::select! {
+                Some(r) = rrx.recv() => {
+                    let t = Instant::now();
+                    dirty |= d.on_report(r);
+                    while let Ok(r) = rrx.try_recv() {
+                        dirty |= d.on_report(r);
+                    }
+                    d.record_time += t.elapsed();
+                }
+                Some((id, end)) = mrx.recv() => {
+                    let t = Instant::now();
+                    d.on_merged(&id, end);
+                    d.record_time += t.elapsed();
+                    dirty = true;
+                }
+                Some((req, reply)) = irx.recv() => {
+                    let resp = d.on_request(req);
+                    let _ = reply.send(resp);
+                    dirty = true;
+                }
+                _ = shutdown.cancelled(), if !d.shutting_down => {
+                    d.begin_shutdown("a signal");
+                }
+                _ = tick.tick() => { dirty = true; }
+            }
+        }
+    }
 }
 
 /// Take the daemon lock of the repository; a daemon already holding it is an error.
@@ -345,8 +411,10 @@ fn executor_registry(project: &Path) -> Vec<String> {
     })
 }
 
-/// Accept clients; each sends one request line and gets one reply line.
-async fn serve(listener: UnixListener, tx: mpsc::Sender<(Request, oneshot::Sender<Response>)>) {
+type Requests = mpsc::Sender<(Request, oneshot::Sender<Response>)>;
+
+/// Accept clients; each sends one request line and gets one reply line, or subscribes.
+async fn serve(listener: UnixListener, tx: Requests, events: Publisher) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             // Out of file descriptors or similar: do not spin.
@@ -354,19 +422,16 @@ async fn serve(listener: UnixListener, tx: mpsc::Sender<(Request, oneshot::Sende
             continue;
         };
         let tx = tx.clone();
+        let events = events.clone();
         tokio::spawn(async move {
             // Only the daemon's owner (or root) may talk to it, whatever the socket's mode.
             let owner = nix::unistd::geteuid().as_raw();
             let peer = stream.peer_cred().map(|c| c.uid()).unwrap_or(u32::MAX);
+            let (r, mut w) = stream.into_split();
             if !ipc::peer_allowed(peer, owner) {
-                let (_, mut w) = stream.into_split();
-                let mut out = serde_json::to_string(&ipc::refused_peer(peer, owner))
-                    .unwrap_or_else(|_| "{\"ok\":false}".into());
-                out.push('\n');
-                let _ = w.write_all(out.as_bytes()).await;
+                let _ = write_line(&mut w, &ipc::refused_peer(peer, owner)).await;
                 return;
             }
-            let (r, mut w) = stream.into_split();
             let mut line = String::new();
             // A request is small; a client cannot make the daemon hold more than this.
             let mut reader = BufReader::new(r.take(64 * 1024));
@@ -374,27 +439,112 @@ async fn serve(listener: UnixListener, tx: mpsc::Sender<(Request, oneshot::Sende
                 return;
             }
             let resp = match serde_json::from_str::<Request>(&line) {
-                Ok(req) => {
-                    let (otx, orx) = oneshot::channel();
-                    if tx.send((req, otx)).await.is_err() {
-                        Response::err("the daemon is stopping")
-                    } else {
-                        orx.await
-                            .unwrap_or_else(|_| Response::err("the daemon is stopping"))
-                    }
+                Ok(Request::Subscribe) => {
+                    // Subscribed before the snapshot is taken: nothing falls in between.
+                    let rx = events.subscribe();
+                    drop(events);
+                    return stream_events(w, rx, &tx).await;
                 }
+                Ok(req) => ask(&tx, req).await,
                 Err(e) => Response::err(format!("bad request: {e}")),
             };
-            let mut out = serde_json::to_string(&resp).unwrap_or_else(|_| "{\"ok\":false}".into());
-            out.push('\n');
-            let _ = w.write_all(out.as_bytes()).await;
+            let _ = write_line(&mut w, &resp).await;
         });
+    }
+}
+
+/// Hand a request to the dispatcher and wait for its answer.
+async fn ask(tx: &Requests, req: Request) -> Response {
+    let (otx, orx) = oneshot::channel();
+    if tx.send((req, otx)).await.is_err() {
+        return Response::err("the daemon is stopping");
+    }
+    orx.await
+        .unwrap_or_else(|_| Response::err("the daemon is stopping"))
+}
+
+async fn write_line(
+    w: &mut tokio::net::unix::OwnedWriteHalf,
+    v: &impl serde::Serialize,
+) -> std::io::Result<()> {
+    let mut out = serde_json::to_string(v).map_err(std::io::Error::other)?;
+    out.push('\n');
+    w.write_all(out.as_bytes()).await
+}
+
+/// A subscriber: a snapshot, then every event until the daemon stops or the client goes.
+/// One that falls behind gets `lagged` and a fresh snapshot; the daemon never waits for it.
+async fn stream_events(
+    mut w: tokio::net::unix::OwnedWriteHalf,
+    mut rx: broadcast::Receiver<DaemonEvent>,
+    tx: &Requests,
+) {
+    let snapshot = async |w: &mut tokio::net::unix::OwnedWriteHalf| -> std::io::Result<()> {
+        let resp = ask(tx, Request::Snapshot).await;
+        if !resp.ok {
+            return write_line(w, &resp).await;
+        }
+        match serde_json::from_value::<status::StatusSnapshot>(resp.data) {
+            Ok(s) => write_line(w, &DaemonEvent::Snapshot(s)).await,
+            Err(e) => write_line(w, &Response::err(format!("snapshot: {e}"))).await,
+        }
+    };
+    if snapshot(&mut w).await.is_err() {
+        return;
+    }
+    loop {
+        let written = match rx.recv().await {
+            Ok(e) => {
+                let last = matches!(e, DaemonEvent::DaemonStopped { .. });
+                let r = write_line(&mut w, &e).await;
+                if last {
+                    let _ = w.shutdown().await;
+                    return;
+                }
+                r
+            }
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                match write_line(&mut w, &DaemonEvent::Lagged { missed }).await {
+                    Ok(()) => snapshot(&mut w).await,
+                    Err(e) => Err(e),
+                }
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        if written.is_err() {
+            return;
+        }
     }
 }
 
 impl Dispatcher {
     fn note(&self, s: String) {
-        let _ = self.events.send(s);
+        self.emit(DaemonEvent::Note {
+            repo: self.paths.project.clone(),
+            warning: false,
+            message: s,
+        });
+    }
+
+    fn emit(&self, e: DaemonEvent) {
+        self.events.emit(e);
+    }
+
+    fn subject(&self, id: &str) -> Subject {
+        status::subject_of_id(&self.records, id, &self.paths.project)
+    }
+
+    /// The daemon's own state, for `daemon status` and snapshots.
+    fn state(&self) -> status::DaemonState {
+        status::DaemonState {
+            pid: std::process::id(),
+            started_at: self.started_at.clone(),
+            project: self.paths.project.clone(),
+            active: self.active.keys().cloned().collect(),
+            merging: self.merging.keys().cloned().collect(),
+            max_loops: self.opts.limits.max_loops,
+            quota_governor: serde_json::to_value(governor::global().snapshot()).unwrap_or_default(),
+        }
     }
 
     /// Runs still marked running belonged to a daemon that stopped (or crashed): they
@@ -455,9 +605,11 @@ impl Dispatcher {
                     branch,
                     target,
                 } => {
-                    if !self.merging.insert(id.clone()) {
+                    if self.merging.contains_key(&id) {
                         continue;
                     }
+                    self.merging
+                        .insert(id.clone(), (branch.clone(), target.clone()));
                     self.note(format!("merging {branch} into {target} ({id})"));
                     let shared = self.shared.clone();
                     let tx = self.merges.clone();
@@ -476,10 +628,15 @@ impl Dispatcher {
                 Action::RemoveWorktree { name } => {
                     let shared = self.shared.clone();
                     let events = self.events.clone();
+                    let repo = self.paths.project.clone();
                     self.removals.retain(|h| !h.is_finished());
                     self.removals.push(tokio::task::spawn_blocking(move || {
-                        let line = remove_worktree(&shared, &name);
-                        let _ = events.send(line);
+                        let message = remove_worktree(&shared, &name);
+                        events.emit(DaemonEvent::Note {
+                            repo,
+                            warning: false,
+                            message,
+                        });
                     }));
                 }
             }
@@ -547,11 +704,13 @@ impl Dispatcher {
                 stop_as: None,
             },
         );
+        let subject = status::subject_of(&self.records, &run, &self.paths.project);
         let l = Launch {
             run,
             worktree,
             start,
             requeued,
+            subject,
         };
         tokio::spawn(executor::execute(
             self.shared.clone(),
@@ -605,15 +764,18 @@ impl Dispatcher {
                 run_id,
                 worktree,
                 first_iteration,
+                resumed,
             } => {
                 self.update_run(&run_id, now, |run| {
                     run.worktree = Some(worktree.display().to_string());
                     run.iteration = first_iteration;
                 });
-                self.note(format!(
-                    "run {run_id} started at iteration {first_iteration} in {}",
-                    worktree.display()
-                ));
+                self.emit(DaemonEvent::RunStarted {
+                    subject: self.subject(&run_id),
+                    iteration: first_iteration,
+                    worktree,
+                    resumed,
+                });
                 false
             }
             Report::Iteration {
@@ -639,53 +801,32 @@ impl Dispatcher {
                 false
             }
             Report::Finished { run_id, result } => {
-                let Some(active) = self.active.remove(&run_id) else {
-                    return true;
-                };
-                let standalone =
-                    |run: &LoopRun| !matches!(run.loop_type.as_str(), "plan" | "spec" | "phase");
-                let mut line = String::new();
-                self.update_run(&run_id, now, |run| {
-                    let (status, note) = match &result {
-                        Ok(Outcome::Complete { .. }) if standalone(run) => {
-                            (RunStatus::Rebasing, None)
-                        }
-                        Ok(Outcome::Complete { .. }) => (RunStatus::Complete, None),
-                        Ok(Outcome::Interrupted) => match active.stop_as {
-                            Some(StopAs::Paused) => (RunStatus::Paused, None),
-                            Some(StopAs::Stopped) => {
-                                (RunStatus::Stopped, Some("cancelled by a person".to_string()))
-                            }
-                            None => (
-                                RunStatus::Running,
-                                Some("interrupted by a daemon stop; resumes on the next start".to_string()),
-                            ),
-                        },
-                        Ok(Outcome::Blocked { reason }) => (RunStatus::Blocked, Some(format!("BLOCKED: {reason}"))),
-                        Ok(Outcome::Decide { question }) => (
-                            RunStatus::Blocked,
-                            Some(format!(
-                                "DECIDE: {question} (answer with `taskdaemon -C {} answer \"…\"`, then `taskdaemon resume {}`)",
-                                run.worktree.as_deref().unwrap_or("<worktree>"),
-                                run.id
-                            )),
-                        ),
-                        Ok(o) => (RunStatus::Failed, Some(failure_note(o, &run.id))),
-                        Err(e) => (RunStatus::Failed, Some(e.clone())),
-                    };
-                    line = format!(
-                        "run {} ({}) -> {status}{}",
-                        run.id,
-                        run.loop_type,
-                        note.as_deref().map(|n| format!(": {n}")).unwrap_or_default()
-                    );
-                    run.status = status;
-                    run.note = note;
-                });
-                self.note(line);
+                if let Some(active) = self.active.remove(&run_id) {
+                    self.finish_run(&run_id, &result, active.stop_as, now);
+                }
                 true
             }
         }
+    }
+
+    /// Record how a run ended and tell the subscribers.
+    fn finish_run(
+        &mut self,
+        run_id: &str,
+        result: &Result<Outcome, String>,
+        stop_as: Option<StopAs>,
+        now: i64,
+    ) {
+        let mut ended = None;
+        self.update_run(run_id, now, |run| {
+            let (status, note) = end_status(result, stop_as, run);
+            run.status = status;
+            run.note = note;
+            ended = Some(run.clone());
+        });
+        let Some(run) = ended else { return };
+        let subject = status::subject_of(&self.records, &run, &self.paths.project);
+        self.emit(end_event(subject, result, stop_as, &run));
     }
 
     /// Read, change and store a run, once more if someone changed it meanwhile.
@@ -706,7 +847,40 @@ impl Dispatcher {
     }
 
     fn on_merged(&mut self, id: &str, end: MergeEnd) {
-        self.merging.remove(id);
+        let (branch, target) = self.merging.remove(id).unwrap_or_default();
+        let subject = self.subject(id);
+        match &end {
+            MergeEnd::Done { note } => {
+                self.emit(DaemonEvent::Merged {
+                    subject: subject.clone(),
+                    branch,
+                    target: target.clone(),
+                });
+                if let Some(n) = note {
+                    self.emit(DaemonEvent::Waiting {
+                        subject,
+                        reason: events::WaitReason::MergeHeld,
+                        until: None,
+                        message: n.clone(),
+                        action: Some(format!(
+                            "git merge --ff-only {}",
+                            crate::git::integrate::held_branch(&target)
+                        )),
+                    });
+                }
+            }
+            MergeEnd::Conflict { note } => self.emit(DaemonEvent::MergeConflict {
+                subject,
+                target,
+                message: note.clone(),
+                action: format!("`taskdaemon resume {id}` once resolved"),
+            }),
+            MergeEnd::Failed { note } => self.emit(DaemonEvent::Failed {
+                subject,
+                reason: note.clone(),
+                action: format!("`taskdaemon resume {id}` retries the merge"),
+            }),
+        }
         match cascade::merged(&mut self.records, id, end, now_ms()) {
             Ok(step) => {
                 for n in step.notes {
@@ -720,10 +894,11 @@ impl Dispatcher {
 
     fn begin_shutdown(&mut self, why: &str) {
         self.shutting_down = true;
-        self.note(format!(
-            "stopping ({why}): {} run(s) interrupted; they resume on the next start",
-            self.active.len()
-        ));
+        self.emit(DaemonEvent::DaemonStopping {
+            repo: self.paths.project.clone(),
+            reason: why.to_string(),
+            interrupted: self.active.len(),
+        });
         for a in self.active.values() {
             a.cancel.cancel();
         }
@@ -733,20 +908,16 @@ impl Dispatcher {
         match req {
             Request::Ping => Response::ok("pong", serde_json::json!({"pid": std::process::id()})),
             Request::Wake => Response::ok("looking at the store", serde_json::Value::Null),
-            Request::Status => {
-                let active: Vec<&String> = self.active.keys().collect();
-                Response::ok(
-                    format!("{} run(s) active", active.len()),
-                    serde_json::json!({
-                        "pid": std::process::id(),
-                        "started-at": self.started_at,
-                        "project": self.paths.project,
-                        "active": active,
-                        "merging": self.merging.iter().collect::<Vec<_>>(),
-                        "max-loops": self.opts.limits.max_loops,
-                        "quota-governor": governor::global().snapshot(),
-                    }),
-                )
+            Request::Status => Response::ok(
+                format!("{} run(s) active", self.active.len()),
+                serde_json::to_value(self.state()).unwrap_or_default(),
+            ),
+            Request::Snapshot | Request::Subscribe => {
+                let _ = self.records.sync();
+                match status::snapshot(&self.records, Some(self.state())) {
+                    Ok(s) => Response::ok("snapshot", serde_json::to_value(s).unwrap_or_default()),
+                    Err(e) => Response::err(format!("reading the store: {e}")),
+                }
             }
             Request::Stop => {
                 let n = self.active.len();
@@ -756,41 +927,136 @@ impl Dispatcher {
                     serde_json::Value::Null,
                 )
             }
-            Request::Control { action, reference } => {
-                let Some(a) = control::Action::parse(&action) else {
-                    return Response::err(format!(
-                        "unknown action `{action}`; use start, pause, resume or cancel"
-                    ));
-                };
-                let _ = self.records.sync();
-                let active: HashSet<String> = self.active.keys().cloned().collect();
-                match control::apply(&mut self.records, a, &reference, now_ms(), &|id| {
-                    active.contains(id)
-                }) {
-                    Ok(applied) => {
-                        for (id, how) in &applied.stop {
-                            if let Some(act) = self.active.get_mut(id) {
-                                act.stop_as = Some(*how);
-                                act.cancel.cancel();
-                            }
-                        }
-                        for id in &applied.start_now {
-                            if let Ok(Some(AnyRecord::Run(run))) = self.records.get(id) {
-                                match self.records.readiness(&AnyRecord::Run(run.clone())) {
-                                    Ok(r) if r.ready => self.launch(run),
-                                    _ => {}
-                                }
-                            }
-                        }
-                        for l in &applied.lines {
-                            self.note(l.clone());
-                        }
-                        Response::ok(applied.lines.join("\n"), serde_json::Value::Null)
-                    }
-                    Err(e) => Response::err(e.to_string()),
-                }
+            Request::Control { action, reference } => self.on_control(action, &reference),
+        }
+    }
+
+    /// `start | pause | resume | cancel REF`: change the records, stop or start processes.
+    fn on_control(&mut self, action: control::Action, reference: &str) -> Response {
+        let _ = self.records.sync();
+        let active: HashSet<String> = self.active.keys().cloned().collect();
+        let applied = match control::apply(&mut self.records, action, reference, now_ms(), &|id| {
+            active.contains(id)
+        }) {
+            Ok(applied) => applied,
+            Err(e) => return Response::err(e.to_string()),
+        };
+        for (id, how) in &applied.stop {
+            if let Some(act) = self.active.get_mut(id) {
+                act.stop_as = Some(*how);
+                act.cancel.cancel();
             }
         }
+        for id in &applied.start_now {
+            if let Ok(Some(AnyRecord::Run(run))) = self.records.get(id)
+                && matches!(self.records.readiness(&AnyRecord::Run(run.clone())), Ok(r) if r.ready)
+            {
+                self.launch(run);
+            }
+        }
+        for l in &applied.lines {
+            self.note(l.clone());
+        }
+        // A live run that stops says so when its process ended.
+        if let Ok(rec) = self.records.find(reference)
+            && !applied.stop.iter().any(|(id, _)| id == rec.id())
+        {
+            let subject = self.subject(rec.id());
+            self.emit(match action {
+                control::Action::Pause => DaemonEvent::Paused { subject },
+                control::Action::Cancel => DaemonEvent::Cancelled { subject },
+                control::Action::Start | control::Action::Resume => {
+                    DaemonEvent::Resumed { subject }
+                }
+            });
+        }
+        Response::ok(applied.lines.join("\n"), serde_json::Value::Null)
+    }
+}
+
+/// A run's status and note once it ended with `result`.
+fn end_status(
+    result: &Result<Outcome, String>,
+    stop_as: Option<StopAs>,
+    run: &LoopRun,
+) -> (RunStatus, Option<String>) {
+    let standalone = !matches!(run.loop_type.as_str(), "plan" | "spec" | "phase");
+    match result {
+        Ok(Outcome::Complete { .. }) if standalone => (RunStatus::Rebasing, None),
+        Ok(Outcome::Complete { .. }) => (RunStatus::Complete, None),
+        Ok(Outcome::Interrupted) => match stop_as {
+            Some(StopAs::Paused) => (RunStatus::Paused, None),
+            Some(StopAs::Stopped) => (
+                RunStatus::Stopped,
+                Some("cancelled by a person".to_string()),
+            ),
+            None => (
+                RunStatus::Running,
+                Some("interrupted by a daemon stop; resumes on the next start".to_string()),
+            ),
+        },
+        Ok(Outcome::Blocked { reason }) => (RunStatus::Blocked, Some(format!("BLOCKED: {reason}"))),
+        Ok(Outcome::Decide { question }) => (
+            RunStatus::Blocked,
+            Some(format!("DECIDE: {question} ({})", decide_action(run))),
+        ),
+        Ok(o) => (RunStatus::Failed, Some(failure_note(o, &run.id))),
+        Err(e) => (RunStatus::Failed, Some(e.clone())),
+    }
+}
+
+/// The commands that answer a run's DECIDE.
+fn decide_action(run: &LoopRun) -> String {
+    format!(
+        "answer with `taskdaemon -C {} answer \"…\"`, then `taskdaemon resume {}`",
+        run.worktree.as_deref().unwrap_or("<worktree>"),
+        run.id
+    )
+}
+
+/// The event that says how a run ended.
+fn end_event(
+    subject: Subject,
+    result: &Result<Outcome, String>,
+    stop_as: Option<StopAs>,
+    run: &LoopRun,
+) -> DaemonEvent {
+    let id = &run.id;
+    match result {
+        Ok(Outcome::Complete { .. }) => DaemonEvent::Complete { subject },
+        Ok(Outcome::Interrupted) => match stop_as {
+            Some(StopAs::Paused) => DaemonEvent::Paused { subject },
+            Some(StopAs::Stopped) => DaemonEvent::Cancelled { subject },
+            None => DaemonEvent::Interrupted { subject },
+        },
+        Ok(Outcome::Blocked { reason }) => DaemonEvent::Blocked {
+            subject,
+            reason: reason.clone(),
+            action: format!(
+                "deal with it, then `taskdaemon -C {} unblock` and `taskdaemon resume {id}`",
+                run.worktree.as_deref().unwrap_or("<worktree>")
+            ),
+        },
+        Ok(Outcome::Decide { question }) => DaemonEvent::Decide {
+            subject,
+            question: question.clone(),
+            action: decide_action(run),
+        },
+        Ok(Outcome::Stuck { iterations }) => DaemonEvent::Stuck {
+            subject,
+            iterations: *iterations,
+            action: format!("see `taskdaemon logs {id}`, then `taskdaemon resume {id}`"),
+        },
+        Ok(o) => DaemonEvent::Failed {
+            subject,
+            reason: failure_note(o, id),
+            action: format!("see `taskdaemon logs {id}`, then `taskdaemon resume {id}`"),
+        },
+        Err(e) => DaemonEvent::Failed {
+            subject,
+            reason: e.clone(),
+            action: format!("see `taskdaemon logs {id}`, then `taskdaemon resume {id}`"),
+        },
     }
 }
 

@@ -116,9 +116,10 @@ fn options(paths: &DaemonPaths, a: &StartArgs, ctx: &Ctx) -> anyhow::Result<Opti
 fn foreground(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let opts = options(paths, &a, ctx)?;
     super::run::with_signals(|shutdown| async move {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<daemon::DaemonEvent>();
         let printer = tokio::spawn(async move {
-            while let Some(line) = rx.recv().await {
+            while let Some(event) = rx.recv().await {
+                let line = event.to_string();
                 // Real time in milliseconds: the log is how a person (or a benchmark) times
                 // the runs.
                 let t = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.3fZ");

@@ -13,7 +13,7 @@ pub fn act(action: Action, reference: &str, json: bool, ctx: &Ctx) -> anyhow::Re
     let name = action.as_str();
     let paths = daemon_link::paths(ctx)?;
     let req = Request::Control {
-        action: name.to_string(),
+        action,
         reference: reference.to_string(),
     };
     let (lines, via) = match daemon_link::call(&paths, &req)? {

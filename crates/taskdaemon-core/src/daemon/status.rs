@@ -1,0 +1,224 @@
+//! What `taskdaemon status --json` shows, and the first line (`snapshot`) of the event
+//! stream: the tree plan → specs → runs with the daemon's own state.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use taskstore::Filter;
+
+use super::events::Subject;
+use crate::scheduler::context;
+use crate::store::{AnyRecord, Kind, LoopRun, Records, RunStatus, StoreError};
+
+/// The daemon's own state (`daemon status`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct DaemonState {
+    pub pid: u32,
+    pub started_at: String,
+    pub project: PathBuf,
+    /// Runs with a live process.
+    pub active: Vec<String>,
+    /// Records whose merge is under way.
+    pub merging: Vec<String>,
+    pub max_loops: usize,
+    #[serde(default)]
+    pub quota_governor: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct RunView {
+    pub id: String,
+    /// The run's task, or its spec's or plan's title.
+    #[serde(default)]
+    pub title: String,
+    pub loop_type: String,
+    pub status: RunStatus,
+    /// Marked running, but no daemon runs it (it stopped or was killed): it resumes on the
+    /// next `daemon start`.
+    #[serde(default)]
+    pub interrupted: bool,
+    pub iteration: u32,
+    pub elapsed_ms: u64,
+    pub cost_usd: Option<f64>,
+    pub worktree: Option<String>,
+    pub note: Option<String>,
+    pub phase: Option<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SpecView {
+    pub id: String,
+    pub title: String,
+    pub status: String,
+    pub note: Option<String>,
+    pub deps: Vec<String>,
+    pub ready: bool,
+    /// What it waits for: `(id, status)` of each unfinished dependency.
+    #[serde(default)]
+    pub waiting: Vec<(String, String)>,
+    pub runs: Vec<RunView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct PlanView {
+    pub id: String,
+    pub title: String,
+    pub status: String,
+    pub note: Option<String>,
+    pub target_branch: Option<String>,
+    pub runs: Vec<RunView>,
+    pub specs: Vec<SpecView>,
+}
+
+/// `status --json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct StatusSnapshot {
+    /// `null` when no daemon runs.
+    pub daemon: Option<DaemonState>,
+    pub plans: Vec<PlanView>,
+    /// Runs of no plan or spec.
+    pub runs: Vec<RunView>,
+}
+
+/// A run's title: its task, else its spec's or plan's title, else its loop kind.
+pub fn run_title(records: &Records, run: &LoopRun) -> String {
+    if let Some(t) = context::text(&run.context, context::TASK).filter(|t| !t.is_empty()) {
+        return t.lines().next().unwrap_or(t).to_string();
+    }
+    let owner = context::text(&run.context, context::SPEC_ID)
+        .or(context::text(&run.context, context::PLAN_ID))
+        .or(run.parent.as_deref());
+    match owner.and_then(|id| records.get(id).ok().flatten()) {
+        Some(AnyRecord::Run(_)) | None => run.loop_type.clone(),
+        Some(r) => r.title().to_string(),
+    }
+}
+
+/// Who an event about `run` is about.
+pub fn subject_of(records: &Records, run: &LoopRun, repo: &Path) -> Subject {
+    let parent = run
+        .parent
+        .as_deref()
+        .and_then(|p| records.get(p).ok().flatten());
+    let (plan, spec) = match parent {
+        Some(AnyRecord::Spec(s)) => (Some(s.parent.clone()), Some(s.id.clone())),
+        Some(AnyRecord::Plan(p)) => (Some(p.id.clone()), None),
+        _ => (None, None),
+    };
+    Subject {
+        run: run.id.clone(),
+        title: run_title(records, run),
+        loop_type: run.loop_type.clone(),
+        plan,
+        spec,
+        repo: repo.to_path_buf(),
+    }
+}
+
+/// Who an event about the record `id` (a run or a spec) is about.
+pub fn subject_of_id(records: &Records, id: &str, repo: &Path) -> Subject {
+    match records.get(id).ok().flatten() {
+        Some(AnyRecord::Run(r)) => subject_of(records, &r, repo),
+        Some(AnyRecord::Spec(s)) => Subject {
+            run: s.id.clone(),
+            title: s.title.clone(),
+            loop_type: String::new(),
+            plan: Some(s.parent.clone()),
+            spec: Some(s.id.clone()),
+            repo: repo.to_path_buf(),
+        },
+        other => Subject {
+            run: id.to_string(),
+            title: other.map(|r| r.title().to_string()).unwrap_or_default(),
+            loop_type: String::new(),
+            plan: None,
+            spec: None,
+            repo: repo.to_path_buf(),
+        },
+    }
+}
+
+fn run_view(records: &Records, r: &LoopRun, daemon: Option<&DaemonState>) -> RunView {
+    let live = daemon.is_some_and(|d| d.active.iter().any(|a| *a == r.id));
+    RunView {
+        id: r.id.clone(),
+        title: run_title(records, r),
+        loop_type: r.loop_type.clone(),
+        status: r.status,
+        interrupted: r.status == RunStatus::Running && !live,
+        iteration: r.iteration,
+        elapsed_ms: r.elapsed_ms,
+        cost_usd: r.cost_usd,
+        worktree: r.worktree.clone(),
+        note: r.note.clone(),
+        phase: r.context.get("phase-number").cloned(),
+    }
+}
+
+fn runs_of(
+    records: &Records,
+    parent: &str,
+    daemon: Option<&DaemonState>,
+) -> Result<Vec<RunView>, StoreError> {
+    Ok(
+        crate::scheduler::runs(records, &[Filter::eq("parent", parent)])?
+            .iter()
+            .map(|r| run_view(records, r, daemon))
+            .collect(),
+    )
+}
+
+/// The status tree of `records`, with the daemon's state when one runs.
+pub fn snapshot(
+    records: &Records,
+    daemon: Option<DaemonState>,
+) -> Result<StatusSnapshot, StoreError> {
+    let d = daemon.as_ref();
+    let mut plans = Vec::new();
+    for p in records.list(Kind::Plan, &[])? {
+        let AnyRecord::Plan(p) = p else { continue };
+        let mut specs = Vec::new();
+        for s in records.list(Kind::Spec, &[Filter::eq("parent", p.id.as_str())])? {
+            let readiness = records.readiness(&s)?;
+            let AnyRecord::Spec(s) = s else { continue };
+            specs.push(SpecView {
+                runs: runs_of(records, &s.id, d)?,
+                id: s.id,
+                title: s.title,
+                status: s.status.as_str().to_string(),
+                note: s.note,
+                deps: s.deps,
+                ready: readiness.ready,
+                waiting: readiness.waiting,
+            });
+        }
+        plans.push(PlanView {
+            runs: runs_of(records, &p.id, d)?,
+            id: p.id,
+            title: p.title,
+            status: p.status.as_str().to_string(),
+            note: p.note,
+            target_branch: p.target_branch,
+            specs,
+        });
+    }
+    let mut runs = Vec::new();
+    for r in records.list(Kind::Run, &[])? {
+        if let AnyRecord::Run(r) = r
+            && r.parent.is_none()
+        {
+            runs.push(run_view(records, &r, d));
+        }
+    }
+    Ok(StatusSnapshot {
+        daemon,
+        plans,
+        runs,
+    })
+}
