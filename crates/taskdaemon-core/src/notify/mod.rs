@@ -8,6 +8,7 @@
 //! failures are reported once (not per message) through the log callback.
 
 mod config;
+mod daemon;
 mod deliver;
 mod local;
 
@@ -21,6 +22,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 pub use config::{SinkConfig, Target};
+pub use daemon::{notice_of, start_for_daemon};
 pub use local::{LocalNotices, sinks_for, tee};
 
 /// What happened: the kinds a sink's `events:` filter names.

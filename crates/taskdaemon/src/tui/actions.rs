@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use taskdaemon_core::daemon::control::Action as Verb;
 use taskdaemon_core::daemon::ipc::{self, Request};
 use taskdaemon_core::workspace::Workspace;
 
@@ -12,7 +13,7 @@ use super::source::Source;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     /// `pause`, `resume`, `start` or `cancel` through the daemon.
-    Control { verb: &'static str, run: String },
+    Control { verb: Verb, run: String },
     /// Remove the run's BLOCKED file and resume it.
     Unblock { run: String },
     /// Write the answer to the run's DECIDE and resume it.
@@ -24,7 +25,7 @@ pub enum Action {
 impl Action {
     pub fn describe(&self) -> String {
         match self {
-            Action::Control { verb, run } => format!("{verb} {run}"),
+            Action::Control { verb, run } => format!("{} {run}", verb.as_str()),
             Action::Unblock { run } => format!("unblock {run}"),
             Action::Answer { run, .. } => format!("answer {run}"),
             Action::Report { run } => format!("report {run}"),
@@ -35,7 +36,10 @@ impl Action {
     pub fn destroys(&self) -> bool {
         matches!(
             self,
-            Action::Control { verb: "cancel", .. } | Action::Unblock { .. }
+            Action::Control {
+                verb: Verb::Cancel,
+                ..
+            } | Action::Unblock { .. }
         )
     }
 }
@@ -43,7 +47,7 @@ impl Action {
 /// Do `a`; the line for the status bar.
 pub fn perform(app: &mut App, a: &Action) -> String {
     let result = match a {
-        Action::Control { verb, run } => control(app, verb, run),
+        Action::Control { verb, run } => control(app, *verb, run),
         Action::Unblock { run } => unblock(app, run),
         Action::Answer { run, text } => answer(app, run, text),
         Action::Report { run } => report(app, run),
@@ -54,10 +58,11 @@ pub fn perform(app: &mut App, a: &Action) -> String {
     }
 }
 
-fn control(app: &App, verb: &str, run: &str) -> Result<String, String> {
+fn control(app: &App, verb: Verb, run: &str) -> Result<String, String> {
+    let name = verb.as_str();
     let Source::Daemon { paths, .. } = &app.source else {
         return Err(format!(
-            "a foreground loop cannot be told to {verb} from here: use Ctrl-C in its terminal (it resumes with `taskdaemon run --resume`)"
+            "a foreground loop cannot be told to {name} from here: use Ctrl-C in its terminal (it resumes with `taskdaemon run --resume`)"
         ));
     };
     let socket = paths
@@ -65,12 +70,12 @@ fn control(app: &App, verb: &str, run: &str) -> Result<String, String> {
         .map(|i| i.socket)
         .unwrap_or_else(|| paths.socket());
     let req = Request::Control {
-        action: verb.to_string(),
+        action: verb,
         reference: run.to_string(),
     };
     let resp = ipc::call(&socket, &req, Duration::from_secs(10)).map_err(|e| e.to_string())?;
     if resp.ok {
-        Ok(first_line(&resp.message, &format!("{verb}: done")))
+        Ok(first_line(&resp.message, &format!("{name}: done")))
     } else {
         Err(first_line(&resp.message, "refused"))
     }
@@ -116,7 +121,7 @@ fn answer(app: &mut App, run: &str, text: &str) -> Result<String, String> {
 fn resume_after(app: &App, run: &str, what: &str) -> Result<String, String> {
     match &app.source {
         Source::Daemon { .. } => {
-            let line = control(app, "resume", run)?;
+            let line = control(app, Verb::Resume, run)?;
             Ok(format!("{what}; {line}"))
         }
         Source::Local { .. } => Ok(format!("{what}; continue with `taskdaemon run --resume`")),

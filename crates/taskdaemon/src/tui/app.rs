@@ -1,6 +1,7 @@
 //! The UI's state and what each key does.
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use taskdaemon_core::daemon::control::Action as Verb;
 use taskdaemon_core::watch::{Model, RunView};
 
 use super::actions::{self, Action};
@@ -172,14 +173,20 @@ impl App {
             },
             KeyCode::Char(c) => {
                 let action = match c {
-                    'p' => with_run(|run| Action::Control { verb: "pause", run }),
-                    'r' => with_run(|run| Action::Control {
-                        verb: "resume",
+                    'p' => with_run(|run| Action::Control {
+                        verb: Verb::Pause,
                         run,
                     }),
-                    's' => with_run(|run| Action::Control { verb: "start", run }),
+                    'r' => with_run(|run| Action::Control {
+                        verb: Verb::Resume,
+                        run,
+                    }),
+                    's' => with_run(|run| Action::Control {
+                        verb: Verb::Start,
+                        run,
+                    }),
                     'c' => with_run(|run| Action::Control {
-                        verb: "cancel",
+                        verb: Verb::Cancel,
                         run,
                     }),
                     'u' => with_run(|run| Action::Unblock { run }),
