@@ -2,6 +2,7 @@
 //! snapshot), the daemon's pushed events, or a local run's `.ralph/` files. The binary
 //! draws it; nothing here prints.
 
+mod events;
 mod local;
 mod rows;
 
