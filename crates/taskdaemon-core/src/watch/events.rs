@@ -27,6 +27,7 @@ impl RunView {
             workdir: r.worktree.as_ref().map(PathBuf::from),
             note: r.note.clone(),
             tasks: Vec::new(),
+            live: Vec::new(),
         }
     }
 }
@@ -117,6 +118,13 @@ impl Model {
                 r.status = RunStatus::Running;
                 r.iteration = *iteration;
                 r.max_iterations = Some(*max_iterations);
+                r.live.clear();
+            }
+            E::AgentLine { line, .. } => {
+                if r.live.len() >= super::LIVE_LINES {
+                    r.live.remove(0);
+                }
+                r.live.push(line.clone());
             }
             E::IterationFinished {
                 duration_ms,

@@ -50,6 +50,7 @@ pub fn local_model(dir: &Path) -> Option<Model> {
         workdir: Some(dir.to_path_buf()),
         note: state.outcome.as_ref().map(|o| o.detail()),
         tasks: Vec::new(),
+        live: Vec::new(),
     };
     let mut m = Model {
         repository: dir.to_path_buf(),

@@ -62,7 +62,13 @@ pub struct RunView {
     pub note: Option<String>,
     /// Tasks of an implement run: (title, status).
     pub tasks: Vec<(String, String)>,
+    /// What the agent printed in the current iteration, as pushed by the daemon (the log
+    /// file is written in blocks); the last [`LIVE_LINES`].
+    pub live: Vec<String>,
 }
+
+/// How many pushed agent lines a run keeps.
+pub const LIVE_LINES: usize = 2000;
 
 impl RunView {
     fn from_record(r: &LoopRun, title: &str) -> RunView {
@@ -86,6 +92,7 @@ impl RunView {
             workdir: r.worktree.as_ref().map(PathBuf::from),
             note,
             tasks: Vec::new(),
+            live: Vec::new(),
         }
     }
 
@@ -246,6 +253,7 @@ impl Model {
             workdir: None,
             note: None,
             tasks: Vec::new(),
+            live: Vec::new(),
         })
     }
 }

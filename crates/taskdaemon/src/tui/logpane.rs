@@ -17,6 +17,8 @@ pub struct LogPane {
     /// Lines from the bottom the view is scrolled up (0: following).
     pub scroll: usize,
     pub search: Option<String>,
+    /// Lines pushed by the daemon, shown instead of the file while the file lags.
+    pub live: Option<Vec<String>>,
 }
 
 impl LogPane {
@@ -75,8 +77,16 @@ impl LogPane {
         }
     }
 
+    /// Show the lines the daemon pushed when the file has fewer (it is written in blocks).
+    pub fn prefer_live(&mut self, live: &[String]) {
+        self.live = (live.len() > self.lines.len()).then(|| live.to_vec());
+    }
+
     /// Every line, the unfinished last one included.
     pub fn all(&self) -> Vec<&str> {
+        if let Some(live) = &self.live {
+            return live.iter().map(String::as_str).collect();
+        }
         let mut v: Vec<&str> = self.lines.iter().map(String::as_str).collect();
         if !self.partial.is_empty() {
             v.push(&self.partial);
