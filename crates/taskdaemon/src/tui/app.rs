@@ -59,7 +59,10 @@ impl App {
         }
         let path = self.selected_run().and_then(RunView::log_path);
         self.log.follow(path);
-        let live = self.selected_run().map(|r| r.live.clone()).unwrap_or_default();
+        let live = self
+            .selected_run()
+            .map(|r| r.live.clone())
+            .unwrap_or_default();
         self.log.prefer_live(&live);
     }
 
