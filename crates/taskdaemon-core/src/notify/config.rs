@@ -70,7 +70,7 @@ impl SinkConfig {
 
 /// A URL without its path and query (which often hold a secret token).
 fn redact(url: &str) -> String {
-    let rest = url.split_once("://").map(|(s, r)| (s, r));
+    let rest = url.split_once("://");
     match rest {
         Some((scheme, r)) => {
             let host = r.split(['/', '?']).next().unwrap_or(r);

@@ -37,7 +37,7 @@ fn source(ctx: &Ctx) -> anyhow::Result<Source> {
             .run_state()
             .is_file();
         if paths.is_running() || !local {
-            let records = Records::open(&paths.project).map_err(store_err)?;
+            let records = Box::new(Records::open(&paths.project).map_err(store_err)?);
             return Ok(Source::Daemon {
                 paths,
                 records,

@@ -164,11 +164,7 @@ impl App {
             KeyCode::PageDown => self.log.scroll = self.log.scroll.saturating_sub(10),
             KeyCode::End | KeyCode::Char('G') => self.log.scroll = 0,
             KeyCode::Char('/') => self.mode = Mode::Search(String::new()),
-            KeyCode::Char('n') => {
-                if !self.log.find_next() {
-                    self.message = "no match".into();
-                }
-            }
+            KeyCode::Char('n') if !self.log.find_next() => self.message = "no match".into(),
             KeyCode::Char('e') => self.message = actions::export(self),
             KeyCode::Char('a') => match self.selected_run().and_then(|r| r.waiting.clone()) {
                 Some(taskdaemon_core::watch::Waiting::Decide(_)) => {

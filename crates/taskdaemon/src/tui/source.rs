@@ -13,7 +13,7 @@ pub enum Source {
     /// The repository's daemon and its record store.
     Daemon {
         paths: DaemonPaths,
-        records: Records,
+        records: Box<Records>,
         /// The daemon's event stream, while it is there.
         feed: Option<mpsc::Receiver<Feed>>,
         last: Instant,
@@ -100,13 +100,11 @@ impl Source {
                     Feed::Gone(why) => gone = Some(why),
                 }
             }
-            if gone.is_none() {
-                return None;
-            }
+            let gone = gone?;
             if let Source::Daemon { feed, .. } = self {
                 *feed = None;
             }
-            return gone.map(|g| format!("{g}; showing the store"));
+            return Some(format!("{gone}; showing the store"));
         }
         let due = match self {
             Source::Daemon { last, .. } | Source::Local { last, .. } => {
