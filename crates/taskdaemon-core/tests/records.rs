@@ -1,11 +1,10 @@
 //! Domain records on a real store: constraints, ids, resolution, deps and cycles,
-//! readiness, deletion rules, and the StateManager actor.
+//! readiness and deletion rules.
 
 use std::collections::HashSet;
 use std::path::Path;
 
 use serde_json::json;
-use taskdaemon_core::store::manager::StateManager;
 use taskdaemon_core::store::{
     AnyRecord, Kind, NewPlan, NewRecord, NewRun, NewSpec, Phase, Records, StoreError, ids,
 };
@@ -350,55 +349,6 @@ fn list_filters_by_status_and_parent() {
         .list(Kind::Spec, &[Filter::eq("status", "pending")])
         .unwrap();
     assert_eq!(got.len(), 2);
-}
-
-#[test]
-fn state_manager_serves_messages_and_broadcasts_changes() {
-    let d = tempfile::tempdir().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let (h, task) = StateManager::spawn(open(d.path()));
-        let mut events = h.subscribe();
-        let h2 = h.clone();
-        let p = h2.create("plans", json!({"title": "Add OAuth"})).await.unwrap();
-        let s = h
-            .create("specs", json!({"title": "DB schema", "parent": p, "phases": [{"name": "P1", "description": "d"}]}))
-            .await
-            .unwrap();
-        let ev = events.recv().await.unwrap();
-        assert_eq!((ev.collection.as_str(), ev.id.as_str(), ev.kind), ("plans", p.as_str(), ChangeKind::Created));
-        assert_eq!(events.recv().await.unwrap().id, s);
-        let mut rec = h.get("specs", &s).await.unwrap().unwrap();
-        assert_eq!(rec["parent"], p.as_str());
-        rec["status"] = json!("running");
-        h.update("specs", rec).await.unwrap();
-        assert_eq!(events.recv().await.unwrap().kind, ChangeKind::Updated);
-        let running = h.list("specs", vec![Filter::eq("status", "running")]).await.unwrap();
-        assert_eq!(running.len(), 1);
-        // Errors come back as values, with what to do.
-        let e = h.create("specs", json!({"title": "x", "parent": "000000-plan-gone"})).await.unwrap_err();
-        assert!(e.to_string().contains("parent: 000000-plan-gone does not exist"), "{e}");
-        let e = h.create("plans", json!({"titel": "x"})).await.unwrap_err();
-        assert!(e.to_string().contains("unknown field `titel`"), "{e}");
-        assert!(h.list("nope", vec![]).await.is_err());
-        assert!(h.list("specs", vec![Filter::eq("title", "x")]).await.unwrap_err().to_string().contains("not indexed"));
-        // Another process writes; Sync picks it up and tells observers.
-        let mut other = open(d.path());
-        let q = plan(&mut other, "from elsewhere", &[]);
-        h.sync().await.unwrap();
-        let ev = events.recv().await.unwrap();
-        assert_eq!((ev.id.as_str(), ev.kind), (q.as_str(), ChangeKind::Created));
-        assert_eq!(h.rebuild_indexes("plans").await.unwrap(), 2);
-        h.delete("specs", &s).await.unwrap();
-        assert_eq!(events.recv().await.unwrap().kind, ChangeKind::Deleted);
-        assert!(h.get("specs", &s).await.unwrap().is_none());
-        drop((h, h2));
-        task.await.unwrap();
-    });
 }
 
 #[test]

@@ -175,3 +175,212 @@ fn a_subscriber_sees_a_snapshot_then_a_run_from_start_to_merge_then_the_stop() {
         "the stream goes on after the daemon stopped"
     );
 }
+
+/// Subscribe and read until the run named `id` is in its first iteration.
+fn wait_iteration_started(s: &Setup, sub: &mut ipc::Subscription, id: &str) {
+    read_until(
+        sub,
+        s,
+        |e| matches!(e, DaemonEvent::IterationStarted { subject, .. } if subject.run == id),
+    );
+}
+
+#[test]
+fn logs_follow_prints_a_daemon_run_as_it_goes_and_ends_with_its_status() {
+    let go = Env::new();
+    let go_file = go.root().join("go");
+    let s = Setup::new(&[("WAIT_FOR", go_file.display().to_string())]);
+    s.ok(&["daemon", "start", "--tick", "0.2"]);
+    let mut sub = ipc::subscribe(&s.socket()).unwrap();
+    let id = s.submit("follow me");
+    wait_iteration_started(&s, &mut sub, &id);
+    let mut c = s.env.cmd();
+    for (k, v) in &s.vars {
+        c.env(k, v);
+    }
+    let follower = c
+        .args(["logs", &id, "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::fs::write(&go_file, "").unwrap();
+    let out = follower.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("hello from the agent"),
+        "{stdout}\nlog:\n{}",
+        s.log()
+    );
+    assert!(
+        stdout.contains(&format!("-- run {id} is complete --")),
+        "{stdout}"
+    );
+
+    // As JSON: pieces of the log, then the status.
+    let json = s.ok(&["logs", &id, "--json"]);
+    let lines: Vec<Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("hello from the agent"))),
+        "{json}"
+    );
+    assert!(lines.iter().all(|l| l["run"] == id.as_str()), "{json}");
+    s.ok(&["daemon", "stop"]);
+}
+
+#[test]
+fn daemon_status_and_stop_without_a_daemon_exit_1_and_say_so() {
+    let s = Setup::new(&[]);
+    let r = s.run(&["daemon", "status"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("no daemon runs"), "{}", r.stderr);
+    let r = s.run(&["daemon", "stop", "--json"]);
+    assert_eq!(r.code, 1);
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["running"], false);
+    let r = s.run(&["daemon", "status", "--json"]);
+    assert_eq!(r.code, 1);
+    assert_eq!(
+        serde_json::from_str::<Value>(&r.stdout).unwrap()["running"],
+        false
+    );
+
+    let v: Value =
+        serde_json::from_str(&s.ok(&["daemon", "start", "--tick", "0.2", "--json"])).unwrap();
+    assert_eq!(v["started"], true, "{v}");
+    let v: Value = serde_json::from_str(&s.ok(&["daemon", "status", "--json"])).unwrap();
+    assert_eq!(v["running"], true, "{v}");
+    let v: Value = serde_json::from_str(&s.ok(&["daemon", "stop", "--json"])).unwrap();
+    assert_eq!(v["stopped"], true, "{v}");
+}
+
+#[test]
+fn status_after_the_daemon_was_killed_shows_the_run_interrupted_not_running() {
+    let go = Env::new();
+    let go_file = go.root().join("go");
+    let s = Setup::new(&[("WAIT_FOR", go_file.display().to_string())]);
+    s.ok(&["daemon", "start", "--tick", "0.2"]);
+    let mut sub = ipc::subscribe(&s.socket()).unwrap();
+    let id = s.submit("interrupt me");
+    wait_iteration_started(&s, &mut sub, &id);
+    let info: Value = serde_json::from_str(
+        &std::fs::read_to_string(s.env.repo().join(".git/taskdaemon/daemon/info.json")).unwrap(),
+    )
+    .unwrap();
+    let pid = info["pid"].as_i64().unwrap() as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    // Its end: the stream closes.
+    while let Some(Ok(_)) = sub.next() {}
+
+    let v: Value = serde_json::from_str(&s.ok(&["status", "--json"])).unwrap();
+    assert!(v["daemon"].is_null(), "{v}");
+    assert_eq!(v["runs"][0]["status"], "running", "{v}");
+    assert_eq!(v["runs"][0]["interrupted"], true, "{v}");
+    let text = s.ok(&["status"]);
+    assert!(text.contains("interrupted"), "{text}");
+    assert!(
+        text.contains("resumes on `taskdaemon daemon start`"),
+        "{text}"
+    );
+
+    // The next start ends what the dead daemon left and runs it to the end.
+    std::fs::write(&go_file, "").unwrap();
+    s.ok(&["daemon", "start", "--tick", "0.2"]);
+    let mut sub = ipc::subscribe(&s.socket()).unwrap();
+    read_until(
+        &mut sub,
+        &s,
+        |e| matches!(e, DaemonEvent::Merged { subject, .. } if subject.run == id),
+    );
+    s.ok(&["daemon", "stop"]);
+}
+
+#[test]
+fn a_second_interrupt_forces_the_foreground_daemon_to_stop() {
+    // An agent that ignores TERM, and a long grace: only a forced stop ends it soon.
+    let go = Env::new();
+    let go_file = go.root().join("never");
+    let s = Setup::new(&[("WAIT_FOR", go_file.display().to_string())]);
+    let agent = s.env.root().join("agent.sh");
+    let text = std::fs::read_to_string(&agent).unwrap();
+    std::fs::write(
+        &agent,
+        text.replacen(
+            "#!/bin/sh\n",
+            "#!/bin/sh\ntrap '' TERM\necho $$ > \"$PID_FILE\"\n",
+            1,
+        ),
+    )
+    .unwrap();
+    let pid_file = s.env.root().join("agent.pid");
+    std::fs::create_dir_all(s.env.repo().join(".taskdaemon")).unwrap();
+    std::fs::write(
+        s.env.repo().join(".taskdaemon/config.yaml"),
+        "kill-grace: 600\n",
+    )
+    .unwrap();
+    let mut c = s.env.cmd();
+    for (k, v) in &s.vars {
+        c.env(k, v);
+    }
+    c.env("PID_FILE", &pid_file);
+    let mut daemon = c
+        .args(["daemon", "start", "--foreground", "--tick", "0.2"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    harness::wait_for(
+        &s.env.repo().join(".git/taskdaemon/daemon/info.json"),
+        Duration::from_secs(60),
+    );
+    let mut sub = loop {
+        match ipc::subscribe(&s.socket()) {
+            Ok(sub) => break sub,
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    let id = s.submit("ignore TERM");
+    wait_iteration_started(&s, &mut sub, &id);
+    harness::wait_for(&pid_file, Duration::from_secs(60));
+    let agent_pid = harness::read_pid(&pid_file);
+    let int = |p: u32| {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p as i32),
+            nix::sys::signal::Signal::SIGINT,
+        )
+        .unwrap()
+    };
+    int(daemon.id());
+    read_until(&mut sub, &s, |e| e.name() == "daemon-stopping");
+    int(daemon.id());
+    let status = harness::wait_timeout(&mut daemon, Duration::from_secs(120));
+    let mut err = String::new();
+    std::io::Read::read_to_string(daemon.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(err.contains("forcing the stop"), "{err}");
+    // The agent is gone (or a zombie waiting for its reaper).
+    let gone = (0..200).any(|_| {
+        let alive = harness::pid_alive(agent_pid);
+        if alive {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        !alive
+    });
+    assert!(gone, "agent {agent_pid} survived a forced stop");
+}

@@ -6,7 +6,9 @@ use taskstore::Filter;
 
 use crate::scheduler::cascade::PAUSED;
 use crate::scheduler::{runs, specs};
-use crate::store::{AnyRecord, LoopRun, PlanStatus, Records, RunStatus, SpecStatus, StoreError};
+use crate::store::{
+    AnyRecord, LoopKind, LoopRun, PlanStatus, Records, RunStatus, SpecStatus, StoreError,
+};
 use crate::workspace::Workspace;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -107,7 +109,7 @@ pub fn apply(
                 Action::Start | Action::Resume => {
                     let started = runs(records, &[Filter::eq("parent", spec.id.as_str())])?
                         .iter()
-                        .any(|r| r.loop_type == "phase");
+                        .any(|r| r.loop_type == LoopKind::Phase);
                     if spec.status == SpecStatus::Complete {
                         return Err(refused(action, &spec.id, "complete", "nothing to do"));
                     }
@@ -155,7 +157,9 @@ pub fn apply(
                         if specs(records, &[Filter::eq("parent", plan.id.as_str())])?.is_empty()
                             && !runs(records, &[Filter::eq("parent", plan.id.as_str())])?
                                 .iter()
-                                .any(|r| r.loop_type == "spec" && r.status == RunStatus::Complete)
+                                .any(|r| {
+                                    r.loop_type == LoopKind::Spec && r.status == RunStatus::Complete
+                                })
                         {
                             PlanStatus::Draft
                         } else {
@@ -292,7 +296,7 @@ fn on_run(
 fn wake_parent(
     records: &mut Records,
     parent: &str,
-    loop_type: &str,
+    loop_type: &LoopKind,
     now: i64,
     out: &mut Applied,
 ) -> Result<(), ControlError> {
@@ -310,7 +314,7 @@ fn wake_parent(
             if matches!(p.status, PlanStatus::Failed | PlanStatus::Cancelled)
                 || p.note.is_some() =>
         {
-            let status = if loop_type == "plan" {
+            let status = if *loop_type == LoopKind::Plan {
                 PlanStatus::Draft
             } else {
                 PlanStatus::InProgress

@@ -19,7 +19,7 @@ use crate::git::Git;
 use crate::git::worktree::Worktrees;
 use crate::loops::Registry;
 use crate::scheduler::context::{self, branch_for};
-use crate::store::LoopRun;
+use crate::store::{LoopKind, LoopRun};
 use crate::workspace::Workspace;
 
 /// What every run of one daemon shares.
@@ -264,14 +264,14 @@ pub fn config_for(
     default_agent: Option<&str>,
 ) -> Result<RunConfig, String> {
     let mut s: Settings = config::load_layers(project, config_file).map_err(|e| e.to_string())?;
-    s.loop_type = Some(run.loop_type.clone());
+    s.loop_type = Some(run.loop_type.to_string());
     if let Some(a) = context::text(&run.context, context::AGENT).or(default_agent) {
         s.agent = Some(a.to_string());
     }
-    match run.loop_type.as_str() {
+    match run.loop_type {
         // Their validation checks their documents; the project's test command does not apply,
         // and they make no commits, so "no new commit" is no sign of being stuck.
-        "plan" | "spec" => {
+        LoopKind::Plan | LoopKind::Spec => {
             s.validate = None;
             s.max_stuck = Some(0);
         }
@@ -281,16 +281,16 @@ pub fn config_for(
             }
         }
     }
-    let task = match run.loop_type.as_str() {
-        "plan" => format!(
+    let task = match run.loop_type {
+        LoopKind::Plan => format!(
             "Plan: {}",
             context::text(&run.context, "user-request").unwrap_or("(no idea given)")
         ),
-        "spec" => format!(
+        LoopKind::Spec => format!(
             "Split the plan {} into specs",
             context::text(&run.context, "plan-file").unwrap_or("")
         ),
-        "phase" => format!(
+        LoopKind::Phase => format!(
             "Phase {} of {}",
             context::text(&run.context, "phase-number").unwrap_or("?"),
             context::text(&run.context, context::SPEC_ID).unwrap_or("?")
@@ -306,7 +306,7 @@ pub fn config_for(
     )
     .map_err(|e| e.to_string())?;
     let mut cfg = RunConfig::resolve(workdir, task, &s, &registry).map_err(|e| e.to_string())?;
-    if run.loop_type == "plan" {
+    if run.loop_type == LoopKind::Plan {
         // The Rule of Five needs its five passes, whatever the project's max-iterations.
         cfg.max_iterations = cfg.max_iterations.max(crate::docs::REVIEW_PASSES);
     }

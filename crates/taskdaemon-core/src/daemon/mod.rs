@@ -41,7 +41,7 @@ use crate::git::worktree::Worktrees;
 use crate::scheduler::cascade::{self, Action, MergeEnd};
 use crate::scheduler::context;
 use crate::scheduler::{Limits, pick};
-use crate::store::{AnyRecord, LoopRun, Records, RunStatus, StoreError};
+use crate::store::{AnyRecord, LoopKind, LoopRun, Records, RunStatus, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -226,7 +226,7 @@ pub async fn run(
         max_loops: d.opts.limits.max_loops,
         socket: socket.clone(),
     });
-    d.resume_running()?;
+    off_the_workers(|| d.resume_running())?;
     d.serve_until_stopped(rrx, mrx, irx, shutdown).await;
     server.abort();
     for h in std::mem::take(&mut d.removals) {
@@ -267,7 +267,7 @@ impl Dispatcher {
             }
             if dirty && !d.shutting_down {
                 let t = Instant::now();
-                if let Err(e) = d.pass() {
+                if let Err(e) = off_the_workers(|| d.pass()) {
                     d.note(format!("scheduling pass failed: {e}"));
                 }
                 d.pass_time += t.elapsed();
@@ -277,22 +277,25 @@ impl Dispatcher {
             tokio::select! {
                 Some(r) = rrx.recv() => {
                     let t = Instant::now();
-                    dirty |= d.on_report(r);
-                    while let Ok(r) = rrx.try_recv() {
+                    off_the_workers(|| {
                         dirty |= d.on_report(r);
-                    }
+                        while let Ok(r) = rrx.try_recv() {
+                            dirty |= d.on_report(r);
+                        }
+                    });
                     d.record_time += t.elapsed();
                 }
                 Some((id, end)) = mrx.recv() => {
                     let t = Instant::now();
-                    d.on_merged(&id, end);
+                    off_the_workers(|| d.on_merged(&id, end));
                     d.record_time += t.elapsed();
                     dirty = true;
                 }
                 Some((req, reply)) = irx.recv() => {
-                    let resp = d.on_request(req);
+                    // Only what can change the store or what is ready asks for a pass.
+                    dirty |= matches!(req, Request::Wake | Request::Control { .. });
+                    let resp = off_the_workers(|| d.on_request(req));
                     let _ = reply.send(resp);
-                    dirty = true;
                 }
                 _ = shutdown.cancelled(), if !d.shutting_down => {
                     d.begin_shutdown("a signal");
@@ -300,6 +303,18 @@ impl Dispatcher {
                 _ = tick.tick() => { dirty = true; }
             }
         }
+    }
+}
+
+/// Run `f` (store reads and writes with their fsyncs, git) where it blocks no async worker:
+/// the other tasks of this worker move to another thread meanwhile. On a single-threaded
+/// runtime (tests) it simply runs.
+fn off_the_workers<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
     }
 }
 
@@ -329,6 +344,23 @@ async fn acquire_lock(paths: &DaemonPaths) -> Result<std::fs::File, DaemonError>
         return Err(DaemonError::AlreadyRunning { pid });
     }
     Ok(lock)
+}
+
+/// A forced stop (a second Ctrl-C): every process tree the daemon's runs started is ended
+/// now, without the grace period. What was ended, as a line; the caller exits after it.
+/// Runs stay `running` in the store and resume on the next start.
+pub fn force_stop(groups: &Path) -> String {
+    match crate::agent::tracked::take_over(groups.to_path_buf(), Duration::ZERO) {
+        Ok(left) => format!(
+            "ended {} process tree(s) of {} run(s)",
+            left.len(),
+            left.iter()
+                .map(|l| l.run_id.as_str())
+                .collect::<HashSet<_>>()
+                .len()
+        ),
+        Err(e) => format!("ending the agents' processes: {e}"),
+    }
 }
 
 /// End the process groups a dead daemon left, with a line for each.
@@ -572,6 +604,9 @@ impl Dispatcher {
         for n in step.notes {
             self.note(n);
         }
+        for n in status::clear_taken_holds(&mut self.records, &self.paths.project, now_ms())? {
+            self.note(n);
+        }
         self.act(step.actions);
         let running: BTreeMap<String, String> = self
             .active
@@ -729,8 +764,8 @@ impl Dispatcher {
             Ok(Some(AnyRecord::Plan(p))) => p.target_branch.unwrap_or_else(|| default.clone()),
             _ => default.clone(),
         };
-        match run.loop_type.as_str() {
-            "phase" => {
+        match run.loop_type {
+            LoopKind::Phase => {
                 let spec_id = context::text(&run.context, context::SPEC_ID)
                     .or(run.parent.as_deref())
                     .unwrap_or(&run.id)
@@ -741,7 +776,7 @@ impl Dispatcher {
                 };
                 (spec_id, start)
             }
-            "plan" | "spec" => {
+            LoopKind::Plan | LoopKind::Spec => {
                 let plan_id = context::text(&run.context, context::PLAN_ID)
                     .or(run.parent.as_deref())
                     .unwrap_or(&run.id)
@@ -982,7 +1017,7 @@ fn end_status(
     stop_as: Option<StopAs>,
     run: &LoopRun,
 ) -> (RunStatus, Option<String>) {
-    let standalone = !matches!(run.loop_type.as_str(), "plan" | "spec" | "phase");
+    let standalone = !run.loop_type.is_cascade();
     match result {
         Ok(Outcome::Complete { .. }) if standalone => (RunStatus::Rebasing, None),
         Ok(Outcome::Complete { .. }) => (RunStatus::Complete, None),

@@ -9,7 +9,7 @@ use taskstore::Filter;
 
 use super::events::Subject;
 use crate::scheduler::context;
-use crate::store::{AnyRecord, Kind, LoopRun, Records, RunStatus, StoreError};
+use crate::store::{AnyRecord, Kind, LoopKind, LoopRun, Records, RunStatus, StoreError};
 
 /// The daemon's own state (`daemon status`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,7 +34,7 @@ pub struct RunView {
     /// The run's task, or its spec's or plan's title.
     #[serde(default)]
     pub title: String,
-    pub loop_type: String,
+    pub loop_type: LoopKind,
     pub status: RunStatus,
     /// Marked running, but no daemon runs it (it stopped or was killed): it resumes on the
     /// next `daemon start`.
@@ -95,7 +95,7 @@ pub fn run_title(records: &Records, run: &LoopRun) -> String {
         .or(context::text(&run.context, context::PLAN_ID))
         .or(run.parent.as_deref());
     match owner.and_then(|id| records.get(id).ok().flatten()) {
-        Some(AnyRecord::Run(_)) | None => run.loop_type.clone(),
+        Some(AnyRecord::Run(_)) | None => run.loop_type.to_string(),
         Some(r) => r.title().to_string(),
     }
 }
@@ -114,7 +114,7 @@ pub fn subject_of(records: &Records, run: &LoopRun, repo: &Path) -> Subject {
     Subject {
         run: run.id.clone(),
         title: run_title(records, run),
-        loop_type: run.loop_type.clone(),
+        loop_type: run.loop_type.to_string(),
         plan,
         spec,
         repo: repo.to_path_buf(),
@@ -221,4 +221,68 @@ pub fn snapshot(
         plans,
         runs,
     })
+}
+
+/// The integration branch a "held on BRANCH: …" note names.
+fn held_branch_of(note: &str) -> Option<&str> {
+    let rest = note.strip_prefix("held on ")?;
+    Some(rest.split_once(':').map_or(rest, |(b, _)| b).trim())
+}
+
+/// Notes "held on taskdaemon/integration/T" of records whose held work a person has since
+/// taken into `T` (the integration branch is merged into it) are cleared. One line per
+/// cleared note.
+pub fn clear_taken_holds(
+    records: &mut Records,
+    project: &Path,
+    now: i64,
+) -> Result<Vec<String>, StoreError> {
+    let git = crate::git::Git::new(project);
+    let mut lines = Vec::new();
+    for kind in [Kind::Spec, Kind::Run] {
+        for mut rec in records.list(kind, &[])? {
+            let note = match &rec {
+                AnyRecord::Spec(s) => s.note.clone(),
+                AnyRecord::Run(r) => r.note.clone(),
+                AnyRecord::Plan(_) => None,
+            };
+            let Some(branch) = note.as_deref().and_then(held_branch_of) else {
+                continue;
+            };
+            let Some(target) = branch.strip_prefix("taskdaemon/integration/") else {
+                continue;
+            };
+            let taken = git
+                .run(&["merge-base", "--is-ancestor", branch, target])
+                .is_ok();
+            if !taken {
+                continue;
+            }
+            lines.push(format!(
+                "{}: the work held on {branch} is in {target} now",
+                rec.id()
+            ));
+            match &mut rec {
+                AnyRecord::Spec(s) => s.note = None,
+                AnyRecord::Run(r) => r.note = None,
+                AnyRecord::Plan(_) => {}
+            }
+            records.update(rec, now)?;
+        }
+    }
+    Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_held_branch_is_read_from_the_note() {
+        assert_eq!(
+            held_branch_of("held on taskdaemon/integration/main: main is checked out in /r"),
+            Some("taskdaemon/integration/main")
+        );
+        assert_eq!(held_branch_of("BLOCKED: no"), None);
+    }
 }

@@ -504,7 +504,7 @@ fn advance_spec(
     }
     let mut phase_runs: Vec<LoopRun> = runs(records, &[Filter::eq("parent", spec.id.as_str())])?
         .into_iter()
-        .filter(|r| r.loop_type == "phase")
+        .filter(|r| r.loop_type == crate::store::LoopKind::Phase)
         .collect();
     phase_runs.sort_by_key(|r| {
         r.context
@@ -648,3 +648,7 @@ pub fn merged(records: &mut Records, id: &str, end: MergeEnd, now: i64) -> Resul
     }
     Ok(step)
 }
+
+#[cfg(test)]
+#[path = "cascade_tests.rs"]
+mod tests;

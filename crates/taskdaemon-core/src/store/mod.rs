@@ -1,5 +1,6 @@
 //! Domain records on taskstore: Plan, Spec and LoopRun (spec 3 §6), their ids and
-//! resolution (§7), file paths (§8), dependency rules, and the StateManager actor (§3).
+//! resolution (§7), file paths (§8) and dependency rules. (The StateManager actor of §3 is
+//! the daemon's dispatcher, which owns the store; see `daemon`.)
 //!
 //! The store lives in `<project>/.taskdaemon/store/` (`plans.jsonl`, `specs.jsonl`,
 //! `runs.jsonl`), tracked in git. Every change takes the store-wide lock, catches up with
@@ -8,7 +9,7 @@
 
 pub mod check;
 pub mod ids;
-pub mod manager;
+mod kind;
 pub mod paths;
 pub mod records;
 pub mod trust;
@@ -22,6 +23,7 @@ use taskstore::{Change, Filter, Op, Record, Store, StoreOptions};
 
 use ids::IdSource;
 pub use ids::Resolution;
+pub use kind::LoopKind;
 pub use records::{
     AnyRecord, Kind, LoopRun, Phase, Plan, PlanStatus, RunStatus, Spec, SpecStatus, TITLE_MAX,
 };
@@ -560,7 +562,7 @@ impl Records {
                     });
                 }
                 AnyRecord::Run(LoopRun {
-                    loop_type: r.loop_type,
+                    loop_type: LoopKind::parse(&r.loop_type),
                     parent: r.parent,
                     deps: dedup(r.deps),
                     status: r.status.unwrap_or(RunStatus::Pending),

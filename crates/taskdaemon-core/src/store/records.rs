@@ -233,8 +233,8 @@ pub struct Spec {
 #[serde(rename_all = "kebab-case")]
 pub struct LoopRun {
     pub id: String,
-    /// The loop type's name (`ralph`, `phase`, …).
-    pub loop_type: String,
+    /// The loop type (`ralph`, `phase`, …; stored as its name).
+    pub loop_type: super::LoopKind,
     #[serde(default)]
     pub parent: Option<String>,
     #[serde(default)]
@@ -369,7 +369,7 @@ impl AnyRecord {
         match self {
             AnyRecord::Plan(r) => &r.title,
             AnyRecord::Spec(r) => &r.title,
-            AnyRecord::Run(r) => &r.loop_type,
+            AnyRecord::Run(r) => r.loop_type.as_str(),
         }
     }
     pub fn created_at(&self) -> i64 {
@@ -489,7 +489,7 @@ impl AnyRecord {
                 }
             }
             AnyRecord::Run(r) => {
-                if r.loop_type.trim().is_empty() {
+                if r.loop_type.as_str().trim().is_empty() {
                     return Err(invalid(
                         "loop-type",
                         "empty".into(),

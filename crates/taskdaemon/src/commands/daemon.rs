@@ -34,9 +34,15 @@ pub enum DaemonCommand {
     /// Start the daemon (in the background unless --foreground).
     Start(StartArgs),
     /// Stop it: running loops are interrupted (their agents ended) and resume on the next start.
-    Stop,
-    /// Whether it runs, its pid, socket, log and active runs.
+    /// Exits 1 when no daemon runs.
+    Stop {
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Whether it runs, its pid, socket, log and active runs. Exits 1 when none runs.
     Status {
+        /// Print the result as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -59,14 +65,20 @@ pub struct StartArgs {
     /// Seconds between passes when nothing happens.
     #[arg(long, value_name = "SECONDS", default_value_t = 1.0, hide = true)]
     pub tick: f64,
+    /// Print the result as JSON (in the background).
+    #[arg(long)]
+    pub json: bool,
 }
+
+/// The exit status of `daemon status|stop` when no daemon runs.
+const NOT_RUNNING: i32 = 1;
 
 pub fn run(args: DaemonArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let paths = daemon_link::paths(ctx)?;
     match args.command {
         DaemonCommand::Start(a) if a.foreground => foreground(&paths, a, ctx),
         DaemonCommand::Start(a) => background(&paths, a, ctx),
-        DaemonCommand::Stop => stop(&paths),
+        DaemonCommand::Stop { json } => stop(&paths, json),
         DaemonCommand::Status { json } => status(&paths, json),
     }
 }
@@ -113,9 +125,57 @@ fn options(paths: &DaemonPaths, a: &StartArgs, ctx: &Ctx) -> anyhow::Result<Opti
     })
 }
 
+/// The runtime of a foreground daemon: a worker per loop (each run's engine), and one for
+/// the dispatcher and the socket.
+fn runtime(max_loops: usize) -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads((max_loops + 1).clamp(2, 16))
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// SIGINT, SIGTERM or SIGHUP stop the daemon (runs resume on the next start); a second one
+/// forces the stop: the agents' process groups are killed at once and the daemon exits.
+fn spawn_signals(
+    paths: &DaemonPaths,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let groups = paths.groups();
+    tokio::spawn(async move {
+        for n in 0.. {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+                _ = hup.recv() => {}
+            }
+            if n == 0 {
+                shutdown.cancel();
+                eprintln!(
+                    "stopping: runs are interrupted and resume on the next start (again to force)"
+                );
+                continue;
+            }
+            eprintln!("forcing the stop: the agents are killed now");
+            let left = taskdaemon_core::daemon::force_stop(&groups);
+            eprintln!("{left}");
+            std::process::exit(130);
+        }
+    });
+    Ok(())
+}
+
 fn foreground(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let opts = options(paths, &a, ctx)?;
-    super::run::with_signals(|shutdown| async move {
+    taskdaemon_core::agent::become_subreaper();
+    let rt = runtime(opts.limits.max_loops)?;
+    rt.block_on(async move {
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        spawn_signals(paths, shutdown.clone())?;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<daemon::DaemonEvent>();
         let printer = tokio::spawn(async move {
             while let Some(event) = rx.recv().await {
@@ -142,7 +202,13 @@ fn background(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i3
             .read_info()
             .map(|i| i.pid.to_string())
             .unwrap_or_default();
-        emit(&format!("the daemon already runs (pid {pid})\n"))?;
+        if a.json {
+            print_json(
+                &serde_json::json!({"started": false, "running": true, "pid": pid, "log": paths.log()}),
+            )?;
+        } else {
+            emit(&format!("the daemon already runs (pid {pid})\n"))?;
+        }
         return Ok(0);
     }
     // Check the settings here, where the person can see the error.
@@ -201,10 +267,16 @@ fn background(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i3
             && r.ok
         {
             let pid = paths.read_info().map(|i| i.pid).unwrap_or(child.id());
-            emit(&format!(
-                "daemon started (pid {pid}); log: {}\n",
-                paths.log().display()
-            ))?;
+            if a.json {
+                print_json(
+                    &serde_json::json!({"started": true, "running": true, "pid": pid, "log": paths.log()}),
+                )?;
+            } else {
+                emit(&format!(
+                    "daemon started (pid {pid}); log: {}\n",
+                    paths.log().display()
+                ))?;
+            }
             return Ok(0);
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -228,11 +300,18 @@ fn background(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i3
     }
 }
 
-fn stop(paths: &DaemonPaths) -> anyhow::Result<i32> {
+fn stop(paths: &DaemonPaths, json: bool) -> anyhow::Result<i32> {
     let pid = paths.read_info().map(|i| i.pid);
     let Some(r) = daemon_link::call(paths, &Request::Stop)? else {
-        emit("no daemon runs for this repository\n")?;
-        return Ok(0);
+        if json {
+            print_json(&serde_json::json!({"running": false, "stopped": false}))?;
+        } else {
+            eprintln!(
+                "no daemon runs for {}\n  hint: `taskdaemon daemon start` starts one",
+                paths.project.display()
+            );
+        }
+        return Ok(NOT_RUNNING);
     };
     let until = Instant::now() + Duration::from_secs(120);
     while paths.is_running() {
@@ -246,24 +325,36 @@ fn stop(paths: &DaemonPaths) -> anyhow::Result<i32> {
     }
     // The lock goes with the last of its work; the process itself follows at once.
     if let Some(pid) = pid {
-        let until = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < until && std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-                s.rsplit_once(')')
-                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
-            });
-            if zombie {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_gone(pid);
     }
-    emit(&format!("{}\ndaemon stopped\n", r.message))?;
+    if json {
+        print_json(&serde_json::json!({
+            "running": false, "stopped": true, "pid": pid, "message": r.message,
+        }))?;
+    } else {
+        emit(&format!("{}\ndaemon stopped\n", r.message))?;
+    }
     Ok(0)
+}
+
+/// Wait (up to 10 s) until process `pid` is gone or a zombie.
+fn wait_gone(pid: u32) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until && std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        });
+        if zombie {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn status(paths: &DaemonPaths, json: bool) -> anyhow::Result<i32> {
     let reply = daemon_link::call(paths, &Request::Status)?;
+    let code = if reply.is_some() { 0 } else { NOT_RUNNING };
     if json {
         let v = match &reply {
             Some(r) => serde_json::json!({
@@ -275,15 +366,17 @@ fn status(paths: &DaemonPaths, json: bool) -> anyhow::Result<i32> {
             None => serde_json::json!({"running": false, "log": paths.log()}),
         };
         print_json(&v)?;
-        return Ok(0);
+        return Ok(code);
     }
     let mut out = String::new();
     match reply {
-        None => outln!(
-            out,
-            "no daemon runs for {}\n  start it with `taskdaemon daemon start`",
-            paths.project.display()
-        ),
+        None => {
+            eprintln!(
+                "no daemon runs for {}\n  hint: start it with `taskdaemon daemon start`",
+                paths.project.display()
+            );
+            return Ok(code);
+        }
         Some(r) => {
             let d = &r.data;
             outln!(
@@ -306,5 +399,5 @@ fn status(paths: &DaemonPaths, json: bool) -> anyhow::Result<i32> {
         }
     }
     emit(&out)?;
-    Ok(0)
+    Ok(code)
 }

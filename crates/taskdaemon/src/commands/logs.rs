@@ -1,28 +1,40 @@
-//! `taskdaemon logs REF [--follow]`: the iteration logs of a run (of a spec or plan: its
-//! latest run), from its worktree, or from the daemon's copy once the worktree is removed.
+//! `taskdaemon logs [REF] [--follow] [--json]`: the iteration logs of a run (of a spec or
+//! plan: its latest run), from its worktree, or from the daemon's copy once the worktree is
+//! removed; without REF (or with the id of the local run), the local `run`/`task` of this
+//! directory (`.ralph/logs`).
+//!
+//! `--follow` on a daemon run reads on the daemon's events (pushed, not polled) until the
+//! run stops; on a local run it follows the files until the run's lock is released.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
-use taskdaemon_core::daemon::DaemonPaths;
+use taskdaemon_core::daemon::ipc;
+use taskdaemon_core::daemon::{DaemonEvent, DaemonPaths};
+use taskdaemon_core::engine::RunState;
 use taskdaemon_core::store::{AnyRecord, LoopRun, Records, RunStatus};
+use taskdaemon_core::workspace::Workspace;
 use taskstore::Filter;
 
 use super::daemon_link;
-use super::{Ctx, emit, store_err};
+use super::{Ctx, emit, print_json, store_err};
 use crate::cli::user;
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  taskdaemon logs 4d5e6f\n  taskdaemon logs spec-oauth-db --follow"
+    after_help = "Examples:\n  taskdaemon logs                      # the local run of this directory\n  taskdaemon logs 4d5e6f\n  taskdaemon logs spec-oauth-db --follow\n  taskdaemon logs 4d5e6f --json | jq -r .text"
 )]
 pub struct LogsArgs {
-    /// A run, or a spec or plan (its latest run).
-    pub reference: String,
+    /// A run, or a spec or plan (its latest run) [default: the local run of this directory].
+    pub reference: Option<String>,
     /// Keep printing as the run writes, until it stops running.
     #[arg(short, long)]
     pub follow: bool,
+    /// One JSON object per piece of a log: `{"run", "file", "text"}`, then `{"run", "status"}`.
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn latest_run(records: &Records, rec: AnyRecord) -> anyhow::Result<LoopRun> {
@@ -78,67 +90,220 @@ fn iteration_files(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// What was printed of each file, and how.
+struct Printer {
+    run: String,
+    json: bool,
+    shown: BTreeMap<PathBuf, u64>,
+}
+
+impl Printer {
+    fn new(run: &str, json: bool) -> Printer {
+        Printer {
+            run: run.to_string(),
+            json,
+            shown: BTreeMap::new(),
+        }
+    }
+
+    /// Print what the files of `dir` gained since the last look.
+    fn catch_up(&mut self, dir: &Path) -> anyhow::Result<()> {
+        for f in iteration_files(dir) {
+            let Ok(bytes) = std::fs::read(&f) else {
+                continue;
+            };
+            let from = self.shown.get(&f).copied().unwrap_or(0) as usize;
+            if bytes.len() <= from {
+                continue;
+            }
+            let text = String::from_utf8_lossy(&bytes[from..]);
+            if self.json {
+                print_json(&serde_json::json!({"run": self.run, "file": f, "text": text}))?;
+            } else {
+                if from == 0 {
+                    emit(&format!("==> {} <==\n", f.display()))?;
+                }
+                emit(&text)?;
+            }
+            self.shown.insert(f.clone(), bytes.len() as u64);
+        }
+        Ok(())
+    }
+
+    fn end(&self, status: &str, line: &str) -> anyhow::Result<()> {
+        if self.json {
+            print_json(&serde_json::json!({"run": self.run, "status": status}))
+        } else {
+            emit(&format!("{line}\n"))
+        }
+    }
+}
+
 pub fn run(args: LogsArgs, ctx: &Ctx) -> anyhow::Result<i32> {
+    let Some(reference) = args.reference.clone() else {
+        return local(ctx, None, &args);
+    };
     let paths = daemon_link::paths(ctx)?;
-    let mut records = Records::open(&paths.project).map_err(store_err)?;
-    let rec = records.find(&args.reference).map_err(store_err)?;
+    let found = Records::open(&paths.project)
+        .map_err(store_err)
+        .and_then(|r| r.find(&reference).map_err(store_err).map(|rec| (r, rec)));
+    match found {
+        Ok((records, rec)) => daemon_run(&paths, records, rec, &args),
+        Err(e) => {
+            let (_, ws) = ctx.workspace()?;
+            match local_dir(&ws, Some(&reference)) {
+                Some(_) => local(ctx, Some(&reference), &args),
+                None => Err(e),
+            }
+        }
+    }
+}
+
+fn is_active(status: RunStatus) -> bool {
+    matches!(
+        status,
+        RunStatus::Running | RunStatus::Pending | RunStatus::Rebasing
+    )
+}
+
+fn daemon_run(
+    paths: &DaemonPaths,
+    mut records: Records,
+    rec: AnyRecord,
+    args: &LogsArgs,
+) -> anyhow::Result<i32> {
     let reference = rec.id().to_string();
     let mut run = latest_run(&records, rec)?;
-    let mut shown: std::collections::BTreeMap<PathBuf, u64> = Default::default();
-    let mut last_look = false;
-    loop {
-        let dir = log_dirs(&paths, &run)
+    let mut p = Printer::new(&run.id, args.json);
+    let dir = |run: &LoopRun| {
+        log_dirs(paths, run)
             .into_iter()
-            .find(|d| !iteration_files(d).is_empty());
-        if let Some(dir) = &dir {
-            for f in iteration_files(dir) {
-                let Ok(bytes) = std::fs::read(&f) else {
-                    continue;
-                };
-                let from = shown.get(&f).copied().unwrap_or(0) as usize;
-                if bytes.len() > from {
-                    if from == 0 {
-                        emit(&format!("==> {} <==\n", f.display()))?;
-                    }
-                    emit(&String::from_utf8_lossy(&bytes[from..]))?;
-                    shown.insert(f.clone(), bytes.len() as u64);
-                }
-            }
-        }
-        if !args.follow || crate::out::stdout_closed() {
-            if dir.is_none() {
-                emit(&format!(
-                    "run {} ({}) has no iteration logs yet\n",
-                    run.id,
-                    run.status.as_str()
-                ))?;
-            }
-            return Ok(0);
-        }
-        if last_look {
-            emit(&format!(
-                "-- run {} is {} --\n",
+            .find(|d| !iteration_files(d).is_empty())
+    };
+    if let Some(d) = dir(&run) {
+        p.catch_up(&d)?;
+    } else if !args.follow || !is_active(run.status) {
+        p.end(
+            run.status.as_str(),
+            &format!(
+                "run {} ({}) has no iteration logs yet",
                 run.id,
                 run.status.as_str()
-            ))?;
+            ),
+        )?;
+        return Ok(0);
+    }
+    if !args.follow || !is_active(run.status) {
+        return Ok(0);
+    }
+    let socket = paths.read_info().map(|i| i.socket);
+    let sub = match socket.filter(|_| paths.is_running()) {
+        Some(s) => ipc::subscribe(&s)?,
+        None => {
+            p.end(
+                run.status.as_str(),
+                &format!(
+                    "-- run {} is {}, and no daemon runs: `taskdaemon daemon start` goes on with it --",
+                    run.id,
+                    run.status.as_str()
+                ),
+            )?;
             return Ok(0);
         }
-        std::thread::sleep(Duration::from_millis(300));
+    };
+    for e in sub {
+        let e = e?;
+        if matches!(e, DaemonEvent::DaemonStopped { .. }) {
+            p.end(
+                "interrupted",
+                &format!(
+                    "-- the daemon stopped; run {} resumes on its next start --",
+                    run.id
+                ),
+            )?;
+            return Ok(0);
+        }
+        let about = e.subject().is_some_and(|s| {
+            s.run == run.id
+                || s.spec.as_deref() == Some(reference.as_str())
+                || s.plan.as_deref() == Some(reference.as_str())
+        });
+        if !about && !matches!(e, DaemonEvent::Snapshot(_) | DaemonEvent::Lagged { .. }) {
+            continue;
+        }
         let _ = records.sync();
-        // The run as it is now (its worktree appears when it starts); for a spec or plan,
-        // its newest run (the next phase).
         if let Ok(rec) = records.find(&reference) {
             let newer = latest_run(&records, rec)?;
             if newer.id != run.id {
+                if let Some(d) = dir(&run) {
+                    p.catch_up(&d)?;
+                }
                 emit(&format!("-- next: run {} --\n", newer.id))?;
-                shown.clear();
+                p = Printer::new(&newer.id, args.json);
             }
             run = newer;
         }
-        // One more read once it stopped, for what it wrote last.
-        last_look = !matches!(
-            run.status,
-            RunStatus::Running | RunStatus::Pending | RunStatus::Rebasing
-        );
+        if let Some(d) = dir(&run) {
+            p.catch_up(&d)?;
+        }
+        if !is_active(run.status) || crate::out::stdout_closed() {
+            p.end(
+                run.status.as_str(),
+                &format!("-- run {} is {} --", run.id, run.status.as_str()),
+            )?;
+            return Ok(0);
+        }
     }
+    Ok(0)
+}
+
+/// The log directory of the local run `reference` (none: the current one) of `ws`.
+fn local_dir(ws: &Workspace, reference: Option<&str>) -> Option<(String, PathBuf)> {
+    let current = RunState::load(ws).ok().flatten().map(|s| s.run_id);
+    match (reference, current) {
+        (None, Some(id)) => Some((id, ws.logs_dir())),
+        (Some(r), Some(id)) if id.starts_with(r) => Some((id, ws.logs_dir())),
+        (Some(r), _) => {
+            let d = ws.logs_dir().join(r);
+            (!r.contains('/') && !iteration_files(&d).is_empty()).then(|| (r.to_string(), d))
+        }
+        (None, None) => None,
+    }
+}
+
+/// A local run (`run`, `task`) of this directory: its files; `--follow` until its lock goes.
+fn local(ctx: &Ctx, reference: Option<&str>, args: &LogsArgs) -> anyhow::Result<i32> {
+    let (dir, ws) = ctx.workspace()?;
+    let Some((id, logs)) = local_dir(&ws, reference) else {
+        return Err(user(format!(
+            "no local run in {} (no .ralph/run.json)\n  hint: name a daemon run: `taskdaemon status` lists them",
+            dir.display()
+        )));
+    };
+    let mut p = Printer::new(&id, args.json);
+    loop {
+        // Read whether it still runs first: what it wrote before ending is then read below.
+        let running = args.follow && ws.is_locked();
+        p.catch_up(&logs)?;
+        if !running || crate::out::stdout_closed() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let state = RunState::load(&ws).ok().flatten();
+    let status = state
+        .as_ref()
+        .and_then(|s| s.outcome.as_ref())
+        .map(|o| o.label().to_string())
+        .unwrap_or_else(|| {
+            if ws.is_locked() {
+                "running".into()
+            } else {
+                "stopped".into()
+            }
+        });
+    if args.follow || args.json {
+        p.end(&status, &format!("-- run {id} is {status} --"))?;
+    }
+    Ok(0)
 }

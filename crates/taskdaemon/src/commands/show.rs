@@ -35,7 +35,7 @@ pub fn run(args: ShowArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     match &rec {
         AnyRecord::Plan(p) => field(&mut out, "title", &p.title),
         AnyRecord::Spec(s) => field(&mut out, "title", &s.title),
-        AnyRecord::Run(r) => field(&mut out, "loop-type", &r.loop_type),
+        AnyRecord::Run(r) => field(&mut out, "loop-type", r.loop_type.as_str()),
     }
     field(&mut out, "status", rec.status());
     if readiness.ready {

@@ -1,179 +1,200 @@
-//! `taskdaemon status [--json]`: the tree plan → specs → runs, each with its status,
-//! iteration, elapsed time, cost and why it waits; and whether the daemon runs.
+//! `taskdaemon status [--json] [--watch]`: the tree plan → specs → runs, each with its
+//! status, iteration, elapsed time, cost and why it waits; and whether the daemon runs.
+//! The tree is the core's [`StatusSnapshot`]; `--watch` redraws it on every daemon event.
 
 use clap::Args;
-use serde_json::{Value, json};
-use taskdaemon_core::daemon::ipc::Request;
-use taskdaemon_core::store::{AnyRecord, Kind, LoopRun, Records};
-use taskstore::Filter;
+use taskdaemon_core::daemon::DaemonEvent;
+use taskdaemon_core::daemon::ipc::{self, Request};
+use taskdaemon_core::daemon::status::{self, RunView, StatusSnapshot};
+use taskdaemon_core::store::Records;
 
 use super::daemon_link;
-use super::{Ctx, emit, print_json, store_err};
+use super::{Ctx, emit, now_ms, print_json, store_err};
+use crate::cli::user;
 use crate::outln;
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  taskdaemon status\n  taskdaemon status --json | jq '.plans[].specs[] | {id, status}'\n\n\
+    after_help = "Examples:\n  taskdaemon status\n  taskdaemon status --json | jq '.plans[].specs[] | {id, status}'\n  taskdaemon status --watch\n\n\
 `taskdaemon logs REF` shows a run's iteration logs; `taskdaemon show REF` one record in full."
 )]
 pub struct StatusArgs {
+    /// Print the tree as JSON (with --watch: one JSON line per change).
     #[arg(long)]
     pub json: bool,
-}
-
-fn runs_of(records: &Records, parent: &str) -> anyhow::Result<Vec<LoopRun>> {
-    taskdaemon_core::scheduler::runs(records, &[Filter::eq("parent", parent)]).map_err(store_err)
-}
-
-fn run_json(r: &LoopRun) -> Value {
-    json!({
-        "id": r.id, "loop-type": r.loop_type, "status": r.status.as_str(),
-        "iteration": r.iteration, "elapsed-ms": r.elapsed_ms, "cost-usd": r.cost_usd,
-        "worktree": r.worktree, "note": r.note,
-        "phase": r.context.get("phase-number"),
-    })
+    /// Keep showing it: redrawn on every change the running daemon reports.
+    #[arg(long)]
+    pub watch: bool,
 }
 
 fn secs(ms: u64) -> String {
     taskdaemon_core::duration::format_duration(std::time::Duration::from_millis(ms))
 }
 
-fn run_line(out: &mut String, indent: &str, r: &LoopRun) {
+fn run_line(out: &mut String, indent: &str, r: &RunView) {
     let phase = r
-        .context
-        .get("phase-number")
-        .and_then(Value::as_str)
+        .phase
+        .as_ref()
+        .and_then(|p| p.as_str())
         .map(|p| format!(" phase {p}"))
         .unwrap_or_default();
+    let status = if r.interrupted {
+        "interrupted"
+    } else {
+        r.status.as_str()
+    };
     outln!(
         out,
         "{indent}run  {:<44} {:<9} {}{phase}  iteration {}  {}{}",
         r.id,
-        r.status.as_str(),
+        status,
         r.loop_type,
         r.iteration,
         secs(r.elapsed_ms),
         r.cost_usd.map(|c| format!("  ${c:.2}")).unwrap_or_default()
     );
-    if let Some(n) = &r.note {
+    if r.interrupted {
+        outln!(
+            out,
+            "{indent}     not running: the daemon stopped; it resumes on `taskdaemon daemon start`"
+        );
+    } else if let Some(n) = &r.note {
         outln!(out, "{indent}     {n}");
     }
 }
 
-pub fn run(args: StatusArgs, ctx: &Ctx) -> anyhow::Result<i32> {
-    let paths = daemon_link::paths(ctx)?;
-    let records = Records::open(&paths.project).map_err(store_err)?;
-    let daemon = match daemon_link::call(&paths, &Request::Status) {
-        Ok(Some(r)) => r.data,
-        _ => Value::Null,
-    };
-    let mut plans_json = Vec::new();
-    let mut out = String::new();
-    if daemon.is_null() {
+fn daemon_lines(out: &mut String, s: &StatusSnapshot) {
+    let Some(d) = &s.daemon else {
         outln!(out, "daemon: not running (`taskdaemon daemon start`)");
-    } else {
+        return;
+    };
+    outln!(
+        out,
+        "daemon: pid {}, {} active of max {}",
+        d.pid,
+        d.active.len(),
+        d.max_loops
+    );
+    for (account, p) in d.quota_governor.as_object().into_iter().flatten() {
+        let until = p["until"]
+            .as_i64()
+            .and_then(|s| jiff::Timestamp::from_second(s).ok())
+            .map(taskdaemon_core::agent::failure::describe_local)
+            .unwrap_or_default();
         outln!(
             out,
-            "daemon: pid {}, {} active of max {}",
-            daemon["pid"],
-            daemon["active"].as_array().map_or(0, Vec::len),
-            daemon["max-loops"]
+            "quota governor: {account} paused until {until}: {}; restarts: {}",
+            p["reason"].as_str().unwrap_or_default(),
+            p["slots"]
+                .as_object()
+                .map(|s| s.keys().cloned().collect::<Vec<_>>().join(", "))
+                .unwrap_or_default()
         );
-        for (account, p) in daemon["quota-governor"].as_object().into_iter().flatten() {
-            let until = p["until"]
-                .as_i64()
-                .and_then(|s| jiff::Timestamp::from_second(s).ok())
-                .map(taskdaemon_core::agent::failure::describe_local)
-                .unwrap_or_default();
-            outln!(
-                out,
-                "quota governor: {account} paused until {until}: {}; restarts: {}",
-                p["reason"].as_str().unwrap_or_default(),
-                p["slots"]
-                    .as_object()
-                    .map(|s| s.keys().cloned().collect::<Vec<_>>().join(", "))
-                    .unwrap_or_default()
-            );
-        }
     }
-    for p in records.list(Kind::Plan, &[]).map_err(store_err)? {
-        let AnyRecord::Plan(p) = p else { continue };
-        outln!(
-            out,
-            "plan {:<44} {:<11} {}",
-            p.id,
-            p.status.as_str(),
-            p.title
-        );
+}
+
+/// The tree as text.
+pub fn render(s: &StatusSnapshot) -> String {
+    let mut out = String::new();
+    daemon_lines(&mut out, s);
+    for p in &s.plans {
+        outln!(out, "plan {:<44} {:<11} {}", p.id, p.status, p.title);
         if let Some(n) = &p.note {
             outln!(out, "     {n}");
         }
-        let own = runs_of(&records, &p.id)?;
-        for r in &own {
+        for r in &p.runs {
             run_line(&mut out, "  ", r);
         }
-        let mut specs_json = Vec::new();
-        for s in records
-            .list(Kind::Spec, &[Filter::eq("parent", p.id.as_str())])
-            .map_err(store_err)?
-        {
-            let readiness = records.readiness(&s).map_err(store_err)?;
-            let AnyRecord::Spec(s) = s else { continue };
-            outln!(
-                out,
-                "  spec {:<42} {:<9} {}",
-                s.id,
-                s.status.as_str(),
-                s.title
-            );
-            if let Some(n) = &s.note {
+        for sp in &p.specs {
+            outln!(out, "  spec {:<42} {:<9} {}", sp.id, sp.status, sp.title);
+            if let Some(n) = &sp.note {
                 outln!(out, "       {n}");
-            } else if !readiness.ready && s.status.as_str() == "pending" {
-                let w: Vec<String> = readiness
+            } else if !sp.ready && sp.status == "pending" {
+                let w: Vec<String> = sp
                     .waiting
                     .iter()
                     .map(|(id, st)| format!("{id} ({st})"))
                     .collect();
                 outln!(out, "       waiting for {}", w.join(", "));
             }
-            let sr = runs_of(&records, &s.id)?;
-            for r in &sr {
+            for r in &sp.runs {
                 run_line(&mut out, "    ", r);
             }
-            specs_json.push(json!({
-                "id": s.id, "title": s.title, "status": s.status.as_str(), "note": s.note,
-                "deps": s.deps, "ready": readiness.ready,
-                "runs": sr.iter().map(run_json).collect::<Vec<_>>(),
-            }));
-        }
-        plans_json.push(json!({
-            "id": p.id, "title": p.title, "status": p.status.as_str(), "note": p.note,
-            "target-branch": p.target_branch,
-            "runs": own.iter().map(run_json).collect::<Vec<_>>(),
-            "specs": specs_json,
-        }));
-    }
-    let mut standalone = Vec::new();
-    for r in records.list(Kind::Run, &[]).map_err(store_err)? {
-        let AnyRecord::Run(r) = r else { continue };
-        if r.parent.is_none() {
-            standalone.push(r);
         }
     }
-    if !standalone.is_empty() {
+    if !s.runs.is_empty() {
         outln!(out, "runs");
-        for r in &standalone {
+        for r in &s.runs {
             run_line(&mut out, "  ", r);
         }
     }
+    out
+}
+
+/// The snapshot: from the daemon when one runs, else from the store.
+fn snapshot(paths: &taskdaemon_core::daemon::DaemonPaths) -> anyhow::Result<StatusSnapshot> {
+    if let Ok(Some(r)) = daemon_link::call(paths, &Request::Snapshot)
+        && r.ok
+        && let Ok(s) = serde_json::from_value(r.data)
+    {
+        return Ok(s);
+    }
+    let mut records = Records::open(&paths.project).map_err(store_err)?;
+    // Held work a person has taken into its target since: its note goes.
+    let _ = status::clear_taken_holds(&mut records, &paths.project, now_ms());
+    status::snapshot(&records, None).map_err(store_err)
+}
+
+pub fn run(args: StatusArgs, ctx: &Ctx) -> anyhow::Result<i32> {
+    let paths = daemon_link::paths(ctx)?;
+    if args.watch {
+        return watch(&paths, args.json);
+    }
+    let s = snapshot(&paths)?;
     if args.json {
-        print_json(&json!({
-            "daemon": daemon,
-            "plans": plans_json,
-            "runs": standalone.iter().map(run_json).collect::<Vec<_>>(),
-        }))?;
+        print_json(&s)?;
     } else {
-        emit(&out)?;
+        emit(&render(&s))?;
+    }
+    Ok(0)
+}
+
+/// Redraw on every event of the daemon's stream (agent lines excepted) until it stops.
+fn watch(paths: &taskdaemon_core::daemon::DaemonPaths, json: bool) -> anyhow::Result<i32> {
+    if !paths.is_running() {
+        return Err(user(format!(
+            "no daemon runs for {}, so nothing changes to watch\n  hint: `taskdaemon status` shows the store; `taskdaemon daemon start` starts the daemon",
+            paths.project.display()
+        )));
+    }
+    let socket = paths
+        .read_info()
+        .map(|i| i.socket)
+        .unwrap_or_else(|| paths.socket());
+    let sub = ipc::subscribe(&socket)?;
+    let clear = !json && std::io::IsTerminal::is_terminal(&std::io::stdout());
+    for e in sub {
+        let e = e?;
+        let s = match e {
+            DaemonEvent::Snapshot(s) => s,
+            DaemonEvent::DaemonStopped { .. } => {
+                emit("-- the daemon stopped --\n")?;
+                return Ok(0);
+            }
+            DaemonEvent::AgentLine { .. }
+            | DaemonEvent::AgentActivity { .. }
+            | DaemonEvent::Lagged { .. } => continue,
+            _ => snapshot(paths)?,
+        };
+        if json {
+            print_json(&s)?;
+        } else {
+            let head = if clear { "\x1b[H\x1b[2J" } else { "" };
+            emit(&format!("{head}{}\n", render(&s)))?;
+        }
+        if crate::out::stdout_closed() {
+            return Ok(0);
+        }
     }
     Ok(0)
 }
