@@ -12,7 +12,7 @@ impl RunView {
         RunView {
             id: r.id.clone(),
             title: r.title.clone(),
-            loop_type: r.loop_type.clone(),
+            loop_type: r.loop_type.to_string(),
             status: r.status,
             iteration: r.iteration,
             max_iterations: None,

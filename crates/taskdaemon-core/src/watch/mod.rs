@@ -76,7 +76,7 @@ impl RunView {
         RunView {
             id: r.id.clone(),
             title: title.to_string(),
-            loop_type: r.loop_type.clone(),
+            loop_type: r.loop_type.to_string(),
             status: r.status,
             iteration: r.iteration,
             max_iterations: None,
@@ -268,7 +268,7 @@ fn run_title(r: &LoopRun, titles: &BTreeMap<String, String>) -> String {
             return t.lines().next().unwrap_or(t).to_string();
         }
     }
-    r.loop_type.clone()
+    r.loop_type.to_string()
 }
 
 #[cfg(test)]
