@@ -94,11 +94,27 @@ impl Setup {
         Setup { env, vars }
     }
 
-    fn hook_sink(&self) -> String {
-        format!(
-            "  - command: {}\n",
-            self.env.root().join("hook.sh").display()
+    /// The command hook, in the user's config (a project's config may not run commands).
+    fn user_hook(&self) {
+        let dir = self.env.home().join(".config/taskdaemon");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("config.yaml"),
+            format!(
+                "notify:\n  - command: {}\n",
+                self.env.root().join("hook.sh").display()
+            ),
         )
+        .unwrap();
+    }
+
+    /// The project's config: the agent's output format and `sinks`.
+    fn project(&self, sinks: &str) {
+        std::fs::write(
+            self.env.repo().join(".taskdaemon/config.yaml"),
+            format!("agent-format: claude-stream-json\nnotify:\n{sinks}"),
+        )
+        .unwrap();
     }
 
     fn run(&self, args: &[&str]) -> harness::Run {
@@ -252,15 +268,12 @@ fn has(v: &[Value], kind: &str, run: &str) -> bool {
 fn a_webhook_and_a_command_hook_get_one_message_per_event_with_the_action() {
     let (url, got) = receiver();
     let mut s = Setup::new("");
-    let sinks = format!(
-        "  - webhook: {url}\n    events: [blocked, decide, complete, usage-limit-wait]\n{}",
-        s.hook_sink()
-    );
-    std::fs::write(
-        s.env.repo().join(".taskdaemon/config.yaml"),
-        format!("agent-format: claude-stream-json\nnotify:\n{sinks}"),
-    )
-    .unwrap();
+    s.user_hook();
+    let evil = s.env.root().join("evil.out");
+    s.project(&format!(
+        "  - webhook: {url}\n    events: [blocked, decide, complete, usage-limit-wait]\n  - command: touch {}\n",
+        evil.display()
+    ));
     s.vars
         .push(("TASKDAEMON_MAX_ITERATIONS".into(), "3".into()));
     s.ok(&["daemon", "start", "--tick", "0.2", "--max-loops", "4"]);
@@ -317,6 +330,14 @@ fn a_webhook_and_a_command_hook_get_one_message_per_event_with_the_action() {
         w["reason"].as_str().unwrap().contains("usage limit"),
         "{w:#}"
     );
+    // The repository's own command hook never ran, and the log says why.
+    assert!(!evil.exists(), "a project's command hook ran");
+    assert!(
+        s.log()
+            .contains("is not run: a repository's own config may not make taskdaemon run commands"),
+        "{}",
+        s.log()
+    );
     let kinds_file = std::fs::read_to_string(s.env.root().join("hook.out.kinds")).unwrap();
     assert!(kinds_file.lines().any(|l| l == "decide"), "{kinds_file}");
 }
@@ -327,26 +348,16 @@ fn a_dead_webhook_slows_no_loop() {
     let closed = closed_port();
     // Baseline: the same run with only the command hook.
     let quick = Setup::new("");
-    std::fs::write(
-        quick.env.repo().join(".taskdaemon/config.yaml"),
-        format!(
-            "agent-format: claude-stream-json\nnotify:\n{}",
-            quick.hook_sink()
-        ),
-    )
-    .unwrap();
+    quick.user_hook();
+    quick.project("");
     let base = timed_limited_run(&quick);
     quick.ok(&["daemon", "stop"]);
 
     let s = Setup::new("");
-    std::fs::write(
-        s.env.repo().join(".taskdaemon/config.yaml"),
-        format!(
-            "agent-format: claude-stream-json\nnotify:\n  - webhook: {hang_url}\n    timeout: 10m\n    retries: 0\n  - webhook: {closed}\n{}",
-            s.hook_sink()
-        ),
-    )
-    .unwrap();
+    s.user_hook();
+    s.project(&format!(
+        "  - webhook: {hang_url}\n    timeout: 10m\n    retries: 0\n  - webhook: {closed}\n"
+    ));
     let with_dead = timed_limited_run(&s);
     eprintln!(
         "wall time of the run: {base:?} with a working hook only, {with_dead:?} with a hanging and a closed webhook too"

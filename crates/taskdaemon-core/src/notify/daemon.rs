@@ -24,10 +24,14 @@ pub fn start_for_daemon(
     repo: &Path,
     config: Option<&Path>,
 ) -> Option<JoinHandle<()>> {
-    let sinks: Vec<SinkConfig> = crate::config::load_layers(repo, config)
-        .ok()
-        .and_then(|s| s.notify)
-        .unwrap_or_default();
+    let (sinks, skipped): (Vec<SinkConfig>, Vec<String>) = super::sinks_for(repo, config);
+    for message in skipped {
+        events.emit(DaemonEvent::Note {
+            repo: repo.to_path_buf(),
+            warning: true,
+            message,
+        });
+    }
     if sinks.is_empty() {
         return None;
     }

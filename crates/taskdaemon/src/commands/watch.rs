@@ -82,7 +82,10 @@ pub fn notify_local(
 ) {
     use taskdaemon_core::notify;
     let dir = &state.config.workdir;
-    let sinks = notify::sinks_for(dir);
+    let (sinks, skipped) = notify::sinks_for(dir, None);
+    for line in skipped {
+        eprintln!("taskdaemon: {line}");
+    }
     if sinks.is_empty() {
         return (rx, tokio::spawn(async {}));
     }
