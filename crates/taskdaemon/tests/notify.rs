@@ -422,3 +422,29 @@ fn timed_limited_run(s: &Setup) -> Duration {
     );
     took
 }
+
+#[test]
+fn a_foreground_run_notifies_from_its_own_events() {
+    let s = Setup::new("");
+    s.user_hook();
+    s.project("");
+    let r = s.run(&[
+        "run",
+        "task-blocks: add the payment API",
+        "--max-iterations",
+        "2",
+    ]);
+    assert_eq!(r.code, 2, "blocked\n{}\n{}", r.stdout, r.stderr);
+    let got = s.hooked();
+    assert_eq!(got.len(), 1, "{got:#?}");
+    let n = &got[0];
+    assert_eq!(n["event"], "blocked");
+    assert_eq!(n["reason"], "the API key is missing");
+    assert_eq!(n["title"], "task-blocks: add the payment API");
+    let repo = s.env.repo().display().to_string();
+    assert_eq!(n["repository"], repo.as_str());
+    assert_eq!(
+        n["action"],
+        format!("taskdaemon -C {repo} unblock && taskdaemon -C {repo} run --resume").as_str()
+    );
+}
