@@ -15,6 +15,7 @@ pub mod guards;
 pub mod lifecycle;
 pub mod loops;
 pub mod notify;
+pub mod pidlock;
 pub mod scheduler;
 pub mod shell;
 pub mod signals;

@@ -1,10 +1,8 @@
 //! Typed access to the `.ralph/` files that agent and harness share. Every write is atomic.
 
-use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::fsutil::{create_dir_confined, open_lock_file, open_read, read_optional, write_atomic};
+use crate::fsutil::{create_dir_confined, read_optional, write_atomic};
 
 /// Files in `.ralph/` that git must ignore: logs, escalations, runtime state. `init` puts
 /// them in `.gitignore`; `run` puts any that are missing in `.git/info/exclude`, so an
@@ -140,28 +138,24 @@ impl Workspace {
         let path = self.lock_file();
         create_dir_confined(&self.root).map_err(io(&self.root))?;
         // Never through a link: a committed `run.lock -> ~/file` would be truncated.
-        let mut f = open_lock_file(&path).map_err(io(&path))?;
-        match f.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(WorkspaceError::Busy {
-                    dir: self.root.parent().unwrap_or(&self.root).to_path_buf(),
-                    lock: path,
-                });
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(io(&path)(e)),
+        match crate::pidlock::acquire(&path) {
+            Ok(l) => Ok(RunLock { _lock: l }),
+            Err(crate::pidlock::LockError::Held(_)) => Err(WorkspaceError::Busy {
+                dir: self.root.parent().unwrap_or(&self.root).to_path_buf(),
+                lock: path,
+            }),
+            Err(crate::pidlock::LockError::Io(e)) => Err(io(&path)(e)),
         }
-        let _ = f.set_len(0);
-        let _ = writeln!(f, "{}", std::process::id());
-        Ok(RunLock { _file: f })
     }
 
     /// Whether a loop holds the lock right now.
     pub fn is_locked(&self) -> bool {
-        match open_read(&self.lock_file()) {
-            Ok(f) => matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)),
-            Err(_) => false,
-        }
+        self.holder().is_some()
+    }
+
+    /// The pid of the loop holding the lock (`Some(None)`: held, pid unreadable).
+    pub fn holder(&self) -> Option<Option<i32>> {
+        crate::pidlock::holder(&self.lock_file())
     }
 
     pub fn read_blocked(&self) -> Result<Option<String>, WorkspaceError> {
@@ -276,7 +270,7 @@ impl Workspace {
 /// A held run lock.
 #[derive(Debug)]
 pub struct RunLock {
-    _file: File,
+    _lock: crate::pidlock::PidLock,
 }
 
 /// How a question of the task parser starts.

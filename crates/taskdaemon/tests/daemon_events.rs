@@ -384,3 +384,151 @@ fn a_second_interrupt_forces_the_foreground_daemon_to_stop() {
     });
     assert!(gone, "agent {agent_pid} survived a forced stop");
 }
+
+/// The work-list agent (as `implement`'s tests play it): writes `work/<id>.txt` and commits
+/// it, checks its box (under the tasks lock in a parallel group, writing its own progress
+/// file), and says TASK_COMPLETE, or VERIFICATION_PASS as QA.
+const WORKLIST_AGENT: &str = r#"#!/bin/sh
+id="$TASKDAEMON_TASK_ID"
+cat > /dev/null
+echo "$id" >> "$TD_CALLS"
+par=0
+case "$TASKDAEMON_PROGRESS_FILE" in *.progress-task-*) par=1;; esac
+mkdir -p work
+echo "$id" > "work/$id.txt"
+git add work && git commit -qm "task $id"
+flock "$TASKDAEMON_TASKS_LOCK" sed -i "s/^- \[ \] $id /- [x] $id /" "$TASKDAEMON_TASKS_FILE"
+if [ "$par" = 1 ]; then
+  echo "notes of $id" > "$TASKDAEMON_PROGRESS_FILE"
+else
+  echo "- $id done" >> "$TASKDAEMON_SPEC_DIR/.progress.md"
+  git add -A "$TASKDAEMON_SPEC_DIR" && git commit -qm "mark $id"
+fi
+if [ "$TASKDAEMON_TASK_ROLE" = qa ]; then echo "checks ran: VERIFICATION_PASS"; else echo "all done. TASK_COMPLETE"; fi
+"#;
+
+const FOUR_TASKS: &str = "# Tasks\n\n## Phase 1: Make it work\n\n- [ ] 1.1 Set up\n  - **Do**: create work/1.1.txt\n  - **Verify**: `test -f work/1.1.txt`\n\n- [ ] 1.2 [P] Part A\n  - **Do**: create work/1.2.txt\n  - **Verify**: `test -f work/1.2.txt`\n\n- [ ] 1.3 [P] Part B\n  - **Do**: create work/1.3.txt\n  - **Verify**: `test -f work/1.3.txt`\n\n- [ ] 1.4 [VERIFY] Checkpoint\n  - **Do**: check parts A and B\n  - **Verify**: `test -f work/1.2.txt && test -f work/1.3.txt`\n";
+
+#[test]
+fn submit_spec_of_a_tasks_md_directory_completes_under_the_daemon_and_merges() {
+    let env = Env::new();
+    let repo = env.repo();
+    let spec = repo.join("specs/demo");
+    std::fs::create_dir_all(&spec).unwrap();
+    std::fs::write(spec.join("tasks.md"), FOUR_TASKS).unwrap();
+    std::fs::write(
+        spec.join("requirements.md"),
+        "# Requirements\n\nFR-1: files exist.\n",
+    )
+    .unwrap();
+    std::fs::write(spec.join("design.md"), "# Design\n\nOne file per task.\n").unwrap();
+    harness::git(&repo, &["add", "-A"]);
+    harness::git(&repo, &["commit", "-qm", "spec"]);
+    // Nothing checked out: the result goes straight into main.
+    harness::git(&repo, &["checkout", "-q", "--detach"]);
+    let agent = env.root().join("worklist-agent.sh");
+    std::fs::write(&agent, WORKLIST_AGENT).unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let calls = env.root().join("calls");
+    let s = Setup {
+        env,
+        vars: vec![
+            (
+                "TASKDAEMON_AGENT".into(),
+                format!("cmd:{}", agent.display()),
+            ),
+            ("TD_CALLS".into(), calls.display().to_string()),
+        ],
+    };
+    s.ok(&["daemon", "start", "--tick", "0.2", "--target", "main"]);
+    let mut sub = ipc::subscribe(&s.socket()).unwrap();
+    let out = s.ok(&["submit", "spec", "specs/demo", "--target", "main", "--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let id = v["created"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(v["created"][0]["loop-type"], "implement", "{v}");
+    let seen = read_until(&mut sub, &s, |e| {
+        matches!(e, DaemonEvent::Merged { subject, .. } if subject.run == id)
+            || matches!(e, DaemonEvent::Failed { subject, .. } if subject.run == id)
+    });
+    assert!(
+        matches!(seen.last(), Some(DaemonEvent::Merged { .. })),
+        "{seen:#?}\nlog:\n{}",
+        s.log()
+    );
+    let st: Value = serde_json::from_str(&s.ok(&["status", "--json"])).unwrap();
+    let run = st["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id.as_str())
+        .unwrap();
+    assert_eq!(run["status"], "complete", "{st}");
+    // Every task's work and every box is in main.
+    for t in ["1.1", "1.2", "1.3", "1.4"] {
+        assert_eq!(
+            harness::git(&repo, &["show", &format!("main:work/{t}.txt")]).trim(),
+            t
+        );
+    }
+    let tasks = harness::git(&repo, &["show", "main:specs/demo/tasks.md"]);
+    assert_eq!(tasks.matches("- [x]").count(), 4, "{tasks}");
+    let called = std::fs::read_to_string(&calls).unwrap();
+    for t in ["1.1", "1.2", "1.3", "1.4"] {
+        assert!(called.lines().any(|l| l == t), "{t} never ran: {called}");
+    }
+    s.ok(&["daemon", "stop"]);
+}
+
+#[test]
+fn cancel_stops_a_foreground_run_from_another_terminal() {
+    let go = Env::new();
+    let never = go.root().join("never");
+    let s = Setup::new(&[("WAIT_FOR", never.display().to_string())]);
+    let agent = s.vars[0].1.clone();
+    let mut c = s.env.cmd();
+    for (k, v) in &s.vars {
+        c.env(k, v);
+    }
+    let mut run = c
+        .args([
+            "run",
+            "wait forever",
+            "--agent",
+            &agent,
+            "--kill-grace",
+            "1s",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let lock = s.env.repo().join(".ralph/run.lock");
+    // Its lock holds its pid once the loop runs.
+    let t = std::time::Instant::now();
+    let state = s.env.repo().join(".ralph/run.json");
+    while std::fs::read_to_string(&lock).unwrap_or_default().trim() != run.id().to_string()
+        || !state.exists()
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the run never took its lock"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = s.run(&["cancel", "--json"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["stopped_pid"], run.id() as i64, "{v}");
+    let status = harness::wait_timeout(&mut run, Duration::from_secs(60));
+    assert!(!status.success(), "{status:?}");
+    // Nothing holds the lock any more, and `logs` knows the local run.
+    let r = s.run(&["cancel", "--json"]);
+    assert_ne!(r.code, 0, "a second cancel found a loop: {}", r.stdout);
+    let logs = s.ok(&["logs", "--json"]);
+    assert!(
+        logs.lines()
+            .last()
+            .is_some_and(|l| l.contains("\"status\"")),
+        "{logs}"
+    );
+}

@@ -81,7 +81,11 @@ pub async fn execute(
     tx: UnboundedSender<Report>,
 ) {
     let run_id = l.run.id.clone();
-    let result = execute_inner(shared, l, &cancel, &tx).await;
+    let result = if l.run.loop_type == LoopKind::Implement {
+        super::worklist_run::execute(&shared, &l, &cancel, &tx).await
+    } else {
+        execute_inner(shared, l, &cancel, &tx).await
+    };
     let _ = tx.send(Report::Finished { run_id, result });
 }
 

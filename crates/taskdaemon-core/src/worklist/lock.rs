@@ -4,7 +4,6 @@
 //! `flock <spec>/.tasks.md.lock sed -i …`).
 
 use std::fs::File;
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use super::WorklistError;
@@ -15,7 +14,7 @@ pub const TASKS_LOCK: &str = ".tasks.md.lock";
 /// The running loop's lock; released when dropped (or when the process dies).
 #[derive(Debug)]
 pub struct RunLock {
-    _file: File,
+    _lock: crate::pidlock::PidLock,
 }
 
 /// Never through a link: a committed `.implement.lock -> ~/file` would be truncated.
@@ -26,39 +25,22 @@ fn open(path: &Path) -> Result<File, WorklistError> {
 /// Take the run lock of `spec_dir`, or say who holds it.
 pub fn acquire(spec_dir: &Path) -> Result<RunLock, WorklistError> {
     let path = spec_dir.join(RUN_LOCK);
-    let mut f = open(&path)?;
-    match f.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            return Err(WorklistError::Busy {
-                spec: spec_dir.to_path_buf(),
-                pid: holder(spec_dir)
-                    .flatten()
-                    .map(|p| p.to_string())
-                    .unwrap_or_else(|| "unknown".into()),
-            });
-        }
-        Err(std::fs::TryLockError::Error(e)) => return Err(WorklistError::io(&path)(e)),
+    match crate::pidlock::acquire(&path) {
+        Ok(l) => Ok(RunLock { _lock: l }),
+        Err(crate::pidlock::LockError::Held(pid)) => Err(WorklistError::Busy {
+            spec: spec_dir.to_path_buf(),
+            pid: pid
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "unknown".into()),
+        }),
+        Err(crate::pidlock::LockError::Io(e)) => Err(WorklistError::io(&path)(e)),
     }
-    let _ = f.set_len(0);
-    let _ = writeln!(f, "{}", std::process::id());
-    let _ = f.sync_data();
-    Ok(RunLock { _file: f })
 }
 
 /// `Some(pid)` while a loop holds the run lock (`Some(None)`: held, pid unreadable);
 /// `None` when no loop runs.
 pub fn holder(spec_dir: &Path) -> Option<Option<i32>> {
-    let path = spec_dir.join(RUN_LOCK);
-    let mut f = crate::fsutil::open_read(&path).ok()?;
-    match f.try_lock_shared() {
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let mut s = String::new();
-            let _ = f.read_to_string(&mut s);
-            Some(s.trim().parse().ok())
-        }
-        _ => None,
-    }
+    crate::pidlock::holder(&spec_dir.join(RUN_LOCK))
 }
 
 pub fn tasks_lock_path(spec_dir: &Path) -> PathBuf {

@@ -64,7 +64,8 @@ pub enum What {
         #[command(flatten)]
         common: Common,
     },
-    /// A spec document (front matter: title, deps, phases) to build.
+    /// A spec document (front matter: title, deps, phases) to build; or a spec directory
+    /// with a tasks.md, worked through as `implement` does, in its own worktree, merged when done.
     Spec {
         file: PathBuf,
         /// The plan it belongs to [default: a new plan record named after the spec].
@@ -227,6 +228,10 @@ pub fn run(args: SubmitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
                 created.push(serde_json::to_value(&run)?);
             }
         }
+        What::Spec { file, common, .. } if file.is_dir() => {
+            let run = submit_worklist(ctx, &project, &mut records, &file, &common, now)?;
+            created.push(serde_json::to_value(&run)?);
+        }
         What::Spec { file, plan, common } => {
             if common.agent.is_some() {
                 return Err(user(
@@ -344,4 +349,55 @@ pub fn run(args: SubmitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         emit(&format!("queued {}\n  {hint}\n", ids.join(", ")))?;
     }
     Ok(0)
+}
+
+/// `submit spec specs/NAME`: an implement run of the spec directory's tasks.md.
+fn submit_worklist(
+    ctx: &Ctx,
+    project: &std::path::Path,
+    records: &mut Records,
+    dir: &std::path::Path,
+    common: &Common,
+    now: i64,
+) -> anyhow::Result<taskdaemon_core::store::LoopRun> {
+    check_agent(common)?;
+    let abs = std::fs::canonicalize(dir)
+        .map_err(|e| user(format!("cannot read spec directory {}: {e}", dir.display())))?;
+    let top = taskdaemon_core::git::Git::new(project)
+        .toplevel()
+        .map_err(user)?;
+    let top = top.canonicalize().unwrap_or(top);
+    taskdaemon_core::worklist::coordinator::preflight(&abs, &top).map_err(user)?;
+    let rel = abs.strip_prefix(&top).map_err(|_| {
+        user(format!(
+            "{} is outside the repository {}\n  hint: a spec directory of this repository, e.g. specs/NAME",
+            abs.display(),
+            top.display()
+        ))
+    })?;
+    let target = target(ctx, project, common)?;
+    check_branch(project, &target)?;
+    let name = rel.display().to_string();
+    let mut ctxv = Map::new();
+    ctxv.insert(
+        taskdaemon_core::daemon::worklist_run::SPEC_DIR.into(),
+        name.clone().into(),
+    );
+    ctxv.insert(context::TASK.into(), format!("implement {name}").into());
+    ctxv.insert(context::TARGET.into(), target.into());
+    if let Some(a) = &common.agent {
+        ctxv.insert(context::AGENT.into(), a.clone().into());
+    }
+    records
+        .create_run(
+            NewRun {
+                loop_type: "implement".into(),
+                name: Some(format!("implement {name}")),
+                context: ctxv,
+                priority: common.priority,
+                ..NewRun::default()
+            },
+            now,
+        )
+        .map_err(store_err)
 }
