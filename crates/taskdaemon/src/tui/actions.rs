@@ -60,9 +60,12 @@ pub fn perform(app: &mut App, a: &Action) -> String {
 
 fn control(app: &App, verb: Verb, run: &str) -> Result<String, String> {
     let name = verb.as_str();
+    if let (Source::Local { dir, .. }, Verb::Cancel) = (&app.source, verb) {
+        return cancel_foreground(dir);
+    }
     let Source::Daemon { paths, .. } = &app.source else {
         return Err(format!(
-            "a foreground loop cannot be told to {name} from here: use Ctrl-C in its terminal (it resumes with `taskdaemon run --resume`)"
+            "a foreground loop cannot be told to {name}: `c` cancels it (it resumes with `taskdaemon run --resume`)"
         ));
     };
     let socket = paths
@@ -78,6 +81,29 @@ fn control(app: &App, verb: Verb, run: &str) -> Result<String, String> {
         Ok(first_line(&resp.message, &format!("{name}: done")))
     } else {
         Err(first_line(&resp.message, "refused"))
+    }
+}
+
+/// `taskdaemon -C DIR cancel`: TERM to the foreground loop holding the run lock there (it
+/// stops its agents and can be resumed with `run --resume`).
+fn cancel_foreground(dir: &std::path::Path) -> Result<String, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = std::process::Command::new(exe)
+        .arg("-C")
+        .arg(dir)
+        .arg("cancel")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() {
+        Ok(first_line(&text, "cancelled"))
+    } else {
+        Err(first_line(&text, "cancel failed"))
     }
 }
 
