@@ -89,8 +89,13 @@ impl Kind {
     pub fn needs_a_person(self) -> bool {
         matches!(
             self,
-            Kind::Blocked | Kind::Decide | Kind::Failed | Kind::Stuck | Kind::MergeConflict
-        ) || self == Kind::DaemonStopped
+            Kind::Blocked
+                | Kind::Decide
+                | Kind::Failed
+                | Kind::Stuck
+                | Kind::MergeConflict
+                | Kind::DaemonStopped
+        )
     }
 }
 

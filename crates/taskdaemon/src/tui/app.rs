@@ -66,8 +66,6 @@ impl App {
         self.log.prefer_live(&live);
     }
 
-    pub fn stop(&mut self) {}
-
     pub fn selected_run(&self) -> Option<&RunView> {
         self.selected.as_ref().and_then(|s| self.model.runs.get(s))
     }

@@ -79,7 +79,6 @@ pub fn run(mut app: App) -> anyhow::Result<()> {
             }
         }
     }
-    app.stop();
     drop(term);
     Ok(())
 }
@@ -89,7 +88,6 @@ pub fn once(mut app: App, width: u16, height: u16) -> anyhow::Result<String> {
     app.pull();
     let mut term = Terminal::new(TestBackend::new(width, height))?;
     term.draw(|f| draw::frame(f, &mut app))?;
-    app.stop();
     let buf = term.backend().buffer().clone();
     let mut out = String::new();
     for y in 0..buf.area.height {
