@@ -8,7 +8,7 @@ use serde_json::json;
 use taskdaemon_core::store::{
     AnyRecord, Kind, NewPlan, NewRecord, NewRun, NewSpec, Phase, Records, StoreError, ids,
 };
-use taskstore::{ChangeKind, Filter, StoreOptions};
+use taskstore::{Filter, StoreOptions};
 
 const T0: i64 = 1_763_726_400_000;
 
@@ -260,7 +260,7 @@ fn ready_only_when_every_dep_is_complete() {
     let e = r.get(&db).unwrap().unwrap().set_status("done").unwrap_err();
     assert!(
         e.to_string()
-            .contains("use one of: pending, blocked, running, complete, failed"),
+            .contains("use one of: pending, blocked, running, paused, complete, failed"),
         "{e}"
     );
 }

@@ -4,7 +4,6 @@
 
 use taskstore::Filter;
 
-use crate::scheduler::cascade::PAUSED;
 use crate::scheduler::{runs, specs};
 use crate::store::{
     AnyRecord, LoopKind, LoopRun, PlanStatus, Records, RunStatus, SpecStatus, StoreError,
@@ -102,7 +101,7 @@ pub fn apply(
                         SpecStatus::Pending | SpecStatus::Running | SpecStatus::Blocked
                     ) =>
                 {
-                    (SpecStatus::Blocked, Some(PAUSED.to_string()))
+                    (SpecStatus::Paused, None)
                 }
                 Action::Pause => (spec.status, spec.note.clone()),
                 Action::Cancel => (SpecStatus::Failed, Some("cancelled by a person".into())),
@@ -150,10 +149,13 @@ pub fn apply(
                     PlanStatus::Draft | PlanStatus::Ready | PlanStatus::InProgress
                 );
             let status = match action {
+                Action::Pause if paused => PlanStatus::Paused,
                 Action::Pause => plan.status,
                 Action::Cancel => PlanStatus::Cancelled,
                 Action::Start | Action::Resume => match plan.status {
-                    PlanStatus::Failed | PlanStatus::Cancelled => {
+                    // A plan goes on from what its records say (a draft whose plan run is
+                    // complete is ready again on the next pass).
+                    PlanStatus::Failed | PlanStatus::Cancelled | PlanStatus::Paused => {
                         if specs(records, &[Filter::eq("parent", plan.id.as_str())])?.is_empty()
                             && !runs(records, &[Filter::eq("parent", plan.id.as_str())])?
                                 .iter()
@@ -169,18 +171,10 @@ pub fn apply(
                     s => s,
                 },
             };
-            let note = if paused {
-                Some(PAUSED.to_string())
-            } else {
-                None
-            };
+            let note = None;
             if status != plan.status || note != plan.note {
-                out.lines.push(format!(
-                    "plan {}: {} -> {status}{}",
-                    plan.id,
-                    plan.status,
-                    if paused { " (paused)" } else { "" }
-                ));
+                out.lines
+                    .push(format!("plan {}: {} -> {status}", plan.id, plan.status));
                 plan.status = status;
                 plan.note = note;
                 records.update(AnyRecord::Plan(plan), now)?;
@@ -302,7 +296,10 @@ fn wake_parent(
 ) -> Result<(), ControlError> {
     match records.get(parent)? {
         Some(AnyRecord::Spec(mut s))
-            if matches!(s.status, SpecStatus::Blocked | SpecStatus::Failed) =>
+            if matches!(
+                s.status,
+                SpecStatus::Blocked | SpecStatus::Failed | SpecStatus::Paused
+            ) =>
         {
             out.lines
                 .push(format!("spec {}: {} -> running", s.id, s.status));
@@ -311,8 +308,10 @@ fn wake_parent(
             records.update(AnyRecord::Spec(s), now)?;
         }
         Some(AnyRecord::Plan(mut p))
-            if matches!(p.status, PlanStatus::Failed | PlanStatus::Cancelled)
-                || p.note.is_some() =>
+            if matches!(
+                p.status,
+                PlanStatus::Failed | PlanStatus::Cancelled | PlanStatus::Paused
+            ) || p.note.is_some() =>
         {
             let status = if *loop_type == LoopKind::Plan {
                 PlanStatus::Draft

@@ -194,6 +194,10 @@ pub enum DaemonEvent {
         subject: Subject,
         branch: String,
         target: String,
+        /// The target is checked out: the work waits on this integration branch for a
+        /// person to take it (`git merge --ff-only BRANCH` there).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        held_on: Option<String>,
     },
     MergeConflict {
         #[serde(flatten)]
@@ -430,7 +434,11 @@ impl fmt::Display for DaemonEvent {
                 subject,
                 branch,
                 target,
-            } => write!(f, "merged {branch} into {target} ({})", subject.run),
+                held_on,
+            } => match held_on {
+                Some(h) => write!(f, "merged {branch} for {target} onto {h} ({})", subject.run),
+                None => write!(f, "merged {branch} into {target} ({})", subject.run),
+            },
             MergeConflict {
                 subject, message, ..
             } => write!(f, "{}: {message}", subject.run),

@@ -893,6 +893,9 @@ impl Dispatcher {
                     subject: subject.clone(),
                     branch,
                     target: target.clone(),
+                    held_on: note
+                        .as_ref()
+                        .map(|_| crate::git::integrate::held_branch(&target)),
                 });
                 if let Some(n) = note {
                     self.emit(DaemonEvent::Waiting {

@@ -145,7 +145,7 @@ pub fn subject_of_id(records: &Records, id: &str, repo: &Path) -> Subject {
 }
 
 fn run_view(records: &Records, r: &LoopRun, daemon: Option<&DaemonState>) -> RunView {
-    let live = daemon.is_some_and(|d| d.active.iter().any(|a| *a == r.id));
+    let live = daemon.is_some_and(|d| d.active.contains(&r.id));
     RunView {
         id: r.id.clone(),
         title: run_title(records, r),

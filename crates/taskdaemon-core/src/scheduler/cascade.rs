@@ -24,8 +24,8 @@ use crate::store::{
     Spec, SpecStatus, StoreError,
 };
 
-/// The note of a plan or spec a person paused (`taskdaemon pause`): the cascade leaves it
-/// alone until it is resumed.
+/// The note a paused plan or spec had before `paused` was a status (stores written then
+/// still load: such a record becomes `paused` on the next pass).
 pub const PAUSED: &str = "paused by a person";
 
 /// Work the daemon must do outside the store.
@@ -57,6 +57,7 @@ pub fn advance(records: &mut Records, now: i64, default_target: &str) -> Result<
     let mut step = Step::default();
     for plan in plans(records, &[])? {
         if plan.note.as_deref() == Some(PAUSED) {
+            set_plan(records, plan, PlanStatus::Paused, None, now, &mut step)?;
             continue;
         }
         match plan.status {
@@ -500,7 +501,7 @@ fn advance_spec(
     step: &mut Step,
 ) -> Result<()> {
     if spec.note.as_deref() == Some(PAUSED) {
-        return Ok(());
+        return set_spec(records, spec, SpecStatus::Paused, None, now, step);
     }
     let mut phase_runs: Vec<LoopRun> = runs(records, &[Filter::eq("parent", spec.id.as_str())])?
         .into_iter()

@@ -229,15 +229,28 @@ const ADVANCE: &[(&str, PlanStatus, Setup, Check)] = &[
         },
     ),
     (
-        "a plan a person paused is left alone",
+        "a plan paused in an old store (by its note) becomes paused, and nothing starts",
         PlanStatus::Ready,
         |w| {
             let id = w.plan.clone();
             w.set_note(&id, PAUSED);
         },
         |w, _| {
-            assert_eq!(w.plan_now().status, PlanStatus::Ready);
+            let p = w.plan_now();
+            assert_eq!((p.status, p.note), (PlanStatus::Paused, None));
             assert!(w.runs_of(&w.plan, LoopKind::Spec).is_empty());
+        },
+    ),
+    (
+        "a paused plan is left alone",
+        PlanStatus::Paused,
+        |w| {
+            w.plan_run(RunStatus::Complete);
+        },
+        |w, step| {
+            assert_eq!(w.plan_now().status, PlanStatus::Paused);
+            assert!(w.runs_of(&w.plan, LoopKind::Spec).is_empty());
+            assert!(step.notes.is_empty(), "{step:?}");
         },
     ),
     (
@@ -318,7 +331,7 @@ const ADVANCE: &[(&str, PlanStatus, Setup, Check)] = &[
         },
     ),
     (
-        "a spec a person paused starts nothing",
+        "a spec paused in an old store (by its note) becomes paused and starts nothing",
         PlanStatus::InProgress,
         |w| {
             w.spec(SpecStatus::Blocked, &[], 1);
@@ -326,7 +339,19 @@ const ADVANCE: &[(&str, PlanStatus, Setup, Check)] = &[
             w.set_note(&id, PAUSED);
         },
         |w, _| {
-            assert_eq!(w.spec_now(0).status, SpecStatus::Blocked);
+            let s = w.spec_now(0);
+            assert_eq!((s.status, s.note), (SpecStatus::Paused, None));
+            assert!(w.runs_of(&w.specs[0], LoopKind::Phase).is_empty());
+        },
+    ),
+    (
+        "a paused spec starts nothing",
+        PlanStatus::InProgress,
+        |w| {
+            w.spec(SpecStatus::Paused, &[], 1);
+        },
+        |w, _| {
+            assert_eq!(w.spec_now(0).status, SpecStatus::Paused);
             assert!(w.runs_of(&w.specs[0], LoopKind::Phase).is_empty());
         },
     ),
@@ -433,7 +458,10 @@ fn a_run_blocked_on_a_dep_is_pending_again_once_the_dep_is_resumed() {
 }
 
 /// How a merge ended, and what the merged record is afterwards.
-const MERGED: &[(&str, fn() -> MergeEnd, SpecStatus, bool)] = &[
+/// A row: its name, the merge's end, the spec's status after, whether its worktree goes.
+type MergedRow = (&'static str, fn() -> MergeEnd, SpecStatus, bool);
+
+const MERGED: &[MergedRow] = &[
     (
         "done: complete, its worktree removed",
         || MergeEnd::Done { note: None },
@@ -509,4 +537,26 @@ fn merged_records_the_end_of_a_standalone_run_merge() {
     }
     let mut w = World::new(PlanStatus::Complete);
     assert!(merged(&mut w.r, "nothing-here", MergeEnd::Done { note: None }, T0).is_err());
+}
+
+#[test]
+fn pause_and_resume_of_a_plan_and_a_spec_are_statuses() {
+    use crate::daemon::control::{Action as Control, apply};
+    let mut w = World::new(PlanStatus::InProgress);
+    w.spec(SpecStatus::Pending, &[], 1);
+    let plan = w.plan.clone();
+    let applied = apply(&mut w.r, Control::Pause, &plan, T0 + 1, &|_| false).unwrap();
+    assert!(
+        applied.lines.iter().any(|l| l.ends_with("-> paused")),
+        "{applied:?}"
+    );
+    assert_eq!(w.plan_now().status, PlanStatus::Paused);
+    assert_eq!(w.spec_now(0).status, SpecStatus::Paused);
+    advance(&mut w.r, T0 + 2, TARGET).unwrap();
+    assert!(w.runs_of(&w.specs[0], LoopKind::Phase).is_empty());
+    apply(&mut w.r, Control::Resume, &plan, T0 + 3, &|_| false).unwrap();
+    assert_eq!(w.plan_now().status, PlanStatus::InProgress);
+    assert_eq!(w.spec_now(0).status, SpecStatus::Pending);
+    advance(&mut w.r, T0 + 4, TARGET).unwrap();
+    assert_eq!(w.runs_of(&w.specs[0], LoopKind::Phase).len(), 1);
 }

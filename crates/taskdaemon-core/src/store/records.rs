@@ -104,11 +104,12 @@ macro_rules! status_enum {
 }
 
 status_enum!(
-    /// Spec 3 §6 Plan statuses.
+    /// Spec 3 §6 Plan statuses, and `paused` (a person paused it: the cascade leaves it).
     PlanStatus {
         Draft = "draft",
         Ready = "ready",
         InProgress = "in-progress",
+        Paused = "paused",
         Complete = "complete",
         Failed = "failed",
         Cancelled = "cancelled",
@@ -116,11 +117,12 @@ status_enum!(
 );
 
 status_enum!(
-    /// Spec 3 §6 Spec statuses.
+    /// Spec 3 §6 Spec statuses, and `paused` (a person paused it: nothing of it starts).
     SpecStatus {
         Pending = "pending",
         Blocked = "blocked",
         Running = "running",
+        Paused = "paused",
         Complete = "complete",
         Failed = "failed",
     }

@@ -193,7 +193,7 @@ fn plan_and_spec_fields_paths_and_constraints() {
     assert_eq!(r.code, 64);
     assert!(
         r.stderr
-            .contains("hint: use one of: blocked, complete, failed, pending, running"),
+            .contains("hint: use one of: blocked, complete, failed, paused, pending, running"),
         "{}",
         r.stderr
     );
