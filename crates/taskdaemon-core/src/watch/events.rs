@@ -177,6 +177,11 @@ impl Model {
             E::MergeConflict { message, .. } => {
                 r.waiting = Some(Waiting::MergeConflict(message.clone()))
             }
+            E::Merged { held_on, .. } => {
+                r.waiting = held_on.as_ref().map(|b| {
+                    Waiting::MergeHeld(format!("on {b}: take it with `git merge --ff-only {b}`"))
+                })
+            }
             E::Paused { .. } => r.status = RunStatus::Paused,
             E::Resumed { .. } => {
                 r.status = RunStatus::Pending;

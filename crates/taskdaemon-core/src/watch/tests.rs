@@ -68,3 +68,79 @@ fn rows_show_the_tree_and_fit_80_columns() {
     assert_eq!(m.run_order(), vec!["r1", "r2"]);
     assert!(m.header().contains("daemon pid 42"));
 }
+
+#[test]
+fn pushed_events_fold_into_the_model() {
+    use crate::daemon::events::{DaemonEvent as E, Subject, WaitReason};
+    let subject = Subject {
+        run: "r1".into(),
+        title: "add login".into(),
+        loop_type: "ralph".into(),
+        plan: None,
+        spec: None,
+        repo: "/src/repo".into(),
+    };
+    let mut m = Model::default();
+    let events = [
+        E::RunStarted {
+            subject: subject.clone(),
+            iteration: 1,
+            worktree: "/src/repo/.taskdaemon/worktrees/r1".into(),
+            resumed: false,
+        },
+        E::IterationStarted {
+            subject: subject.clone(),
+            iteration: 2,
+            max_iterations: 9,
+            log: String::new(),
+        },
+        E::AgentActivity {
+            subject: subject.clone(),
+            iteration: 2,
+            tool: "Edit".into(),
+            detail: "src/a.rs".into(),
+        },
+        E::Waiting {
+            subject: subject.clone(),
+            reason: WaitReason::UsageLimit,
+            until: Some("2026-11-24T06:00:00Z".into()),
+            message: "usage limit".into(),
+            action: None,
+        },
+    ];
+    for e in &events {
+        m.apply(e);
+    }
+    let r = &m.runs["r1"];
+    assert_eq!(r.title, "add login");
+    assert_eq!(r.iteration_text(), "2/9");
+    assert_eq!(r.last_tool.as_deref(), Some("Edit src/a.rs"));
+    assert_eq!(
+        r.waiting,
+        Some(Waiting::UsageLimit {
+            until: "2026-11-24T06:00:00Z".into()
+        })
+    );
+    assert!(
+        r.log_path()
+            .unwrap()
+            .ends_with(".ralph/logs/iteration-002.log")
+    );
+    m.apply(&E::WaitOver {
+        subject: subject.clone(),
+        reason: WaitReason::UsageLimit,
+    });
+    m.apply(&E::Decide {
+        subject: subject.clone(),
+        question: "A or B?".into(),
+        action: String::new(),
+    });
+    assert_eq!(m.runs["r1"].status, RunStatus::Blocked);
+    assert_eq!(
+        m.runs["r1"].waiting,
+        Some(Waiting::Decide("A or B?".into()))
+    );
+    m.apply(&E::Paused { subject });
+    assert_eq!(m.runs["r1"].status, RunStatus::Paused);
+    assert_eq!(m.run_order(), vec!["r1"]);
+}
