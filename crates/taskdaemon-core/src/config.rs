@@ -125,6 +125,8 @@ pub struct Settings {
     /// Direct model API agents (`api:anthropic:MODEL`, `api:openai:MODEL`): endpoints,
     /// keys' variables, the request scheduler's limits, max-turns, prices.
     pub api: Option<crate::agent::api::ApiSettings>,
+    /// Where notifications go (see `notify`): the user's sinks and the project's add up.
+    pub notify: Option<Vec<crate::notify::SinkConfig>>,
 }
 
 impl Settings {
@@ -167,6 +169,13 @@ impl Settings {
             sandbox_image: over.sandbox_image.or(self.sandbox_image),
             api: match (self.api, over.api) {
                 (Some(low), Some(high)) => Some(low.merge(high)),
+                (low, high) => high.or(low),
+            },
+            notify: match (self.notify, over.notify) {
+                (Some(mut low), Some(high)) => {
+                    low.extend(high);
+                    Some(low)
+                }
                 (low, high) => high.or(low),
             },
         }

@@ -82,6 +82,8 @@ pub enum Command {
     Daemon(commands::daemon::DaemonArgs),
     /// Queue work for the daemon: a plan (idea or document), a spec document, or a ralph task.
     Submit(commands::submit::SubmitArgs),
+    /// Watch the loops live: a tree of plans, specs and runs, the selected run's log, keys to act.
+    Watch(commands::watch::WatchArgs),
     /// The tree plan → specs → runs with status, iteration, time and cost.
     Status(commands::status::StatusArgs),
     /// The iteration logs of a run (or of a spec's or plan's latest run); --follow keeps printing.
@@ -291,6 +293,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Daemon(a) => commands::daemon::run(a, &ctx),
         Command::Submit(a) => commands::submit::run(a, &ctx),
         Command::Status(a) => commands::status::run(a, &ctx),
+        Command::Watch(a) => commands::watch::run(a, &ctx),
         Command::Logs(a) => commands::logs::run(a, &ctx),
         Command::Start(a) => commands::start::run(a, &ctx),
         Command::Pause(a) => commands::pause::run(a, &ctx),

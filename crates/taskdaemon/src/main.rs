@@ -20,6 +20,7 @@ mod cli;
 mod commands;
 mod out;
 mod render;
+mod tui;
 
 fn main() -> std::process::ExitCode {
     cli::main()

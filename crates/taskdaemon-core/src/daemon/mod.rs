@@ -173,6 +173,8 @@ pub async fn run(
         .map_err(io(format!("creating {}", paths.dir.display())))?;
     let lock = acquire_lock(&paths).await?;
     let events = Publisher::new(log);
+    let _notifier =
+        crate::notify::start_for_daemon(&events, &paths.project, opts.config.as_deref());
     let repo = paths.project.clone();
     let note = |s: String| {
         events.emit(DaemonEvent::Note {

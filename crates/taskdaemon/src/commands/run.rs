@@ -412,6 +412,7 @@ pub fn drive(
     take_over_processes(&state)?;
     with_signals(|cancel| async move {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (rx, notices) = super::watch::notify_local(rx, &state);
         let renderer = tokio::spawn(Renderer::new(json).run(rx));
         let ctx = EngineContext {
             script_runner: std::env::current_exe().context("finding the taskdaemon executable")?,
@@ -420,6 +421,7 @@ pub fn drive(
         let result = run_loop(state, ws, &ctx, &cancel, resumed).await;
         drop(ctx);
         let _ = renderer.await;
+        let _ = notices.await;
         Ok(result?)
     })
 }

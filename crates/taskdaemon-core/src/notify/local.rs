@@ -1,0 +1,156 @@
+//! Notices from one engine's events: a foreground `run`/`task`, or one run of the daemon.
+
+use std::path::PathBuf;
+
+use super::{Kind, Notice, Place};
+use crate::agent::FailureClass;
+use crate::engine::EngineEvent;
+
+/// Turns a run's [`EngineEvent`]s into notices. Keeps the last promise's words, so the
+/// final notice carries the agent's own reason.
+#[derive(Debug, Clone)]
+pub struct LocalNotices {
+    pub repository: PathBuf,
+    pub run: String,
+    pub title: String,
+    /// The daemon's repository when the run is one of its runs (`repository` is then its
+    /// worktree).
+    pub daemon: Option<PathBuf>,
+    said: Option<String>,
+}
+
+impl LocalNotices {
+    pub fn new(repository: PathBuf, run: &str, title: &str) -> LocalNotices {
+        LocalNotices {
+            repository,
+            run: run.to_string(),
+            title: title.to_string(),
+            daemon: None,
+            said: None,
+        }
+    }
+
+    fn notice(&self, kind: Kind, reason: &str) -> Notice {
+        let place = match &self.daemon {
+            Some(repo) => Place::Daemon {
+                repo,
+                worktree: Some(&self.repository),
+            },
+            None => Place::Local(&self.repository),
+        };
+        Notice::new(kind, place, &self.run, &self.title, reason)
+    }
+
+    /// The notice `e` calls for, if any.
+    pub fn on(&mut self, e: &EngineEvent) -> Option<Notice> {
+        match e {
+            EngineEvent::RunStarted { run_id, .. } if self.run.is_empty() => {
+                self.run = run_id.clone();
+                None
+            }
+            EngineEvent::Signal { text, .. } => {
+                self.said = text.clone();
+                None
+            }
+            EngineEvent::Waiting {
+                class: FailureClass::UsageLimit,
+                until,
+                message,
+                line,
+                ..
+            } => {
+                let words = line.clone().unwrap_or_else(|| message.clone());
+                Some(self.notice(
+                    Kind::UsageLimitWait,
+                    &format!("{words} (waiting until {until})"),
+                ))
+            }
+            EngineEvent::WaitOver {
+                class: FailureClass::UsageLimit,
+                ..
+            } => Some(self.notice(Kind::UsageLimitOver, "the usage limit was reset")),
+            EngineEvent::RunFinished { summary } => {
+                let kind = match summary.exit_label.as_str() {
+                    "COMPLETE" => Kind::Complete,
+                    "BLOCKED" => Kind::Blocked,
+                    "DECIDE" => Kind::Decide,
+                    "STUCK" => Kind::Stuck,
+                    "INTERRUPTED" => return None,
+                    _ => Kind::Failed,
+                };
+                let reason = match (kind, &self.said) {
+                    (Kind::Blocked | Kind::Decide, Some(words)) => words.clone(),
+                    _ => summary.detail.clone(),
+                };
+                Some(self.notice(kind, &reason))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The sinks of the config files in force at `dir`: the user's, then the project's (or
+/// the file named with `--config`, `explicit`). A command hook in the project's own
+/// `.taskdaemon/config.yaml` is not taken: that file comes with the repository, and a
+/// cloned repository must not make taskdaemon run its commands; the second value says so.
+/// Unreadable files give no sinks (the run reports those errors itself).
+pub fn sinks_for(
+    dir: &std::path::Path,
+    explicit: Option<&std::path::Path>,
+) -> (Vec<super::SinkConfig>, Vec<String>) {
+    use crate::config::{ConfigError, load_file, project_config_path, user_config_dir};
+    let read = |p: &std::path::Path| match load_file(p) {
+        Ok(s) => s.notify.unwrap_or_default(),
+        Err(ConfigError::Missing(_)) | Err(_) => Vec::new(),
+    };
+    let mut sinks = user_config_dir()
+        .map(|d| read(&d.join("config.yaml")))
+        .unwrap_or_default();
+    let mut skipped = Vec::new();
+    match explicit {
+        Some(p) => sinks.extend(read(p)),
+        None => {
+            let path = project_config_path(dir);
+            for s in read(&path) {
+                if let super::Target::Command(c) = &s.target {
+                    skipped.push(format!(
+                        "notify: the command hook `{c}` in {} is not run: a repository's own config may not make taskdaemon run commands; put it in your user config ({}) instead",
+                        path.display(),
+                        user_config_dir()
+                            .map(|d| d.join("config.yaml").display().to_string())
+                            .unwrap_or_else(|| "~/.config/taskdaemon/config.yaml".into())
+                    ));
+                } else {
+                    sinks.push(s);
+                }
+            }
+        }
+    }
+    (sinks, skipped)
+}
+
+/// Pass a run's events on unchanged, sending the notices they call for to `sinks`. The
+/// returned task ends after the events do and the queued notices had up to 10 s to go out.
+pub fn tee(
+    mut events: tokio::sync::mpsc::UnboundedReceiver<EngineEvent>,
+    sinks: &[super::SinkConfig],
+    mut local: LocalNotices,
+    log: super::Log,
+) -> (
+    tokio::sync::mpsc::UnboundedReceiver<EngineEvent>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let notifier = super::Notifier::start(sinks, &local.repository.clone(), log);
+    let task = tokio::spawn(async move {
+        while let Some(e) = events.recv().await {
+            if let Some(n) = local.on(&e) {
+                notifier.send(n);
+            }
+            let _ = tx.send(e);
+        }
+        drop(tx);
+        notifier.finish(std::time::Duration::from_secs(10)).await;
+    });
+    (rx, task)
+}

@@ -1,0 +1,275 @@
+//! The model behind `taskdaemon watch`: what each loop does, folded from the store (a
+//! snapshot), the daemon's pushed events, or a local run's `.ralph/` files. The binary
+//! draws it; nothing here prints.
+
+mod events;
+mod local;
+mod rows;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::store::{AnyRecord, Kind as RecordKind, LoopRun, Records, RunStatus, StoreError};
+
+pub use local::local_model;
+pub use rows::{Row, RowKind};
+
+/// Why a run waits for something other than its agent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Waiting {
+    /// BLOCKED: the agent's reason.
+    Blocked(String),
+    /// DECIDE: the agent's question.
+    Decide(String),
+    /// The agent's usage limit; the run goes on at `until`.
+    UsageLimit { until: String },
+    /// Merged onto an integration branch, held there (`taskdaemon/integration/…`).
+    MergeHeld(String),
+    /// A merge conflict to resolve.
+    MergeConflict(String),
+}
+
+impl Waiting {
+    pub fn label(&self) -> String {
+        match self {
+            Waiting::Blocked(r) => format!("BLOCKED: {r}"),
+            Waiting::Decide(q) => format!("DECIDE: {q}"),
+            Waiting::UsageLimit { until } => format!("usage limit: waits until {until}"),
+            Waiting::MergeHeld(n) => format!("merge held: {n}"),
+            Waiting::MergeConflict(n) => format!("merge conflict: {n}"),
+        }
+    }
+}
+
+/// One loop as the watcher sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunView {
+    pub id: String,
+    /// The plan, spec or task title.
+    pub title: String,
+    pub loop_type: String,
+    pub status: RunStatus,
+    pub iteration: u32,
+    pub max_iterations: Option<u32>,
+    /// `plan`/`build` (phase gate) or the phase number of a phase run.
+    pub phase: Option<String>,
+    pub last_tool: Option<String>,
+    pub elapsed_ms: u64,
+    pub cost_usd: Option<f64>,
+    pub waiting: Option<Waiting>,
+    /// Where its `.ralph/` is.
+    pub workdir: Option<PathBuf>,
+    pub note: Option<String>,
+    /// Tasks of an implement run: (title, status).
+    pub tasks: Vec<(String, String)>,
+    /// What the agent printed in the current iteration, as pushed by the daemon (the log
+    /// file is written in blocks); the last [`LIVE_LINES`].
+    pub live: Vec<String>,
+}
+
+/// How many pushed agent lines a run keeps.
+pub const LIVE_LINES: usize = 2000;
+
+impl RunView {
+    fn from_record(r: &LoopRun, title: &str) -> RunView {
+        let note = r.note.clone();
+        RunView {
+            id: r.id.clone(),
+            title: title.to_string(),
+            loop_type: r.loop_type.to_string(),
+            status: r.status,
+            iteration: r.iteration,
+            max_iterations: None,
+            phase: r.context.get("phase-number").and_then(|v| {
+                v.as_str()
+                    .map(str::to_string)
+                    .or(v.as_u64().map(|n| n.to_string()))
+            }),
+            last_tool: None,
+            elapsed_ms: r.elapsed_ms,
+            cost_usd: r.cost_usd,
+            waiting: note.as_deref().and_then(waiting_from_note),
+            workdir: r.worktree.as_ref().map(PathBuf::from),
+            note,
+            tasks: Vec::new(),
+            live: Vec::new(),
+        }
+    }
+
+    /// The current iteration's log, when the run has a work directory.
+    pub fn log_path(&self) -> Option<PathBuf> {
+        let dir = self.workdir.as_ref()?;
+        let ws = crate::workspace::Workspace::new(dir);
+        Some(ws.iteration_log(self.iteration.max(1)))
+    }
+
+    pub fn iteration_text(&self) -> String {
+        match self.max_iterations {
+            Some(m) => format!("{}/{m}", self.iteration),
+            None => self.iteration.to_string(),
+        }
+    }
+}
+
+/// What a daemon's note says a run waits for.
+pub fn waiting_from_note(note: &str) -> Option<Waiting> {
+    let rest = |p: &str| note.strip_prefix(p).map(|r| r.trim().to_string());
+    if let Some(r) = rest("BLOCKED:") {
+        return Some(Waiting::Blocked(r));
+    }
+    if let Some(q) = rest("DECIDE:") {
+        let q = q.split(" (answer with").next().unwrap_or(&q).to_string();
+        return Some(Waiting::Decide(q));
+    }
+    if note.starts_with("held on ") {
+        return Some(Waiting::MergeHeld(note.to_string()));
+    }
+    if note.starts_with("merge conflict") {
+        return Some(Waiting::MergeConflict(note.to_string()));
+    }
+    None
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecNode {
+    pub id: String,
+    pub title: String,
+    pub status: String,
+    pub runs: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanNode {
+    pub id: String,
+    pub title: String,
+    pub status: String,
+    pub runs: Vec<String>,
+    pub specs: Vec<SpecNode>,
+}
+
+/// Everything the watcher shows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Model {
+    pub repository: PathBuf,
+    /// The daemon's pid, when one runs.
+    pub daemon: Option<u32>,
+    pub plans: Vec<PlanNode>,
+    /// Runs under no plan.
+    pub standalone: Vec<String>,
+    pub runs: BTreeMap<String, RunView>,
+}
+
+impl Model {
+    /// The tree as the store holds it now.
+    pub fn load(repository: &Path, records: &Records) -> Result<Model, StoreError> {
+        let mut m = Model {
+            repository: repository.to_path_buf(),
+            ..Model::default()
+        };
+        let all_runs: Vec<LoopRun> = records
+            .list(RecordKind::Run, &[])?
+            .into_iter()
+            .filter_map(|r| match r {
+                AnyRecord::Run(r) => Some(r),
+                _ => None,
+            })
+            .collect();
+        let titles: BTreeMap<String, String> = records
+            .list(RecordKind::Plan, &[])?
+            .into_iter()
+            .chain(records.list(RecordKind::Spec, &[])?)
+            .map(|r| (r.id().to_string(), r.title().to_string()))
+            .collect();
+        let runs_of = |parent: &str| -> Vec<String> {
+            all_runs
+                .iter()
+                .filter(|r| r.parent.as_deref() == Some(parent))
+                .map(|r| r.id.clone())
+                .collect()
+        };
+        for p in records.list(RecordKind::Plan, &[])? {
+            let AnyRecord::Plan(p) = p else { continue };
+            let mut node = PlanNode {
+                runs: runs_of(&p.id),
+                id: p.id.clone(),
+                title: p.title.clone(),
+                status: p.status.as_str().to_string(),
+                specs: Vec::new(),
+            };
+            for s in records.list(
+                RecordKind::Spec,
+                &[taskstore::Filter::eq("parent", p.id.as_str())],
+            )? {
+                let AnyRecord::Spec(s) = s else { continue };
+                node.specs.push(SpecNode {
+                    runs: runs_of(&s.id),
+                    id: s.id,
+                    title: s.title,
+                    status: s.status.as_str().to_string(),
+                });
+            }
+            m.plans.push(node);
+        }
+        for r in &all_runs {
+            let title = run_title(r, &titles);
+            m.runs.insert(r.id.clone(), RunView::from_record(r, &title));
+            if r.parent.is_none() {
+                m.standalone.push(r.id.clone());
+            }
+        }
+        Ok(m)
+    }
+
+    /// The runs in the order the tree shows them.
+    pub fn run_order(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for p in &self.plans {
+            out.extend(p.runs.iter().cloned());
+            for s in &p.specs {
+                out.extend(s.runs.iter().cloned());
+            }
+        }
+        out.extend(self.standalone.iter().cloned());
+        out
+    }
+
+    /// A run's view, made (as a standalone run) if the model does not know it yet.
+    pub fn run_mut(&mut self, id: &str) -> &mut RunView {
+        if !self.runs.contains_key(id) {
+            self.standalone.push(id.to_string());
+        }
+        self.runs.entry(id.to_string()).or_insert_with(|| RunView {
+            id: id.to_string(),
+            title: String::new(),
+            loop_type: String::new(),
+            status: RunStatus::Running,
+            iteration: 0,
+            max_iterations: None,
+            phase: None,
+            last_tool: None,
+            elapsed_ms: 0,
+            cost_usd: None,
+            waiting: None,
+            workdir: None,
+            note: None,
+            tasks: Vec::new(),
+            live: Vec::new(),
+        })
+    }
+}
+
+/// A run's title: its spec's or plan's, else the task in its context.
+fn run_title(r: &LoopRun, titles: &BTreeMap<String, String>) -> String {
+    if let Some(t) = r.parent.as_ref().and_then(|p| titles.get(p)) {
+        return t.clone();
+    }
+    for key in ["title", "task"] {
+        if let Some(t) = r.context.get(key).and_then(|v| v.as_str()) {
+            return t.lines().next().unwrap_or(t).to_string();
+        }
+    }
+    r.loop_type.to_string()
+}
+
+#[cfg(test)]
+mod tests;
