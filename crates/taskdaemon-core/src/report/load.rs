@@ -21,6 +21,17 @@ pub struct RunDir {
     pub run_id: Option<String>,
     /// A title to show (a record's), else the run's task.
     pub title: Option<String>,
+    /// What the daemon's record says of the run, for what its files lack (a kept copy
+    /// has no `run.json`): its status, loop type and note.
+    pub record: Option<RecordFacts>,
+}
+
+/// A daemon record's view of its run.
+#[derive(Debug, Clone)]
+pub struct RecordFacts {
+    pub status: String,
+    pub loop_type: String,
+    pub note: Option<String>,
 }
 
 type Row = HashMap<String, String>;
@@ -120,6 +131,15 @@ pub fn load_run(dir: &RunDir) -> Result<RunData, ReportError> {
     };
     if let Some(s) = &state {
         fill_from_state(&mut run, s);
+    }
+    if let Some(r) = &dir.record {
+        if run.loop_name.is_empty() {
+            run.loop_name = r.loop_type.clone();
+        }
+        if run.outcome.is_none() && r.status != "running" && r.status != "pending" {
+            run.outcome = Some(r.status.clone());
+            run.reason = r.note.clone();
+        }
     }
     run.title = dir
         .title

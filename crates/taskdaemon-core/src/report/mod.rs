@@ -9,7 +9,7 @@ mod records;
 mod svg;
 
 pub use html::render;
-pub use load::{RunDir, load_run, run_ids};
+pub use load::{RecordFacts, RunDir, load_run, run_ids};
 pub use records::{record_tree, run_dir, run_title};
 
 /// Bytes of one prompt or log kept in the report (its first and last part).

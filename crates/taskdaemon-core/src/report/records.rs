@@ -76,6 +76,11 @@ pub fn run_dir(paths: &DaemonPaths, run: &LoopRun, title: Option<String>) -> Opt
         ralph,
         run_id: Some(run.id.clone()),
         title,
+        record: Some(super::RecordFacts {
+            status: run.status.as_str().to_string(),
+            loop_type: run.loop_type.to_string(),
+            note: run.note.clone(),
+        }),
     })
 }
 

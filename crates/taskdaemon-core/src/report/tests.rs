@@ -36,6 +36,7 @@ fn load(d: &tempfile::TempDir) -> RunData {
         ralph: d.path().join(".ralph"),
         run_id: None,
         title: None,
+        record: None,
     })
     .unwrap()
 }
@@ -66,6 +67,7 @@ fn an_older_run_gets_no_logs_of_the_current_one() {
         ralph: d.path().join(".ralph"),
         run_id: Some("old".into()),
         title: Some("the old one".into()),
+        record: None,
     })
     .unwrap();
     assert_eq!(run.iterations.len(), 1);
@@ -118,8 +120,43 @@ fn no_run_is_an_error_that_names_the_directory() {
         ralph: d.path().join(".ralph"),
         run_id: None,
         title: None,
+        record: None,
     })
     .unwrap_err();
     assert!(e.to_string().contains(".ralph"));
     assert!(e.to_string().contains("hint"));
+}
+
+#[test]
+fn a_kept_copy_without_run_json_takes_outcome_and_loop_from_the_record() {
+    let d = ralph_with("ok\n");
+    std::fs::remove_file(d.path().join(".ralph/run.json")).unwrap();
+    let run = load_run(&RunDir {
+        ralph: d.path().join(".ralph"),
+        run_id: Some("r1".into()),
+        title: Some("alpha: phase 1".into()),
+        record: Some(RecordFacts {
+            status: "complete".into(),
+            loop_type: "phase".into(),
+            note: None,
+        }),
+    })
+    .unwrap();
+    assert_eq!(run.outcome.as_deref(), Some("complete"));
+    assert_eq!(run.loop_name, "phase");
+    let still_running = load_run(&RunDir {
+        ralph: d.path().join(".ralph"),
+        run_id: Some("r1".into()),
+        title: None,
+        record: Some(RecordFacts {
+            status: "running".into(),
+            loop_type: "phase".into(),
+            note: None,
+        }),
+    })
+    .unwrap();
+    assert!(
+        still_running.outcome.is_none(),
+        "a running record has no outcome yet"
+    );
 }

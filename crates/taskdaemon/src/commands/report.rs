@@ -45,6 +45,7 @@ fn local_plan(args: &ReportArgs, workdir: &Path) -> Option<Plan> {
         ralph: ralph.clone(),
         run_id: id,
         title: None,
+        record: None,
     };
     let (subject, sources) = match &args.reference {
         None if args.all => (
