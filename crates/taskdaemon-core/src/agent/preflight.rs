@@ -2,7 +2,7 @@
 //! program exist? A refusal here costs nothing; the same failure in the loop costs an
 //! iteration (or, with `--validate true`, passed for a completion).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::presets::{Preset, find_on_path};
 use super::spec::AgentSpec;
@@ -94,13 +94,37 @@ pub fn preflight_sandboxed(
     if sandbox.kind == crate::sandbox::SandboxKind::None {
         return preflight_here(agent, validate, workdir);
     }
-    preflight(
+    let mut found = preflight(
         agent,
         validate,
         workdir,
         nix::unistd::geteuid().is_root(),
         true,
-    )
+    );
+    if let Some(program) = under_private_tmp(agent, workdir) {
+        found.push(Finding::AgentRefused {
+            message: format!(
+                "the agent's program {program} lies under /tmp, which the sandbox replaces with an empty private /tmp, so it would not be found there"
+            ),
+            hint: "move the agent's program out of /tmp (e.g. into the repository or ~/bin), or run with --sandbox none".into(),
+        });
+    }
+    found
+}
+
+/// A `cmd:`/`script:` agent whose program lies under `/tmp` (outside the work tree):
+/// inside a sandbox `/tmp` is private, so that program would not exist there.
+fn under_private_tmp(agent: &AgentSpec, workdir: &Path) -> Option<String> {
+    let program = match agent {
+        AgentSpec::Cmd { command } => {
+            PathBuf::from(command.split_whitespace().next()?.trim_matches(['\'', '"']))
+        }
+        _ => return None,
+    };
+    let tmp = Path::new("/tmp");
+    let inside_tree = workdir.starts_with(tmp) && program.starts_with(workdir);
+    (program.is_absolute() && program.starts_with(tmp) && !inside_tree)
+        .then(|| program.display().to_string())
 }
 
 /// The first word of a shell command when it names a program that does not exist.
@@ -164,5 +188,26 @@ mod tests {
             check("cmd:/nonexistent/agent --go", None, false, false)[..],
             [Finding::AgentRefused { .. }]
         ));
+    }
+}
+
+#[cfg(test)]
+mod private_tmp_tests {
+    use super::*;
+
+    #[test]
+    fn a_sandboxed_agent_under_tmp_outside_the_tree_is_refused_with_a_hint() {
+        let cmd = |c: &str| AgentSpec::Cmd {
+            command: c.to_string(),
+        };
+        let tree = Path::new("/home/u/repo");
+        assert!(under_private_tmp(&cmd("/tmp/agent.sh --fast"), tree).is_some());
+        assert!(under_private_tmp(&cmd("'/tmp/x y/agent.sh'"), tree).is_some());
+        assert!(under_private_tmp(&cmd("/home/u/bin/agent.sh"), tree).is_none());
+        assert!(under_private_tmp(&cmd("agent.sh"), tree).is_none());
+        // A work tree under /tmp is bound at its own path: its programs stay visible.
+        let tmp_tree = Path::new("/tmp/w/repo");
+        assert!(under_private_tmp(&cmd("/tmp/w/repo/agent.sh"), tmp_tree).is_none());
+        assert!(under_private_tmp(&cmd("/tmp/w/agent.sh"), tmp_tree).is_some());
     }
 }
