@@ -48,26 +48,11 @@ impl Setup {
     }
 
     fn run(&self, args: &[&str]) -> harness::Run {
-        let mut c = self.env.cmd();
-        for (k, v) in &self.vars {
-            c.env(k, v);
-        }
-        let out = c.args(args).output().unwrap();
-        harness::Run {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        self.env.run_with(&self.vars, args)
     }
 
     fn ok(&self, args: &[&str]) -> String {
-        let r = self.run(args);
-        assert_eq!(
-            r.code, 0,
-            "{args:?}\nstdout: {}\nstderr: {}",
-            r.stdout, r.stderr
-        );
-        r.stdout
+        self.env.ok_with(&self.vars, args)
     }
 
     fn socket(&self) -> PathBuf {

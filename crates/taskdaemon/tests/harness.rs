@@ -71,12 +71,30 @@ impl Env {
     }
 
     pub fn run(&self, args: &[&str]) -> Run {
-        let out = self.cmd().args(args).output().unwrap();
+        self.run_with(&[], args)
+    }
+
+    /// Run the binary with these variables set as well.
+    pub fn run_with(&self, vars: &[(String, String)], args: &[&str]) -> Run {
+        let mut c = self.cmd();
+        c.envs(vars.iter().map(|(k, v)| (k, v)));
+        let out = c.args(args).output().unwrap();
         Run {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         }
+    }
+
+    /// `run_with`, which must exit 0: its stdout.
+    pub fn ok_with(&self, vars: &[(String, String)], args: &[&str]) -> String {
+        let r = self.run_with(vars, args);
+        assert_eq!(
+            r.code, 0,
+            "{args:?}\nstdout: {}\nstderr: {}",
+            r.stdout, r.stderr
+        );
+        r.stdout
     }
 
     /// Write a scripted-agent script and return its agent spec.
