@@ -2,6 +2,7 @@
 //! processes (`cmd:` shell agents and the scripted agent). Hermetic: temp HOME, git config
 //! pointed away from the user's, a fixed clock, no inherited TASKDAEMON_* settings.
 
+#[allow(dead_code)]
 mod harness;
 #[path = "cli/store.rs"]
 mod store;
