@@ -276,3 +276,52 @@ fn a_flooding_agent_and_a_flooding_validation_are_capped_in_the_log_and_in_memor
     eprintln!("flood: log {} bytes, harness peak RSS {peak} kB", log.len());
     assert!(peak > 0 && peak < 200 * 1024, "peak RSS {peak} kB");
 }
+
+/// A first interrupt gives the agent its grace period; a second one ends it at once: the
+/// agent that ignores TERM (and its child) is killed, `run` exits 130 long before the
+/// 60-second grace, and no process of it is left.
+#[test]
+fn a_second_interrupt_forces_run_to_stop_at_once() {
+    let env = Env::new();
+    let agent = env.root().join("stubborn.sh");
+    std::fs::write(
+        &agent,
+        "#!/bin/sh\ntrap '' TERM\necho $$ >> \"$TD_TEST_DIR/pids\"\nsleep 300 &\necho $! >> \"$TD_TEST_DIR/pids\"\ntouch \"$TD_TEST_DIR/started\"\nwait\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let spec = format!("cmd:{}", agent.display());
+    let mut child = spawn(
+        &env,
+        &[
+            "run",
+            "stay",
+            "--agent",
+            &spec,
+            "--kill-grace",
+            "60",
+            "--max-iterations",
+            "1",
+        ],
+    );
+    harness::wait_for(&env.root().join("started"), Duration::from_secs(60));
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let agent_pids = pids(&env);
+    assert!(
+        !ours_alive(&env, &agent_pids).is_empty(),
+        "the grace period is on"
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = wait_timeout(&mut child, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(130));
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(err.contains("forcing the stop"), "{err}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ours_alive(&env, &agent_pids).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(ours_alive(&env, &agent_pids), Vec::<i32>::new());
+}

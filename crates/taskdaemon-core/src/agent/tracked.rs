@@ -33,6 +33,13 @@ pub fn track_process_groups(dir: PathBuf) -> std::io::Result<()> {
     Ok(())
 }
 
+/// End every process tree this process recorded, at once (KILL, no grace): a person
+/// asked twice to stop. `None` when this process records none.
+pub fn end_all_now() -> Option<Vec<Leftover>> {
+    let dir = DIR.get()?;
+    Some(end_leftover_groups(dir, Duration::ZERO))
+}
+
 /// Take over `dir`: end what a dead harness recorded there, then record every tree started
 /// from now on in it. Call before anything starts, holding the lock that makes this
 /// process the only user of `dir`.

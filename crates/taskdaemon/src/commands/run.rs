@@ -489,12 +489,25 @@ pub(crate) fn spawn_signal_handler(cancel: CancellationToken) -> anyhow::Result<
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     tokio::spawn(async move {
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-            _ = hup.recv() => {}
+        for n in 0.. {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+                _ = hup.recv() => {}
+            }
+            if n == 0 {
+                cancel.cancel();
+                eprintln!(
+                    "taskdaemon: stopping: the agent gets its grace period to end (again to force)"
+                );
+                continue;
+            }
+            let ended = agent::tracked::end_all_now().map_or(0, |l| l.len());
+            eprintln!(
+                "taskdaemon: forcing the stop: {ended} agent process tree(s) killed; `run --resume` goes on from the saved state"
+            );
+            std::process::exit(130);
         }
-        cancel.cancel();
     });
     Ok(())
 }
