@@ -31,6 +31,13 @@ fn secs(ms: u64) -> String {
     taskdaemon_core::duration::format_duration(std::time::Duration::from_millis(ms))
 }
 
+/// A status padded to `width`, coloured when stdout takes colour (NO_COLOR, TERM=dumb
+/// and pipes get plain text).
+fn painted(status: &str, width: usize) -> String {
+    let padded = format!("{status:<width$}");
+    crate::out::paint(&padded, crate::out::status_style(status), false)
+}
+
 fn run_line(out: &mut String, indent: &str, r: &RunView) {
     let phase = r
         .phase
@@ -45,9 +52,9 @@ fn run_line(out: &mut String, indent: &str, r: &RunView) {
     };
     outln!(
         out,
-        "{indent}run  {:<44} {:<9} {}{phase}  iteration {}  {}{}",
+        "{indent}run  {:<44} {} {}{phase}  iteration {}  {}{}",
         r.id,
-        status,
+        painted(status, 9),
         r.loop_type,
         r.iteration,
         secs(r.elapsed_ms),
@@ -117,7 +124,13 @@ pub fn render(s: &StatusSnapshot) -> String {
     let mut out = String::new();
     daemon_lines(&mut out, s);
     for p in &s.plans {
-        outln!(out, "plan {:<44} {:<11} {}", p.id, p.status, p.title);
+        outln!(
+            out,
+            "plan {:<44} {} {}",
+            p.id,
+            painted(&p.status, 11),
+            p.title
+        );
         if let Some(n) = &p.note {
             outln!(out, "     {n}");
         }
@@ -125,7 +138,13 @@ pub fn render(s: &StatusSnapshot) -> String {
             run_line(&mut out, "  ", r);
         }
         for sp in &p.specs {
-            outln!(out, "  spec {:<42} {:<9} {}", sp.id, sp.status, sp.title);
+            outln!(
+                out,
+                "  spec {:<42} {} {}",
+                sp.id,
+                painted(&sp.status, 9),
+                sp.title
+            );
             if let Some(n) = &sp.note {
                 outln!(out, "       {n}");
             } else if !sp.ready && sp.status == "pending" {
