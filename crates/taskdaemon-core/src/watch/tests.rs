@@ -144,3 +144,38 @@ fn pushed_events_fold_into_the_model() {
     assert_eq!(m.runs["r1"].status, RunStatus::Paused);
     assert_eq!(m.run_order(), vec!["r1"]);
 }
+
+#[test]
+fn an_implement_run_shows_its_tasks_from_its_worktree() {
+    let wt = tempfile::tempdir().unwrap();
+    let spec = wt.path().join("specs/demo");
+    std::fs::create_dir_all(&spec).unwrap();
+    std::fs::write(
+        spec.join("tasks.md"),
+        "# Tasks\n\n- [x] 1.1 Add the parser\n- [ ] 1.2 [P] Wire it in\n",
+    )
+    .unwrap();
+    let run = |dir: &str| -> crate::store::LoopRun {
+        serde_json::from_value(serde_json::json!({
+            "id": "r1-run-implement", "loop-type": "implement", "status": "running",
+            "iteration": 1, "created-at": 1, "updated-at": 1,
+            "worktree": wt.path().display().to_string(),
+            "context": {"spec-dir": dir},
+        }))
+        .unwrap()
+    };
+    let v = RunView::from_record(&run("specs/demo"), "demo");
+    assert_eq!(
+        v.tasks,
+        vec![
+            ("1.1 Add the parser".to_string(), "done".to_string()),
+            ("1.2 Wire it in".to_string(), "pending".to_string()),
+        ]
+    );
+    // A spec dir pointing out of the worktree is not read.
+    assert!(
+        RunView::from_record(&run("../../etc"), "x")
+            .tasks
+            .is_empty()
+    );
+}
