@@ -290,8 +290,9 @@ impl Store {
         Ok(self
             .col(collection)?
             .sorted()
+            .into_iter()
             .filter(|s| !s.deleted)
-            .map(|s| &*s.id))
+            .map(|s| s.id))
     }
 
     /// Live ids that contain `needle`, each with every byte offset where it occurs, in the
@@ -309,7 +310,8 @@ impl Store {
         Ok(self
             .col(collection)?
             .with_prefix(prefix)
-            .map(|s| (&*s.id, s.deleted))
+            .into_iter()
+            .map(|s| (s.id, s.deleted))
             .collect())
     }
 
@@ -319,7 +321,7 @@ impl Store {
         let c = self.col(collection)?;
         c.list(filters)?
             .into_iter()
-            .map(|slot| Ok((&*slot.id, c.bytes(slot)?)))
+            .map(|slot| Ok((slot.id, c.bytes(&slot)?)))
             .collect()
     }
 
@@ -330,7 +332,7 @@ impl Store {
             .col(collection)?
             .list(filters)?
             .into_iter()
-            .map(|slot| &*slot.id)
+            .map(|slot| slot.id)
             .collect())
     }
 
@@ -346,7 +348,7 @@ impl Store {
         let c = self.col(collection)?;
         c.list(filters)?
             .into_iter()
-            .map(|slot| decode(c, &c.bytes(slot)?, slot.line))
+            .map(|slot| decode(c, &c.bytes(&slot)?, slot.line))
             .collect()
     }
 
@@ -526,7 +528,7 @@ impl Store {
             } else {
                 records += 1;
             }
-            out.extend_from_slice(&c.bytes(slot)?);
+            out.extend_from_slice(&c.bytes(&slot)?);
             out.push(b'\n');
         }
         let report = CompactReport {
