@@ -63,7 +63,10 @@ fn answers(s: &Store) -> Vec<String> {
         ] {
             push(
                 &format!("{f:?}"),
-                format!("{:?}", s.list_ids("items", &[f.clone()]).unwrap()),
+                format!(
+                    "{:?}",
+                    s.list_ids("items", std::slice::from_ref(&f)).unwrap()
+                ),
             );
         }
     }
@@ -72,7 +75,10 @@ fn answers(s: &Store) -> Vec<String> {
             let f = Filter::new("n", op, n);
             push(
                 &format!("{f:?}"),
-                format!("{:?}", s.list_raw("items", &[f.clone()]).unwrap()),
+                format!(
+                    "{:?}",
+                    s.list_raw("items", std::slice::from_ref(&f)).unwrap()
+                ),
             );
         }
     }
