@@ -11,6 +11,17 @@
 //! corrupt index, another format version) makes the caller parse the file again and
 //! write a fresh index. A failure to write it is ignored: the next load parses again.
 //! The directory holds a `.gitignore` of `*`, so git never sees it.
+//!
+//! Layout (format 2, little-endian): magic; collection name and indexed fields; the
+//! validation fields (device, inode, size, mtime, covered length, tail hash); line count,
+//! superseded count, mid-line flag, last 64 bytes; the unreadable lines; then the tables
+//! `base::Base` answers from without building maps: slot count and live count; the slot
+//! table (64 bytes per id in order of first appearance: id offset/length, values
+//! offset/length, updated-at, start, end, line, hash, deleted); the ids one after the other
+//! (each ending in a newline); the slot numbers sorted by id; the encoded values; per
+//! indexed field the sorted keys (offset/length of the key, offset/count of its postings),
+//! the key bytes and the postings (ascending slot numbers of live records). Last, a
+//! word-wise checksum of everything before it. At open every offset is bounds-checked.
 
 use std::fs::File;
 use std::io::Write as _;
