@@ -285,6 +285,21 @@ impl Store {
         Ok(self.col(collection)?.slot(id).map(|s| s.deleted))
     }
 
+    /// The value of an indexed field of a live record, from the index (no line is read);
+    /// `None` when there is no such live record.
+    pub fn value_of(
+        &self,
+        collection: &str,
+        id: &str,
+        field: &str,
+    ) -> Result<Option<crate::line::IndexValue>> {
+        let c = self.col(collection)?;
+        let i = c.field_index(field)?;
+        Ok(c.slot(id)
+            .filter(|s| !s.deleted)
+            .and_then(|s| s.values().get(i).cloned()))
+    }
+
     /// Live ids in order.
     pub fn ids(&self, collection: &str) -> Result<impl Iterator<Item = &str>> {
         Ok(self
