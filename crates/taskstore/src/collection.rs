@@ -318,8 +318,8 @@ impl Collection {
             .map_or((0, 0), |b| (b.live as usize, (b.n - b.live) as usize));
         for s in &self.slots {
             match s.base {
-                Some(true) => dead -= 1,
-                Some(false) => live -= 1,
+                Some(true) => dead = dead.saturating_sub(1),
+                Some(false) => live = live.saturating_sub(1),
                 None => {}
             }
             if s.deleted {
