@@ -26,7 +26,17 @@ fn main() {
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--op") {
-        op(&args[i + 1], Path::new(&args[i + 2]), args[i + 3] == "1");
+        let targets = (args[i + 4].clone(), args[i + 5].clone());
+        op(
+            &args[i + 1],
+            Path::new(&args[i + 2]),
+            args[i + 3] == "1",
+            targets,
+        );
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--targets") {
+        targets(Path::new(&args[i + 1]));
         return;
     }
     let n: usize = std::env::var("BENCH_RECORDS")
@@ -108,12 +118,25 @@ fn commands(exe: &Path, project: &Path) {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(5);
+    // The record and plan the commands name, found once (not part of any timing).
+    let out = std::process::Command::new(exe)
+        .arg("--targets")
+        .arg(project)
+        .output()
+        .expect("run the targets child");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut words = text.split_whitespace();
+    let (spec, plan) = (
+        words.next().expect("a spec id").to_string(),
+        words.next().expect("a plan id").to_string(),
+    );
     // The index is saved by the first open after the build; later opens use it.
     let run = |op: &str, index: bool| -> (f64, f64) {
         let out = std::process::Command::new(exe)
             .args(["--op", op])
             .arg(project)
             .arg(if index { "1" } else { "0" })
+            .args([&spec, &plan])
             .output()
             .expect("run an op child");
         assert!(
@@ -163,15 +186,10 @@ fn mid(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// One command's store work in this fresh process; prints "ms peak-RSS-MB". `pass` is the
-/// daemon's scheduling pass on a store it already holds open (sync, then pick).
-fn op(what: &str, project: &Path, index: bool) {
-    let opts = StoreOptions {
-        index,
-        ..StoreOptions::default()
-    };
-    let t = Instant::now();
-    let mut records = Records::open_with(project, opts).expect("open");
+/// Prints a running spec's id and the 10th plan's id (what the commands work on; not
+/// the plan `measure` added 10,200 specs to).
+fn targets(project: &Path) {
+    let records = Records::open_with(project, StoreOptions::default()).expect("open");
     let some_spec = records
         .store()
         .list_ids("specs", &[Filter::eq("status", "running")])
@@ -183,9 +201,21 @@ fn op(what: &str, project: &Path, index: bool) {
         .store()
         .ids("plans")
         .expect("plans")
-        .nth(7)
+        .nth(9)
         .map(str::to_string)
         .expect("a plan");
+    println!("{some_spec} {plan}");
+}
+
+/// One command's store work in this fresh process; prints "ms peak-RSS-MB". `pass` is the
+/// daemon's scheduling pass on a store it already holds open (sync, then pick).
+fn op(what: &str, project: &Path, index: bool, (some_spec, plan): (String, String)) {
+    let opts = StoreOptions {
+        index,
+        ..StoreOptions::default()
+    };
+    let t = Instant::now();
+    let mut records = Records::open_with(project, opts).expect("open");
     let elapsed = match what {
         "show" => {
             let hex = some_spec.split('-').next().unwrap_or("").to_string();

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::base::{Base, Choice};
 use crate::error::{Error, Result};
 use crate::file::{FileId, Locked, open_locked, read_range};
 use crate::filter::{Filter, FilterOp, matches};
@@ -87,6 +88,60 @@ pub(crate) struct Slot {
     /// reload without reading either).
     pub hash: u64,
     pub values: Box<[IndexValue]>,
+    /// Its place in the order of first appearance in the file.
+    pub ord: u64,
+    /// When this version replaces a record of the saved index (`base`): whether that one
+    /// was a tombstone.
+    pub base: Option<bool>,
+}
+
+/// A record's latest version, from memory or from the saved index.
+#[derive(Debug, Clone)]
+pub(crate) struct SlotRef<'a> {
+    pub id: &'a str,
+    pub updated_at: i64,
+    pub deleted: bool,
+    pub start: u64,
+    pub end: u64,
+    pub line: u64,
+    pub hash: u64,
+    pub ord: u64,
+    pub vals: Vals<'a>,
+}
+
+/// Indexed values: in memory, or encoded in the saved index (with the field count).
+#[derive(Debug, Clone)]
+pub(crate) enum Vals<'a> {
+    Mem(&'a [IndexValue]),
+    Enc(&'a [u8], usize),
+}
+
+impl<'a> SlotRef<'a> {
+    pub fn values(&self) -> std::borrow::Cow<'a, [IndexValue]> {
+        match self.vals {
+            Vals::Mem(v) => std::borrow::Cow::Borrowed(v),
+            Vals::Enc(_, _) if self.deleted => std::borrow::Cow::Borrowed(&[]),
+            Vals::Enc(b, n) => std::borrow::Cow::Owned(
+                crate::index_file::decode_values(b, n)
+                    .unwrap_or_default()
+                    .into_vec(),
+            ),
+        }
+    }
+
+    fn of(s: &'a Slot) -> SlotRef<'a> {
+        SlotRef {
+            id: &s.id,
+            updated_at: s.updated_at,
+            deleted: s.deleted,
+            start: s.start,
+            end: s.end,
+            line: s.line,
+            hash: s.hash,
+            ord: s.ord,
+            vals: Vals::Mem(&s.values),
+        }
+    }
 }
 
 /// The records (slot numbers) under one index key; most keys of a unique-ish field have one.
@@ -130,13 +185,18 @@ pub(crate) struct Collection {
     /// Lines consumed so far (the last one may lack its newline: `mid_line`).
     pub(crate) lines: u64,
     pub(crate) mid_line: bool,
-    /// Every id ever seen (deleted ones too), in order of first appearance.
+    /// The records the saved index covers (when loaded from it); `slots` then holds only
+    /// what was read after it (new records, and new versions of the base's).
+    pub(crate) base: Option<Base>,
+    /// Every id seen past the base (deleted ones too), in order of first appearance.
     pub(crate) slots: Vec<Slot>,
     by_id: BTreeMap<Arc<str>, u32>,
-    /// All ids of `slots`, one after the other, for substring search; `id_at[n]` is where
-    /// slot n's id starts.
+    /// Ids not in the base, one after the other, for substring search; `id_at` says where
+    /// each starts and its slot.
     id_text: Vec<u8>,
-    id_at: Vec<usize>,
+    id_at: Vec<(usize, u32)>,
+    /// How many ids `slots` added to the base's.
+    new_ids: u64,
     indexes: Vec<Index>,
     pub issues: Vec<LineIssue>,
     /// An incomplete last line, not consumed: a writer will terminate it.
@@ -166,8 +226,10 @@ impl Collection {
             tail: Vec::new(),
             lines: 0,
             mid_line: false,
+            base: None,
             slots: Vec::new(),
             by_id: BTreeMap::new(),
+            new_ids: 0,
             id_text: Vec::new(),
             id_at: Vec::new(),
             indexes: vec![Index::new(); n],
@@ -189,50 +251,125 @@ impl Collection {
     }
 
     /// The latest version of an id (live or a tombstone).
-    pub fn slot(&self, id: &str) -> Option<&Slot> {
-        self.by_id.get(id).map(|n| &self.slots[*n as usize])
+    pub fn slot(&self, id: &str) -> Option<SlotRef<'_>> {
+        if let Some(n) = self.by_id.get(id) {
+            return Some(SlotRef::of(&self.slots[*n as usize]));
+        }
+        let base = self.base.as_ref()?;
+        base.slot(base.find(id)?)
     }
 
     /// Every id (live and deleted) in id order.
-    pub fn sorted(&self) -> impl Iterator<Item = &Slot> {
-        self.by_id.values().map(|n| &self.slots[*n as usize])
+    pub fn sorted(&self) -> Vec<SlotRef<'_>> {
+        self.with_prefix("")
     }
 
     /// Ids starting with `prefix`, in id order.
-    pub fn with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a Slot> + 'a {
-        self.by_id
+    pub fn with_prefix(&self, prefix: &str) -> Vec<SlotRef<'_>> {
+        let mut mem = self
+            .by_id
             .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
-            .take_while(move |(k, _)| k.starts_with(prefix))
-            .map(|(_, n)| &self.slots[*n as usize])
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, n)| SlotRef::of(&self.slots[*n as usize]))
+            .peekable();
+        let Some(base) = &self.base else {
+            return mem.collect();
+        };
+        let mut out = Vec::new();
+        for b in base
+            .with_prefix(prefix)
+            .into_iter()
+            .filter(|b| !self.by_id.contains_key(b.id))
+        {
+            while let Some(m) = mem.next_if(|m| m.id < b.id) {
+                out.push(m);
+            }
+            out.push(b);
+        }
+        out.extend(mem);
+        out
+    }
+
+    /// Every id (live and deleted) in order of first appearance.
+    pub fn in_order(&self) -> Vec<SlotRef<'_>> {
+        let mut out = Vec::with_capacity(self.slots.len());
+        if let Some(base) = &self.base {
+            for ord in 0..base.n {
+                let Some(b) = base.slot(ord) else { continue };
+                match self.by_id.get(b.id) {
+                    Some(n) => out.push(SlotRef::of(&self.slots[*n as usize])),
+                    None => out.push(b),
+                }
+            }
+        }
+        out.extend(
+            self.slots
+                .iter()
+                .filter(|s| s.base.is_none())
+                .map(SlotRef::of),
+        );
+        out
     }
 
     pub fn count(&self) -> (usize, usize) {
-        let dead = self.slots.iter().filter(|s| s.deleted).count();
-        (self.slots.len() - dead, dead)
+        let (mut live, mut dead) = self
+            .base
+            .as_ref()
+            .map_or((0, 0), |b| (b.live as usize, (b.n - b.live) as usize));
+        for s in &self.slots {
+            match s.base {
+                Some(true) => dead = dead.saturating_sub(1),
+                Some(false) => live = live.saturating_sub(1),
+                None => {}
+            }
+            if s.deleted {
+                dead += 1;
+            } else {
+                live += 1;
+            }
+        }
+        (live, dead)
     }
 
-    /// Live ids containing `needle`, with every byte offset where it occurs in the id.
+    /// Live ids containing `needle`, with every byte offset where it occurs in the id, in
+    /// order of first appearance.
     pub fn search_ids(&self, needle: &str) -> Vec<(&str, Vec<usize>)> {
         let mut out: Vec<(&str, Vec<usize>)> = Vec::new();
         if needle.is_empty() {
             return out;
         }
-        let mut last: Option<usize> = None;
-        for hit in memchr::memmem::find_iter(&self.id_text, needle.as_bytes()) {
-            // The slot whose id starts at or before the hit.
-            let n = self.id_at.partition_point(|at| *at <= hit) - 1;
-            let slot = &self.slots[n];
-            let offset = hit - self.id_at[n];
-            if slot.deleted || offset + needle.len() > slot.id.len() {
-                continue;
+        let mut push = |key: (bool, u32), id, deleted: bool, offset, last: &mut Option<_>| {
+            if deleted {
+                return;
             }
-            if last == Some(n) {
+            if *last == Some(key) {
                 if let Some(e) = out.last_mut() {
                     e.1.push(offset);
                 }
             } else {
-                out.push((&slot.id, vec![offset]));
-                last = Some(n);
+                out.push((id, vec![offset]));
+                *last = Some(key);
+            }
+        };
+        let mut last = None;
+        if let Some(base) = &self.base {
+            for (ord, offset) in base.search(needle.as_bytes()) {
+                let Some(b) = base.slot(ord) else { continue };
+                let deleted = match self.by_id.get(b.id) {
+                    Some(n) => self.slots[*n as usize].deleted,
+                    None => b.deleted,
+                };
+                push((true, ord), b.id, deleted, offset, &mut last);
+            }
+        }
+        for hit in memchr::memmem::find_iter(&self.id_text, needle.as_bytes()) {
+            // The id that starts at or before the hit.
+            let k = self.id_at.partition_point(|(at, _)| *at <= hit) - 1;
+            let (at, n) = self.id_at[k];
+            let slot = &self.slots[n as usize];
+            let offset = hit - at;
+            if offset + needle.len() <= slot.id.len() {
+                push((false, n), &*slot.id, slot.deleted, offset, &mut last);
             }
         }
         out
@@ -376,39 +513,14 @@ impl Collection {
         }
     }
 
-    /// Take slots read from a saved index: the id map, the id text and the indexes are
-    /// built from them. `false` if they are inconsistent (a duplicate id, a live record
-    /// without a value per indexed field).
-    pub(crate) fn adopt(&mut self, slots: Vec<Slot>) -> bool {
-        let fields = self.def.indexed.len();
-        for (n, slot) in slots.iter().enumerate() {
-            let Ok(n) = u32::try_from(n) else {
-                return false;
-            };
-            if !slot.deleted && slot.values.len() != fields {
-                return false;
-            }
-            if self.by_id.insert(slot.id.clone(), n).is_some() {
-                return false;
-            }
-            self.id_at.push(self.id_text.len());
-            self.id_text.extend_from_slice(slot.id.as_bytes());
-            self.id_text.push(b'\n');
-            if !slot.deleted {
-                self.index(n, &slot.values, true);
-            }
-        }
-        self.slots = slots;
-        true
-    }
-
     /// Record what differs between `old` and the current state (after a reload).
     pub(crate) fn diff_from(&self, old: &Collection, changes: &mut Vec<Change>) {
         let live = |c: &'_ Collection, id: &str| -> Option<u64> {
             c.slot(id).filter(|s| !s.deleted).map(|s| s.hash)
         };
-        let mut ids: BTreeSet<&Arc<str>> = self.by_id.keys().collect();
-        ids.extend(old.by_id.keys());
+        let (mine, theirs) = (self.sorted(), old.sorted());
+        let mut ids: BTreeSet<&str> = mine.iter().map(|s| s.id).collect();
+        ids.extend(theirs.iter().map(|s| s.id));
         for id in ids {
             let kind = match (live(old, id), live(self, id)) {
                 (None, Some(_)) => ChangeKind::Created,
@@ -546,15 +658,12 @@ impl Collection {
         hash: u64,
         changes: Option<&mut Vec<Change>>,
     ) {
-        // One walk of the id map: most lines of a load are new ids.
-        let next = self.slots.len();
-        let Ok(next) = u32::try_from(next) else {
-            return;
+        let n = match self.by_id.get(meta.id.as_str()) {
+            Some(n) => Some(*n),
+            None => self.copy_base(&meta.id),
         };
-        let id: Arc<str> = Arc::from(meta.id);
-        let (n, was_live) = match self.by_id.entry(id) {
-            std::collections::btree_map::Entry::Occupied(e) => {
-                let n = *e.get();
+        let (n, was_live) = match n {
+            Some(n) => {
                 let old = &self.slots[n as usize];
                 self.superseded += 1;
                 if meta.updated_at < old.updated_at {
@@ -563,12 +672,17 @@ impl Collection {
                 }
                 (n, Some(!old.deleted))
             }
-            std::collections::btree_map::Entry::Vacant(e) => {
-                let id = e.key().clone();
-                e.insert(next);
-                self.id_at.push(self.id_text.len());
+            None => {
+                let Ok(next) = u32::try_from(self.slots.len()) else {
+                    return;
+                };
+                let id: Arc<str> = Arc::from(meta.id);
+                self.by_id.insert(id.clone(), next);
+                self.id_at.push((self.id_text.len(), next));
                 self.id_text.extend_from_slice(id.as_bytes());
                 self.id_text.push(b'\n');
+                let ord = self.base.as_ref().map_or(0, |b| u64::from(b.n)) + self.new_ids;
+                self.new_ids += 1;
                 self.slots.push(Slot {
                     id,
                     updated_at: meta.updated_at,
@@ -578,6 +692,8 @@ impl Collection {
                     line: self.lines,
                     hash,
                     values: Box::new([]),
+                    ord,
+                    base: None,
                 });
                 (next, None)
             }
@@ -610,6 +726,34 @@ impl Collection {
             let id = self.slots[n as usize].id.clone();
             c.push(self.change(&id, kind));
         }
+    }
+
+    /// Copy the saved index's version of `id` (if it has one) into `slots`, where the
+    /// line being applied will update it; its slot number.
+    fn copy_base(&mut self, id: &str) -> Option<u32> {
+        let base = self.base.as_ref()?;
+        let b = base.slot(base.find(id)?)?;
+        let next = u32::try_from(self.slots.len()).ok()?;
+        let slot = Slot {
+            id: Arc::from(b.id),
+            updated_at: b.updated_at,
+            deleted: b.deleted,
+            start: b.start,
+            end: b.end,
+            line: b.line,
+            hash: b.hash,
+            values: b.values().into_owned().into(),
+            ord: b.ord,
+            base: Some(b.deleted),
+        };
+        let values = slot.values.clone();
+        self.by_id.insert(slot.id.clone(), next);
+        let live = !slot.deleted;
+        self.slots.push(slot);
+        if live {
+            self.index(next, &values, true);
+        }
+        Some(next)
     }
 
     /// Add (or remove) record `n` under each key of each indexed value.
@@ -653,7 +797,7 @@ impl Collection {
     }
 
     /// A record's latest line, read from the file.
-    pub fn bytes(&self, slot: &Slot) -> Result<Vec<u8>> {
+    pub fn bytes(&self, slot: &SlotRef) -> Result<Vec<u8>> {
         let Some(file) = &self.file else {
             return Err(Error::io(&self.path)(std::io::Error::other(
                 "the collection's file is not open",
@@ -668,9 +812,9 @@ impl Collection {
     }
 
     /// The latest line of a live record.
-    pub fn get(&self, id: &str) -> Result<Option<(Vec<u8>, &Slot)>> {
+    pub fn get(&self, id: &str) -> Result<Option<(Vec<u8>, SlotRef<'_>)>> {
         match self.slot(id).filter(|s| !s.deleted) {
-            Some(s) => Ok(Some((self.bytes(s)?, s))),
+            Some(s) => Ok(Some((self.bytes(&s)?, s))),
             None => Ok(None),
         }
     }
@@ -692,7 +836,7 @@ impl Collection {
     }
 
     /// Live records passing every filter, in the order they first appeared in the file.
-    pub fn list(&self, filters: &[Filter]) -> Result<Vec<&Slot>> {
+    pub fn list(&self, filters: &[Filter]) -> Result<Vec<SlotRef<'_>>> {
         let mut resolved = Vec::with_capacity(filters.len());
         for f in filters {
             resolved.push((
@@ -701,76 +845,99 @@ impl Collection {
                 IndexValue::from_json(&f.value),
             ));
         }
-        let passes = |slot: &Slot| {
-            !slot.deleted
-                && resolved
+        let passes = |slot: &SlotRef| {
+            !slot.deleted && {
+                let values = slot.values();
+                resolved
                     .iter()
-                    .all(|(i, op, t)| matches(&slot.values[*i], *op, t))
+                    .all(|(i, op, t)| values.get(*i).is_some_and(|v| matches(v, *op, t)))
+            }
         };
-        let out = match self.candidates(&resolved) {
-            Some(ns) => ns
-                .into_iter()
-                .map(|n| &self.slots[n as usize])
-                .filter(|s| passes(s))
-                .collect(),
-            None => self.slots.iter().filter(|s| passes(s)).collect(),
+        let Some(choice) = choose(&resolved) else {
+            return Ok(self.in_order().into_iter().filter(passes).collect());
         };
+        let mut out: Vec<SlotRef> = self
+            .candidates(&choice)
+            .into_iter()
+            .map(|n| SlotRef::of(&self.slots[n as usize]))
+            .collect();
+        if let Some(base) = &self.base {
+            out.extend(
+                base.candidates(&choice)
+                    .into_iter()
+                    .filter_map(|ord| base.slot(ord))
+                    .filter(|b| !self.by_id.contains_key(b.id)),
+            );
+        }
+        out.retain(passes);
+        out.sort_unstable_by_key(|s| s.ord);
         Ok(out)
     }
 
-    /// The records the most selective usable filter allows (a superset of the answer), in
-    /// slot order; `None` when no index helps.
-    fn candidates(&self, filters: &[(usize, FilterOp, IndexValue)]) -> Option<Vec<u32>> {
-        let pick = |want: &dyn Fn(FilterOp, &IndexValue) -> bool| {
-            filters.iter().find(|(_, op, t)| want(*op, t))
-        };
+    /// The records in `slots` the choice allows (a superset of the answer).
+    fn candidates(&self, choice: &Choice) -> Vec<u32> {
         let mut out: Vec<u32> = Vec::new();
         let mut push = |ids: &Ids| match ids {
             Ids::One(n) => out.push(*n),
             Ids::Many(set) => out.extend(set.iter().copied()),
         };
-        if let Some((i, _, t)) =
-            pick(&|op, t| op == FilterOp::Eq && !matches!(t, IndexValue::List(_)))
-        {
-            if let Some(ids) = self.indexes[*i].get(t) {
-                push(ids);
-            }
-            return Some(out);
-        }
-        if let Some((i, _, t)) = pick(&|op, _| op == FilterOp::Contains) {
-            for (k, ids) in &self.indexes[*i] {
-                let hit = k == t
-                    || matches!((k, t), (IndexValue::Str(s), IndexValue::Str(n)) if s.contains(&**n));
-                if hit {
+        match choice {
+            Choice::Eq(i, t) => {
+                if let Some(ids) = self.indexes[*i].get(t) {
                     push(ids);
                 }
             }
-        } else if let Some((i, op, t)) = pick(&|op, t| {
-            matches!(
-                op,
-                FilterOp::Lt | FilterOp::Le | FilterOp::Gt | FilterOp::Ge
-            ) && matches!(
-                t,
-                IndexValue::Int(_) | IndexValue::Str(_) | IndexValue::Bool(_)
-            )
-        }) {
-            let (lo, hi) = kind_bounds(t);
-            let range = match op {
-                FilterOp::Lt => (lo, Bound::Excluded(t.clone())),
-                FilterOp::Le => (lo, Bound::Included(t.clone())),
-                FilterOp::Gt => (Bound::Excluded(t.clone()), hi),
-                _ => (Bound::Included(t.clone()), hi),
-            };
-            for (_, ids) in self.indexes[*i].range(range) {
-                push(ids);
+            Choice::Contains(i, t) => {
+                for (k, ids) in &self.indexes[*i] {
+                    let hit = k == t
+                        || matches!((k, t), (IndexValue::Str(s), IndexValue::Str(n)) if s.contains(&**n));
+                    if hit {
+                        push(ids);
+                    }
+                }
             }
-        } else {
-            return None;
+            Choice::Range(i, op, t) => {
+                let (lo, hi) = kind_bounds(t);
+                let range = match op {
+                    FilterOp::Lt => (lo, Bound::Excluded(t.clone())),
+                    FilterOp::Le => (lo, Bound::Included(t.clone())),
+                    FilterOp::Gt => (Bound::Excluded(t.clone()), hi),
+                    _ => (Bound::Included(t.clone()), hi),
+                };
+                for (_, ids) in self.indexes[*i].range(range) {
+                    push(ids);
+                }
+            }
         }
         out.sort_unstable();
         out.dedup();
-        Some(out)
+        out
     }
+}
+
+/// The most selective usable filter: an equality, else a `contains`, else a range on a
+/// scalar; `None` when no index helps.
+fn choose(filters: &[(usize, FilterOp, IndexValue)]) -> Option<Choice> {
+    let pick = |want: &dyn Fn(FilterOp, &IndexValue) -> bool| {
+        filters.iter().find(|(_, op, t)| want(*op, t))
+    };
+    if let Some((i, _, t)) = pick(&|op, t| op == FilterOp::Eq && !matches!(t, IndexValue::List(_)))
+    {
+        return Some(Choice::Eq(*i, t.clone()));
+    }
+    if let Some((i, _, t)) = pick(&|op, _| op == FilterOp::Contains) {
+        return Some(Choice::Contains(*i, t.clone()));
+    }
+    let (i, op, t) = pick(&|op, t| {
+        matches!(
+            op,
+            FilterOp::Lt | FilterOp::Le | FilterOp::Gt | FilterOp::Ge
+        ) && matches!(
+            t,
+            IndexValue::Int(_) | IndexValue::Str(_) | IndexValue::Bool(_)
+        )
+    })?;
+    Some(Choice::Range(*i, *op, t.clone()))
 }
 
 /// Parse the complete lines of `data[from..to]` (`to` just after a newline): on several

@@ -9,6 +9,7 @@
 //! asked for. Other processes' appends are picked up by `sync` and before every write. See [`store`] for the durability policy, [`merge`] for the git
 //! merge driver.
 
+mod base;
 mod collection;
 pub mod error;
 mod file;

@@ -285,13 +285,29 @@ impl Store {
         Ok(self.col(collection)?.slot(id).map(|s| s.deleted))
     }
 
+    /// The value of an indexed field of a live record, from the index (no line is read);
+    /// `None` when there is no such live record.
+    pub fn value_of(
+        &self,
+        collection: &str,
+        id: &str,
+        field: &str,
+    ) -> Result<Option<crate::line::IndexValue>> {
+        let c = self.col(collection)?;
+        let i = c.field_index(field)?;
+        Ok(c.slot(id)
+            .filter(|s| !s.deleted)
+            .and_then(|s| s.values().get(i).cloned()))
+    }
+
     /// Live ids in order.
     pub fn ids(&self, collection: &str) -> Result<impl Iterator<Item = &str>> {
         Ok(self
             .col(collection)?
             .sorted()
+            .into_iter()
             .filter(|s| !s.deleted)
-            .map(|s| &*s.id))
+            .map(|s| s.id))
     }
 
     /// Live ids that contain `needle`, each with every byte offset where it occurs, in the
@@ -309,7 +325,8 @@ impl Store {
         Ok(self
             .col(collection)?
             .with_prefix(prefix)
-            .map(|s| (&*s.id, s.deleted))
+            .into_iter()
+            .map(|s| (s.id, s.deleted))
             .collect())
     }
 
@@ -319,7 +336,7 @@ impl Store {
         let c = self.col(collection)?;
         c.list(filters)?
             .into_iter()
-            .map(|slot| Ok((&*slot.id, c.bytes(slot)?)))
+            .map(|slot| Ok((slot.id, c.bytes(&slot)?)))
             .collect()
     }
 
@@ -330,7 +347,7 @@ impl Store {
             .col(collection)?
             .list(filters)?
             .into_iter()
-            .map(|slot| &*slot.id)
+            .map(|slot| slot.id)
             .collect())
     }
 
@@ -346,7 +363,7 @@ impl Store {
         let c = self.col(collection)?;
         c.list(filters)?
             .into_iter()
-            .map(|slot| decode(c, &c.bytes(slot)?, slot.line))
+            .map(|slot| decode(c, &c.bytes(&slot)?, slot.line))
             .collect()
     }
 
@@ -526,7 +543,7 @@ impl Store {
             } else {
                 records += 1;
             }
-            out.extend_from_slice(&c.bytes(slot)?);
+            out.extend_from_slice(&c.bytes(&slot)?);
             out.push(b'\n');
         }
         let report = CompactReport {

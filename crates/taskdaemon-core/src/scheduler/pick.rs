@@ -2,10 +2,11 @@
 //! within `max-loops` and the per-agent limits.
 //!
 //! It runs on every scheduling pass, so it reads the store's lines without decoding whole
-//! records: the complete ids come from the status index, and of each pending run only the
-//! fields that decide are read. Only the runs chosen are decoded in full.
+//! records: whether a dep is complete comes from the status index (one lookup per dep), and
+//! of each pending run only the fields that decide are read. Only the runs chosen are
+//! decoded in full.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Deserialize;
 use taskstore::Filter;
@@ -75,13 +76,23 @@ pub fn pick(
     if heads.is_empty() {
         return Ok(Vec::new());
     }
-    let complete_filter = [Filter::eq("status", "complete")];
-    let mut complete: HashSet<&str> = HashSet::new();
-    for k in Kind::ALL {
-        for (id, _) in store.list_raw(k.collection(), &complete_filter)? {
-            complete.insert(id);
+    let done = taskstore::IndexValue::Str("complete".into());
+    let mut complete: HashMap<String, bool> = HashMap::new();
+    let mut is_complete = |id: &str| -> Result<bool> {
+        if let Some(known) = complete.get(id) {
+            return Ok(*known);
         }
-    }
+        let kinds: Vec<Kind> = match crate::store::ids::kind_of(id) {
+            Some(k) => vec![k],
+            None => Kind::ALL.to_vec(),
+        };
+        let mut yes = false;
+        for k in kinds {
+            yes |= store.value_of(k.collection(), id, "status")?.as_ref() == Some(&done);
+        }
+        complete.insert(id.to_string(), yes);
+        Ok(yes)
+    };
     // Priority (higher first), then age, then id.
     heads.sort_by(|a, b| {
         b.priority
@@ -101,7 +112,14 @@ pub fn pick(
         if running.contains_key(&head.id) || held.contains(&head.id) {
             continue;
         }
-        if !head.deps.iter().all(|d| complete.contains(d.as_str())) {
+        let mut ready = true;
+        for d in &head.deps {
+            if !is_complete(d)? {
+                ready = false;
+                break;
+            }
+        }
+        if !ready {
             continue;
         }
         let agent = agent_of(head.context.agent.as_deref());
