@@ -38,6 +38,25 @@ pub fn base_args(network: SandboxNetwork) -> Vec<OsString> {
     a
 }
 
+/// `PATH`'s directories under `/tmp`, bound read-only over the private `/tmp` so the
+/// programs the agent finds outside the sandbox are found inside too (a harness or a
+/// tool installed under `/tmp`).
+pub fn path_binds(path: Option<&std::ffi::OsStr>) -> Vec<OsString> {
+    let mut a = Vec::new();
+    for dir in path.map(std::env::split_paths).into_iter().flatten() {
+        let Ok(real) = dir.canonicalize() else {
+            continue;
+        };
+        if real.starts_with("/tmp") && real.is_dir() {
+            bind(&mut a, "--ro-bind", &real, &real);
+            if dir != real && dir.is_absolute() && dir.starts_with("/tmp") {
+                bind(&mut a, "--ro-bind", &real, &dir);
+            }
+        }
+    }
+    a
+}
+
 fn bind(a: &mut Vec<OsString>, flag: &str, from: &Path, to: &Path) {
     a.push(flag.into());
     a.push(from.into());
@@ -46,6 +65,14 @@ fn bind(a: &mut Vec<OsString>, flag: &str, from: &Path, to: &Path) {
 
 pub fn wrap(spec: ProcessSpec, plan: &SandboxPlan) -> ProcessSpec {
     let mut a = base_args(plan.network);
+    let path = spec
+        .env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone())
+        .or_else(|| std::env::var_os("PATH"));
+    a.extend(path_binds(path.as_deref()));
     let cwd = spec.cwd.canonicalize().unwrap_or_else(|_| spec.cwd.clone());
     bind(&mut a, "--bind", &cwd, &cwd);
     for p in paths::git_writable(&cwd).iter().chain(&plan.rw) {
@@ -115,5 +142,24 @@ mod tests {
         assert_eq!(w.env, vec![("A".into(), "1".into())]);
         assert_eq!(w.stdin.as_deref(), Some(&b"x"[..]));
         assert_eq!(w.timeout, Some(Duration::from_secs(3)));
+    }
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::*;
+
+    #[test]
+    fn path_directories_under_tmp_are_bound_over_the_private_tmp() {
+        let t = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
+        let real = t.path().canonicalize().unwrap();
+        let path = std::env::join_paths([real.as_path(), Path::new("/usr/bin")]).unwrap();
+        let a: Vec<String> = path_binds(Some(&path))
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let r = real.display().to_string();
+        assert_eq!(a, ["--ro-bind", &r, &r]);
+        assert!(path_binds(None).is_empty());
     }
 }

@@ -42,7 +42,10 @@ fn check_bwrap(plan: &SandboxPlan) -> Result<(), SandboxError> {
         ));
     }
     let mut trial = Command::new(bwrap::PROGRAM);
-    trial.args(bwrap::base_args(plan.network)).arg("true");
+    trial
+        .args(bwrap::base_args(plan.network))
+        .args(bwrap::path_binds(std::env::var_os("PATH").as_deref()))
+        .arg("true");
     match output(trial) {
         Ok((true, _)) => Ok(()),
         Ok((false, err)) => Err(unavailable(
