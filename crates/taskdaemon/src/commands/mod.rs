@@ -38,6 +38,7 @@ pub mod stories;
 pub mod submit;
 pub mod task;
 pub mod unblock;
+pub mod util;
 pub mod watch;
 pub mod worktree;
 

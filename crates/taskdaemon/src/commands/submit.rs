@@ -86,7 +86,7 @@ pub enum What {
         #[arg(long = "after", value_name = "REF")]
         after: Vec<String>,
         /// Its sandbox: none, bwrap, docker, podman (docs/sandbox.md) [default: the daemon's --sandbox, else config sandbox].
-        #[arg(long, value_name = "KIND", value_parser = super::run::sandbox_kind)]
+        #[arg(long, value_name = "KIND", value_parser = super::util::sandbox_kind)]
         sandbox: Option<taskdaemon_core::sandbox::SandboxKind>,
         #[command(flatten)]
         common: Common,
