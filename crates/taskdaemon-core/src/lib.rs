@@ -16,6 +16,7 @@ pub mod lifecycle;
 pub mod loops;
 pub mod notify;
 pub mod pidlock;
+pub mod project;
 pub mod report;
 pub mod sandbox;
 pub mod scheduler;

@@ -163,15 +163,18 @@ impl Workspace {
         read_optional(&p).map_err(io(&p))
     }
 
+    /// blocked.txt of `stopped`'s loop: the reason and the command that continues it.
     pub fn write_blocked(
         &self,
+        stopped: StoppedLoop,
         reason: &str,
         iteration: u32,
         at: &str,
     ) -> Result<(), WorkspaceError> {
         let p = self.blocked_file();
         let text = format!(
-            "BLOCKED (iteration {iteration}, {at})\nreason: {reason}\n\nResolve it, then run `taskdaemon unblock` and `taskdaemon run --resume`.\n"
+            "BLOCKED (iteration {iteration}, {at})\nreason: {reason}\n\nResolve it, then run `taskdaemon unblock` and `{}`.\n",
+            stopped.continue_command()
         );
         write_atomic(&p, text.as_bytes()).map_err(io(&p))
     }
@@ -193,15 +196,22 @@ impl Workspace {
     }
 
     /// The question in spec 2's format, with an empty answer section below `---`.
+    /// A work list's heading also names its command (`of `taskdaemon implement``), so
+    /// `answer` can say what continues it; a `run`'s keeps spec 2's plain heading.
     pub fn write_decide(
         &self,
+        stopped: StoppedLoop,
         question: &str,
         iteration: u32,
         at: &str,
     ) -> Result<(), WorkspaceError> {
         let p = self.decide_file();
+        let of = match stopped {
+            StoppedLoop::Run => String::new(),
+            other => format!(" of `{}`", other.continue_command()),
+        };
         let text = format!(
-            "## Question (from iteration {iteration}, {at})\n{question}\n\n---\n## Answer\n"
+            "## Question (from iteration {iteration}{of}, {at})\n{question}\n\n---\n## Answer\n"
         );
         write_atomic(&p, text.as_bytes()).map_err(io(&p))
     }
@@ -273,6 +283,55 @@ pub struct RunLock {
     _lock: crate::pidlock::PidLock,
 }
 
+/// The loop that stopped BLOCKED or with a question: it decides which command continues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoppedLoop {
+    /// `run`/`task` (the engine's own loop in this work tree).
+    Run,
+    /// `implement` (a spec's tasks.md).
+    Implement,
+    /// `stories` (a stories file).
+    Stories,
+}
+
+impl StoppedLoop {
+    /// The command's name (`run`, `implement`, `stories`).
+    pub fn name(self) -> &'static str {
+        match self {
+            StoppedLoop::Run => "run",
+            StoppedLoop::Implement => "implement",
+            StoppedLoop::Stories => "stories",
+        }
+    }
+
+    /// What a person runs to continue the loop once unblocked or answered.
+    pub fn continue_command(self) -> &'static str {
+        match self {
+            StoppedLoop::Run => "taskdaemon run --resume",
+            StoppedLoop::Implement => "taskdaemon implement",
+            StoppedLoop::Stories => "taskdaemon stories",
+        }
+    }
+
+    /// The loop whose blocked.txt or decide.txt `text` is (files written before the work
+    /// lists named their command are `run`'s).
+    pub fn of_file(text: &str) -> StoppedLoop {
+        let first = text.lines().next().unwrap_or_default();
+        let blocked_hint = text
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("Resolve it, then run"))
+            .unwrap_or_default();
+        [StoppedLoop::Implement, StoppedLoop::Stories]
+            .into_iter()
+            .find(|l| {
+                let cmd = format!("`{}`", l.continue_command());
+                first.contains(&cmd) || blocked_hint.contains(&cmd)
+            })
+            .unwrap_or(StoppedLoop::Run)
+    }
+}
+
 /// How a question of the task parser starts.
 const PARSER_QUESTION_HEADING: &str = "## Question (from the task parser";
 /// Where the message of the task the parser asked about is quoted.
@@ -286,6 +345,8 @@ pub struct DecideFile {
     pub answer: Option<String>,
     /// Set when the task parser asked, before a task started: that task's message.
     pub task_message: Option<String>,
+    /// The loop that asked (what continues it once answered).
+    pub stopped: StoppedLoop,
 }
 
 impl DecideFile {
@@ -339,6 +400,7 @@ impl DecideFile {
             question,
             answer,
             task_message,
+            stopped: StoppedLoop::of_file(text),
         }
     }
 }
@@ -348,11 +410,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn each_loop_is_told_its_own_continue_command() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(d.path());
+        for l in [
+            StoppedLoop::Run,
+            StoppedLoop::Implement,
+            StoppedLoop::Stories,
+        ] {
+            ws.write_blocked(l, "no key", 2, "t").unwrap();
+            let text = ws.read_blocked().unwrap().unwrap();
+            assert!(text.contains(l.continue_command()), "{text}");
+            assert_eq!(StoppedLoop::of_file(&text), l);
+            ws.write_decide(l, "a or b?", 3, "t").unwrap();
+            let d = ws.answer("a").unwrap();
+            assert_eq!(d.stopped, l);
+            assert_eq!(d.question, "a or b?");
+        }
+        // A run's question keeps spec 2's plain heading.
+        ws.write_decide(StoppedLoop::Run, "q", 1, "t").unwrap();
+        let text = std::fs::read_to_string(ws.decide_file()).unwrap();
+        assert!(
+            text.starts_with("## Question (from iteration 1, t)\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn decide_round_trip() {
         let d = tempfile::tempdir().unwrap();
         let ws = Workspace::new(d.path());
-        ws.write_decide("WebSockets or polling?", 7, "2026-11-21T12:00:00Z")
-            .unwrap();
+        ws.write_decide(
+            StoppedLoop::Run,
+            "WebSockets or polling?",
+            7,
+            "2026-11-21T12:00:00Z",
+        )
+        .unwrap();
         let f = ws.read_decide().unwrap().unwrap();
         assert_eq!(f.question, "WebSockets or polling?");
         assert_eq!(f.answer, None);
@@ -372,7 +466,8 @@ mod tests {
     fn a_question_with_a_rule_in_it_does_not_answer_itself() {
         let d = tempfile::tempdir().unwrap();
         let ws = Workspace::new(d.path());
-        ws.write_decide("Option A\n---\nOption B", 1, "t").unwrap();
+        ws.write_decide(StoppedLoop::Run, "Option A\n---\nOption B", 1, "t")
+            .unwrap();
         let f = ws.read_decide().unwrap().unwrap();
         assert_eq!(
             (f.question.as_str(), f.answer),
@@ -411,7 +506,8 @@ mod tests {
             Some("make some drinks\nnighttime")
         );
         // An agent's question is never read as the parser's.
-        ws.write_decide("### Task message\n> x", 1, "t").unwrap();
+        ws.write_decide(StoppedLoop::Run, "### Task message\n> x", 1, "t")
+            .unwrap();
         assert_eq!(ws.read_decide().unwrap().unwrap().task_message, None);
     }
 

@@ -94,7 +94,7 @@ fn paths_outside_the_repository_are_refused_when_new() {
         .create_run(
             NewRun {
                 loop_type: "ralph".into(),
-                context: ctx.as_object().unwrap().clone(),
+                context: Box::new(ctx.as_object().unwrap().clone().into()),
                 ..Default::default()
             },
             T0,
@@ -107,7 +107,7 @@ fn run_with(r: &mut Records, context: serde_json::Value) -> taskdaemon_core::sto
     r.create_run(
         NewRun {
             loop_type: "ralph".into(),
-            context: context.as_object().unwrap().clone(),
+            context: Box::new(context.as_object().unwrap().clone().into()),
             ..Default::default()
         },
         T0,

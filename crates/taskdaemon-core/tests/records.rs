@@ -76,7 +76,7 @@ fn records_have_the_spec_fields_and_defaults() {
             NewRun {
                 loop_type: "phase".into(),
                 parent: Some(s.clone()),
-                context: json!({"spec": s}).as_object().unwrap().clone(),
+                context: Box::new(json!({"spec": s}).as_object().unwrap().clone().into()),
                 ..Default::default()
             },
             T0,

@@ -143,7 +143,7 @@ fn submit(p: &Project, runs: &[(&str, Vec<usize>)]) -> Vec<String> {
                     loop_type: "ralph".into(),
                     name: Some(format!("run {i}")),
                     deps: deps.iter().map(|d| ids[*d].clone()).collect(),
-                    context: ctx,
+                    context: Box::new(ctx.into()),
                     ..NewRun::default()
                 },
                 jiff::Timestamp::now().as_millisecond(),

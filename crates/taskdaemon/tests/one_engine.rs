@@ -92,7 +92,17 @@ fi
     let r = env.run(&["implement", SPEC, "--agent", &a]);
     assert_eq!(r.code, 64, "{}", r.stderr);
     assert!(r.stderr.contains("taskdaemon unblock"), "{}", r.stderr);
-    assert_eq!(env.run(&["unblock"]).code, 0);
+    assert!(
+        blocked.contains("`taskdaemon unblock` and `taskdaemon implement`"),
+        "blocked.txt names the command that continues: {blocked}"
+    );
+    let u = env.run(&["unblock"]);
+    assert_eq!(u.code, 0, "{}", u.stderr);
+    assert!(
+        u.stdout.contains("Continue with `taskdaemon implement`") && !u.stdout.contains("--resume"),
+        "{}",
+        u.stdout
+    );
     std::fs::remove_file(env.root().join("block")).unwrap();
 
     let r = env.run(&["implement", SPEC, "--agent", &a]);
@@ -100,7 +110,14 @@ fi
     let decide = std::fs::read_to_string(env.repo().join(".ralph/decide.txt")).unwrap();
     assert!(decide.contains("postgres or sqlite?"), "{decide}");
 
-    assert_eq!(env.run(&["answer", "postgres"]).code, 0);
+    let ans = env.run(&["answer", "postgres"]);
+    assert_eq!(ans.code, 0, "{}", ans.stderr);
+    assert!(
+        ans.stdout.contains("Continue with `taskdaemon implement`")
+            && !ans.stdout.contains("--resume"),
+        "{}",
+        ans.stdout
+    );
     let r = env.run(&["implement", SPEC, "--agent", &a]);
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     assert!(
@@ -175,7 +192,10 @@ fi
     std::fs::remove_file(env.root().join("block")).unwrap();
     let r = env.run(&["stories", "--agent", &a]);
     assert_eq!(r.code, 3, "{}", r.stderr);
-    assert_eq!(env.run(&["answer", "approve it"]).code, 0);
+    let ans = env.run(&["answer", "approve it", "--json"]);
+    assert_eq!(ans.code, 0, "{}", ans.stderr);
+    let v: serde_json::Value = serde_json::from_str(&ans.stdout).unwrap();
+    assert_eq!(v["next"], "taskdaemon stories", "{}", ans.stdout);
     let r = env.run(&["stories", "--agent", &a]);
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("COMPLETE (code 0)"), "{}", r.stdout);

@@ -348,6 +348,14 @@ fn cancel_mid_run_then_implement_resumes_at_the_right_task() {
     assert!(c.stderr.contains(".progress.md kept"), "{}", c.stderr);
     let status = wait_timeout(&mut child, Duration::from_secs(30));
     assert_eq!(status.code(), Some(130));
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut said).unwrap();
+    assert!(
+        said.contains("cancelled by `taskdaemon cancel`: .ralph-state.json is deleted")
+            && !said.contains("state kept"),
+        "the loop's last words: {said}"
+    );
+    assert!(!repo.join(SPEC).join(".implement.cancel").exists());
     assert!(!repo.join(SPEC).join(".ralph-state.json").exists());
     assert!(read(repo.join(SPEC).join(".progress.md")).contains("- 1.1 done"));
     // Nothing left running in the agent's group: a second cancel has nothing to stop.

@@ -241,13 +241,11 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
     )?;
     let head = Git::new(&path).head().map_err(|e| e.to_string())?;
     let now = crate::clock::now();
-    for key in ["specs-dir"] {
-        if let Some(d) = context::text(&l.run.context, key) {
-            std::fs::create_dir_all(d).map_err(|e| format!("creating {d}: {e}"))?;
-        }
+    if let Some(d) = context::RunContext::get(&l.run.context.specs_dir) {
+        std::fs::create_dir_all(d).map_err(|e| format!("creating {d}: {e}"))?;
     }
     if let Some(parent) =
-        context::text(&l.run.context, "plan-file").and_then(|f| Path::new(f).parent())
+        context::RunContext::get(&l.run.context.plan_file).and_then(|f| Path::new(f).parent())
     {
         std::fs::create_dir_all(parent)
             .map_err(|e| format!("creating {}: {e}", parent.display()))?;
@@ -273,11 +271,11 @@ pub fn config_for(
 ) -> Result<RunConfig, String> {
     let mut s: Settings = config::load_layers(project, config_file).map_err(|e| e.to_string())?;
     s.loop_type = Some(run.loop_type.to_string());
-    if let Some(a) = context::text(&run.context, context::AGENT).or(default_agent) {
+    if let Some(a) = context::RunContext::get(&run.context.agent).or(default_agent) {
         s.agent = Some(a.to_string());
     }
     // The run's own sandbox (`submit --sandbox`), else the daemon's, else the config's.
-    match context::text(&run.context, context::SANDBOX) {
+    match context::RunContext::get(&run.context.sandbox) {
         Some(k) => s.sandbox = Some(crate::sandbox::SandboxKind::parse(k)?),
         None => s.sandbox = default_sandbox.or(s.sandbox),
     }
@@ -289,7 +287,7 @@ pub fn config_for(
             s.max_stuck = Some(0);
         }
         _ => {
-            if let Some(v) = context::text(&run.context, context::VALIDATE) {
+            if let Some(v) = context::RunContext::get(&run.context.validate) {
                 s.validate = Some(v.to_string());
             }
         }
@@ -297,18 +295,18 @@ pub fn config_for(
     let task = match run.loop_type {
         LoopKind::Plan => format!(
             "Plan: {}",
-            context::text(&run.context, "user-request").unwrap_or("(no idea given)")
+            context::RunContext::get(&run.context.user_request).unwrap_or("(no idea given)")
         ),
         LoopKind::Spec => format!(
             "Split the plan {} into specs",
-            context::text(&run.context, "plan-file").unwrap_or("")
+            context::RunContext::get(&run.context.plan_file).unwrap_or("")
         ),
         LoopKind::Phase => format!(
             "Phase {} of {}",
-            context::text(&run.context, "phase-number").unwrap_or("?"),
-            context::text(&run.context, context::SPEC_ID).unwrap_or("?")
+            context::RunContext::get(&run.context.phase_number).unwrap_or("?"),
+            context::RunContext::get(&run.context.spec_id).unwrap_or("?")
         ),
-        _ => context::text(&run.context, context::TASK)
+        _ => context::RunContext::get(&run.context.task)
             .unwrap_or("")
             .to_string(),
     };
@@ -323,7 +321,7 @@ pub fn config_for(
         // The Rule of Five needs its five passes, whatever the project's max-iterations.
         cfg.max_iterations = cfg.max_iterations.max(crate::docs::REVIEW_PASSES);
     }
-    cfg.context = run.context.clone();
+    cfg.context = run.context.to_map();
     Ok(cfg)
 }
 

@@ -722,7 +722,7 @@ impl Dispatcher {
         // Queued again by a person (resume/start), as opposed to relaunched after a stop.
         let requeued = run.status == RunStatus::Pending;
         let (worktree, start) = self.placement(&run);
-        let agent = context::text(&run.context, context::AGENT)
+        let agent = context::RunContext::get(&run.context.agent)
             .map(agent_kind)
             .unwrap_or_else(|| self.opts.default_agent_kind.clone());
         if run.status != RunStatus::Running {
@@ -772,7 +772,7 @@ impl Dispatcher {
         };
         match run.loop_type {
             LoopKind::Phase => {
-                let spec_id = context::text(&run.context, context::SPEC_ID)
+                let spec_id = context::RunContext::get(&run.context.spec_id)
                     .or(run.parent.as_deref())
                     .unwrap_or(&run.id)
                     .to_string();
@@ -783,7 +783,7 @@ impl Dispatcher {
                 (spec_id, start)
             }
             LoopKind::Plan | LoopKind::Spec => {
-                let plan_id = context::text(&run.context, context::PLAN_ID)
+                let plan_id = context::RunContext::get(&run.context.plan_id)
                     .or(run.parent.as_deref())
                     .unwrap_or(&run.id)
                     .to_string();
@@ -792,7 +792,7 @@ impl Dispatcher {
             }
             _ => (
                 run.id.clone(),
-                context::text(&run.context, context::TARGET)
+                context::RunContext::get(&run.context.target_branch)
                     .unwrap_or(&default)
                     .to_string(),
             ),

@@ -107,15 +107,9 @@ pub struct DaemonInfo {
 impl DaemonPaths {
     /// The daemon of the repository containing `dir`, keyed to its main work tree.
     pub fn for_repo(dir: &Path) -> Result<DaemonPaths, GitError> {
-        let git = Git::new(dir);
-        let common = git.common_dir()?;
-        // The main work tree is the parent of the common dir (`<top>/.git`) for a normal
-        // repository; a bare or unusual layout falls back to this tree's top level.
-        let project = match common.file_name() {
-            Some(n) if n == ".git" => common.parent().map(Path::to_path_buf),
-            _ => None,
-        }
-        .map_or_else(|| git.toplevel(), Ok)?;
+        let common = Git::new(dir).common_dir()?;
+        // The one project resolver (`crate::project`): the same store `plan new` opens.
+        let project = crate::project::project_dir(dir)?;
         Ok(DaemonPaths {
             project,
             dir: common.join("taskdaemon").join("daemon"),

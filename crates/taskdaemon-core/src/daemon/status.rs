@@ -91,11 +91,11 @@ pub struct StatusSnapshot {
 
 /// A run's title: its task, else its spec's or plan's title, else its loop kind.
 pub fn run_title(records: &Records, run: &LoopRun) -> String {
-    if let Some(t) = context::text(&run.context, context::TASK).filter(|t| !t.is_empty()) {
+    if let Some(t) = context::RunContext::get(&run.context.task).filter(|t| !t.is_empty()) {
         return t.lines().next().unwrap_or(t).to_string();
     }
-    let owner = context::text(&run.context, context::SPEC_ID)
-        .or(context::text(&run.context, context::PLAN_ID))
+    let owner = context::RunContext::get(&run.context.spec_id)
+        .or(context::RunContext::get(&run.context.plan_id))
         .or(run.parent.as_deref());
     match owner.and_then(|id| records.get(id).ok().flatten()) {
         Some(AnyRecord::Run(_)) | None => run.loop_type.to_string(),
@@ -160,7 +160,11 @@ fn run_view(records: &Records, r: &LoopRun, daemon: Option<&DaemonState>) -> Run
         cost_usd: r.cost_usd,
         worktree: r.worktree.clone(),
         note: r.note.clone(),
-        phase: r.context.get("phase-number").cloned(),
+        phase: r
+            .context
+            .phase_number
+            .clone()
+            .map(serde_json::Value::String),
     }
 }
 

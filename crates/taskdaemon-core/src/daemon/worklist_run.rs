@@ -108,11 +108,11 @@ fn daemon_event(subject: &Subject, e: &WorklistEvent) -> Option<DaemonEvent> {
 fn config_for(shared: &Shared, worktree: &Path, l: &Launch) -> Result<ImplementConfig, String> {
     let project = &shared.paths.project;
     let s = config::load_layers(project, shared.config.as_deref()).map_err(|e| e.to_string())?;
-    let rel = context::text(&l.run.context, SPEC_DIR)
+    let rel = context::RunContext::get(&l.run.context.spec_dir)
         .ok_or_else(|| format!("run {} names no {SPEC_DIR}", l.run.id))?;
     let spec_dir = worktree.join(rel);
     crate::store::paths::inside(rel, worktree).map_err(|why| format!("{SPEC_DIR} {rel}: {why}"))?;
-    let agent = context::text(&l.run.context, context::AGENT)
+    let agent = context::RunContext::get(&l.run.context.agent)
         .or(shared.default_agent.as_deref())
         .map(str::to_string)
         .or(s.agent.clone());
@@ -123,7 +123,7 @@ fn config_for(shared: &Shared, worktree: &Path, l: &Launch) -> Result<ImplementC
     let spec = spec.absolutize(project);
     // The run's own sandbox (`submit --sandbox`), else the daemon's, else the config's.
     let mut sandbox_settings = s.sandbox_settings();
-    match context::text(&l.run.context, context::SANDBOX) {
+    match context::RunContext::get(&l.run.context.sandbox) {
         Some(k) => sandbox_settings.sandbox = Some(crate::sandbox::SandboxKind::parse(k)?),
         None => sandbox_settings.sandbox = shared.default_sandbox.or(sandbox_settings.sandbox),
     }

@@ -411,17 +411,20 @@ mod decide_tests {
     use crate::agent::AgentSpec;
     use crate::loops::Registry;
 
-    fn state() -> RunState {
-        let dir = std::env::temp_dir();
-        // Built-ins only: the temp dir's stray *.yaml files are not loop types.
-        let reg = Registry::load(None, &dir.join("taskdaemon-no-loops-here")).unwrap();
+    /// A run in a temp dir of its own (kept while the test runs): nothing in a shared
+    /// /tmp (stray loop files, a `.taskdaemon/`) can change it.
+    fn state() -> (tempfile::TempDir, RunState) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        // Built-ins only: the directory holds no loop types.
+        let reg = Registry::load(None, &dir.join("no-loops-here")).unwrap();
         let s = crate::config::Settings {
             agent: Some("cmd:true".into()),
             ..Default::default()
         };
         let cfg = RunConfig::resolve(&dir, "t".into(), &s, &reg).unwrap();
         assert!(matches!(cfg.agent, AgentSpec::Cmd { .. }));
-        RunState::new(cfg, "r".into(), None, "now".into())
+        (tmp, RunState::new(cfg, "r".into(), None, "now".into()))
     }
 
     fn result(class: FailureClass, reset: Option<i64>) -> AgentResult {
@@ -436,7 +439,8 @@ mod decide_tests {
     #[test]
     fn each_class_decides() {
         let now = Timestamp::from_second(1_000_000).unwrap();
-        let mut st = state();
+        let (_tmp, mut st) = state();
+        assert!(st.config.workdir.starts_with(_tmp.path()));
         let cfg = st.config.clone();
         let stop_code = |v: Verdict| match v {
             Verdict::Stop(o) => o.exit_code(),

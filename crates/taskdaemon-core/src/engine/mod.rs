@@ -36,7 +36,7 @@ use crate::lifecycle::stall;
 use crate::loops::{PromptTemplate, TemplateError};
 use crate::signals::{self, Signal};
 use crate::telemetry::{IterationLog, RunSummary, SummaryRow, count_stories, write_row};
-use crate::workspace::{Workspace, WorkspaceError};
+use crate::workspace::{StoppedLoop, Workspace, WorkspaceError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -721,9 +721,11 @@ fn apply(
         decide::Feedback::Set(t) => st.previous_errors = Some(t.clone()),
     }
     match &d.run_outcome {
-        Some(Outcome::Blocked { reason }) => ws.write_blocked(reason, n, &clock::now_rfc3339())?,
+        Some(Outcome::Blocked { reason }) => {
+            ws.write_blocked(StoppedLoop::Run, reason, n, &clock::now_rfc3339())?
+        }
         Some(Outcome::Decide { question }) => {
-            ws.write_decide(question, n, &clock::now_rfc3339())?
+            ws.write_decide(StoppedLoop::Run, question, n, &clock::now_rfc3339())?
         }
         _ => {}
     }

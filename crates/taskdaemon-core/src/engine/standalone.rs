@@ -163,9 +163,9 @@ fn phase_context(
     };
     let mut m = phase_run(&spec, number - 1, None, None);
     if let Some(name) = var("phase-name") {
-        m.insert("phase-name".into(), Value::String(name));
+        m.phase_name = Some(name);
     }
-    Ok(m)
+    Ok(m.to_map())
 }
 
 #[cfg(test)]

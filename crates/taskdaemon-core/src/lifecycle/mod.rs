@@ -9,9 +9,11 @@ pub mod plan;
 pub mod plan_update;
 pub mod stall;
 mod task;
+pub mod task_run;
 
 pub use files::TaskFiles;
 pub use task::{
     LifecycleError, NextTask, TaskStart, begin_task, fail_task, finish_task, next_task,
     note_iteration, rollback, save_manual,
 };
+pub use task_run::{TaskEnd, end_task};

@@ -87,10 +87,8 @@ pub fn run_dir(paths: &DaemonPaths, run: &LoopRun, title: Option<String>) -> Opt
 /// What a run works on, in a few words: its phase, its task or its plan's request, with
 /// the loop type; `parent`: the spec's or plan's title.
 pub fn run_title(run: &LoopRun, parent: Option<&str>) -> String {
-    let ctx = |k: &str| {
-        run.context
-            .get(k)
-            .and_then(|v| v.as_str())
+    let ctx = |f: &Option<String>| {
+        f.as_deref()
             .map(|s| s.lines().next().unwrap_or("").trim().to_string())
             .filter(|s| !s.is_empty())
     };
@@ -101,17 +99,17 @@ pub fn run_title(run: &LoopRun, parent: Option<&str>) -> String {
             s
         }
     };
-    let what = if let Some(phase) = ctx("phase-name") {
-        let n = ctx("phase-number")
+    let what = if let Some(phase) = ctx(&run.context.phase_name) {
+        let n = ctx(&run.context.phase_number)
             .map(|n| format!(" {n}"))
             .unwrap_or_default();
         match parent {
             Some(p) => format!("{p}: phase{n}: {phase}"),
             None => format!("phase{n}: {phase}"),
         }
-    } else if let Some(t) = ctx("task") {
+    } else if let Some(t) = ctx(&run.context.task) {
         t
-    } else if let Some(r) = ctx("user-request") {
+    } else if let Some(r) = ctx(&run.context.user_request) {
         r
     } else if let Some(p) = parent {
         p.to_string()

@@ -77,7 +77,7 @@ pub fn advance(records: &mut Records, now: i64, default_target: &str) -> Result<
     }
     block_runs_on_failed_deps(records, now, &mut step)?;
     for run in runs(records, &[Filter::eq("status", "rebasing")])? {
-        let target = context::text(&run.context, context::TARGET)
+        let target = context::RunContext::get(&run.context.target_branch)
             .unwrap_or(default_target)
             .to_string();
         step.actions.push(Action::Merge {
@@ -232,7 +232,7 @@ fn advance_plan(records: &mut Records, plan: Plan, now: i64, step: &mut Step) ->
             if latest(records, &plan.id, "spec")?.is_none() {
                 let (agent, priority) = match latest(records, &plan.id, "plan")? {
                     Some(r) => (
-                        context::text(&r.context, context::AGENT).map(str::to_string),
+                        context::RunContext::get(&r.context.agent).map(str::to_string),
                         r.priority,
                     ),
                     None => (None, 0),
@@ -243,7 +243,7 @@ fn advance_plan(records: &mut Records, plan: Plan, now: i64, step: &mut Step) ->
                         loop_type: "spec".into(),
                         name: Some(format!("specs {}", crate::store::ids::slug_part(&plan.id))),
                         parent: Some(plan.id.clone()),
-                        context: ctx,
+                        context: ctx.into(),
                         priority,
                         ..NewRun::default()
                     },
@@ -439,7 +439,7 @@ fn doc_validate(spec: &Spec) -> Option<String> {
 fn plan_agent(records: &Records, plan_id: &str) -> Result<Option<String>> {
     for t in ["spec", "plan"] {
         if let Some(r) = latest(records, plan_id, t)?
-            && let Some(a) = context::text(&r.context, context::AGENT)
+            && let Some(a) = context::RunContext::get(&r.context.agent)
         {
             return Ok(Some(a.to_string()));
         }
@@ -468,7 +468,7 @@ fn queue_phase(
             )),
             parent: Some(spec.id.clone()),
             deps: after.map(|a| vec![a.to_string()]).unwrap_or_default(),
-            context: ctx,
+            context: ctx.into(),
             priority: spec.priority,
             ..NewRun::default()
         },
@@ -507,12 +507,7 @@ fn advance_spec(
         .into_iter()
         .filter(|r| r.loop_type == crate::store::LoopKind::Phase)
         .collect();
-    phase_runs.sort_by_key(|r| {
-        r.context
-            .get(context::PHASE_INDEX)
-            .and_then(|v| v.as_u64())
-            .unwrap_or(0)
-    });
+    phase_runs.sort_by_key(|r| r.context.phase_index.unwrap_or(0));
     if phase_runs.is_empty() {
         // Not started: waiting for deps.
         let mut failed = Vec::new();
@@ -556,11 +551,7 @@ fn advance_spec(
     let Some(last) = phase_runs.last().cloned() else {
         return Ok(());
     };
-    let index = last
-        .context
-        .get(context::PHASE_INDEX)
-        .and_then(|v| v.as_u64())
-        .unwrap_or(0) as usize;
+    let index = last.context.phase_index.unwrap_or(0) as usize;
     match last.status {
         RunStatus::Complete => {
             if index + 1 < spec.phases.len() {

@@ -88,10 +88,13 @@ impl World {
                     loop_type: kind.into(),
                     parent,
                     status: Some(status),
-                    context: json!({ "phase-index": phase_index, "task": "t" })
-                        .as_object()
-                        .cloned()
-                        .unwrap_or_default(),
+                    context: Box::new(
+                        json!({ "phase-index": phase_index, "task": "t" })
+                            .as_object()
+                            .cloned()
+                            .unwrap_or_default()
+                            .into(),
+                    ),
                     ..NewRun::default()
                 },
                 T0,
@@ -285,7 +288,7 @@ const ADVANCE: &[(&str, PlanStatus, Setup, Check)] = &[
             assert_eq!(w.spec_now(0).status, SpecStatus::Running);
             let phases = w.runs_of(&w.specs[0], LoopKind::Phase);
             assert_eq!(phases.len(), 1);
-            assert_eq!(phases[0].context["phase-index"], json!(0));
+            assert_eq!(phases[0].context.phase_index, Some(0));
         },
     ),
     (
@@ -365,7 +368,7 @@ const ADVANCE: &[(&str, PlanStatus, Setup, Check)] = &[
         |w, step| {
             let phases = w.runs_of(&w.specs[0], LoopKind::Phase);
             assert_eq!(phases.len(), 2);
-            assert_eq!(phases[1].context["phase-index"], json!(1));
+            assert_eq!(phases[1].context.phase_index, Some(1));
             assert!(merges(step).is_empty());
         },
     ),

@@ -143,7 +143,6 @@ pub fn pick(
 
 #[cfg(test)]
 mod tests {
-    use serde_json::{Map, Value};
 
     use super::*;
     use crate::store::{NewRun, RunStatus};
@@ -156,10 +155,10 @@ mod tests {
         agent: Option<&str>,
         at: i64,
     ) -> String {
-        let mut context = Map::new();
-        if let Some(a) = agent {
-            context.insert("agent".into(), Value::from(a));
-        }
+        let context = Box::new(crate::scheduler::context::RunContext {
+            agent: agent.map(str::to_string),
+            ..Default::default()
+        });
         r.create_run(
             NewRun {
                 loop_type: "ralph".into(),

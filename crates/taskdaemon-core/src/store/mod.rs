@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use taskstore::{Change, Filter, Op, Record, Store, StoreOptions};
 
 use ids::IdSource;
@@ -142,7 +142,7 @@ pub struct NewRun {
     #[serde(default)]
     pub progress: String,
     #[serde(default)]
-    pub context: Map<String, Value>,
+    pub context: Box<crate::scheduler::context::RunContext>,
     #[serde(default)]
     pub priority: i64,
 }

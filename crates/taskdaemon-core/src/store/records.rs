@@ -5,7 +5,9 @@ use std::fmt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+use crate::scheduler::context::RunContext;
 use taskstore::Record;
 
 use super::StoreError;
@@ -252,7 +254,7 @@ pub struct LoopRun {
     pub progress: String,
     /// Template context the run was spawned with (never runtime values).
     #[serde(default)]
-    pub context: Map<String, Value>,
+    pub context: Box<crate::scheduler::context::RunContext>,
     /// Time spent in its iterations so far, over all sessions (a runtime value).
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub elapsed_ms: u64,
@@ -395,8 +397,8 @@ impl AnyRecord {
             AnyRecord::Plan(p) => p.file = f(&p.file),
             AnyRecord::Spec(s) => s.file = f(&s.file),
             AnyRecord::Run(r) => {
-                for key in super::paths::CONTEXT_PATHS {
-                    if let Some(Value::String(v)) = r.context.get_mut(*key) {
+                for (_, v) in r.context.paths_mut() {
+                    if let Some(v) = v {
                         *v = f(v);
                     }
                 }
@@ -409,16 +411,15 @@ impl AnyRecord {
         match self {
             AnyRecord::Plan(p) => vec![("file".into(), p.file.clone())],
             AnyRecord::Spec(s) => vec![("file".into(), s.file.clone())],
-            AnyRecord::Run(r) => super::paths::CONTEXT_PATHS
-                .iter()
-                .filter_map(|k| {
-                    r.context
-                        .get(*k)
-                        .and_then(Value::as_str)
-                        .filter(|v| !v.is_empty())
-                        .map(|v| (format!("context.{k}"), v.to_string()))
-                })
-                .collect(),
+            AnyRecord::Run(r) => {
+                let mut c = r.context.clone();
+                c.paths_mut()
+                    .into_iter()
+                    .filter_map(|(k, v)| {
+                        RunContext::get(v).map(|v| (format!("context.{k}"), v.to_string()))
+                    })
+                    .collect()
+            }
         }
     }
 

@@ -18,18 +18,13 @@ use super::{AnyRecord, LoopRun, Records, Result, StoreError};
 /// The context keys whose values the daemon runs as commands.
 fn commands(run: &LoopRun) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
-    let text = |k: &str| {
-        run.context
-            .get(k)
-            .and_then(|v| v.as_str())
-            .filter(|v| !v.is_empty())
-    };
-    if let Some(a) = text("agent")
+    use crate::scheduler::context::RunContext;
+    if let Some(a) = RunContext::get(&run.context.agent)
         && (a.starts_with("cmd:") || a.starts_with("script:"))
     {
         out.push(("agent", a.to_string()));
     }
-    if let Some(v) = text("validate") {
+    if let Some(v) = RunContext::get(&run.context.validate) {
         out.push(("validate", v.to_string()));
     }
     out

@@ -80,11 +80,7 @@ impl RunView {
             status: r.status,
             iteration: r.iteration,
             max_iterations: None,
-            phase: r.context.get("phase-number").and_then(|v| {
-                v.as_str()
-                    .map(str::to_string)
-                    .or(v.as_u64().map(|n| n.to_string()))
-            }),
+            phase: r.context.phase_number.clone(),
             last_tool: None,
             elapsed_ms: r.elapsed_ms,
             cost_usd: r.cost_usd,
@@ -266,9 +262,7 @@ fn implement_tasks(r: &LoopRun) -> Vec<(String, String)> {
     }
     let (Some(wt), Some(dir)) = (
         r.worktree.as_ref(),
-        r.context
-            .get(crate::daemon::worklist_run::SPEC_DIR)
-            .and_then(|v| v.as_str()),
+        crate::scheduler::context::RunContext::get(&r.context.spec_dir),
     ) else {
         return Vec::new();
     };
@@ -294,10 +288,9 @@ fn run_title(r: &LoopRun, titles: &BTreeMap<String, String>) -> String {
     if let Some(t) = r.parent.as_ref().and_then(|p| titles.get(p)) {
         return t.clone();
     }
-    for key in ["title", "task"] {
-        if let Some(t) = r.context.get(key).and_then(|v| v.as_str()) {
-            return t.lines().next().unwrap_or(t).to_string();
-        }
+    let title = r.context.extra.get("title").and_then(|v| v.as_str());
+    if let Some(t) = title.or(r.context.task.as_deref()) {
+        return t.lines().next().unwrap_or(t).to_string();
     }
     r.loop_type.to_string()
 }

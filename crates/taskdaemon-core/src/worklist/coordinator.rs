@@ -32,6 +32,7 @@ pub const IGNORED: &[&str] = &[
     super::state::STATE_FILE,
     lock::RUN_LOCK,
     lock::TASKS_LOCK,
+    lock::CANCEL_MARK,
     ".progress-task-*.md",
     ".ralph-logs/",
 ];
@@ -120,7 +121,12 @@ pub async fn implement(
     preflight(&cfg.spec_dir, &cfg.repo)?;
     let tasks_now = read_tasks_of(&cfg.spec_dir)?;
     let (mut st, resumed) = load_state(cfg, events, tasks_now.len())?;
-    let guards = Guards::start(&cfg.repo, "implement", cfg.limits, st.max_iterations())?;
+    let guards = Guards::start(
+        &cfg.repo,
+        crate::workspace::StoppedLoop::Implement,
+        cfg.limits,
+        st.max_iterations(),
+    )?;
     if guards.cost_limit_blind(cfg.setup.format) {
         events.warn("--max-cost is set but this agent's plain-text output reports no cost; the limit cannot trigger");
     }
@@ -388,6 +394,9 @@ impl Coord<'_> {
             Outcome::LimitReached { limit } => limit_detail(*limit, "implement"),
             o @ (Outcome::Blocked { .. } | Outcome::Decide { .. } | Outcome::Stuck { .. }) => {
                 stop_detail(o, "implement").unwrap_or_default()
+            }
+            Outcome::Interrupted if lock::cancel_requested(&self.cfg.spec_dir) => {
+                "cancelled by `taskdaemon cancel`: .ralph-state.json is deleted, .progress.md kept\n  hint: `taskdaemon implement` starts again at the first unchecked task".into()
             }
             Outcome::Interrupted => {
                 "interrupted; state kept. Continue with `taskdaemon implement`".into()

@@ -21,7 +21,7 @@ use crate::engine::{Outcome, RunState};
 use crate::guards::{self, Limit};
 use crate::signals::{self, Signal};
 use crate::telemetry::{RunSummary, SummaryRow, count_stories, write_row};
-use crate::workspace::Workspace;
+use crate::workspace::{StoppedLoop, Workspace};
 
 /// The limits a person sets (`--max-stuck`, `--max-cost`, `--max-runtime`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -63,7 +63,7 @@ pub struct Row<'a> {
 #[derive(Debug)]
 pub struct Guards {
     pub run_id: String,
-    kind: &'static str,
+    kind: StoppedLoop,
     ws: Workspace,
     repo: std::path::PathBuf,
     limits: Limits,
@@ -87,15 +87,16 @@ impl Guards {
     /// does not start (a person acts first).
     pub fn start(
         repo: &Path,
-        kind: &'static str,
+        kind: StoppedLoop,
         limits: Limits,
         max_iterations: u32,
     ) -> Result<Guards, WorklistError> {
         let ws = Workspace::new(repo);
+        let name = kind.name();
         let ws_err = |e: crate::workspace::WorkspaceError| WorklistError::Invalid(e.to_string());
         if let Some(text) = ws.read_blocked().map_err(ws_err)? {
             return Err(WorklistError::Invalid(format!(
-                "not starting: the {kind} loop is blocked ({}):\n{}\n  hint: resolve it, then `taskdaemon unblock` and run `taskdaemon {kind}` again",
+                "not starting: the {name} loop is blocked ({}):\n{}\n  hint: resolve it, then `taskdaemon unblock` and run `taskdaemon {name}` again",
                 ws.blocked_file().display(),
                 text.trim_end()
             )));
@@ -105,7 +106,7 @@ impl Guards {
                 Some(a) => Some(format!("Question: {}\nAnswer: {a}", d.question)),
                 None => {
                     return Err(WorklistError::Invalid(format!(
-                        "not starting: the agent asked a question that has no answer yet ({}):\n{}\n  hint: `taskdaemon answer \"…\"`, then run `taskdaemon {kind}` again",
+                        "not starting: the agent asked a question that has no answer yet ({}):\n{}\n  hint: `taskdaemon answer \"…\"`, then run `taskdaemon {name}` again",
                         ws.decide_file().display(),
                         d.question
                     )));
@@ -217,13 +218,13 @@ impl Guards {
         Ok(match scan.signal {
             Some(Signal::Blocked(reason)) => {
                 self.ws
-                    .write_blocked(&reason, iteration, &at)
+                    .write_blocked(self.kind, &reason, iteration, &at)
                     .map_err(ws_err)?;
                 Some(Outcome::Blocked { reason })
             }
             Some(Signal::Decide(question)) => {
                 self.ws
-                    .write_decide(&question, iteration, &at)
+                    .write_decide(self.kind, &question, iteration, &at)
                     .map_err(ws_err)?;
                 Some(Outcome::Decide { question })
             }
@@ -231,7 +232,8 @@ impl Guards {
                 Some(Outcome::Failed {
                     reason: format!(
                         "stalled: the agents made the same tool calls {} times in a row (--max-stall)\n  hint: read the last logs; change the task or the prompt (a loop type in .taskdaemon/loops/), then run `taskdaemon {}` again",
-                        self.stall, self.kind
+                        self.stall,
+                        self.kind.name()
                     ),
                 })
             }
@@ -319,7 +321,7 @@ impl Guards {
     }
 
     pub fn kind(&self) -> &'static str {
-        self.kind
+        self.kind.name()
     }
 
     /// Whether the cost limit could ever trigger (the agent reports no cost in text).
@@ -378,7 +380,7 @@ mod tests {
             max_cost: Some(0.5),
             ..Limits::default()
         };
-        let mut g = Guards::start(d.path(), "stories", limits, 10).unwrap();
+        let mut g = Guards::start(d.path(), StoppedLoop::Stories, limits, 10).unwrap();
         for i in 1..=2 {
             g.account(&run("working", Some("sig"))).unwrap();
             assert_eq!(g.signal(&run("working", Some("sig")), i).unwrap(), None);
@@ -397,7 +399,7 @@ mod tests {
             .signal(&run("<promise>BLOCKED: no key</promise>", None), 4)
             .unwrap();
         assert_eq!(o.map(|o| o.exit_code()), Some(2));
-        let e = Guards::start(d.path(), "stories", limits, 10).unwrap_err();
+        let e = Guards::start(d.path(), StoppedLoop::Stories, limits, 10).unwrap_err();
         assert!(e.to_string().contains("taskdaemon unblock"), "{e}");
     }
 }

@@ -10,6 +10,9 @@ use super::WorklistError;
 
 pub const RUN_LOCK: &str = ".implement.lock";
 pub const TASKS_LOCK: &str = ".tasks.md.lock";
+/// Written by `cancel` before it stops the loop: the loop's last words then say that its
+/// state is deleted, not kept. Removed by `cancel` when done, or by the next loop's start.
+pub const CANCEL_MARK: &str = ".implement.cancel";
 
 /// The running loop's lock; released when dropped (or when the process dies).
 #[derive(Debug)]
@@ -26,7 +29,11 @@ fn open(path: &Path) -> Result<File, WorklistError> {
 pub fn acquire(spec_dir: &Path) -> Result<RunLock, WorklistError> {
     let path = spec_dir.join(RUN_LOCK);
     match crate::pidlock::acquire(&path) {
-        Ok(l) => Ok(RunLock { _lock: l }),
+        Ok(l) => {
+            // A mark left by a `cancel` that died belongs to a loop that is gone.
+            clear_cancel(spec_dir)?;
+            Ok(RunLock { _lock: l })
+        }
         Err(crate::pidlock::LockError::Held(pid)) => Err(WorklistError::Busy {
             spec: spec_dir.to_path_buf(),
             pid: pid
@@ -41,6 +48,27 @@ pub fn acquire(spec_dir: &Path) -> Result<RunLock, WorklistError> {
 /// `None` when no loop runs.
 pub fn holder(spec_dir: &Path) -> Option<Option<i32>> {
     crate::pidlock::holder(&spec_dir.join(RUN_LOCK))
+}
+
+/// Mark the loop of `spec_dir` as being cancelled (before it gets its TERM).
+pub fn request_cancel(spec_dir: &Path) -> Result<(), WorklistError> {
+    let path = spec_dir.join(CANCEL_MARK);
+    crate::fsutil::write_atomic(&path, format!("{}\n", std::process::id()).as_bytes())
+        .map_err(WorklistError::io(&path))
+}
+
+/// Whether `cancel` is stopping the loop of `spec_dir`.
+pub fn cancel_requested(spec_dir: &Path) -> bool {
+    std::fs::symlink_metadata(spec_dir.join(CANCEL_MARK)).is_ok_and(|m| m.is_file())
+}
+
+/// Remove the cancel mark (none is fine).
+pub fn clear_cancel(spec_dir: &Path) -> Result<(), WorklistError> {
+    let path = spec_dir.join(CANCEL_MARK);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(WorklistError::io(&path)(e)),
+        _ => Ok(()),
+    }
 }
 
 pub fn tasks_lock_path(spec_dir: &Path) -> PathBuf {

@@ -4,6 +4,7 @@
 //! harness checks. Emits [`WorklistEvent`]s; never prints.
 
 mod agent;
+pub mod cancel;
 pub mod contradiction;
 pub mod coordinator;
 pub mod current_spec;

@@ -82,7 +82,12 @@ pub async fn run_stories(
     cancel: &CancellationToken,
 ) -> Result<StoriesResult, WorklistError> {
     let (_, initial) = load(&cfg.file)?;
-    let mut g = Guards::start(&cfg.repo, "stories", cfg.limits, cfg.max_iterations)?;
+    let mut g = Guards::start(
+        &cfg.repo,
+        crate::workspace::StoppedLoop::Stories,
+        cfg.limits,
+        cfg.max_iterations,
+    )?;
     let git = Git::new(&cfg.repo);
     git.ensure_excluded(&[".ralph/stories-logs/"])?;
     git.ensure_excluded(crate::workspace::IGNORED)?;

@@ -40,7 +40,7 @@ pub fn run(args: AnswerArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             "answer": d.answer,
             "file": ws.decide_file(),
             "task_message": d.task_message,
-            "next": if d.task_message.is_some() { "taskdaemon task" } else { "taskdaemon run --resume" },
+            "next": if d.task_message.is_some() { "taskdaemon task" } else { d.stopped.continue_command() },
         }))?;
         return Ok(0);
     }
@@ -53,8 +53,9 @@ pub fn run(args: AnswerArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         );
     } else {
         println!(
-            "\nwritten to {}. Continue with `taskdaemon run --resume`: the answer goes into the next prompt.",
-            ws.decide_file().display()
+            "\nwritten to {}. Continue with `{}`: the answer goes into the next prompt.",
+            ws.decide_file().display(),
+            d.stopped.continue_command()
         );
     }
     Ok(0)

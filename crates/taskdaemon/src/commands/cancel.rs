@@ -11,12 +11,11 @@ use clap::Args;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use taskdaemon_core::engine::RunState;
-use taskdaemon_core::worklist::coordinator::TASKS_FILE;
-use taskdaemon_core::worklist::{ImplementState, WorklistError, lock, progress, tasks_md};
+use taskdaemon_core::worklist::cancel;
 use taskdaemon_core::workspace::Workspace;
 
 use super::Ctx;
-use super::implement::{spec_dir, worklist_err};
+use super::implement::spec_dir;
 use crate::cli::user;
 
 /// How long a loop may take to stop (its agents get TERM, then KILL after their grace).
@@ -39,22 +38,6 @@ pub struct CancelArgs {
     /// The report as one JSON object on stdout.
     #[arg(long)]
     pub json: bool,
-}
-
-#[derive(Debug, serde::Serialize)]
-struct Report {
-    spec_dir: String,
-    /// The pid of the loop that was stopped.
-    stopped_pid: Option<i32>,
-    state_deleted: bool,
-    progress_kept: bool,
-    /// The task the loop was at.
-    task_id: Option<String>,
-    task_title: Option<String>,
-    task_index: Option<usize>,
-    total_tasks: Option<usize>,
-    task_iteration: Option<u32>,
-    done_tasks: usize,
 }
 
 pub fn run(args: CancelArgs, ctx: &Ctx) -> anyhow::Result<i32> {
@@ -152,62 +135,14 @@ fn cancel_local(dir: &Path, json: bool) -> anyhow::Result<i32> {
 }
 
 fn cancel_spec(spec: &Path, json: bool) -> anyhow::Result<i32> {
-    let mut stopped_pid = None;
-    match lock::holder(spec) {
-        Some(Some(pid)) => {
-            kill(Pid::from_raw(pid), Signal::SIGTERM).map_err(|e| {
-                user(format!(
-                    "cannot signal the implement loop (pid {pid}) of {}: {e}\n  hint: stop it in its own terminal with Ctrl-C",
-                    spec.display()
-                ))
-            })?;
-            let start = Instant::now();
-            while lock::holder(spec).is_some() {
-                if start.elapsed() > STOP_LIMIT {
-                    return Err(user(format!(
-                        "the implement loop (pid {pid}) of {} did not stop within {}s\n  hint: `kill -9 {pid}`, then run `taskdaemon cancel` again",
-                        spec.display(),
-                        STOP_LIMIT.as_secs()
-                    )));
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            stopped_pid = Some(pid);
+    let report = cancel::cancel_implement(spec, STOP_LIMIT).map_err(|e| {
+        if e.is_user_fault() {
+            user(e)
+        } else {
+            anyhow::Error::new(e)
         }
-        Some(None) => {
-            return Err(user(format!(
-                "an implement loop holds {} but its pid is unreadable\n  hint: stop it in its own terminal with Ctrl-C",
-                spec.join(lock::RUN_LOCK).display()
-            )));
-        }
-        None => {}
-    }
-    // Read after the loop stopped: it saved where it was on its way out.
-    let state = match ImplementState::load(spec) {
-        Ok(s) => s,
-        Err(WorklistError::CorruptState { .. }) => None,
-        Err(e) => return Err(worklist_err(e)),
-    };
-    let tasks = std::fs::read_to_string(spec.join(TASKS_FILE))
-        .map(|t| tasks_md::parse(&t))
-        .unwrap_or_default();
-    let state_deleted = ImplementState::remove(spec).map_err(worklist_err)?;
-    let at = state
-        .as_ref()
-        .and_then(|s| tasks.get(s.task_index))
-        .or_else(|| tasks.iter().find(|t| !t.done));
-    let report = Report {
-        spec_dir: spec.display().to_string(),
-        stopped_pid,
-        state_deleted,
-        progress_kept: progress::path(spec).exists(),
-        task_id: at.map(|t| t.id.clone()),
-        task_title: at.map(|t| t.title.clone()),
-        task_index: state.as_ref().map(|s| s.task_index),
-        total_tasks: Some(tasks.len()),
-        task_iteration: state.as_ref().map(|s| s.task_iteration),
-        done_tasks: tasks_md::checked(&tasks),
-    };
+    })?;
+    let (stopped_pid, state_deleted) = (report.stopped_pid, report.state_deleted);
     if json {
         super::print_json(&report)?;
         return Ok(0);
@@ -226,19 +161,16 @@ fn cancel_spec(spec: &Path, json: bool) -> anyhow::Result<i32> {
     if let Some(pid) = stopped_pid {
         msg.push_str(&format!(" (stopped pid {pid})"));
     }
-    if let Some(t) = at {
+    if let (Some(id), Some(title)) = (&report.task_id, &report.task_title) {
+        let total = report.total_tasks.unwrap_or_default();
         msg.push_str(&format!(
-            "\n  stopped at task {} {} (task {} of {}{}); {} of {} tasks done",
-            t.id,
-            t.title,
-            t.index + 1,
-            tasks.len(),
+            "\n  stopped at task {id} {title} (task {} of {total}{}); {} of {total} tasks done",
+            report.task_number.unwrap_or_default(),
             report
                 .task_iteration
                 .map(|n| format!(", attempt {n}"))
                 .unwrap_or_default(),
             report.done_tasks,
-            tasks.len()
         ));
     }
     msg.push_str(&format!(

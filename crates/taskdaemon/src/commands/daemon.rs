@@ -64,7 +64,7 @@ pub struct StartArgs {
     #[arg(long, value_name = "SPEC", env = "TASKDAEMON_AGENT")]
     pub agent: Option<String>,
     /// The sandbox of runs that name none: none, bwrap, docker, podman (docs/sandbox.md) [default: config sandbox, else none].
-    #[arg(long, value_name = "KIND", env = "TASKDAEMON_SANDBOX", value_parser = super::run::sandbox_kind)]
+    #[arg(long, value_name = "KIND", env = "TASKDAEMON_SANDBOX", value_parser = super::util::sandbox_kind)]
     pub sandbox: Option<SandboxKind>,
     /// Seconds between passes when nothing happens.
     #[arg(long, value_name = "SECONDS", default_value_t = 1.0, hide = true)]

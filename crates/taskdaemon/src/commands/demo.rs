@@ -82,7 +82,7 @@ pub fn run(args: DemoArgs, _ctx: &Ctx) -> anyhow::Result<i32> {
             script.display()
         );
     }
-    let (_, summary) = super::run::drive(&ws, state, false, args.json)?;
+    let (_, summary) = super::util::drive(&ws, state, false, args.json)?;
     if !args.json {
         println!("\nThe demo's record:");
         println!(

@@ -19,7 +19,7 @@ use taskdaemon_core::worklist::{
 use tokio_util::sync::CancellationToken;
 
 use super::Ctx;
-use super::run::{dur, hold_for_loop, settings, with_signals};
+use super::util::{dur, hold_for_loop, settings, with_signals};
 use crate::cli::user;
 
 const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(10 * 60);
@@ -113,7 +113,7 @@ pub struct AgentFlags {
     #[arg(long, value_name = "DUR", env = "TASKDAEMON_KILL_GRACE", value_parser = dur)]
     pub kill_grace: Option<Dur>,
     /// Confine the agents and the Verify commands: none, bwrap, docker, podman (docs/sandbox.md) [default: none].
-    #[arg(long, value_name = "KIND", env = "TASKDAEMON_SANDBOX", value_parser = super::run::sandbox_kind)]
+    #[arg(long, value_name = "KIND", env = "TASKDAEMON_SANDBOX", value_parser = super::util::sandbox_kind)]
     pub sandbox: Option<SandboxKind>,
 }
 
@@ -286,7 +286,7 @@ pub(crate) fn take_over_worklist(target: &Path, setup: &AgentSetup) -> anyhow::R
         }
     }
     let _ = HELD.set(f);
-    super::run::take_over_in(dir, target, setup.grace)
+    super::util::take_over_in(dir, target, setup.grace)
 }
 
 /// Run a work-list loop on a runtime with signal handling and rendering.

@@ -38,6 +38,7 @@ pub mod stories;
 pub mod submit;
 pub mod task;
 pub mod unblock;
+pub mod util;
 pub mod watch;
 pub mod worktree;
 
@@ -80,22 +81,10 @@ impl Ctx {
         Ok(dir)
     }
 
-    /// Where the record store's project is: the nearest directory from the work directory
-    /// up to the top of its git work tree that has a `.taskdaemon/`, else that top.
+    /// Where the record store's project is: the one resolver every command and the
+    /// daemon use (`taskdaemon_core::project`).
     pub fn project_dir(&self) -> anyhow::Result<PathBuf> {
-        let dir = self.workdir()?;
-        let top = Git::new(&dir).toplevel().map_err(user)?;
-        let top = top.canonicalize().unwrap_or(top);
-        let mut at = dir.as_path();
-        loop {
-            if at.join(".taskdaemon").is_dir() {
-                return Ok(at.to_path_buf());
-            }
-            match at.parent() {
-                Some(p) if at != top => at = p,
-                _ => return Ok(top),
-            }
-        }
+        taskdaemon_core::project::project_dir(&self.workdir()?).map_err(user)
     }
 
     pub fn workspace(&self) -> anyhow::Result<(PathBuf, Workspace)> {

@@ -5,24 +5,17 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::Args;
-use taskdaemon_core::config::{self, Dur, Settings};
-use taskdaemon_core::duration::parse_duration;
+use taskdaemon_core::config::Settings;
 use taskdaemon_core::engine::standalone::standalone_context;
-use taskdaemon_core::engine::{
-    EngineContext, EventSink, Outcome, RunConfig, RunState, exit_code, run_loop,
-};
-use taskdaemon_core::git::Git;
-use taskdaemon_core::git::snapshot::Snapshots;
-use taskdaemon_core::loops::Registry;
-use taskdaemon_core::sandbox::SandboxKind;
-use taskdaemon_core::telemetry::RunSummary;
+use taskdaemon_core::engine::{Outcome, RunConfig, RunState};
 use taskdaemon_core::workspace::Workspace;
-use taskdaemon_core::{agent, clock};
-use tokio_util::sync::CancellationToken;
 
 use super::Ctx;
+use super::util::{
+    RunFlags, drive, finish_task, hold_for_loop, new_state, refuse_if_waiting_for_a_human, resolve,
+    settings,
+};
 use crate::cli::user;
-use crate::render::Renderer;
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
@@ -50,116 +43,6 @@ pub struct RunArgs {
     /// One JSON event per line on stdout.
     #[arg(long)]
     pub json: bool,
-}
-
-/// The options of a run, shared by `run` and `task`.
-#[derive(Debug, Args)]
-pub struct RunFlags {
-    /// Loop type (see `taskdaemon loops`) [default: ralph].
-    #[arg(long = "loop", value_name = "TYPE", env = "TASKDAEMON_LOOP")]
-    pub loop_type: Option<String>,
-    /// claude, codex, gemini, opencode, amp, script:FILE, cmd:COMMAND or api:anthropic|openai:MODEL [default: config, else the first installed CLI].
-    #[arg(long, value_name = "SPEC", env = "TASKDAEMON_AGENT")]
-    pub agent: Option<String>,
-    /// How to read the agent's output: text, claude-stream-json, codex-json [default: per agent].
-    #[arg(long, value_name = "FORMAT", env = "TASKDAEMON_AGENT_FORMAT")]
-    pub agent_format: Option<String>,
-    /// Validation command (sh -c) run after every iteration; its exit code decides completion.
-    #[arg(long, value_name = "CMD", env = "TASKDAEMON_VALIDATE")]
-    pub validate: Option<String>,
-    /// The validation exit code that means done [default: 0].
-    #[arg(long, value_name = "N", env = "TASKDAEMON_SUCCESS_EXIT_CODE")]
-    pub success_exit_code: Option<i32>,
-    /// Stop (exit 1) after N iterations [default: from the loop type, 20 for ralph].
-    #[arg(long, value_name = "N", env = "TASKDAEMON_MAX_ITERATIONS")]
-    pub max_iterations: Option<u32>,
-    /// Stop (exit 4) after N consecutive iterations without a new commit; 0 disables [default: 3].
-    #[arg(long, value_name = "N", env = "TASKDAEMON_MAX_STUCK")]
-    pub max_stuck: Option<u32>,
-    /// Stall recovery after N consecutive iterations with the same tool calls; a second stall fails the task (exit 5); 0 disables [default: 3].
-    #[arg(long, value_name = "N", env = "TASKDAEMON_MAX_STALL")]
-    pub max_stall: Option<u32>,
-    /// Stop an iteration's agent after DUR (90s, 15m, 2h) [default: 30m].
-    #[arg(long, value_name = "DUR", env = "TASKDAEMON_ITERATION_TIMEOUT", value_parser = dur)]
-    pub iteration_timeout: Option<Dur>,
-    /// Stop (exit 1) once the run has taken DUR.
-    #[arg(long, value_name = "DUR", env = "TASKDAEMON_MAX_RUNTIME", value_parser = dur)]
-    pub max_runtime: Option<Dur>,
-    /// Stop (exit 1) once the agent's reported cost reaches USD.
-    #[arg(long, value_name = "USD", env = "TASKDAEMON_MAX_COST")]
-    pub max_cost: Option<f64>,
-    /// Also require <promise>TEXT</promise> for completion (the agent says it; validation must pass too).
-    #[arg(long, value_name = "TEXT", env = "TASKDAEMON_COMPLETION_PROMISE")]
-    pub completion_promise: Option<String>,
-    /// Time between TERM and KILL when the agent is stopped [default: 5s].
-    #[arg(long, value_name = "DUR", env = "TASKDAEMON_KILL_GRACE", value_parser = dur)]
-    pub kill_grace: Option<Dur>,
-    /// Cap of one iteration's log (50MB, 512KB, 1GB): past it the first and last part are kept, with a note of what was dropped [default: 50MB].
-    #[arg(long, value_name = "SIZE", env = "TASKDAEMON_MAX_LOG_SIZE")]
-    pub max_log_size: Option<String>,
-    /// At the agent's usage limit: wait for the reset, then retry the same iteration; or stop (exit 1) [default: wait].
-    #[arg(long, value_name = "ACTION", env = "TASKDAEMON_ON_USAGE_LIMIT", value_parser = ["wait", "stop"])]
-    pub on_usage_limit: Option<String>,
-    /// Stop instead of waiting when the usage limit resets later than DUR [default: 12h].
-    #[arg(long, value_name = "DUR", env = "TASKDAEMON_MAX_WAIT", value_parser = dur)]
-    pub max_wait: Option<Dur>,
-    /// First wait after a rate limit, overload or unreachable API; doubled each time [default: 30s].
-    #[arg(long, value_name = "DUR", env = "TASKDAEMON_RETRY_BACKOFF", value_parser = dur)]
-    pub retry_backoff: Option<Dur>,
-    /// Such failures in a row before the run stops (exit 1) [default: 5].
-    #[arg(long, value_name = "N", env = "TASKDAEMON_MAX_RETRIES")]
-    pub max_retries: Option<u32>,
-    /// Say so when the agent prints nothing for DUR; 0s: never [default: 5m].
-    #[arg(long, value_name = "DUR", env = "TASKDAEMON_QUIET_WARNING", value_parser = dur)]
-    pub quiet_warning: Option<Dur>,
-    /// Stop an agent that only retries, making no progress, after DUR; 0s: never [default: 10m].
-    #[arg(long, value_name = "DUR", env = "TASKDAEMON_NO_PROGRESS_TIMEOUT", value_parser = dur)]
-    pub no_progress_timeout: Option<Dur>,
-    /// Pause when the agent reports PCT % of a usage window used (Claude with a subscription), until it resets.
-    #[arg(long, value_name = "PCT", env = "TASKDAEMON_PAUSE_AT_USAGE")]
-    pub pause_at_usage: Option<u8>,
-    /// Confine the agent and the validation command: none, bwrap, docker, podman (docs/sandbox.md) [default: none].
-    #[arg(long, value_name = "KIND", env = "TASKDAEMON_SANDBOX", value_parser = sandbox_kind)]
-    pub sandbox: Option<SandboxKind>,
-}
-
-pub(crate) fn sandbox_kind(s: &str) -> Result<SandboxKind, String> {
-    SandboxKind::parse(s)
-}
-
-pub(crate) fn dur(s: &str) -> Result<Dur, String> {
-    parse_duration(s).map(Dur)
-}
-
-impl RunFlags {
-    /// The options given on the command line or in TASKDAEMON_* variables, as a layer.
-    pub fn settings(&self) -> Settings {
-        Settings {
-            agent: self.agent.clone(),
-            agent_format: self.agent_format.clone(),
-            loop_type: self.loop_type.clone(),
-            validate: self.validate.clone(),
-            success_exit_code: self.success_exit_code,
-            max_iterations: self.max_iterations,
-            max_stuck: self.max_stuck,
-            max_stall: self.max_stall,
-            iteration_timeout: self.iteration_timeout,
-            max_runtime: self.max_runtime,
-            max_cost: self.max_cost,
-            completion_promise: self.completion_promise.clone(),
-            kill_grace: self.kill_grace,
-            max_log_size: self.max_log_size.clone(),
-            on_usage_limit: self.on_usage_limit.clone(),
-            max_wait: self.max_wait,
-            retry_backoff: self.retry_backoff,
-            max_retries: self.max_retries,
-            quiet_warning: self.quiet_warning,
-            no_progress_timeout: self.no_progress_timeout,
-            pause_at_usage: self.pause_at_usage,
-            sandbox: self.sandbox,
-            ..Settings::default()
-        }
-    }
 }
 
 impl RunArgs {
@@ -211,74 +94,9 @@ pub fn run(args: RunArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let task = state.task;
     let (outcome, summary) = drive(&ws, state, resumed, args.json)?;
     if let Some(number) = task {
-        super::task::finish(&dir, &ws, number, &outcome, &summary, args.json)?;
+        finish_task(&dir, &ws, number, &outcome, &summary, args.json)?;
     }
     Ok(summary.exit_code)
-}
-
-/// While a loop runs, no rollback may change its work tree (wherever the loop's directory
-/// is in it).
-pub(crate) fn hold_for_loop(dir: &Path) -> anyhow::Result<std::fs::File> {
-    Snapshots::open(dir)
-        .and_then(|s| Ok((s.recover()?, s)))
-        .and_then(|(notices, s)| {
-            notices.iter().for_each(|n| eprintln!("taskdaemon: {n}"));
-            s.hold_for_loop()
-        })
-        .map_err(user)
-}
-
-/// BLOCKED and an unanswered DECIDE stop a run from starting, with what to do. A question
-/// of the task parser is about a task that has not started: only `taskdaemon task` (with
-/// `for_task`) goes on once it is answered.
-pub(crate) fn refuse_if_waiting_for_a_human(
-    ws: &Workspace,
-    for_task: bool,
-) -> anyhow::Result<Option<i32>> {
-    if let Some(text) = ws.read_blocked().map_err(user)? {
-        eprintln!(
-            "taskdaemon: not starting: the loop is blocked ({}):\n{}\n  hint: resolve it, then `taskdaemon unblock` and `taskdaemon run --resume`",
-            ws.blocked_file().display(),
-            indent(text.trim())
-        );
-        return Ok(Some(exit_code::BLOCKED));
-    }
-    let Some(d) = ws.read_decide().map_err(user)? else {
-        return Ok(None);
-    };
-    match (&d.task_message, &d.answer) {
-        (Some(_), None) => {
-            eprintln!(
-                "taskdaemon: not starting: the task parser asked a question about the next task that has no answer yet ({}):\n{}\n  hint: `taskdaemon answer \"your decision\"`, then `taskdaemon task` (it takes the task's message from that file)",
-                ws.decide_file().display(),
-                indent(&d.question)
-            );
-            Ok(Some(exit_code::DECIDE))
-        }
-        (Some(_), Some(_)) if !for_task => {
-            eprintln!(
-                "taskdaemon: not starting: {} holds an answered question of the task parser about a task that has not started\n  hint: start that task with `taskdaemon task`, or delete the file to drop it",
-                ws.decide_file().display()
-            );
-            Ok(Some(exit_code::DECIDE))
-        }
-        (None, None) => {
-            eprintln!(
-                "taskdaemon: not starting: the agent asked a question that has no answer yet ({}):\n{}\n  hint: `taskdaemon answer \"your decision\"`, then `taskdaemon run --resume`",
-                ws.decide_file().display(),
-                indent(&d.question)
-            );
-            Ok(Some(exit_code::DECIDE))
-        }
-        _ => Ok(None),
-    }
-}
-
-pub(crate) fn indent(s: &str) -> String {
-    s.lines()
-        .map(|l| format!("    {l}"))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 fn resume_state(ws: &Workspace, flags: &Settings) -> anyhow::Result<RunState> {
@@ -302,27 +120,6 @@ fn resume_state(ws: &Workspace, flags: &Settings) -> anyhow::Result<RunState> {
     }
     st.config.apply(flags, true).map_err(user)?;
     Ok(st)
-}
-
-/// The settings layers (user file, project file or `--config`) under `flags`.
-pub(crate) fn settings(
-    dir: &Path,
-    flags: &Settings,
-    explicit_config: Option<&Path>,
-) -> anyhow::Result<Settings> {
-    let files = config::load_layers(dir, explicit_config).map_err(user)?;
-    Ok(files.merge(flags.clone()))
-}
-
-/// The run's configuration, checked (loop type, agent, values) before anything changes.
-pub(crate) fn resolve(dir: &Path, task: String, settings: &Settings) -> anyhow::Result<RunConfig> {
-    let user_loops = config::user_config_dir().map(|d| d.join("loops"));
-    let registry = Registry::load(
-        user_loops.as_deref(),
-        &dir.join(".taskdaemon").join("loops"),
-    )
-    .map_err(user)?;
-    RunConfig::resolve(dir, task, settings, &registry).map_err(user)
 }
 
 /// A cascade loop outside the daemon: its variables from `--var`, the environment and the
@@ -359,155 +156,5 @@ fn cascade_context(dir: &Path, cfg: &mut RunConfig, vars: &[String]) -> anyhow::
             cfg.loop_name
         )));
     }
-    Ok(())
-}
-
-/// A new run of `cfg`; the logs of an earlier run move aside.
-pub(crate) fn new_state(dir: &Path, ws: &Workspace, cfg: RunConfig) -> anyhow::Result<RunState> {
-    let git = Git::new(dir);
-    let head = git.head().map_err(user)?;
-    // Keep the logs of an earlier run: they move under logs/<its run id>/ (or
-    // logs/previous-<time>/ when its state is gone), so this run's logs start fresh.
-    let old = RunState::load(ws).ok().flatten();
-    let old_name = old
-        .as_ref()
-        .map(|o| o.run_id.clone())
-        .unwrap_or_else(|| format!("previous-{}", clock::now().strftime("%Y%m%dT%H%M%S")));
-    let moved = ws.set_aside_logs(&old_name).with_context(|| {
-        format!(
-            "moving earlier logs to {}",
-            ws.logs_dir().join(&old_name).display()
-        )
-    })?;
-    if let Some(old) = old.filter(|o| o.outcome.as_ref().is_none_or(Outcome::resumable)) {
-        eprintln!(
-            "taskdaemon: starting a new run; the unfinished run {} is replaced{}",
-            old.run_id,
-            if moved {
-                format!(
-                    " (its logs are in {})",
-                    ws.logs_dir().join(&old_name).display()
-                )
-            } else {
-                String::new()
-            }
-        );
-    }
-    let now = clock::now();
-    Ok(RunState::new(
-        cfg,
-        RunState::new_id(now),
-        head,
-        clock::rfc3339(now),
-    ))
-}
-
-/// Run the engine on a runtime, with Ctrl-C / SIGTERM handling and rendering.
-pub fn drive(
-    ws: &Workspace,
-    state: RunState,
-    resumed: bool,
-    json: bool,
-) -> anyhow::Result<(Outcome, RunSummary)> {
-    take_over_processes(&state)?;
-    with_signals(|cancel| async move {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let (rx, notices) = super::watch::notify_local(rx, &state);
-        let renderer = tokio::spawn(Renderer::new(json).run(rx));
-        let ctx = EngineContext {
-            script_runner: std::env::current_exe().context("finding the taskdaemon executable")?,
-            events: EventSink::new(tx),
-        };
-        let result = run_loop(state, ws, &ctx, &cancel, resumed).await;
-        drop(ctx);
-        let _ = renderer.await;
-        let _ = notices.await;
-        Ok(result?)
-    })
-}
-
-/// Before the loop starts (its lock held): end every process a killed loop in this
-/// directory left running, and record this loop's processes before each starts.
-fn take_over_processes(state: &RunState) -> anyhow::Result<()> {
-    let workdir = &state.config.workdir;
-    let dir = agent::tracked::loop_records_dir(workdir).map_err(user)?;
-    take_over_in(dir, workdir, state.config.kill_grace())
-}
-
-/// End what a killed loop recorded in `dir` (a loop in `workdir`), then record this loop's
-/// processes there. The caller holds the lock that makes it the only user of `dir`.
-pub(crate) fn take_over_in(
-    dir: PathBuf,
-    workdir: &Path,
-    grace: std::time::Duration,
-) -> anyhow::Result<()> {
-    let left = agent::tracked::take_over(dir.clone(), grace)
-        .with_context(|| format!("recording the loop's processes in {}", dir.display()))?;
-    for l in &left {
-        eprintln!(
-            "taskdaemon: ended {} process(es) of run {} that a stopped loop left running in {}",
-            l.processes,
-            if l.run_id.is_empty() { "?" } else { &l.run_id },
-            workdir.display(),
-        );
-    }
-    if let Some(l) = left.iter().find(|l| l.survived) {
-        return Err(user(format!(
-            "not starting: processes of run {} (environment {}={}) survived KILL and would run beside this loop\n  hint: find them with `grep -l {} /proc/*/environ`, end them, then start again",
-            l.run_id,
-            agent::tracked::GROUP_VAR,
-            l.token,
-            l.token
-        )));
-    }
-    Ok(())
-}
-
-/// Run `body` on a runtime of two workers, as the reaper of orphaned descendants, with
-/// SIGINT, SIGTERM and SIGHUP cancelling the token it gets.
-pub(crate) fn with_signals<T, F, Fut>(body: F) -> anyhow::Result<T>
-where
-    F: FnOnce(CancellationToken) -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<T>>,
-{
-    agent::become_subreaper();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    rt.block_on(async {
-        let cancel = CancellationToken::new();
-        spawn_signal_handler(cancel.clone())?;
-        body(cancel).await
-    })
-}
-
-pub(crate) fn spawn_signal_handler(cancel: CancellationToken) -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
-    tokio::spawn(async move {
-        for n in 0.. {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-                _ = hup.recv() => {}
-            }
-            if n == 0 {
-                cancel.cancel();
-                eprintln!(
-                    "taskdaemon: stopping: the agent gets its grace period to end (again to force)"
-                );
-                continue;
-            }
-            let ended = agent::tracked::end_all_now().map_or(0, |l| l.len());
-            eprintln!(
-                "taskdaemon: forcing the stop: {ended} agent process tree(s) killed; `run --resume` goes on from the saved state"
-            );
-            std::process::exit(130);
-        }
-    });
     Ok(())
 }

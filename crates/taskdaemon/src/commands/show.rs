@@ -85,7 +85,7 @@ pub fn run(args: ShowArgs, ctx: &Ctx) -> anyhow::Result<i32> {
                 field(
                     &mut out,
                     "context",
-                    &serde_json::Value::Object(r.context.clone()).to_string(),
+                    &serde_json::Value::Object(r.context.to_map()).to_string(),
                 );
             }
         }

@@ -75,7 +75,7 @@ pub fn run(args: StoriesArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let limits = args.limits.limits()?;
     check_agent(&setup, &[], &repo)?;
     let review = !args.skip_review;
-    let _no_rollback = super::run::hold_for_loop(&repo)?;
+    let _no_rollback = super::util::hold_for_loop(&repo)?;
     take_over_worklist(&file, &setup)?;
     let cfg = StoriesConfig {
         file,

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use taskdaemon_core::docs;
 use taskdaemon_core::scheduler::context;
 use taskdaemon_core::store::{NewPlan, NewRun, NewSpec, PlanStatus, Records, ids};
@@ -86,7 +86,7 @@ pub enum What {
         #[arg(long = "after", value_name = "REF")]
         after: Vec<String>,
         /// Its sandbox: none, bwrap, docker, podman (docs/sandbox.md) [default: the daemon's --sandbox, else config sandbox].
-        #[arg(long, value_name = "KIND", value_parser = super::run::sandbox_kind)]
+        #[arg(long, value_name = "KIND", value_parser = super::util::sandbox_kind)]
         sandbox: Option<taskdaemon_core::sandbox::SandboxKind>,
         #[command(flatten)]
         common: Common,
@@ -202,7 +202,8 @@ pub fn run(args: SubmitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
                             loop_type: "spec".into(),
                             name: Some(format!("specs {}", ids::slug_part(&plan.id))),
                             parent: Some(plan.id.clone()),
-                            context: context::spec_run(&project, &plan, common.agent.as_deref()),
+                            context: context::spec_run(&project, &plan, common.agent.as_deref())
+                                .into(),
                             priority: common.priority,
                             ..NewRun::default()
                         },
@@ -223,7 +224,7 @@ pub fn run(args: SubmitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
                             loop_type: "plan".into(),
                             name: Some(format!("plan {}", ids::slug_part(&plan.id))),
                             parent: Some(plan.id.clone()),
-                            context: context::plan_run(&plan, i, common.agent.as_deref()),
+                            context: context::plan_run(&plan, i, common.agent.as_deref()).into(),
                             priority: common.priority,
                             ..NewRun::default()
                         },
@@ -322,25 +323,21 @@ pub fn run(args: SubmitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             let target = target(ctx, &project, &common)?;
             check_branch(&project, &target)?;
             let deps = resolve_all(&records, &after)?;
-            let mut ctxv = Map::new();
-            ctxv.insert(context::TASK.into(), task.clone().into());
-            ctxv.insert(context::TARGET.into(), target.into());
-            if let Some(v) = validate {
-                ctxv.insert(context::VALIDATE.into(), v.into());
-            }
-            if let Some(a) = &common.agent {
-                ctxv.insert(context::AGENT.into(), a.clone().into());
-            }
-            if let Some(k) = sandbox {
-                ctxv.insert(context::SANDBOX.into(), k.name().into());
-            }
+            let ctxv = context::RunContext {
+                task: Some(task.clone()),
+                target_branch: Some(target),
+                validate,
+                agent: common.agent.clone(),
+                sandbox: sandbox.map(|k| k.name().to_string()),
+                ..Default::default()
+            };
             let run = records
                 .create_run(
                     NewRun {
                         loop_type: "ralph".into(),
                         name: Some(task.chars().take(40).collect()),
                         deps,
-                        context: ctxv,
+                        context: ctxv.into(),
                         priority: common.priority,
                         ..NewRun::default()
                     },
@@ -387,22 +384,19 @@ fn submit_worklist(
     let target = target(ctx, project, common)?;
     check_branch(project, &target)?;
     let name = rel.display().to_string();
-    let mut ctxv = Map::new();
-    ctxv.insert(
-        taskdaemon_core::daemon::worklist_run::SPEC_DIR.into(),
-        name.clone().into(),
-    );
-    ctxv.insert(context::TASK.into(), format!("implement {name}").into());
-    ctxv.insert(context::TARGET.into(), target.into());
-    if let Some(a) = &common.agent {
-        ctxv.insert(context::AGENT.into(), a.clone().into());
-    }
+    let ctxv = context::RunContext {
+        spec_dir: Some(name.clone()),
+        task: Some(format!("implement {name}")),
+        target_branch: Some(target),
+        agent: common.agent.clone(),
+        ..Default::default()
+    };
     records
         .create_run(
             NewRun {
                 loop_type: "implement".into(),
                 name: Some(format!("implement {name}")),
-                context: ctxv,
+                context: ctxv.into(),
                 priority: common.priority,
                 ..NewRun::default()
             },

@@ -5,22 +5,22 @@
 
 mod parse;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use taskdaemon_core::clock;
-use taskdaemon_core::engine::{Outcome, exit_code};
+use taskdaemon_core::engine::exit_code;
 use taskdaemon_core::git::Git;
 use taskdaemon_core::git::snapshot::Snapshots;
 use taskdaemon_core::lifecycle;
 use taskdaemon_core::lifecycle::parser::TaskKind;
-use taskdaemon_core::telemetry::RunSummary;
-use taskdaemon_core::workspace::{IGNORED, Workspace};
+use taskdaemon_core::workspace::IGNORED;
 
 pub use parse::{ParseArgs, ParserFlags};
 
-use super::run::{
-    RunFlags, drive, hold_for_loop, indent, new_state, refuse_if_waiting_for_a_human, resolve,
+use super::util::{
+    RunFlags, drive, finish_task, hold_for_loop, indent, new_state, refuse_if_waiting_for_a_human,
+    resolve,
 };
 use super::{Ctx, print_json};
 use crate::cli::user;
@@ -121,7 +121,7 @@ pub fn run(args: TaskArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     }
     // Settings are checked before anything changes on disk.
     let flags = args.flags.settings().merge(args.parser.settings());
-    let settings = super::run::settings(&dir, &flags, ctx.config.as_deref())?;
+    let settings = super::util::settings(&dir, &flags, ctx.config.as_deref())?;
     let mut cfg = resolve(&dir, message.clone(), &settings)?;
 
     let (report, interrupted) =
@@ -197,64 +197,6 @@ pub fn run(args: TaskArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let mut state = new_state(&dir, &ws, cfg)?;
     state.task = Some(start.number);
     let (outcome, summary) = drive(&ws, state, false, args.json)?;
-    finish(&dir, &ws, start.number, &outcome, &summary, args.json)?;
+    finish_task(&dir, &ws, start.number, &outcome, &summary, args.json)?;
     Ok(summary.exit_code)
-}
-
-/// After the loop of task `number` ended (also when `run --resume` finished it).
-pub fn finish(
-    dir: &Path,
-    ws: &Workspace,
-    number: u32,
-    outcome: &Outcome,
-    summary: &RunSummary,
-    json: bool,
-) -> anyhow::Result<()> {
-    let snaps = Snapshots::open(dir).map_err(user)?;
-    let post =
-        lifecycle::finish_task(&snaps, ws, number, outcome, summary.iterations).map_err(user)?;
-    // The pre snapshot is `task-N-pre` unless that name was taken (then `task-N-pre-2`…).
-    let pre = snaps.task_pre(number).map_err(user)?.map(|s| s.tag);
-    let has_pre = pre.is_some();
-    let pre = pre.unwrap_or_default();
-    // A task whose validation passed on the project as it was: fine, and said so.
-    let unchanged = if post.is_some() && has_pre {
-        let d = snaps.diff(&pre).map_err(user)?;
-        d.added
-            .iter()
-            .chain(&d.modified)
-            .chain(&d.deleted)
-            .all(|p| p.starts_with(".ralph/"))
-    } else {
-        false
-    };
-    if json {
-        return print_json(&serde_json::json!({
-            "event": "task_finished",
-            "task": number,
-            "outcome": outcome.label(),
-            "post_snapshot": post.as_ref().map(|s| &s.tag),
-            "changed": !unchanged,
-            "rollback": has_pre.then(|| format!("taskdaemon snapshot rollback {pre}")),
-        }));
-    }
-    match (&post, has_pre) {
-        (Some(s), _) if unchanged => eprintln!(
-            "taskdaemon: task {number} complete with no change to the project: the validation passed on it as it was, so nothing needed doing (saved as {})",
-            s.tag
-        ),
-        (Some(s), _) => eprintln!("taskdaemon: task {number} complete: saved as {}", s.tag),
-        (None, _) if matches!(outcome, Outcome::Failed { .. }) => {
-            eprintln!("taskdaemon: task {number} failed: {}", outcome.detail())
-        }
-        (None, true) => eprintln!(
-            "taskdaemon: task {number} did not complete ({}); no post snapshot.\n  to undo it: taskdaemon snapshot rollback {pre}",
-            outcome.label()
-        ),
-        (None, false) => eprintln!(
-            "taskdaemon: task {number} did not complete ({}); it was the first task of an empty project, so there is nothing to roll back to",
-            outcome.label()
-        ),
-    }
-    Ok(())
 }

@@ -18,7 +18,7 @@ use taskdaemon_core::lifecycle::{self, NextTask};
 use taskdaemon_core::workspace::{DecideFile, Workspace};
 use tokio_util::sync::CancellationToken;
 
-use super::super::run::{dur, settings, spawn_signal_handler};
+use super::super::util::{dur, settings, spawn_signal_handler};
 use super::super::{Ctx, print_json};
 use crate::cli::user;
 
