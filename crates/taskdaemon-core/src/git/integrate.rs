@@ -321,6 +321,7 @@ impl Merger<'_> {
         match entry {
             Some(r) if !r.prunable && path.exists() => {}
             Some(r) => {
+                let git_lock = self.wt.git_worktree_lock()?;
                 self.git
                     .call(&[
                         OsStr::new("worktree"),
@@ -329,6 +330,7 @@ impl Merger<'_> {
                         r.path.as_os_str(),
                     ])
                     .text()?;
+                drop(git_lock);
                 self.add_integration(&path, base)?;
             }
             None => {
@@ -360,6 +362,7 @@ impl Merger<'_> {
             path: dir.to_path_buf(),
             source,
         })?;
+        let _git = self.wt.git_worktree_lock()?;
         self.git
             .call(&[
                 OsStr::new("worktree"),

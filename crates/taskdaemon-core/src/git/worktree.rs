@@ -200,6 +200,18 @@ impl Worktrees {
         self.base.join(name)
     }
 
+    /// Hold this around any other `git worktree` command on this repository.
+    pub(crate) fn git_worktree_lock(&self) -> Result<File, WorktreeError> {
+        self.lock(GIT_WORKTREE_LOCK)
+    }
+
+    /// `git worktree prune`, under [`GIT_WORKTREE_LOCK`].
+    fn prune_admin(&self) -> Result<(), WorktreeError> {
+        let _git = self.lock(GIT_WORKTREE_LOCK)?;
+        self.git.run(&["worktree", "prune"])?;
+        Ok(())
+    }
+
     /// A lock file in `<common-git-dir>/taskdaemon/`, held exclusively until dropped.
     pub(crate) fn lock(&self, name: &str) -> Result<File, WorktreeError> {
         let f = self.lock_file(&self.common_dir.join("taskdaemon"), name)?;
@@ -236,6 +248,10 @@ impl Worktrees {
     /// Create the worktree `name` on `branch` (made at `start` when it does not exist), or
     /// reuse it as it is when it already exists on `branch`.
     pub fn ensure(&self, name: &str, branch: &str, start: &str) -> Result<PathBuf, WorktreeError> {
+        retry_add_race(|| self.ensure_once(name, branch, start))
+    }
+
+    fn ensure_once(&self, name: &str, branch: &str, start: &str) -> Result<PathBuf, WorktreeError> {
         check_name(name)?;
         self.check_branch(branch)?;
         let _lock = self.lock_name(name)?;
@@ -244,6 +260,7 @@ impl Worktrees {
         let all = self.registered()?;
         if let Some(r) = find(&all, &path) {
             if r.prunable || !path.exists() {
+                let _git = self.lock(GIT_WORKTREE_LOCK)?;
                 self.git
                     .call(&[
                         "worktree".as_ref(),
@@ -299,6 +316,7 @@ impl Worktrees {
                 start.as_ref(),
             ]);
         }
+        let _git = self.lock(GIT_WORKTREE_LOCK)?;
         self.git.call(&args).text()?;
         Ok(path)
     }
@@ -307,17 +325,22 @@ impl Worktrees {
     /// task). An earlier one of that name (left by an interrupted loop) is replaced; a
     /// directory in the way that is not a worktree is an error, never deleted.
     pub fn detached(&self, name: &str, start: &str) -> Result<PathBuf, WorktreeError> {
+        retry_add_race(|| self.detached_once(name, start))
+    }
+
+    fn detached_once(&self, name: &str, start: &str) -> Result<PathBuf, WorktreeError> {
         check_name(name)?;
         let _lock = self.lock_name(name)?;
         let path = self.path_for(name);
         if let Some(r) = find(&self.registered()?, &path).cloned() {
             self.remove_registered(&r, true, false)?;
         }
-        self.git.run(&["worktree", "prune"])?;
+        self.prune_admin()?;
         if path.exists() && !is_empty_dir(&path) {
             return Err(WorktreeError::NotAWorktree { path });
         }
         std::fs::create_dir_all(&self.base).map_err(io(&self.base))?;
+        let _git = self.lock(GIT_WORKTREE_LOCK)?;
         self.git
             .call(&[
                 "worktree".as_ref(),
@@ -403,7 +426,10 @@ impl Worktrees {
             args.push("--force".as_ref());
         }
         args.push(r.path.as_os_str());
-        self.git.call(&args).text()?;
+        {
+            let _git = self.lock(GIT_WORKTREE_LOCK)?;
+            self.git.call(&args).text()?;
+        }
         if let Some((b, tip)) = branch_tip {
             self.git.run(&["update-ref", "-d", &b, &tip])?;
         }
@@ -518,6 +544,7 @@ impl Worktrees {
     }
 
     pub(crate) fn registered(&self) -> Result<Vec<Registered>, WorktreeError> {
+        let _git = self.lock(GIT_WORKTREE_LOCK)?;
         let out = self
             .git
             .call(&["worktree", "list", "--porcelain", "-z"])
@@ -641,6 +668,32 @@ pub(crate) fn short(r: &str) -> &str {
     r.strip_prefix("refs/heads/").unwrap_or(r)
 }
 
+/// Held around each `git worktree add|remove|list|prune` (only the git command itself):
+/// git's shared `.git/worktrees/` is not safe under concurrent changes (removing the last
+/// worktree deletes the directory another `add` is creating its entry in; `list` fails on
+/// an entry still being made). The work around it stays parallel per name.
+const GIT_WORKTREE_LOCK: &str = "git-worktree.lock";
+
+/// `git worktree remove` of the last worktree deletes the then empty `.git/worktrees/`;
+/// a `git worktree add` of another name at that moment (names have their own locks, so
+/// the two may overlap) fails with "could not create directory of '.git/worktrees/…'".
+/// Nothing is half made that a second try does not handle (a branch made by `-b` is
+/// then reused), so try again, a few times.
+fn retry_add_race<T>(
+    mut attempt: impl FnMut() -> Result<T, WorktreeError>,
+) -> Result<T, WorktreeError> {
+    let mut tries = 0;
+    loop {
+        match attempt() {
+            Err(e) if tries < 4 && e.to_string().contains("could not create directory of") => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20 * tries));
+            }
+            other => return other,
+        }
+    }
+}
+
 fn check_name(name: &str) -> Result<(), WorktreeError> {
     let ok = !name.is_empty()
         && !name.starts_with(['.', '-'])
@@ -672,6 +725,30 @@ mod tests {
         commit_all(&repo, "initial");
         let wt = Worktrees::open(&repo, Path::new(DEFAULT_BASE)).unwrap();
         (d, repo, wt)
+    }
+
+    /// Removing the last worktree deletes `.git/worktrees/`; adding another name at that
+    /// moment must still succeed (it is retried), whatever the interleaving.
+    #[test]
+    fn adds_and_removes_of_different_names_at_once_all_succeed() {
+        let (_d, repo, _) = repo();
+        let workers: Vec<_> = ["a1", "b2", "c3", "d4"]
+            .into_iter()
+            .map(|n| {
+                let repo = repo.clone();
+                std::thread::spawn(move || {
+                    let wt = Worktrees::open(&repo, Path::new(DEFAULT_BASE)).unwrap();
+                    for i in 0..40 {
+                        let name = format!("{n}-run-{i}");
+                        wt.ensure(&name, &format!("td/{name}"), "main").unwrap();
+                        wt.remove(&name, true, false).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
     }
 
     #[test]
