@@ -42,9 +42,17 @@ fn bwrap_or_skip(test: &str) -> bool {
     works
 }
 
-/// A test environment outside /tmp, with a home holding secrets and a sibling directory.
+/// A test environment outside /tmp (the sandbox's /tmp is private, so files the test puts
+/// beside the repository must lie elsewhere), with a home holding secrets and a sibling
+/// directory: under the build's temp dir, or `/var/tmp` when the checkout itself lies
+/// under /tmp (a clone in /tmp, as CI may make).
 fn sandbox_env() -> Env {
-    let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let base = if target.starts_with("/tmp") && Path::new("/var/tmp").is_dir() {
+        Path::new("/var/tmp")
+    } else {
+        target
+    };
     let env = Env::new_in(base);
     let ssh = env.home().join(".ssh");
     std::fs::create_dir_all(&ssh).unwrap();
