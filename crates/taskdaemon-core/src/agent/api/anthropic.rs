@@ -3,7 +3,6 @@
 //! carry `cache_control`, so every later turn of the conversation reads them from the
 //! cache). Wire types written by hand.
 
-use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -249,19 +248,11 @@ pub async fn send(
     if let Some(k) = key {
         rb = rb.header("x-api-key", k);
     }
-    let resp = rb.send().await.map_err(|e| ApiError::transport(&e))?;
-    let status = resp.status().as_u16();
-    if !resp.status().is_success() {
-        let headers = resp.headers().clone();
-        let text = resp.text().await.unwrap_or_default();
-        return Err(http::from_status(status, &headers, &text));
-    }
-    let mut stream = resp.bytes_stream().eventsource();
+    let stream = http::event_stream(rb).await?;
+    futures_util::pin_mut!(stream);
     let mut acc = Accumulator::default();
     while let Some(ev) = stream.next().await {
-        let ev = ev.map_err(|e| ApiError::Unreachable {
-            message: format!("the reply stream broke: {e}"),
-        })?;
+        let ev = ev?;
         let Ok(parsed) = serde_json::from_str::<Event>(&ev.data) else {
             continue;
         };

@@ -84,6 +84,28 @@ impl ApiError {
 
 /// The provider's own message in an error body (`{"error":{"message":…}}`), else the
 /// body's start.
+/// Send `rb` and open its reply as a stream of server-sent events; a status other than
+/// success is the provider's error (status, retry headers, message).
+pub async fn event_stream(
+    rb: reqwest::RequestBuilder,
+) -> Result<impl futures_util::Stream<Item = Result<eventsource_stream::Event, ApiError>>, ApiError>
+{
+    use eventsource_stream::Eventsource;
+    use futures_util::StreamExt;
+    let resp = rb.send().await.map_err(|e| ApiError::transport(&e))?;
+    let status = resp.status().as_u16();
+    if !resp.status().is_success() {
+        let headers = resp.headers().clone();
+        let text = resp.text().await.unwrap_or_default();
+        return Err(from_status(status, &headers, &text));
+    }
+    Ok(resp.bytes_stream().eventsource().map(|ev| {
+        ev.map_err(|e| ApiError::Unreachable {
+            message: format!("the reply stream broke: {e}"),
+        })
+    }))
+}
+
 pub fn error_message(body: &str) -> String {
     let v: Option<Value> = serde_json::from_str(body).ok();
     let from_json = v.as_ref().and_then(|v| {

@@ -2,7 +2,6 @@
 //! compatible server (vLLM, llama.cpp's server, Ollama) through `base-url`. Wire types
 //! written by hand.
 
-use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -190,19 +189,11 @@ pub async fn send(
     if let Some(k) = key {
         rb = rb.bearer_auth(k);
     }
-    let resp = rb.send().await.map_err(|e| ApiError::transport(&e))?;
-    let status = resp.status().as_u16();
-    if !resp.status().is_success() {
-        let headers = resp.headers().clone();
-        let text = resp.text().await.unwrap_or_default();
-        return Err(http::from_status(status, &headers, &text));
-    }
-    let mut stream = resp.bytes_stream().eventsource();
+    let stream = http::event_stream(rb).await?;
+    futures_util::pin_mut!(stream);
     let mut acc = Accumulator::default();
     while let Some(ev) = stream.next().await {
-        let ev = ev.map_err(|e| ApiError::Unreachable {
-            message: format!("the reply stream broke: {e}"),
-        })?;
+        let ev = ev?;
         if ev.data.trim() == "[DONE]" {
             return Ok(acc.finish());
         }
