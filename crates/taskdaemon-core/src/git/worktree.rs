@@ -233,9 +233,8 @@ impl Worktrees {
     /// The locks around adding or removing the worktree `name`: `worktrees.lock` shared
     /// (so worktrees of different names are made and removed at the same time; `prune`
     /// takes it exclusively) and `worktree-locks/<name>.lock` exclusive (one change of a
-    /// given worktree at a time). Git's own `worktree add` of different paths is safe
-    /// concurrently: each makes its admin directory with an atomic `mkdir` (numbered when
-    /// the name is taken) and marks it "initializing" until the checkout is done.
+    /// given worktree at a time). The git commands themselves are not safe side by side
+    /// (see [`GIT_WORKTREE_LOCK`]): each runs under that lock, held only while it runs.
     pub(crate) fn lock_name(&self, name: &str) -> Result<(File, File), WorktreeError> {
         let dir = self.common_dir.join("taskdaemon");
         let all = self.lock_file(&dir, "worktrees.lock")?;
