@@ -452,6 +452,123 @@ impl Remote {
         Ok(())
     }
 
+    /// Keep `files` (path relative to the repository's top, bytes) on the remote under the
+    /// ref `refs/taskdaemon/<name>` (not a branch: no checkout ever sees it), replacing what
+    /// it held. For the documents a run writes outside git (a plan's spec documents), which
+    /// a run on another machine needs.
+    pub fn publish_files(
+        &self,
+        name: &str,
+        files: &[(String, Vec<u8>)],
+    ) -> Result<(), RemoteError> {
+        let full = format!("refs/taskdaemon/{name}");
+        self.wt.check_branch(&format!("taskdaemon/{name}"))?;
+        let scratch = tempfile::Builder::new()
+            .prefix("docs-index-")
+            .tempdir_in(self.wt.common_dir())
+            .map_err(|source| WorktreeError::Io {
+                path: self.wt.common_dir().to_path_buf(),
+                source,
+            })?;
+        let index = scratch.path().join("index");
+        for (path, bytes) in files {
+            let blob = self
+                .git()
+                .call(&["hash-object", "-w", "--stdin"])
+                .input(bytes.clone())
+                .text()?;
+            self.git()
+                .call(&[
+                    "update-index",
+                    "--add",
+                    "--cacheinfo",
+                    &format!("100644,{blob},{path}"),
+                ])
+                .env("GIT_INDEX_FILE", &index)
+                .text()?;
+        }
+        let tree = if files.is_empty() {
+            self.git().call(&["mktree"]).input(Vec::new()).text()?
+        } else {
+            self.git()
+                .call(&["write-tree"])
+                .env("GIT_INDEX_FILE", &index)
+                .text()?
+        };
+        let commit = self
+            .git()
+            .call(&[
+                "commit-tree",
+                &tree,
+                "-m",
+                &format!("taskdaemon: documents of {name}"),
+            ])
+            .env("GIT_AUTHOR_NAME", "taskdaemon")
+            .env("GIT_AUTHOR_EMAIL", "taskdaemon@localhost")
+            .env("GIT_COMMITTER_NAME", "taskdaemon")
+            .env("GIT_COMMITTER_EMAIL", "taskdaemon@localhost")
+            .text()?;
+        let spec = format!("+{commit}:{full}");
+        let out = self
+            .git()
+            .call(&["push", "-q", "--no-verify", "--", &self.name, &spec])
+            .output()?;
+        if !out.status.success() {
+            return Err(RemoteError::Refused {
+                remote: self.name.clone(),
+                what: format!("the documents {full}"),
+                reason: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        self.git().run(&["update-ref", &full, &commit])?;
+        Ok(())
+    }
+
+    /// The files [`Remote::publish_files`] keeps under `name` (`None`: none kept), as
+    /// (path, bytes).
+    pub fn fetch_files(&self, name: &str) -> Result<Option<Vec<(String, Vec<u8>)>>, RemoteError> {
+        let full = format!("refs/taskdaemon/{name}");
+        self.wt.check_branch(&format!("taskdaemon/{name}"))?;
+        let listed = self.git().run(&["ls-remote", "--", &self.name, &full])?;
+        let Some(tip) = listed
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .find(|(_, r)| *r == full)
+            .map(|(c, _)| c.to_string())
+        else {
+            return Ok(None);
+        };
+        if self.wt.rev(&full)?.as_deref() != Some(tip.as_str()) {
+            let spec = format!("+{full}:{full}");
+            self.git().run(&[
+                "fetch",
+                "-q",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--",
+                &self.name,
+                &spec,
+            ])?;
+        }
+        let listing = self.git().call(&["ls-tree", "-r", "-z", &tip]).bytes()?;
+        let mut files = Vec::new();
+        for entry in listing.split(|b| *b == 0).filter(|e| !e.is_empty()) {
+            let entry = String::from_utf8_lossy(entry);
+            let Some((meta, path)) = entry.split_once('\t') else {
+                continue;
+            };
+            let mut parts = meta.split_whitespace();
+            let (Some(_mode), Some("blob"), Some(blob)) =
+                (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            let bytes = self.git().call(&["cat-file", "blob", blob]).bytes()?;
+            files.push((path.to_string(), bytes));
+        }
+        Ok(Some(files))
+    }
+
     fn is_ancestor(&self, a: &str, b: &str) -> Result<bool, RemoteError> {
         let out = self
             .git()

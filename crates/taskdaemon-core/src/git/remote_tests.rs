@@ -321,3 +321,31 @@ fn a_conflict_changes_nothing_on_the_remote() {
     );
     assert_eq!(remote_rev(&f, "refs/heads/main"), tip);
 }
+
+#[test]
+fn documents_published_by_one_clone_are_read_by_the_other() {
+    let f = fx();
+    let (_wa, ra) = remote(&f.a);
+    let (_wb, rb) = remote(&f.b);
+    assert_eq!(rb.fetch_files("docs/p1").unwrap(), None);
+    let files = vec![
+        (".taskdaemon/plans/p1.md".to_string(), b"# Plan\n".to_vec()),
+        (
+            ".taskdaemon/specs/p1/01-a.md".to_string(),
+            b"---\ntitle: a\n---\n".to_vec(),
+        ),
+    ];
+    ra.publish_files("docs/p1", &files).unwrap();
+    let mut got = rb.fetch_files("docs/p1").unwrap().unwrap();
+    got.sort();
+    assert_eq!(got, files);
+    // Published again (a later iteration): the new set replaces the old one.
+    let fewer = vec![(
+        ".taskdaemon/plans/p1.md".to_string(),
+        b"# Plan v2\n".to_vec(),
+    )];
+    ra.publish_files("docs/p1", &fewer).unwrap();
+    assert_eq!(rb.fetch_files("docs/p1").unwrap().unwrap(), fewer);
+    // No branch of the remote changed.
+    assert_eq!(git(&f.bare, &["branch", "--list"]), "* main");
+}
