@@ -127,6 +127,14 @@ pub struct Settings {
     pub api: Option<crate::agent::api::ApiSettings>,
     /// Where notifications go (see `notify`): the user's sinks and the project's add up.
     pub notify: Option<Vec<crate::notify::SinkConfig>>,
+    /// The shared queue: `postgres://…` keeps the project's records in PostgreSQL, shared
+    /// by daemons on several machines (unset: the JSONL store in the repository).
+    pub queue: Option<String>,
+    /// The project's key in the queue, the same on every clone [default: the URL of the
+    /// `queue-remote` remote, without credentials].
+    pub queue_project: Option<String>,
+    /// The git remote every clone shares (the queue's project key, pushes) [default: origin].
+    pub queue_remote: Option<String>,
 }
 
 impl Settings {
@@ -171,6 +179,9 @@ impl Settings {
                 (Some(low), Some(high)) => Some(low.merge(high)),
                 (low, high) => high.or(low),
             },
+            queue: over.queue.or(self.queue),
+            queue_project: over.queue_project.or(self.queue_project),
+            queue_remote: over.queue_remote.or(self.queue_remote),
             notify: match (self.notify, over.notify) {
                 (Some(mut low), Some(high)) => {
                     low.extend(high);
@@ -598,6 +609,12 @@ const UNSET_MEANS: &[(&str, &str)] = &[
     ),
     ("pause-at-usage", "(unset: never)"),
     ("agent-limits", "(unset: max-loops for every agent)"),
+    ("queue", "(unset: the JSONL store in the repository)"),
+    (
+        "queue-project",
+        "(unset: the URL of queue-remote, without credentials)",
+    ),
+    ("queue-remote", "origin"),
 ];
 
 /// The defaults `init` writes commented (`# key: value`), by key; for a key whose line is
@@ -694,6 +711,13 @@ pub fn settings_in_force(
 }
 
 fn set(rows: &mut [InForce], key: &str, value: serde_json::Value, from: Origin) {
+    // The queue's URL may hold a password: never shown.
+    let value = match (key, &value) {
+        ("queue", serde_json::Value::String(u)) => {
+            serde_json::Value::String(crate::store::pg_conn::redact(u))
+        }
+        _ => value,
+    };
     if let Some(r) = rows.iter_mut().find(|r| r.key == key) {
         r.value = value;
         r.from = from;

@@ -86,6 +86,16 @@ fn trust(a: TrustArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// Where the records are: the store's directory, or the queue (its password hidden) and
+/// the project's key.
+pub(crate) fn where_is(records: &taskdaemon_core::store::Records) -> String {
+    match (records.store().dir(), records.queue()) {
+        (Some(d), _) => d.display().to_string(),
+        (None, Some(q)) => format!("{} (project {})", q.shown(), q.project),
+        (None, None) => String::new(),
+    }
+}
+
 /// Loads anything: these commands are how a too-large store gets fixed.
 fn unlimited() -> StoreOptions {
     StoreOptions {
@@ -140,7 +150,7 @@ fn check(a: CheckArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     // A driver configured but whose program is gone makes every merge of the store fail.
     let driver_broken = driver.driver.is_some() && !driver.program_exists;
     let report = CheckReport {
-        store: store.dir().display().to_string(),
+        store: where_is(&records),
         ok: store.issues().is_empty() && oversized.is_empty() && graph.is_empty() && !driver_broken,
         bad_lines: store.issues(),
         oversized,
@@ -202,17 +212,16 @@ fn compact(a: CompactArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         now_ms: now_ms(),
         drop_corrupt: a.drop_corrupt,
     };
-    let names: Vec<String> = records
-        .store()
-        .collection_names()
-        .map(String::from)
-        .collect();
+    let Some(store) = records.store_mut().jsonl_mut() else {
+        return Err(user(format!(
+            "the records are in the shared queue {}: there are no files to compact\n  hint: PostgreSQL keeps only the latest version of each record; nothing to do",
+            where_is(&records)
+        )));
+    };
+    let names: Vec<String> = store.collection_names().map(String::from).collect();
     let mut reports = Vec::new();
     for name in names {
-        let r = records
-            .store_mut()
-            .compact(&name, &o)
-            .map_err(|e| store_err(e.into()))?;
+        let r = store.compact(&name, &o).map_err(|e| store_err(e.into()))?;
         reports.push(r);
     }
     if a.json {
@@ -257,7 +266,7 @@ fn stats(a: StatsArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let mut out = String::new();
-    outln!(out, "store: {}", records.store().dir().display());
+    outln!(out, "store: {}", where_is(&records));
     outln!(
         out,
         "{:<12} {:>12} {:>8} {:>8} {:>10} {:>10} {:>9}",
