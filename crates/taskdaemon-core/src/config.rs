@@ -84,6 +84,12 @@ pub struct Settings {
     /// The daemon: at most this many loops at once per agent (`claude: 2`, `cmd: 8`); ≥ 1.
     #[serde(default, deserialize_with = "de_agent_limits")]
     pub agent_limits: Option<std::collections::BTreeMap<String, u32>>,
+    /// The shared queue: how long a run's lease lasts without renewal (a dead machine's
+    /// runs are taken over after it) [default: 30s].
+    pub queue_lease: Option<Dur>,
+    /// The shared queue: at most this many loops at once for the project across all
+    /// machines (each machine keeps its own max-loops too).
+    pub queue_max_loops: Option<u32>,
     /// The daemon: the branch finished specs and runs are merged into [default: the branch
     /// checked out where the work was submitted]. Must be a valid branch name.
     #[serde(default, deserialize_with = "de_target_branch")]
@@ -160,6 +166,8 @@ impl Settings {
             parse_timeout: over.parse_timeout.or(self.parse_timeout),
             max_loops: over.max_loops.or(self.max_loops),
             agent_limits: over.agent_limits.or(self.agent_limits),
+            queue_lease: over.queue_lease.or(self.queue_lease),
+            queue_max_loops: over.queue_max_loops.or(self.queue_max_loops),
             target_branch: over.target_branch.or(self.target_branch),
             worktrees_dir: over.worktrees_dir.or(self.worktrees_dir),
             on_usage_limit: over.on_usage_limit.or(self.on_usage_limit),
@@ -603,6 +611,7 @@ const UNSET_MEANS: &[(&str, &str)] = &[
     ("max-cost", "(unset: no limit)"),
     ("completion-promise", "(unset: validation alone)"),
     ("parse-agent", "(unset: the built-in rules)"),
+    ("queue-max-loops", "(unset: only each machine's max-loops)"),
     (
         "target-branch",
         "(unset: the branch checked out where work is submitted)",
