@@ -17,8 +17,8 @@ use harness::{Env, git, pid_alive};
 use serde_json::Value;
 
 /// Plan: writes the plan. Spec: the documents of `specs.txt` (`name|deps|phases`).
-/// Phase: one commit per iteration, done at iteration `$DONE_AT` (default 1); each start
-/// and end logged with the clone it ran in (`$PWD`).
+/// Phase: one commit per iteration, done (its validation passes) at iteration `$DONE_AT`
+/// (default 1); each start and end logged with the clone it ran in (`$PWD`).
 const AGENT: &str = r#"#!/bin/sh
 log="$TD_TEST_DIR/agent.log"
 case "$TASKDAEMON_LOOP" in
@@ -30,8 +30,8 @@ spec)
   n=0
   while IFS='|' read -r name deps phases; do
     n=$((n+1))
-    printf -- '---\ntitle: %s\ndeps: [%s]\nphases: [%s]\nvalidate: true\n---\nBuild %s.\n' \
-      "$name" "$deps" "$phases" "$name" > "$TASKDAEMON_SPECS_DIR/0$n-$name.md"
+    printf -- '---\ntitle: %s\ndeps: [%s]\nphases: [%s]\nvalidate: test -f %s-$TASKDAEMON_PHASE_INDEX.done\n---\nBuild %s.\n' \
+      "$name" "$deps" "$phases" "$name" "$name" > "$TASKDAEMON_SPECS_DIR/0$n-$name.md"
   done < "$TD_TEST_DIR/specs.txt"
   ;;
 phase)
@@ -43,9 +43,10 @@ phase)
   wait
   f="$spec-$TASKDAEMON_PHASE_INDEX.txt"
   echo "iteration $TASKDAEMON_ITERATION" >> "$f"
+  if [ "$TASKDAEMON_ITERATION" -ge "${DONE_AT:-1}" ]; then echo done > "$spec-$TASKDAEMON_PHASE_INDEX.done"; fi
   git add -A && git commit -qm "$spec phase $TASKDAEMON_PHASE_NUMBER iteration $TASKDAEMON_ITERATION"
   echo "end $spec $TASKDAEMON_PHASE_INDEX $TASKDAEMON_ITERATION $TASKDAEMON_RUN_ID $PWD" >> "$log"
-  if [ "$TASKDAEMON_ITERATION" -ge "${DONE_AT:-1}" ]; then echo "<promise>COMPLETE</promise>"; fi
+  echo "<promise>COMPLETE</promise>"
   ;;
 esac
 "#;
@@ -279,7 +280,7 @@ fn two_daemons_on_two_clones_build_a_plan_together_and_merge_every_spec_once() {
     let subjects = m.remote_subjects();
     for spec in ["alpha", "beta", "gamma"] {
         for phase in ["1", "2"] {
-            let want = format!("{spec} phase {phase} iteration 1");
+            let want = format!("{spec} phase {phase} of 2 iteration 1");
             let n = subjects.iter().filter(|s| **s == want).count();
             assert_eq!(n, 1, "{want}: {n} times on main:\n{subjects:#?}");
         }
@@ -321,7 +322,7 @@ fn a_daemon_killed_mid_phase_is_taken_over_from_its_pushed_branch_and_nothing_is
     m.start(&m.b);
     // A phase run on A past its second iteration.
     let a = m.a.display().to_string();
-    let deadline = Instant::now() + Duration::from_secs(240);
+    let deadline = Instant::now() + Duration::from_secs(120);
     let (run_id, spec) = loop {
         let log = m.agent_log();
         let hit = log.lines().filter(|l| l.starts_with("end ")).find_map(|l| {
@@ -358,7 +359,7 @@ fn a_daemon_killed_mid_phase_is_taken_over_from_its_pushed_branch_and_nothing_is
         std::thread::sleep(Duration::from_millis(10));
     }
     // What A had pushed when it died.
-    let pushed = git(&m.bare, &["rev-parse", &branch]);
+    let pushed = git(&m.bare, &["rev-parse", &branch]).trim().to_string();
 
     let s = m.wait_until(Duration::from_secs(300), "the plan completing on B", |s| {
         plan_status(s) == "complete"

@@ -204,15 +204,15 @@ pub async fn run(
     let (socket, listener, started_at) = listen_and_publish(&paths)?;
 
     let registry = executor_registry(&paths.project);
-    let records = Records::open(&paths.project)?.with_loop_types(registry);
+    // A shared queue's client blocks on its own runtime: never on an async worker.
+    let records = off_the_workers(|| Records::open(&paths.project))?.with_loop_types(registry);
     let worktrees = Worktrees::open(&paths.project, &opts.worktrees_dir)?;
     let queue =
-        shared_queue::QueueSide::open(&records, &worktrees, opts.queue.clone()).map_err(|e| {
-            DaemonError::Io {
+        off_the_workers(|| shared_queue::QueueSide::open(&records, &worktrees, opts.queue.clone()))
+            .map_err(|e| DaemonError::Io {
                 what: "joining the shared queue".into(),
                 source: std::io::Error::other(e),
-            }
-        })?;
+            })?;
     let shared = Arc::new(Shared {
         remote: queue.as_ref().map(|q| q.remote.clone()),
         paths: paths.clone(),
@@ -265,8 +265,9 @@ pub async fn run(
     events.emit(DaemonEvent::DaemonStopped {
         repo: paths.project.clone(),
     });
-    // Subscribers write what they have (the stop included), then go.
-    drop(d);
+    // Subscribers write what they have (the stop included), then go. (A shared queue's
+    // connection closes blocking.)
+    off_the_workers(|| drop(d));
     let until = Instant::now() + Duration::from_secs(2);
     while events.bus.receiver_count() > 0 && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(10)).await;
