@@ -11,7 +11,6 @@
 //!
 //! `cargo bench -p taskdaemon --bench multi_machine` (CLAIMS=N, RUNS=N, LOOPS=N).
 
-#[allow(dead_code)]
 #[path = "../tests/common/pg.rs"]
 mod pg;
 

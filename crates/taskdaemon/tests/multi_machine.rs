@@ -5,7 +5,6 @@
 
 #[allow(dead_code)]
 mod harness;
-#[allow(dead_code)]
 mod common {
     pub mod pg;
 }

@@ -1027,12 +1027,12 @@ impl Dispatcher {
         };
         let finished = matches!(r, Report::Finished { .. });
         let mut r = r;
-        if finished && let Some(w) = self.push_at_end(&run_id, &worktree) {
-            if let Report::Finished { result, .. } = &mut r
-                && matches!(result, Ok(Outcome::Complete { .. }))
-            {
-                *result = Ok(Outcome::Blocked { reason: w });
-            }
+        if finished
+            && let Some(w) = self.push_at_end(&run_id, &worktree)
+            && let Report::Finished { result, .. } = &mut r
+            && matches!(result, Ok(Outcome::Complete { .. }))
+        {
+            *result = Ok(Outcome::Blocked { reason: w });
         }
         let more = self.apply_report(r, now);
         if let Some(n) = iteration_done {
@@ -1084,10 +1084,7 @@ impl Dispatcher {
         }
         let mut last = None;
         for _ in 0..3 {
-            last = q.push(worktree);
-            if last.is_none() {
-                return None;
-            }
+            last = Some(q.push(worktree)?);
         }
         last.map(|w| format!("its work is not on the shared remote: {w}; `taskdaemon resume` the run once the remote takes pushes"))
     }

@@ -59,6 +59,9 @@ pub enum RemoteError {
     Integrate(#[from] IntegrateError),
 }
 
+/// A file kept on the remote: its path from the repository's top, its bytes.
+pub type File = (String, Vec<u8>);
+
 /// How a push of a run's branch went.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Pushed {
@@ -322,10 +325,10 @@ impl Remote {
         dir: &Path,
     ) -> Result<Option<std::path::PathBuf>, RemoteError> {
         let all = self.wt.registered()?;
-        if let Some(r) = find(&all, dir).filter(|r| !r.prunable && dir.exists()) {
-            if r.branch.as_deref() == Some(full) {
-                return Ok(Some(r.path.clone()));
-            }
+        if let Some(r) = find(&all, dir).filter(|r| !r.prunable && dir.exists())
+            && r.branch.as_deref() == Some(full)
+        {
+            return Ok(Some(r.path.clone()));
         }
         if let Some(r) = all
             .iter()
@@ -456,11 +459,7 @@ impl Remote {
     /// ref `refs/taskdaemon/<name>` (not a branch: no checkout ever sees it), replacing what
     /// it held. For the documents a run writes outside git (a plan's spec documents), which
     /// a run on another machine needs.
-    pub fn publish_files(
-        &self,
-        name: &str,
-        files: &[(String, Vec<u8>)],
-    ) -> Result<(), RemoteError> {
+    pub fn publish_files(&self, name: &str, files: &[File]) -> Result<(), RemoteError> {
         let full = format!("refs/taskdaemon/{name}");
         self.wt.check_branch(&format!("taskdaemon/{name}"))?;
         let scratch = tempfile::Builder::new()
@@ -526,7 +525,7 @@ impl Remote {
 
     /// The files [`Remote::publish_files`] keeps under `name` (`None`: none kept), as
     /// (path, bytes).
-    pub fn fetch_files(&self, name: &str) -> Result<Option<Vec<(String, Vec<u8>)>>, RemoteError> {
+    pub fn fetch_files(&self, name: &str) -> Result<Option<Vec<File>>, RemoteError> {
         let full = format!("refs/taskdaemon/{name}");
         self.wt.check_branch(&format!("taskdaemon/{name}"))?;
         let listed = self.git().run(&["ls-remote", "--", &self.name, &full])?;
