@@ -283,3 +283,248 @@ fn the_domain_checks_hold_on_postgres() {
         .collect();
     assert_ne!(ids[0], ids[1]);
 }
+
+fn id_of(out: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(out).expect(out);
+    v["id"].as_str().expect(out).to_string()
+}
+
+fn with_queue(db: &PgDb, project: &str) -> Vec<(String, String)> {
+    vec![
+        ("TASKDAEMON_QUEUE".into(), db.url()),
+        ("TASKDAEMON_QUEUE_PROJECT".into(), project.into()),
+    ]
+}
+
+#[test]
+fn the_record_commands_work_unchanged_on_postgres() {
+    let Some(db) = pg::database() else { return };
+    let env = Env::new();
+    // The queue in the project's config, its password (ignored by the test server's
+    // trust login) never shown.
+    std::fs::create_dir_all(env.repo().join(".taskdaemon")).unwrap();
+    std::fs::write(
+        env.repo().join(".taskdaemon/config.yaml"),
+        format!(
+            "queue: {}&password=s3cret-pw\nqueue-project: cli\n",
+            db.url()
+        ),
+    )
+    .unwrap();
+    let none: &[(String, String)] = &[];
+    let plan = id_of(&env.ok_with(none, &["plan", "new", "Shared plan", "--json"]));
+    let one = id_of(&env.ok_with(none, &["spec", "new", "one", "--parent", &plan, "--json"]));
+    let two = id_of(&env.ok_with(
+        none,
+        &[
+            "spec", "new", "two", "--parent", &plan, "--deps", "one", "--json",
+        ],
+    ));
+    let sub: serde_json::Value =
+        serde_json::from_str(&env.ok_with(none, &["submit", "ralph", "tidy the docs", "--json"]))
+            .unwrap();
+    let run = sub["created"][0]["id"].as_str().unwrap().to_string();
+    let list = env.ok_with(none, &["list"]);
+    for id in [&plan, &one, &two, &run] {
+        assert!(list.contains(id.as_str()), "{list}");
+    }
+    let show: serde_json::Value =
+        serde_json::from_str(&env.ok_with(none, &["show", "two", "--json"])).unwrap();
+    assert_eq!(show["deps"][0], one.as_str());
+    assert_eq!(show["ready"], false);
+    env.ok_with(none, &["edit", &one, "--status", "complete"]);
+    let show: serde_json::Value =
+        serde_json::from_str(&env.ok_with(none, &["show", "two", "--json"])).unwrap();
+    assert_eq!(show["ready"], true, "{show}");
+    // A cycle is refused as on JSONL.
+    let r = env.run(&["edit", &one, "--add-dep", &two]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("cycle"), "{}", r.stderr);
+    for (verb, want) in [
+        ("pause", "pending -> paused"),
+        ("resume", "paused -> pending"),
+        ("start", ""),
+        ("cancel", "-> stopped"),
+    ] {
+        let out = env.ok_with(none, &[verb, &run]);
+        assert!(out.contains(want), "{verb}: {out}");
+    }
+    let status = env.ok_with(none, &["status"]);
+    assert!(status.contains(&plan) && status.contains(&run), "{status}");
+    let r = env.run(&["delete", &one]);
+    assert_eq!(r.code, 64, "in use: {}", r.stderr);
+    env.ok_with(none, &["delete", &two]);
+    assert!(!env.ok_with(none, &["list"]).contains(&two));
+    // Nothing went to the JSONL files; everything is in the queue.
+    assert!(!env.repo().join(".taskdaemon/store/specs.jsonl").exists());
+    let q = queue(&db, "cli");
+    let r = open(&env, &q);
+    assert!(r.get(&plan).unwrap().is_some());
+    assert!(r.get(&two).unwrap().is_none());
+    assert_eq!(r.get(&one).unwrap().unwrap().status(), "complete");
+    // Settings and doctor show the queue with its origin, never the password.
+    let shown = env.ok_with(none, &["config", "show"]);
+    assert!(
+        shown.contains("queue-project") && shown.contains("password=***"),
+        "{shown}"
+    );
+    let doctor = env.run(&["doctor"]);
+    let all = format!("{}{}", doctor.stdout, doctor.stderr);
+    assert!(all.contains("reachable, schema version 1"), "{all}");
+    for text in [&shown, &all, &list] {
+        assert!(!text.contains("s3cret-pw"), "{text}");
+    }
+}
+
+#[test]
+fn an_unreachable_or_malformed_queue_says_what_to_do_and_exits_64() {
+    let env = Env::new();
+    let gone = env.root().join("no-server-here");
+    for (url, want) in [
+        (
+            format!(
+                "postgresql:///db?user=u&password=pw-xyz&host={}",
+                gone.display()
+            ),
+            "cannot connect",
+        ),
+        (
+            "postgres://u:pw-xyz@127.0.0.1:1/db".to_string(),
+            "cannot connect",
+        ),
+        (
+            "mysql://u:pw-xyz@host/db".to_string(),
+            "not a postgres:// URL",
+        ),
+    ] {
+        let vars = vec![
+            ("TASKDAEMON_QUEUE".to_string(), url.clone()),
+            ("TASKDAEMON_QUEUE_PROJECT".to_string(), "p".to_string()),
+        ];
+        for args in [&["list"][..], &["store", "migrate", "--to", &url][..]] {
+            let r = env.run_with(&vars, args);
+            assert_eq!(r.code, 64, "{url} {args:?}: {}", r.stderr);
+            assert!(r.stderr.contains(want), "{}", r.stderr);
+            assert!(r.stderr.contains("hint:"), "{}", r.stderr);
+            assert!(!r.stderr.contains("pw-xyz"), "{}", r.stderr);
+        }
+    }
+    // No remote and no queue-project: the project has no key.
+    let vars = vec![(
+        "TASKDAEMON_QUEUE".to_string(),
+        "postgres://h/db".to_string(),
+    )];
+    let r = env.run_with(&vars, &["list"]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("queue-project"), "{}", r.stderr);
+}
+
+/// The live records' stored lines per collection, as the JSONL store holds them.
+fn lines(env: &Env) -> Vec<Vec<String>> {
+    let r = Records::open_jsonl(&env.repo(), Default::default()).unwrap();
+    let s = r.store();
+    ["plans", "specs", "runs"]
+        .iter()
+        .map(|c| {
+            s.list_raw(c, &[])
+                .unwrap()
+                .into_iter()
+                .map(|(_, l)| String::from_utf8(l).unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn migrate_round_trips_byte_for_byte_and_refuses_to_overwrite() {
+    let Some(db) = pg::database() else { return };
+    let env = Env::new();
+    let none: &[(String, String)] = &[];
+    let plan = id_of(&env.ok_with(none, &["plan", "new", "Move me", "--json"]));
+    env.ok_with(
+        none,
+        &[
+            "spec",
+            "new",
+            "alpha",
+            "--parent",
+            &plan,
+            "--phase",
+            "P1: first",
+        ],
+    );
+    env.ok_with(
+        none,
+        &["spec", "new", "beta", "--parent", &plan, "--deps", "alpha"],
+    );
+    env.ok_with(none, &["spec", "new", "doomed", "--parent", &plan]);
+    env.ok_with(none, &["delete", "doomed"]);
+    env.ok_with(
+        none,
+        &["submit", "ralph", "a task with \"quotes\" and ünïcode"],
+    );
+    env.ok_with(none, &["edit", "alpha", "--status", "running"]);
+    let before = lines(&env);
+    assert_eq!(before.iter().map(Vec::len).sum::<usize>(), 4);
+    let url = format!("{}&password=pw-hidden", db.url());
+    let vars = vec![("TASKDAEMON_QUEUE_PROJECT".to_string(), "mig".to_string())];
+    let out: serde_json::Value =
+        serde_json::from_str(&env.ok_with(&vars, &["store", "migrate", "--to", &url, "--json"]))
+            .unwrap();
+    assert_eq!(
+        (
+            out["plans"].as_u64(),
+            out["specs"].as_u64(),
+            out["runs"].as_u64()
+        ),
+        (Some(1), Some(2), Some(1))
+    );
+    assert_eq!(out["tombstones"], 1);
+    assert!(!out.to_string().contains("pw-hidden"));
+    // Again: the target holds the project now.
+    let r = env.run_with(&vars, &["store", "migrate", "--to", &url]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("--force"), "{}", r.stderr);
+    // Ids, fields and updated-at as they were.
+    let q = queue(&db, "mig");
+    let pg = open(&env, &q);
+    for (i, c) in ["plans", "specs", "runs"].iter().enumerate() {
+        let got: Vec<String> = pg
+            .store()
+            .list_raw(c, &[])
+            .unwrap()
+            .into_iter()
+            .map(|(_, l)| String::from_utf8(l).unwrap())
+            .collect();
+        assert_eq!(got, before[i], "{c}");
+    }
+    // Back: refused over the existing files, then forced (they are saved first).
+    let mut back = with_queue(&db, "mig");
+    back[0].1 = url.clone();
+    let r = env.run_with(&back, &["store", "migrate", "--to", "jsonl"]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    let out: serde_json::Value = serde_json::from_str(&env.ok_with(
+        &back,
+        &["store", "migrate", "--to", "jsonl", "--force", "--json"],
+    ))
+    .unwrap();
+    let saved = std::path::PathBuf::from(out["saved"].as_str().unwrap());
+    assert!(saved.join("specs.jsonl").is_file());
+    assert_eq!(
+        lines(&env),
+        before,
+        "JSONL -> Postgres -> JSONL is byte-identical"
+    );
+    // Each file now holds exactly the latest lines.
+    let specs = std::fs::read_to_string(env.repo().join(".taskdaemon/store/specs.jsonl")).unwrap();
+    assert_eq!(
+        specs,
+        before[1]
+            .iter()
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+    );
+    // The JSONL store works as before on the written files.
+    env.ok_with(none, &["edit", "beta", "--status", "complete"]);
+    assert!(env.ok_with(none, &["list"]).contains("complete"));
+}
