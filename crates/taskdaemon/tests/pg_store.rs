@@ -2,6 +2,7 @@
 //! server (`common/pg.rs`): the record commands through the CLI, the domain checks, the
 //! claim/lease promises under concurrency, and `store migrate` both ways.
 
+#[allow(dead_code)]
 mod harness;
 #[path = "common/pg.rs"]
 mod pg;

@@ -442,7 +442,7 @@ impl PgStore {
             let col = self
                 .cols
                 .get_mut(collection)
-                .ok_or_else(|| StoreError::Stopped)?;
+                .ok_or(StoreError::Stopped)?;
             col.by_id.insert(
                 meta.id.clone(),
                 Entry {
