@@ -529,3 +529,135 @@ fn migrate_round_trips_byte_for_byte_and_refuses_to_overwrite() {
     env.ok_with(none, &["edit", "beta", "--status", "complete"]);
     assert!(env.ok_with(none, &["list"]).contains("complete"));
 }
+
+#[test]
+fn sync_sees_other_writers_and_notify_wakes_listeners() {
+    use taskstore::ChangeKind;
+    let Some(db) = pg::database() else { return };
+    let env = Env::new();
+    let q = queue(&db, "sync");
+    let mut a = open(&env, &q);
+    let mut b = open(&env, &q);
+    let mut listen = taskdaemon_core::store::queue::listener(&q).unwrap();
+    let plan = b
+        .create_plan(
+            NewPlan {
+                title: "from b".into(),
+                ..Default::default()
+            },
+            NOW,
+        )
+        .unwrap();
+    assert!(listen.wait(Duration::from_secs(60)).unwrap(), "notified");
+    assert!(a.get(&plan.id).unwrap().is_none(), "not before sync");
+    a.sync().unwrap();
+    let seen: Vec<(String, ChangeKind)> = a
+        .take_changes()
+        .into_iter()
+        .map(|c| (c.id, c.kind))
+        .collect();
+    assert_eq!(seen, vec![(plan.id.clone(), ChangeKind::Created)]);
+    let mut p = match b.get(&plan.id).unwrap().unwrap() {
+        taskdaemon_core::store::AnyRecord::Plan(p) => p,
+        other => panic!("{other:?}"),
+    };
+    p.title = "renamed by b".into();
+    b.update(taskdaemon_core::store::AnyRecord::Plan(p), NOW + 1)
+        .unwrap();
+    b.delete(&plan.id, NOW + 2).unwrap();
+    a.sync().unwrap();
+    let kinds: Vec<ChangeKind> = a.take_changes().into_iter().map(|c| c.kind).collect();
+    // One row per record: the latest state (deleted) is what a reader catches up to.
+    assert_eq!(kinds, vec![ChangeKind::Deleted]);
+    assert!(a.get(&plan.id).unwrap().is_none());
+    // The id stays taken (a tombstone), as on JSONL.
+    assert_eq!(a.store().status_of("plans", &plan.id).unwrap(), Some(true));
+    // Writes of another project do not wake this one.
+    let mut other = open(&env, &queue(&db, "sync-other"));
+    while listen.wait(Duration::from_millis(1)).unwrap() {}
+    other
+        .create_plan(
+            NewPlan {
+                title: "elsewhere".into(),
+                ..Default::default()
+            },
+            NOW,
+        )
+        .unwrap();
+    assert!(!listen.wait(Duration::from_millis(300)).unwrap());
+}
+
+#[test]
+fn an_advisory_lock_is_held_until_dropped() {
+    let Some(db) = pg::database() else { return };
+    let env = Env::new();
+    let q = queue(&db, "locks");
+    let r = open(&env, &q);
+    let held = r.exclusive("merge:main").unwrap();
+    let mut probe = postgres::Client::connect(&db.url(), postgres::NoTls).unwrap();
+    let try_lock = |c: &mut postgres::Client| -> bool {
+        let got: bool = c
+            .query_one(
+                "select pg_try_advisory_lock(hashtextextended('taskdaemon:locks:merge:main', 0))",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        if got {
+            c.execute(
+                "select pg_advisory_unlock(hashtextextended('taskdaemon:locks:merge:main', 0))",
+                &[],
+            )
+            .unwrap();
+        }
+        got
+    };
+    assert!(!try_lock(&mut probe), "held by another session");
+    drop(held);
+    // The server releases it when the holder's connection ends.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !try_lock(&mut probe) {
+        assert!(std::time::Instant::now() < deadline, "never released");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Another key of the same project is another lock.
+    let _a = r.exclusive("merge:main").unwrap();
+    let _b = r.exclusive("merge:release").unwrap();
+}
+
+#[test]
+fn on_jsonl_the_queue_api_is_the_one_daemon_case() {
+    let env = Env::new();
+    let mut r = Records::open(&env.repo()).unwrap();
+    assert!(r.queue().is_none());
+    let ids = pending_runs(&mut r, 2);
+    let me = Holder::new("here", 1, NOW);
+    assert_eq!(r.claim(&ids, &me, Duration::from_secs(1)).unwrap(), ids);
+    assert!(
+        r.claim(&ids, &me, Duration::from_secs(1))
+            .unwrap()
+            .is_empty()
+    );
+    let run = r
+        .store()
+        .get_as::<taskdaemon_core::store::LoopRun>(&ids[0])
+        .unwrap()
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Running);
+    assert!(r.renew(&ids[0], &me, Duration::from_secs(1)).unwrap());
+    assert!(
+        r.take_over_expired(&me, Duration::ZERO, 10)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(r.leases().unwrap().is_empty());
+    assert!(r.record_merge(&ids[0], "main", "abc").unwrap());
+    assert!(r.logs(&ids[0]).unwrap().is_empty());
+    drop(r.exclusive("merge:main").unwrap());
+    let _again = r.exclusive("merge:main").unwrap();
+    assert!(
+        env.repo()
+            .join(".git/taskdaemon/locks/merge_main.lock")
+            .is_file()
+    );
+}
