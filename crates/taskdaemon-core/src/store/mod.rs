@@ -11,6 +11,7 @@ pub mod backend;
 pub mod check;
 pub mod ids;
 mod kind;
+pub mod migrate;
 pub mod paths;
 pub mod pg;
 pub mod pg_conn;

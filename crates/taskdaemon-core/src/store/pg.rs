@@ -439,10 +439,7 @@ impl PgStore {
                 )
                 .map_err(self.sql_err("writing a record"))?;
             self.last_seq = self.last_seq.max(row.get::<_, i64>(0));
-            let col = self
-                .cols
-                .get_mut(collection)
-                .ok_or_else(|| StoreError::Stopped)?;
+            let col = self.cols.get_mut(collection).ok_or(StoreError::Stopped)?;
             col.by_id.insert(
                 meta.id.clone(),
                 Entry {

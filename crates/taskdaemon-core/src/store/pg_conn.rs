@@ -33,6 +33,25 @@ impl QueueConfig {
         let Some(url) = env("TASKDAEMON_QUEUE").or(layers.queue.clone()) else {
             return Ok(None);
         };
+        QueueConfig::with_layers(repo, url, &layers).map(Some)
+    }
+
+    /// The queue at `url` for the project at `repo` (its key from `queue-project` or the
+    /// remote, as configured).
+    pub fn for_url(repo: &Path, url: &str) -> Result<QueueConfig, QueueError> {
+        let layers = crate::config::load_layers(repo, None).map_err(|e| QueueError::Config {
+            reason: e.to_string(),
+            hint: "fix the config file named above".into(),
+        })?;
+        QueueConfig::with_layers(repo, url.to_string(), &layers)
+    }
+
+    fn with_layers(
+        repo: &Path,
+        url: String,
+        layers: &crate::config::Settings,
+    ) -> Result<QueueConfig, QueueError> {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         check_url(&url)?;
         let project = match env("TASKDAEMON_QUEUE_PROJECT").or(layers.queue_project.clone()) {
             Some(p) => p,
@@ -43,7 +62,7 @@ impl QueueConfig {
                 project_from_remote(repo, &remote)?
             }
         };
-        Ok(Some(QueueConfig { url, project }))
+        Ok(QueueConfig { url, project })
     }
 }
 

@@ -110,3 +110,67 @@ pub fn migrate(client: &mut Client, cfg: &QueueConfig) -> Result<(), QueueError>
     }
     tx.commit().map_err(sql)
 }
+
+/// What `doctor` says about the shared queue.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct QueueStatus {
+    /// The URL, its password hidden.
+    pub url: String,
+    pub project: String,
+    pub reachable: bool,
+    /// The schema version found (0: none yet); none when unreachable.
+    pub schema: Option<i32>,
+    /// The version this binary writes.
+    pub expected: i32,
+    /// What is wrong, with a hint; none when the queue can be used.
+    pub problem: Option<String>,
+}
+
+/// Try the queue configured for `repo` without changing anything: `None` when no queue
+/// is configured (the JSONL store); a configuration error is a problem too.
+pub fn status(repo: &std::path::Path) -> Option<QueueStatus> {
+    let cfg = match QueueConfig::resolve(repo) {
+        Ok(Some(c)) => c,
+        Ok(None) => return None,
+        Err(e) => {
+            return Some(QueueStatus {
+                url: String::new(),
+                project: String::new(),
+                reachable: false,
+                schema: None,
+                expected: SCHEMA_VERSION,
+                problem: Some(e.to_string()),
+            });
+        }
+    };
+    let mut out = QueueStatus {
+        url: cfg.shown(),
+        project: cfg.project.clone(),
+        reachable: false,
+        schema: None,
+        expected: SCHEMA_VERSION,
+        problem: None,
+    };
+    let found = super::pg_conn::connect_only(&cfg).and_then(|mut c| {
+        out.reachable = true;
+        version(&mut c, &cfg)
+    });
+    match found {
+        Ok(v) => {
+            out.schema = Some(v);
+            if v > SCHEMA_VERSION {
+                out.problem = Some(
+                    QueueError::SchemaTooNew {
+                        url: cfg.shown(),
+                        found: v,
+                        known: SCHEMA_VERSION,
+                    }
+                    .to_string(),
+                );
+            }
+        }
+        Err(e) => out.problem = Some(e.to_string()),
+    }
+    Some(out)
+}

@@ -30,6 +30,24 @@ pub enum StoreCommand {
     /// Allow the commands (`cmd:`/`script:` agent, validate) of a record that came from
     /// another clone, and of the records above it: read them first (`taskdaemon show REF`).
     Trust(TrustArgs),
+    /// Copy the project's records to a shared queue (`--to postgres://…`) or back into
+    /// .taskdaemon/store/ (`--to jsonl`): same ids and fields, updated-at kept. A target
+    /// that already holds records is refused unless --force (then saved first).
+    Migrate(MigrateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// `postgres://USER:PASSWORD@HOST/DB` (copy the JSONL store there), or `jsonl` (copy
+    /// the configured queue's records into .taskdaemon/store/).
+    #[arg(long, value_name = "URL|jsonl")]
+    pub to: String,
+    /// Replace what the target holds (saved to .git/taskdaemon/saved/ first).
+    #[arg(long)]
+    pub force: bool,
+    /// Print what was copied as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -71,7 +89,76 @@ pub fn run(args: StoreArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         StoreCommand::Compact(a) => compact(a, ctx),
         StoreCommand::Stats(a) => stats(a, ctx),
         StoreCommand::Trust(a) => trust(a, ctx),
+        StoreCommand::Migrate(a) => migrate(a, ctx),
     }
+}
+
+fn migrate(a: MigrateArgs, ctx: &Ctx) -> anyhow::Result<i32> {
+    use taskdaemon_core::store::{QueueConfig, migrate};
+    let dir = ctx.project_dir()?;
+    let to_jsonl = a.to == "jsonl";
+    let report = if to_jsonl {
+        let queue = QueueConfig::resolve(&dir)
+            .map_err(|e| store_err(e.into()))?
+            .ok_or_else(|| {
+                user(
+                    "no queue is configured: the records already are in .taskdaemon/store/\n  hint: set `queue: postgres://…` (or TASKDAEMON_QUEUE) to name the queue to copy from",
+                )
+            })?;
+        migrate::to_jsonl(&dir, &queue, a.force, now_ms())
+    } else {
+        let queue = QueueConfig::for_url(&dir, &a.to).map_err(|e| store_err(e.into()))?;
+        migrate::to_postgres(&dir, &queue, a.force, now_ms())
+    }
+    .map_err(store_err)?;
+    if a.json {
+        print_json(&report)?;
+        return Ok(0);
+    }
+    let mut out = String::new();
+    outln!(
+        out,
+        "copied {} plan(s), {} spec(s), {} run(s) from {} to {} (project {})",
+        report.plans,
+        report.specs,
+        report.runs,
+        report.from,
+        report.to,
+        report.project
+    );
+    if report.tombstones > 0 {
+        outln!(
+            out,
+            "  {} deletion(s) (tombstones) {}",
+            report.tombstones,
+            if to_jsonl {
+                "copied"
+            } else {
+                "not copied: deleted records stay deleted"
+            }
+        );
+    }
+    if let Some(saved) = &report.saved {
+        outln!(
+            out,
+            "  replaced {} record line(s); they were saved in {}",
+            report.replaced,
+            saved.display()
+        );
+    }
+    if to_jsonl {
+        outln!(
+            out,
+            "  hint: remove `queue:` from the config (and unset TASKDAEMON_QUEUE) to use these files"
+        );
+    } else {
+        outln!(
+            out,
+            "  hint: set `queue:` to that URL (with its password) in .taskdaemon/config.yaml on every clone, or TASKDAEMON_QUEUE, to use it"
+        );
+    }
+    emit(&out)?;
+    Ok(0)
 }
 
 fn trust(a: TrustArgs, ctx: &Ctx) -> anyhow::Result<i32> {
