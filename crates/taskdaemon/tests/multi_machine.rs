@@ -343,7 +343,7 @@ fn a_daemon_killed_mid_phase_is_taken_over_from_its_pushed_branch_and_nothing_is
     let pid_a = Machines::pid(&m.a);
     let held = m.ok(&m.b, &["status"]);
     assert!(
-        held.contains(&format!("held by ")) && held.contains(&format!(":{pid_a}")),
+        held.contains("held by ") && held.contains(&format!(":{pid_a}")),
         "{held}"
     );
     let branch = format!("refs/heads/taskdaemon/{}", spec_worktree(&m, &run_id));
