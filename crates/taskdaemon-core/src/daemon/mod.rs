@@ -152,6 +152,9 @@ struct Dispatcher {
     merging: BTreeMap<String, (String, String)>,
     /// The shared queue (none: the JSONL store, one daemon).
     queue: Option<shared_queue::QueueSide>,
+    /// Shared queue: when the cascade last found nothing to do with the records as they
+    /// were then (no change since: the next pass skips it, and its lock across machines).
+    cascade_idle: Option<Instant>,
     shutting_down: bool,
     started_at: String,
     events: Publisher,
@@ -236,6 +239,7 @@ pub async fn run(
         active: BTreeMap::new(),
         merging: BTreeMap::new(),
         queue,
+        cascade_idle: None,
         shutting_down: false,
         started_at,
         events: events.clone(),
@@ -663,6 +667,18 @@ impl Dispatcher {
 
     fn pass(&mut self) -> Result<(), DaemonError> {
         self.records.sync()?;
+        if self.queue.is_some() {
+            // Nothing changed since the cascade last had nothing to do: it would do nothing
+            // again (looked at anyway every few seconds).
+            let changed = !self.records.take_changes().is_empty();
+            let idle = self
+                .cascade_idle
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(5));
+            if !changed && idle {
+                return self.pass_shared();
+            }
+            self.cascade_idle = None;
+        }
         // On the shared queue the cascade advances under one lock across machines, on the
         // records as they are once it is held.
         let cascade_lock = if self.queue.is_some() {
@@ -687,6 +703,10 @@ impl Dispatcher {
             self.note(n);
         }
         drop(cascade_lock);
+        if self.queue.is_some() && step.actions.is_empty() && self.records.take_changes().is_empty()
+        {
+            self.cascade_idle = Some(Instant::now());
+        }
         self.act(step.actions);
         if self.queue.is_some() {
             return self.pass_shared();
