@@ -144,6 +144,42 @@ pub(crate) fn merge_into_hooked(
     Err(IntegrateError::TargetKeptMoving(target.to_string()))
 }
 
+/// What merging `commit` onto `base` in the integration worktree makes (for a merge whose
+/// target lives elsewhere, e.g. on a shared remote: see `git::remote`). Serialised by the
+/// same `merge.lock` as [`merge_into`].
+pub(crate) enum Onto {
+    /// `commit` is already contained in `base`.
+    UpToDate,
+    /// `base` is an ancestor of `commit`: the result is `commit` itself.
+    FastForward,
+    /// A merge commit.
+    Merge(String),
+    Conflict(Vec<String>),
+}
+
+pub(crate) fn merge_onto(
+    worktrees: &Worktrees,
+    base: &str,
+    commit: &str,
+    message: &str,
+) -> Result<Onto, IntegrateError> {
+    let _lock = worktrees.lock("merge.lock")?;
+    let m = Merger {
+        wt: worktrees,
+        git: worktrees.git(),
+    };
+    if m.is_ancestor(commit, base)? {
+        return Ok(Onto::UpToDate);
+    }
+    if m.is_ancestor(base, commit)? {
+        return Ok(Onto::FastForward);
+    }
+    Ok(match m.make_merge(base, &[(commit, message)])? {
+        Made::Commit(c) => Onto::Merge(c),
+        Made::Conflict(files) => Onto::Conflict(files),
+    })
+}
+
 struct Merger<'a> {
     wt: &'a Worktrees,
     git: &'a Git,

@@ -2,6 +2,7 @@
 //! locks (a status from the harness must not fight the agent's own git for `index.lock`).
 
 pub mod integrate;
+pub mod remote;
 pub mod snapshot;
 pub mod worktree;
 
