@@ -9,6 +9,7 @@ pub mod plan;
 pub mod plan_update;
 pub mod stall;
 mod task;
+pub mod task_flow;
 pub mod task_run;
 
 pub use files::TaskFiles;
