@@ -141,3 +141,180 @@ fn a_tasks_parse_is_an_agent_step_with_prompt_contract_and_log() {
     assert!(!cwd.starts_with(repo.to_str().unwrap()), "{cwd}");
     assert!(read(&repo, ".ralph/task.md").contains("[ADD] 2 more drinks"));
 }
+
+/// A fake agent for the cascade: the spec loop writes one spec document of two phases,
+/// each phase commits once and claims completion; every invocation is logged.
+const CASCADE_AGENT: &str = r#"#!/bin/sh
+cat >/dev/null
+echo "$TASKDAEMON_LOOP $TASKDAEMON_RUN_ID" >> "$TD_TEST_DIR/agent.log"
+case "$TASKDAEMON_LOOP" in
+spec)
+  mkdir -p "$TASKDAEMON_SPECS_DIR"
+  printf -- '---\ntitle: Widgets\nphases: ["Phase 1: a", "Phase 2: b"]\nvalidate: "true"\n---\nBuild widgets.\n' > "$TASKDAEMON_SPECS_DIR/01-widgets.md"
+  ;;
+phase)
+  echo "$TASKDAEMON_RUN_ID" >> "$TASKDAEMON_SPEC_ID-$TASKDAEMON_PHASE_INDEX.txt"
+  git add -A && git commit -qm "phase $TASKDAEMON_PHASE_INDEX"
+  echo "<promise>COMPLETE</promise>"
+  ;;
+esac
+"#;
+
+struct Cascade<'a> {
+    env: &'a Env,
+    vars: Vec<(String, String)>,
+    agent: String,
+}
+
+impl<'a> Cascade<'a> {
+    fn new(env: &'a Env) -> Cascade<'a> {
+        let agent = env.root().join("agent.sh");
+        std::fs::write(&agent, CASCADE_AGENT).unwrap();
+        std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        // Finished work merges into main, which nobody has checked out.
+        git(&env.repo(), &["checkout", "-qb", "wip"]);
+        let agent = format!("cmd:{}", agent.display());
+        let vars = vec![
+            ("TD_TEST_DIR".into(), env.root().display().to_string()),
+            ("TASKDAEMON_AGENT".into(), agent.clone()),
+        ];
+        Cascade { env, vars, agent }
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        self.env.ok_with(&self.vars, args)
+    }
+
+    fn status(&self) -> serde_json::Value {
+        serde_json::from_str(&self.ok(&["status", "--json"])).unwrap()
+    }
+
+    fn start(&self) {
+        self.ok(&["daemon", "start", "--max-loops", "2", "--tick", "0.2"]);
+    }
+
+    /// Every agent invocation: (loop, run id).
+    fn invocations(&self) -> Vec<(String, String)> {
+        std::fs::read_to_string(self.env.root().join("agent.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    /// Wait until every plan is complete, then stop the daemon.
+    fn finish(&self) {
+        let log = self.env.repo().join(".git/taskdaemon/daemon/daemon.log");
+        let start = std::time::Instant::now();
+        loop {
+            let s = self.status();
+            let plans = s["plans"].as_array().cloned().unwrap_or_default();
+            if !plans.is_empty() && plans.iter().all(|p| p["status"] == "complete") {
+                break;
+            }
+            let failed = plans.iter().any(|p| p["status"] == "failed");
+            assert!(
+                !failed && start.elapsed() < std::time::Duration::from_secs(180),
+                "the plans did not complete\n{s:#}\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        self.ok(&["daemon", "stop"]);
+    }
+
+    fn count(&self, loop_name: &str) -> usize {
+        self.invocations()
+            .iter()
+            .filter(|(l, _)| l == loop_name)
+            .count()
+    }
+}
+
+fn plan_doc(env: &Env) -> String {
+    let dir = env.repo().join("docs");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("plan.md"), "# Widgets\n\n## Goals\nwidgets\n").unwrap();
+    dir.join("plan.md").display().to_string()
+}
+
+#[test]
+fn a_submitted_plan_document_is_ready_and_its_spec_run_is_queued_once_by_the_daemon() {
+    let env = Env::new();
+    let c = Cascade::new(&env);
+    let plan = plan_doc(&env);
+    let out = c.ok(&[
+        "submit",
+        "plan",
+        "--file",
+        &plan,
+        "--priority",
+        "3",
+        "--agent",
+        &c.agent,
+        "--target",
+        "main",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let created = v["created"].as_array().unwrap();
+    // Only the plan: ready, with the submission's agent and priority for its spec run.
+    assert_eq!(created.len(), 1, "{v}");
+    assert_eq!(created[0]["status"], "ready", "{v}");
+    assert_eq!(created[0]["priority"], 3, "{v}");
+    assert_eq!(created[0]["agent"], c.agent.as_str(), "{v}");
+    assert!(
+        v["daemon"].as_str().unwrap().contains("no daemon runs"),
+        "{v}"
+    );
+    let s = c.status();
+    assert_eq!(s["plans"][0]["status"], "ready", "{s:#}");
+    c.start();
+    c.finish();
+    assert_eq!(c.count("spec"), 1, "{:?}", c.invocations());
+    assert_eq!(c.count("phase"), 2, "{:?}", c.invocations());
+    let runs: serde_json::Value = serde_json::from_str(&c.ok(&["list", "runs", "--json"])).unwrap();
+    let spec_runs: Vec<&serde_json::Value> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["loop-type"] == "spec")
+        .collect();
+    assert_eq!(spec_runs.len(), 1, "{runs:#}");
+    assert_eq!(spec_runs[0]["priority"], 3, "{runs:#}");
+    assert_eq!(
+        spec_runs[0]["context"]["agent"],
+        c.agent.as_str(),
+        "{runs:#}"
+    );
+}
+
+#[test]
+fn work_submitted_to_a_running_daemon_runs_exactly_once() {
+    let env = Env::new();
+    let c = Cascade::new(&env);
+    c.start();
+    // A spec document: its phases, once each.
+    let dir = env.repo().join("docs/specs");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("one.md"),
+        "---\ntitle: One spec\nphases: [\"Phase 1: a\", \"Phase 2: b\"]\nvalidate: \"true\"\n---\nbody\n",
+    )
+    .unwrap();
+    let one = dir.join("one.md").display().to_string();
+    let out = c.ok(&["submit", "spec", &one, "--target", "main"]);
+    assert!(out.contains("the daemon picks it up now"), "{out}");
+    // A plan document: one spec run, then its phases.
+    let plan = plan_doc(&env);
+    c.ok(&["submit", "plan", "--file", &plan, "--target", "main"]);
+    c.finish();
+    assert_eq!(c.count("spec"), 1, "{:?}", c.invocations());
+    assert_eq!(c.count("phase"), 4, "{:?}", c.invocations());
+    let mut ids: Vec<String> = c.invocations().into_iter().map(|(_, id)| id).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 5, "{:?}", c.invocations());
+}

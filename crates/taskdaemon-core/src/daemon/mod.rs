@@ -18,6 +18,7 @@ pub mod governor;
 pub mod ipc;
 mod paths;
 pub mod status;
+pub mod submit;
 pub mod worklist_run;
 
 use std::collections::{BTreeMap, HashSet};
