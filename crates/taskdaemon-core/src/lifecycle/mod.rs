@@ -3,6 +3,7 @@
 //! between tasks and a one-line history is kept. The [`parser`] turns the person's message
 //! into the structured `task.md`.
 
+pub mod cancel;
 mod files;
 pub mod parser;
 pub mod plan;

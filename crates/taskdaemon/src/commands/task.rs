@@ -135,7 +135,7 @@ impl TaskHost for Host<'_> {
 
     fn engine(&mut self, state: &RunState) -> EngineContext {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let (rx, notices) = super::watch::notify_local(rx, state);
+        let (rx, notices) = super::util::notify_local(rx, state);
         self.tasks
             .push(tokio::spawn(Renderer::new(self.json).run(rx)));
         self.tasks.push(notices);

@@ -22,6 +22,9 @@ use taskdaemon_core::telemetry::RunSummary;
 use taskdaemon_core::workspace::Workspace;
 use tokio_util::sync::CancellationToken;
 
+pub mod merge_driver;
+pub mod worklist;
+
 use super::print_json;
 use crate::cli::user;
 use crate::render::Renderer;
@@ -255,7 +258,7 @@ pub fn drive(
     take_over_processes(&state)?;
     with_signals(|cancel| async move {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let (rx, notices) = super::watch::notify_local(rx, &state);
+        let (rx, notices) = notify_local(rx, &state);
         let renderer = tokio::spawn(Renderer::new(json).run(rx));
         let ctx = EngineContext {
             script_runner: std::env::current_exe().context("finding the taskdaemon executable")?,
@@ -395,4 +398,28 @@ pub(crate) fn finish_task(
     let end = taskdaemon_core::lifecycle::end_task(dir, ws, number, outcome, summary.iterations)
         .map_err(user)?;
     render_task_end(&end, outcome, json)
+}
+
+/// A foreground loop's events, passed on after the notices they call for went to the
+/// sinks of `notify:` (nothing in between when there are none).
+pub fn notify_local(
+    rx: tokio::sync::mpsc::UnboundedReceiver<taskdaemon_core::engine::EngineEvent>,
+    state: &taskdaemon_core::engine::RunState,
+) -> (
+    tokio::sync::mpsc::UnboundedReceiver<taskdaemon_core::engine::EngineEvent>,
+    tokio::task::JoinHandle<()>,
+) {
+    use taskdaemon_core::notify;
+    let dir = &state.config.workdir;
+    let (sinks, skipped) = notify::sinks_for(dir, None);
+    for line in skipped {
+        eprintln!("taskdaemon: {line}");
+    }
+    if sinks.is_empty() {
+        return (rx, tokio::spawn(async {}));
+    }
+    let title = state.config.task.lines().next().unwrap_or("").to_string();
+    let local = notify::LocalNotices::new(dir.clone(), &state.run_id, &title);
+    let log: notify::Log = std::sync::Arc::new(|line| eprintln!("taskdaemon: {line}"));
+    notify::tee(rx, &sinks, local, log)
 }
