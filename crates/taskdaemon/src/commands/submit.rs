@@ -114,13 +114,8 @@ fn check_agent(c: &Common) -> anyhow::Result<()> {
 }
 
 fn check_branch(project: &std::path::Path, branch: &str) -> anyhow::Result<()> {
-    let r = taskdaemon_core::git::Git::new(project).run(&[
-        "rev-parse",
-        "--verify",
-        "--quiet",
-        &format!("refs/heads/{branch}"),
-    ]);
-    if r.is_err() {
+    let exists = taskdaemon_core::git::Git::new(project).branch_exists(branch);
+    if !matches!(exists, Ok(true)) {
         return Err(user(format!(
             "target branch `{branch}` does not exist\n  hint: create it (`git branch {branch}`) or pass --target with an existing branch"
         )));
