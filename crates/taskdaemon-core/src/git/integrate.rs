@@ -91,14 +91,7 @@ pub fn held_branch(target: &str) -> String {
 pub fn start_point(worktrees: &Worktrees, target: &str) -> String {
     let held = held_branch(target);
     let git = worktrees.git();
-    let has = git
-        .run(&[
-            "rev-parse",
-            "--verify",
-            "--quiet",
-            &format!("refs/heads/{held}"),
-        ])
-        .is_ok();
+    let has = matches!(git.branch_exists(&held), Ok(true));
     if has
         && git
             .run(&["merge-base", "--is-ancestor", target, &held])

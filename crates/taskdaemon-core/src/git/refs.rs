@@ -156,6 +156,20 @@ pub(crate) fn branch_id(f: &RepoFacts, branch: &str) -> Option<Option<String>> {
     }
 }
 
+/// Whether `packed-refs` has a line for the full ref `name`; `None` when it cannot be
+/// read (but exists).
+pub(crate) fn packed_has(f: &RepoFacts, name: &str) -> Option<bool> {
+    match std::fs::read_to_string(f.common_dir.join("packed-refs")) {
+        Ok(packed) => Some(packed.lines().any(|l| {
+            !l.starts_with('#')
+                && !l.starts_with('^')
+                && l.split_once(' ').is_some_and(|(_, n)| n == name)
+        })),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(false),
+        Err(_) => None,
+    }
+}
+
 /// The id `name` has in a `packed-refs` text: `Some(None)` when it is not there.
 fn packed_ref(packed: &str, name: &str, f: &RepoFacts) -> Option<Option<String>> {
     for line in packed.lines() {
