@@ -34,7 +34,9 @@ impl RepoFacts {
         type Known = Mutex<HashMap<PathBuf, Arc<RepoFacts>>>;
         static KNOWN: OnceLock<Known> = OnceLock::new();
         let known = KNOWN.get_or_init(Known::default);
-        if let Some(f) = known.lock().ok().and_then(|m| m.get(dir).cloned()) {
+        if let Some(f) = known.lock().ok().and_then(|m| m.get(dir).cloned())
+            && f.still_current()
+        {
             return Ok(f);
         }
         let f = Arc::new(Self::ask(dir)?);
@@ -42,6 +44,22 @@ impl RepoFacts {
             m.insert(dir.to_path_buf(), f.clone());
         }
         Ok(f)
+    }
+
+    /// A linked worktree removed and added again at the same path may get another
+    /// administrative directory (`.git/worktrees/NAME1`): its `.git` file says which.
+    fn still_current(&self) -> bool {
+        if self.git_dir == self.common_dir {
+            return true;
+        }
+        match std::fs::read_to_string(self.toplevel.join(".git")) {
+            Ok(text) => text.trim_end().strip_prefix("gitdir: ").is_some_and(|d| {
+                // Absolute, or relative to the work tree (`worktree.useRelativePaths`).
+                Path::new(d) == self.git_dir
+                    || self.toplevel.join(d).canonicalize().ok() == self.git_dir.canonicalize().ok()
+            }),
+            Err(_) => false,
+        }
     }
 
     fn ask(dir: &Path) -> Result<RepoFacts, GitError> {
@@ -348,6 +366,36 @@ mod tests {
             assert_eq!(from_files(&d.path().join("t")), None);
             assert_eq!(Git::new(d.path().join("t")).head().unwrap(), None);
         }
+    }
+
+    #[test]
+    fn a_worktree_added_again_with_another_admin_dir_is_asked_again() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let repo = root.join("r");
+        std::fs::create_dir(&repo).unwrap();
+        init(&repo);
+        std::fs::write(repo.join("a"), "1").unwrap();
+        commit_all(&repo, "one");
+        let (first, other) = (root.join("a/x"), root.join("b/x"));
+        let add = |p: &Path, b: &str| {
+            git(
+                &repo,
+                &["worktree", "add", "-q", "-b", b, p.to_str().unwrap()],
+            );
+        };
+        add(&first, "one");
+        let before = RepoFacts::of(&first).unwrap();
+        assert!(before.git_dir.ends_with("worktrees/x"), "{before:?}");
+        git(&repo, &["worktree", "remove", first.to_str().unwrap()]);
+        add(&other, "two");
+        add(&first, "three");
+        let after = RepoFacts::of(&first).unwrap();
+        assert_ne!(after.git_dir, before.git_dir);
+        assert_eq!(
+            Git::new(&first).current_branch().unwrap().as_deref(),
+            Some("three")
+        );
     }
 
     #[test]
