@@ -327,34 +327,12 @@ pub struct Snapshots {
 impl Snapshots {
     /// The snapshots of the work tree containing `dir`.
     pub fn open(dir: &Path) -> Result<Snapshots, SnapshotError> {
-        // Every fact in one git process.
-        let out = Git::new(dir)
-            .run(&[
-                "rev-parse",
-                "--path-format=absolute",
-                "--show-toplevel",
-                "--show-object-format",
-                "--git-dir",
-                "--git-common-dir",
-                "--git-path",
-                "index",
-            ])
+        // Every fact in one git process, shared with the rest of the process.
+        let facts = Git::new(dir)
+            .facts()
             .map_err(|_| GitError::NotARepo(dir.to_path_buf()))?;
-        let mut lines = out.lines();
-        let (Some(top), Some(format), Some(git_dir), Some(common_dir), Some(index)) = (
-            lines.next().map(PathBuf::from),
-            lines.next(),
-            lines.next(),
-            lines.next(),
-            lines.next(),
-        ) else {
-            return Err(GitError::Failed {
-                args: "rev-parse --git-dir".into(),
-                dir: dir.to_path_buf(),
-                stderr: format!("unexpected output: {out:?}"),
-            }
-            .into());
-        };
+        let (top, format) = (facts.toplevel.clone(), facts.object_format.as_str());
+        let (git_dir, common_dir, index) = (&facts.git_dir, &facts.common_dir, &facts.index);
         let plain = Git::new(&top);
         let empty_tree = if format == "sha256" {
             EMPTY_TREE_SHA256
