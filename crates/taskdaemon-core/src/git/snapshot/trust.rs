@@ -24,12 +24,13 @@ impl Snapshots {
         if let Some(b) = &t.branch {
             let valid = b.len() > "refs/heads/".len()
                 && b.starts_with("refs/heads/")
-                && self
-                    .git
-                    .call(&["check-ref-format", b.as_str()])
-                    .output()?
-                    .status
-                    .success();
+                && (plainly_valid(b)
+                    || self
+                        .git
+                        .call(&["check-ref-format", b.as_str()])
+                        .output()?
+                        .status
+                        .success());
             if !valid {
                 return Err(untrusted(
                     "Snapshot-Branch",
@@ -146,5 +147,45 @@ impl Snapshots {
             (None, None) => Vec::new(),
         };
         Ok(moves)
+    }
+}
+
+/// A ref name of letters, digits, `.`, `_`, `-` and `/` that breaks none of
+/// `git check-ref-format`'s rules (checked without a git process); anything else is left
+/// to git.
+fn plainly_valid(name: &str) -> bool {
+    let chars = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/'));
+    chars
+        && !name.contains("..")
+        && !name.ends_with('.')
+        && name
+            .split('/')
+            .all(|c| !c.is_empty() && !c.starts_with('.') && !c.ends_with(".lock"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plainly_valid;
+
+    #[test]
+    fn plain_ref_names_skip_git_and_doubtful_ones_do_not() {
+        for ok in ["refs/heads/main", "refs/heads/feature/x-1_2.3"] {
+            assert!(plainly_valid(ok), "{ok}");
+        }
+        for doubtful in [
+            "refs/heads/a..b",
+            "refs/heads/.hidden",
+            "refs/heads/x.lock",
+            "refs/heads/x.",
+            "refs/heads//x",
+            "refs/heads/x/",
+            "refs/heads/a b",
+            "refs/heads/a@{1}",
+            "refs/heads/ü",
+        ] {
+            assert!(!plainly_valid(doubtful), "{doubtful}");
+        }
     }
 }
