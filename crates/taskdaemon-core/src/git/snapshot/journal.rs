@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Captured, Kind, Rollback, SaveRequest, Snapshot, SnapshotError, Snapshots, TreeDiff,
+    Captured, Kind, Listing, Rollback, SaveRequest, Snapshot, SnapshotError, Snapshots, TreeDiff,
     copy_keeping_mtime, io, tree_diff,
 };
 
@@ -120,6 +120,7 @@ impl Snapshots {
         &self,
         target: Snapshot,
         time_ms: i64,
+        listed: Listing,
     ) -> Result<Rollback, SnapshotError> {
         let (work_tree, index_tree, tip) = self.trusted_trees(&target)?;
         if let Some(b) = &target.branch {
@@ -152,7 +153,7 @@ impl Snapshots {
             changed: tree_diff(&raw),
         };
         self.write_journal(&journal)?;
-        let lock = match self.prepare(&mut journal, &cap, time_ms) {
+        let lock = match self.prepare(&mut journal, &cap, time_ms, listed) {
             Ok(lock) => lock,
             Err(e) => {
                 self.remove_journal()?;
@@ -175,6 +176,7 @@ impl Snapshots {
         j: &mut Journal,
         cap: &Captured,
         time_ms: i64,
+        listed: Listing,
     ) -> Result<IndexLock, SnapshotError> {
         self.check_refs(&j.target)?;
         self.pause("prepared");
@@ -201,6 +203,7 @@ impl Snapshots {
             cap,
             &keep,
             &trailers,
+            Some(listed),
         )?;
         let tag = saved.tag.clone();
         j.saved = Some(saved);
@@ -450,6 +453,7 @@ impl Snapshots {
             now,
             &keep,
             &[],
+            None,
         )?;
         Ok(Some(s.tag))
     }

@@ -30,6 +30,7 @@
 //! tagging and the rollback's own ref moves fire no `reference-transaction`,
 //! `post-index-change` or any other hook.
 
+mod cache;
 mod journal;
 mod locks;
 mod prune;
@@ -298,9 +299,24 @@ struct Captured {
     branch: Option<String>,
     index_tree: String,
     work_tree: String,
+    /// The snapshot commit of `index_tree` (parent: `head`), when `index.cache` had it.
+    index_commit: Option<String>,
+    /// The user's index file the index tree was made of, to remember it by.
+    index_key: Option<cache::IndexKey>,
     /// Embedded repositories without a commit: not in the snapshot.
     skipped: Vec<String>,
 }
+
+/// The user's index as a save sees it.
+struct UserIndex {
+    exists: bool,
+    tree: String,
+    commit: Option<String>,
+    key: Option<cache::IndexKey>,
+}
+
+/// Every snapshot, oldest first, and the names taken in the snapshot tag namespaces.
+type Listing = (Vec<Snapshot>, BTreeSet<String>);
 
 /// Snapshots of one work tree (a repository or one of its linked worktrees).
 #[derive(Debug, Clone)]
@@ -462,7 +478,7 @@ impl Snapshots {
     pub fn save(&self, req: &SaveRequest<'_>) -> Result<Snapshot, SnapshotError> {
         let _lock = self.lock()?;
         let cap = self.capture(&[])?;
-        self.commit_and_tag(req, &cap, &[], &[])
+        self.commit_and_tag(req, &cap, &[], &[], None)
     }
 
     /// Every snapshot, oldest first.
@@ -472,7 +488,7 @@ impl Snapshots {
 
     /// Every snapshot (oldest first), and the names of all tags in the snapshot
     /// namespaces (a de-duplicated name must avoid them, snapshots or not).
-    fn tags(&self) -> Result<(Vec<Snapshot>, BTreeSet<String>), SnapshotError> {
+    fn tags(&self) -> Result<Listing, SnapshotError> {
         let mut args = vec![
             "for-each-ref",
             "--format=%(refname:lstrip=2)%00%(*objectname)%00%(contents)%00",
@@ -505,7 +521,11 @@ impl Snapshots {
 
     /// The snapshot named `tag`, or an error naming the closest snapshots.
     pub fn find(&self, tag: &str) -> Result<Snapshot, SnapshotError> {
-        let all = self.list()?;
+        self.find_in(tag, &self.list()?)
+    }
+
+    /// The snapshot named `tag` among `all`.
+    fn find_in(&self, tag: &str, all: &[Snapshot]) -> Result<Snapshot, SnapshotError> {
         if let Some(s) = all.iter().find(|s| s.tag == tag) {
             return Ok(s.clone());
         }
@@ -514,7 +534,7 @@ impl Snapshots {
         }
         Err(SnapshotError::NotFound {
             tag: tag.to_string(),
-            nearest: nearest_tags(tag, &all),
+            nearest: nearest_tags(tag, all),
         })
     }
 
@@ -564,8 +584,11 @@ impl Snapshots {
     fn rollback_unguarded(&self, tag: &str, time_ms: i64) -> Result<Rollback, SnapshotError> {
         let _lock = self.lock()?;
         self.refuse_if_in_progress()?;
-        let target = self.find(tag)?;
-        self.rollback_locked(target, time_ms)
+        // Listed once: the safety snapshot's name and sequence come from the same list
+        // (nothing else tags while the lock is held).
+        let listed = self.tags()?;
+        let target = self.find_in(tag, &listed.0)?;
+        self.rollback_locked(target, time_ms, listed)
     }
 
     /// Capture work tree and index as trees (objects only; no refs, no user index write).
@@ -580,6 +603,7 @@ impl Snapshots {
             {
                 let p = self.work_index();
                 fs::remove_file(&p).map_err(io(&p))?;
+                let _ = fs::remove_file(self.private_dir().join("index.cache"));
                 self.capture_once(force)
             }
             other => other,
@@ -587,15 +611,67 @@ impl Snapshots {
     }
 
     fn capture_once(&self, force: &[PathBuf]) -> Result<Captured, SnapshotError> {
-        let head = self.rev("HEAD^{commit}")?;
-        let branch = self.branch()?;
-
-        // The user's index, read through a copy: even `write-tree` would rewrite its
-        // cache-tree extension in place.
+        let (head, branch) = self.head_and_branch()?;
         let dir = self.private_dir();
         fs::create_dir_all(&dir).map_err(io(&dir))?;
-        let user_copy = dir.join("index.user");
-        let has_index = copy_if_exists(&self.index, &user_copy)?;
+        let user = self.user_index(head.as_deref())?;
+        let has_index = user.exists;
+        let index_tree = user.tree;
+
+        // The work tree, through the private index.
+        let work_index = self.work_index();
+        if !work_index.exists() && has_index {
+            self.seed_work_index()?;
+        }
+        let seeded = work_index.exists();
+        self.track_as_the_user_does(has_index, force)?;
+        let skipped = self.add_changes(seeded)?;
+        let work_tree = self
+            .private
+            .call(&["write-tree"])
+            .env("GIT_INDEX_FILE", &work_index)
+            .text()?;
+        Ok(Captured {
+            head,
+            branch,
+            index_tree,
+            index_commit: user.commit,
+            index_key: user.key,
+            work_tree,
+            skipped,
+        })
+    }
+
+    /// The tree of the user's index: from `index.cache` while that index and HEAD are
+    /// unchanged (with the snapshot commit made of it), else written from a copy (even
+    /// `write-tree` would rewrite its cache-tree extension in place).
+    fn user_index(&self, head: Option<&str>) -> Result<UserIndex, SnapshotError> {
+        let user_copy = self.private_dir().join("index.user");
+        let mut f = match File::open(&self.index) {
+            Ok(f) => Some(f),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io(&self.index)(e)),
+        };
+        let key = match f.as_mut() {
+            Some(f) => cache::IndexKey::of(f).map_err(io(&self.index))?,
+            None => None,
+        };
+        if let Some(c) = key.as_ref().and_then(|k| self.cached_index(k, head)) {
+            return Ok(UserIndex {
+                exists: true,
+                tree: c.tree,
+                commit: Some(c.commit),
+                key,
+            });
+        }
+        let exists = match f.as_mut() {
+            Some(f) => {
+                let mut to = File::create(&user_copy).map_err(io(&user_copy))?;
+                std::io::copy(f, &mut to).map_err(io(&user_copy))?;
+                true
+            }
+            None => copy_if_exists(&self.index, &user_copy)?,
+        };
         let idx = self
             .private
             .call(&["write-tree"])
@@ -615,27 +691,11 @@ impl Snapshots {
             }
             .into());
         }
-        let index_tree = String::from_utf8_lossy(&idx.stdout).trim().to_string();
-
-        // The work tree, through the private index.
-        let work_index = self.work_index();
-        if !work_index.exists() && has_index {
-            self.seed_work_index(&user_copy)?;
-        }
-        let seeded = work_index.exists();
-        self.track_as_the_user_does(&user_copy, has_index, force)?;
-        let skipped = self.add_changes(seeded)?;
-        let work_tree = self
-            .private
-            .call(&["write-tree"])
-            .env("GIT_INDEX_FILE", &work_index)
-            .text()?;
-        Ok(Captured {
-            head,
-            branch,
-            index_tree,
-            work_tree,
-            skipped,
+        Ok(UserIndex {
+            exists,
+            tree: String::from_utf8_lossy(&idx.stdout).trim().to_string(),
+            commit: None,
+            key,
         })
     }
 
@@ -753,9 +813,9 @@ impl Snapshots {
     /// the first save. The copy keeps the index's time (so git still re-checks entries
     /// written in the same second, "racy git"), and drops assume-unchanged, and
     /// skip-worktree where the file is on disk: a snapshot must see every edit.
-    fn seed_work_index(&self, user_copy: &Path) -> Result<(), SnapshotError> {
+    fn seed_work_index(&self) -> Result<(), SnapshotError> {
         let work_index = self.work_index();
-        copy_keeping_mtime(user_copy, &self.index, &work_index)?;
+        copy_keeping_mtime(&self.index, &self.index, &work_index)?;
         let out = self
             .private
             .call(&["ls-files", "-v", "-z"])
@@ -794,7 +854,6 @@ impl Snapshots {
     /// track the same ignored files as the user's index (plus `force`).
     fn track_as_the_user_does(
         &self,
-        user_copy: &Path,
         has_index: bool,
         force: &[PathBuf],
     ) -> Result<(), SnapshotError> {
@@ -808,7 +867,7 @@ impl Snapshots {
             Ok(split_z(&out).map(<[u8]>::to_vec).collect())
         };
         let user: BTreeSet<Vec<u8>> = if has_index {
-            ignored_tracked(user_copy)?
+            ignored_tracked(&self.index)?
         } else {
             BTreeSet::new()
         };
@@ -854,6 +913,7 @@ impl Snapshots {
         cap: &Captured,
         keep: &[String],
         trailers: &[String],
+        listed: Option<Listing>,
     ) -> Result<Snapshot, SnapshotError> {
         let secs = req.time_ms.div_euclid(1000);
         let date = format!("@{secs} +0000");
@@ -874,7 +934,10 @@ impl Snapshots {
                 .input(msg.as_bytes().to_vec())
                 .text()?)
         };
-        let (existing, taken) = self.tags()?;
+        let (existing, taken) = match listed {
+            Some(l) => l,
+            None => self.tags()?,
+        };
         let seq = existing.iter().map(|s| s.seq).max().unwrap_or(0) + 1;
         let message = clean_message(req.message, req.kind);
         let mut snap = Snapshot {
@@ -895,7 +958,21 @@ impl Snapshots {
             text.push('\n');
         }
         let head: Vec<&str> = cap.head.iter().map(String::as_str).collect();
-        let index_commit = commit(&cap.index_tree, &head, "taskdaemon snapshot: the index\n")?;
+        let index_commit = match &cap.index_commit {
+            Some(c) => c.clone(),
+            None => {
+                let c = commit(&cap.index_tree, &head, "taskdaemon snapshot: the index\n")?;
+                if let Some(key) = &cap.index_key {
+                    self.remember_index(&cache::CachedIndex {
+                        key: key.clone(),
+                        head: cap.head.clone(),
+                        tree: cap.index_tree.clone(),
+                        commit: c.clone(),
+                    });
+                }
+                c
+            }
+        };
         let mut parents = head.clone();
         parents.push(&index_commit);
         parents.extend(keep.iter().map(String::as_str));
