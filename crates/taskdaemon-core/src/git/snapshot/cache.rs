@@ -5,9 +5,10 @@
 //!   (reftable, a symbolic ref chain, a per-worktree ref);
 //! - the tree of the user's index and the snapshot commit made of it (parent: HEAD), kept
 //!   in `<git-dir>/taskdaemon/index.cache` while that index file is the same one (device,
-//!   inode, size, times and its trailing checksum) and HEAD has not moved. The cached
-//!   objects are used only while they are still there as loose objects (a `git gc` packs
-//!   or prunes them: then both are made again).
+//!   inode, size, times and its trailing checksum) and HEAD has not moved. They are used
+//!   only while that commit is still there as a loose object (a `git gc` packs or prunes
+//!   it: then it is made again); the commit keeps its tree reachable (HEAD's tree is
+//!   usually packed, so the tree itself is not looked for).
 
 use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
@@ -70,7 +71,7 @@ impl Snapshots {
     }
 
     /// The cached tree and commit of the user's index with key `key` and HEAD `head`, if
-    /// both objects are still there.
+    /// the commit is still a loose object.
     pub(super) fn cached_index(&self, key: &IndexKey, head: Option<&str>) -> Option<CachedIndex> {
         let text = fs::read_to_string(self.index_cache_path()).ok()?;
         let mut l = text.lines();
@@ -80,7 +81,7 @@ impl Snapshots {
         };
         let cached_head = (h != "unborn").then(|| h.to_string());
         let fits = k == key.0 && cached_head.as_deref() == head && is_oid(tree) && is_oid(commit);
-        (fits && self.is_loose(tree) && self.is_loose(commit)).then(|| CachedIndex {
+        (fits && self.is_loose(commit)).then(|| CachedIndex {
             key: key.clone(),
             head: cached_head,
             tree: tree.to_string(),
@@ -88,7 +89,8 @@ impl Snapshots {
         })
     }
 
-    /// Remember the tree and commit made of the user's index (best effort: a cache).
+    /// Remember the tree and commit made of the user's index (best effort: a cache, so
+    /// not synced to disk; a torn file reads as no entry).
     pub(super) fn remember_index(&self, c: &CachedIndex) {
         let text = format!(
             "{}\n{}\n{}\n{}\n",
@@ -97,7 +99,11 @@ impl Snapshots {
             c.tree,
             c.commit
         );
-        let _ = crate::fsutil::write_atomic(&self.index_cache_path(), text.as_bytes());
+        let path = self.index_cache_path();
+        let tmp = path.with_extension("cache.tmp");
+        if fs::write(&tmp, text).is_err() || fs::rename(&tmp, &path).is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
     }
 
     fn is_loose(&self, oid: &str) -> bool {

@@ -31,6 +31,7 @@
 //! `post-index-change` or any other hook.
 
 mod cache;
+mod checkout;
 mod journal;
 mod locks;
 mod prune;
@@ -303,6 +304,8 @@ struct Captured {
     index_commit: Option<String>,
     /// The user's index file the index tree was made of, to remember it by.
     index_key: Option<cache::IndexKey>,
+    /// Just before `git status` scanned the work tree for this capture.
+    scanned: std::time::SystemTime,
     /// Embedded repositories without a commit: not in the snapshot.
     skipped: Vec<String>,
 }
@@ -625,6 +628,7 @@ impl Snapshots {
         }
         let seeded = work_index.exists();
         self.track_as_the_user_does(has_index, force)?;
+        let scanned = std::time::SystemTime::now();
         let skipped = self.add_changes(seeded)?;
         let work_tree = self
             .private
@@ -637,6 +641,7 @@ impl Snapshots {
             index_tree,
             index_commit: user.commit,
             index_key: user.key,
+            scanned,
             work_tree,
             skipped,
         })
@@ -722,17 +727,22 @@ impl Snapshots {
 
     /// Bring the private index in line with the work tree; the embedded repositories left
     /// out (no commit to record). `git status` (with the untracked cache, looking only into
-    /// directories that changed) names what changed, and only that is added; without a
-    /// seeded index, with many changes or if that add fails (a path vanished in between),
-    /// everything is (`add -A`).
+    /// directories that changed) names what changed, and only that is added: files alone
+    /// by one `update-index` (no pathspec matching, no directory scan), an untracked
+    /// directory among them by `add` with those paths. Without a seeded index, with many
+    /// changes or if that fails (a path vanished in between), everything is (`add -A`).
     fn add_changes(&self, seeded: bool) -> Result<Vec<String>, SnapshotError> {
         const FEW: usize = 2000;
         if seeded {
             let changed = self.changed_paths()?;
-            if changed.is_empty() {
+            if changed.paths.is_empty() {
                 return Ok(Vec::new());
             }
-            if changed.len() <= FEW {
+            if changed.paths.len() <= FEW {
+                let paths = join_z(changed.paths.iter().map(Vec::as_slice));
+                if !changed.dirs && self.update_files(paths.clone())? {
+                    return Ok(Vec::new());
+                }
                 let add = self
                     .private
                     .call(&[
@@ -744,7 +754,7 @@ impl Snapshots {
                     ])
                     .env("GIT_INDEX_FILE", self.work_index())
                     .env("GIT_LITERAL_PATHSPECS", "1")
-                    .input(join_z(changed.iter().map(Vec::as_slice)))
+                    .input(paths)
                     .output()?;
                 if let Ok(skipped) = self.added(&add) {
                     return Ok(skipped);
@@ -759,10 +769,29 @@ impl Snapshots {
         self.added(&add)
     }
 
+    /// Record the files `paths` (NUL-terminated) as they are on disk, dropping the ones
+    /// gone; `false` when git refused (the caller falls back to `add`).
+    fn update_files(&self, paths: Vec<u8>) -> Result<bool, SnapshotError> {
+        let out = self
+            .private
+            .call(&[
+                "update-index",
+                "--add",
+                "--remove",
+                "--replace",
+                "-z",
+                "--stdin",
+            ])
+            .env("GIT_INDEX_FILE", self.work_index())
+            .input(paths)
+            .output()?;
+        Ok(out.status.success())
+    }
+
     /// Paths where the work tree differs from the private index (modified, deleted, of
     /// another type) and untracked files or directories (not ignored), from `git status`.
     /// Its refresh of the stat data and untracked cache is written back (optional locks).
-    fn changed_paths(&self) -> Result<Vec<Vec<u8>>, SnapshotError> {
+    fn changed_paths(&self) -> Result<Changes, SnapshotError> {
         let out = self
             .private
             .call(&[
@@ -1046,7 +1075,7 @@ impl Snapshots {
         while let (Some(meta), Some(path)) = (it.next(), it.next()) {
             let meta = String::from_utf8_lossy(meta);
             let mut f = meta.trim_start_matches(':').split(' ');
-            let (Some(src_mode), Some(dst_mode), _, _, Some(status)) =
+            let (Some(src_mode), Some(dst_mode), _, Some(dst_oid), Some(status)) =
                 (f.next(), f.next(), f.next(), f.next(), f.next())
             else {
                 continue;
@@ -1054,6 +1083,7 @@ impl Snapshots {
             changes.push(RawChange {
                 src_mode: src_mode.to_string(),
                 dst_mode: dst_mode.to_string(),
+                dst_oid: dst_oid.to_string(),
                 status: status.chars().next().unwrap_or('M'),
                 path: path.to_vec(),
             });
@@ -1224,6 +1254,8 @@ impl Snapshots {
 struct RawChange {
     src_mode: String,
     dst_mode: String,
+    /// The object on the `to` side (zeros when deleted).
+    dst_oid: String,
     status: char,
     path: Vec<u8>,
 }
@@ -1298,11 +1330,18 @@ fn porcelain_entries(out: &[u8]) -> usize {
     n
 }
 
+/// What `git status` names: paths, and whether an untracked directory is among them.
+#[derive(Debug, Default, PartialEq)]
+struct Changes {
+    paths: Vec<Vec<u8>>,
+    dirs: bool,
+}
+
 /// From `git status --porcelain -z --no-renames`: the paths whose work tree column shows
 /// a change, and untracked ones (a directory without its trailing slash, so a pathspec
 /// takes all of it).
-fn status_changes(out: &[u8]) -> Vec<Vec<u8>> {
-    let mut paths = Vec::new();
+fn status_changes(out: &[u8]) -> Changes {
+    let mut c = Changes::default();
     let mut it = split_z(out);
     while let Some(entry) = it.next() {
         let (Some(&x), Some(&y), Some(path)) = (entry.first(), entry.get(1), entry.get(3..)) else {
@@ -1312,13 +1351,15 @@ fn status_changes(out: &[u8]) -> Vec<Vec<u8>> {
             it.next();
         }
         if y != b' ' || x == b'?' {
-            let path = path.strip_suffix(b"/").unwrap_or(path);
+            let dir = path.strip_suffix(b"/");
+            c.dirs |= dir.is_some();
+            let path = dir.unwrap_or(path);
             if !path.is_empty() {
-                paths.push(path.to_vec());
+                c.paths.push(path.to_vec());
             }
         }
     }
-    paths
+    c
 }
 
 /// The message as stored: no NUL bytes, no trailing blank lines, never empty.
@@ -1414,6 +1455,16 @@ mod tests {
         assert_eq!(parsed, s);
         assert!(parse_tag("v1", "abc", "release 1\n").is_none());
         assert!(parse_tag("task-2-pre", "", &tag_message(&s)).is_none());
+    }
+
+    #[test]
+    fn status_names_changed_files_and_untracked_directories() {
+        let c = status_changes(b" M a\0?? b\0M  staged\0 D gone\0");
+        assert_eq!(c.paths, [&b"a"[..], b"b", b"gone"]);
+        assert!(!c.dirs);
+        let c = status_changes(b"?? new/\0 T t\0");
+        assert_eq!(c.paths, [&b"new"[..], b"t"]);
+        assert!(c.dirs, "an untracked directory goes to `add`");
     }
 
     #[test]
