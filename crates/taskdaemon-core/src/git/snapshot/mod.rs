@@ -740,7 +740,7 @@ impl Snapshots {
             }
             if changed.paths.len() <= FEW {
                 let paths = join_z(changed.paths.iter().map(Vec::as_slice));
-                if !changed.dirs && self.update_files(paths.clone())? {
+                if !changed.dirs && self.update_files(&changed.paths, paths.clone())? {
                     return Ok(Vec::new());
                 }
                 let add = self
@@ -769,9 +769,16 @@ impl Snapshots {
         self.added(&add)
     }
 
-    /// Record the files `paths` (NUL-terminated) as they are on disk, dropping the ones
-    /// gone; `false` when git refused (the caller falls back to `add`).
-    fn update_files(&self, paths: Vec<u8>) -> Result<bool, SnapshotError> {
+    /// Record the files `paths` (`joined`: NUL-terminated) as they are on disk, dropping
+    /// the ones gone; `false` when one is a directory now (a nested repository: `add`
+    /// knows what to do) or git refused (the caller falls back to `add`).
+    fn update_files(&self, paths: &[Vec<u8>], joined: Vec<u8>) -> Result<bool, SnapshotError> {
+        let dir_now = paths.iter().any(|p| {
+            fs::symlink_metadata(self.top.join(OsStr::from_bytes(p))).is_ok_and(|m| m.is_dir())
+        });
+        if dir_now {
+            return Ok(false);
+        }
         let out = self
             .private
             .call(&[
@@ -783,7 +790,7 @@ impl Snapshots {
                 "--stdin",
             ])
             .env("GIT_INDEX_FILE", self.work_index())
-            .input(paths)
+            .input(joined)
             .output()?;
         Ok(out.status.success())
     }
