@@ -26,6 +26,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+use super::cache::{CachedIndex, IndexKey};
 use super::{
     Captured, Kind, Listing, RawChange, Rollback, SaveRequest, Snapshot, SnapshotError, Snapshots,
     TreeDiff, copy_keeping_mtime, io, tree_diff,
@@ -58,6 +59,9 @@ pub(super) struct Journal {
     pub target: Snapshot,
     pub work_tree: String,
     pub index_tree: String,
+    /// The saved index's commit, to remember the installed index by (`index.cache`).
+    #[serde(default)]
+    pub index_commit: Option<String>,
     /// The state replaced: work tree (as captured), branch and HEAD.
     pub old_work_tree: String,
     pub old_branch: Option<String>,
@@ -123,7 +127,8 @@ impl Snapshots {
         time_ms: i64,
         listed: Listing,
     ) -> Result<Rollback, SnapshotError> {
-        let (work_tree, index_tree, tip) = self.trusted_trees(&target)?;
+        let trusted = self.trusted_trees(&target)?;
+        let (work_tree, index_tree, tip) = (trusted.work_tree, trusted.index_tree, trusted.tip);
         if let Some(b) = &target.branch {
             self.refuse_if_checked_out_elsewhere(b)?;
         }
@@ -146,6 +151,7 @@ impl Snapshots {
             target,
             work_tree,
             index_tree,
+            index_commit: trusted.index_commit,
             old_work_tree: cap.work_tree.clone(),
             old_branch: cap.branch.clone(),
             old_head: cap.head.clone(),
@@ -298,7 +304,7 @@ impl Snapshots {
         self.pause("work-tree");
         self.move_refs(j)?;
         self.pause("refs");
-        self.install_index(&j.work_tree, &j.index_tree, lock)?;
+        self.install_index(j, lock)?;
         self.pause("index");
         Ok(found)
     }
@@ -340,12 +346,8 @@ impl Snapshots {
     /// where the saved index differs from that work tree are set (`update-index
     /// --index-info`, no walk of the whole tree). The user's index is written with its
     /// checksum, synced, then renamed into place.
-    fn install_index(
-        &self,
-        work_tree: &str,
-        index_tree: &str,
-        _lock: &IndexLock,
-    ) -> Result<(), SnapshotError> {
+    fn install_index(&self, j: &Journal, _lock: &IndexLock) -> Result<(), SnapshotError> {
+        let (work_tree, index_tree) = (j.work_tree.as_str(), j.index_tree.as_str());
         let fresh = self.private_dir().join("index.new");
         copy_keeping_mtime(&self.work_index(), &self.work_index(), &fresh)?;
         let info = if work_tree == index_tree {
@@ -365,10 +367,21 @@ impl Snapshots {
             .env("GIT_INDEX_FILE", &fresh)
             .input(info)
             .bytes()?;
-        File::open(&fresh)
-            .and_then(|f| f.sync_all())
+        let mut f = File::open(&fresh).map_err(io(&fresh))?;
+        f.sync_all()
             .and_then(|()| fs::rename(&fresh, &self.index))
-            .map_err(io(&self.index))
+            .map_err(io(&self.index))?;
+        // The next save finds this index's tree and commit without asking git: the key
+        // is that of the file just renamed (this open handle), whatever replaces it later.
+        if let (Ok(Some(key)), Some(commit)) = (IndexKey::of(&mut f), &j.index_commit) {
+            self.remember_index(&CachedIndex {
+                key,
+                head: j.target.head.clone(),
+                tree: j.index_tree.clone(),
+                commit: commit.clone(),
+            });
+        }
+        Ok(())
     }
 
     fn user_index_lock(&self) -> PathBuf {

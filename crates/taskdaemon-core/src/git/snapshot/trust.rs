@@ -7,13 +7,20 @@
 use super::journal::RefMove;
 use super::{Captured, Snapshot, SnapshotError, Snapshots};
 
+/// What a rollback takes from a snapshot that passed the checks.
+pub(super) struct Trusted {
+    pub work_tree: String,
+    pub index_tree: String,
+    /// The commit of the saved index (its parent: the saved HEAD).
+    pub index_commit: Option<String>,
+    /// The branch's commit now (`None`: no such branch yet).
+    pub tip: Option<String>,
+}
+
 impl Snapshots {
     /// The snapshot's work tree and index trees, once its trailers passed the checks.
-    /// Also the branch's tip now (`None`: no such branch yet).
-    pub(super) fn trusted_trees(
-        &self,
-        t: &Snapshot,
-    ) -> Result<(String, String, Option<String>), SnapshotError> {
+    /// Also the branch's tip now (`None`: no such branch yet) and the index commit.
+    pub(super) fn trusted_trees(&self, t: &Snapshot) -> Result<Trusted, SnapshotError> {
         let untrusted =
             |field: &'static str, value: &str, why: &'static str| SnapshotError::Untrusted {
                 tag: t.tag.clone(),
@@ -50,6 +57,7 @@ impl Snapshots {
         let mut specs = vec![
             format!("{}^{{tree}}", t.commit),
             format!("{}^{index_parent}^{{tree}}", t.commit),
+            format!("{}^{index_parent}", t.commit),
         ];
         if let Some(h) = &t.head {
             let hex = matches!(h.len(), 40 | 64)
@@ -69,10 +77,10 @@ impl Snapshots {
             return Err(damaged("its commit or its index parent is missing"));
         };
         if let Some(h) = &t.head {
-            if got[2].as_deref() != Some(h.as_str()) {
+            if got[3].as_deref() != Some(h.as_str()) {
                 return Err(untrusted("Snapshot-Head", h, "is not an existing commit"));
             }
-            if got[3].as_deref() != Some(h.as_str()) {
+            if got[4].as_deref() != Some(h.as_str()) {
                 return Err(untrusted(
                     "Snapshot-Head",
                     h,
@@ -84,7 +92,12 @@ impl Snapshots {
             .branch
             .as_ref()
             .and_then(|_| got.last().cloned().flatten());
-        Ok((work_tree, index_tree, tip))
+        Ok(Trusted {
+            work_tree,
+            index_tree,
+            index_commit: got[2].clone(),
+            tip,
+        })
     }
 
     /// Object ids of several revisions with one git process; `None` for what is missing.
