@@ -25,6 +25,9 @@ impl QueueConfig {
     /// The queue of the project at `repo`, if one is configured: `TASKDAEMON_QUEUE`, else
     /// `queue:` of the project's config, else of the user's. `None`: the JSONL store.
     pub fn resolve(repo: &Path) -> Result<Option<QueueConfig>, QueueError> {
+        if !queue_mentioned(repo) {
+            return Ok(None);
+        }
         let layers = crate::config::load_layers(repo, None).map_err(|e| QueueError::Config {
             reason: e.to_string(),
             hint: "fix the config file named above".into(),
@@ -64,6 +67,25 @@ impl QueueConfig {
         };
         Ok(QueueConfig { url, project })
     }
+}
+
+/// Whether a queue can be configured at all: `TASKDAEMON_QUEUE` is set, or a config file
+/// has a line (not a comment) naming `queue`. Without one the JSONL store opens exactly as
+/// it always did: no config file is parsed on the way.
+fn queue_mentioned(repo: &Path) -> bool {
+    if std::env::var_os("TASKDAEMON_QUEUE").is_some_and(|v| !v.is_empty()) {
+        return true;
+    }
+    let mut files = vec![crate::config::project_config_path(repo)];
+    if let Some(d) = crate::config::user_config_dir() {
+        files.push(d.join("config.yaml"));
+    }
+    files.iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines()
+                .any(|l| !l.trim_start().starts_with('#') && l.contains("queue"))
+        })
+    })
 }
 
 #[derive(Debug, thiserror::Error)]
