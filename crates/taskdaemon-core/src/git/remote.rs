@@ -361,8 +361,8 @@ impl Remote {
     }
 
     /// Merge the local `branch` into the remote's `target` (see the module documentation):
-    /// at most `tries` attempts when the target keeps moving. The branch is pushed first, so
-    /// the work is on the remote whatever happens to this machine.
+    /// at most `tries` attempts when the target keeps moving. The branch itself is pushed
+    /// before the target moves, so the work is on the remote whatever happens to this machine.
     pub fn merge(
         &self,
         branch: &str,
@@ -387,13 +387,6 @@ impl Remote {
             .wt
             .rev(&format!("refs/heads/{branch}^{{commit}}"))?
             .ok_or_else(|| RemoteError::NoBranch(branch.to_string()))?;
-        if let Pushed::Rejected { reason } = self.push_branch(branch)? {
-            return Err(RemoteError::Refused {
-                remote: self.name.clone(),
-                what: format!("the branch {branch} (someone else's work is there)"),
-                reason,
-            });
-        }
         for attempt in 1..=tries.max(1) {
             let t = self.fetch(target)?.ok_or_else(|| RemoteError::NoTarget {
                 target: target.to_string(),
@@ -405,6 +398,15 @@ impl Remote {
                 Onto::FastForward => (b.clone(), true),
                 Onto::Merge(c) => (c, false),
             };
+            if attempt == 1
+                && let Pushed::Rejected { reason } = self.push_branch(branch)?
+            {
+                return Err(RemoteError::Refused {
+                    remote: self.name.clone(),
+                    what: format!("the branch {branch} (someone else's work is there)"),
+                    reason,
+                });
+            }
             before_push(attempt);
             if self.push(&new, target, &t)?.is_none() {
                 self.git()
