@@ -540,3 +540,45 @@ pub fn fetch_documents(
         )
     }))
 }
+
+/// At start on the shared queue: worktrees here of work that finished (on any machine) are
+/// stale — what only this machine has of them is kept (`Remote::keep_unpushed`), then the
+/// worktree goes. The names of those to remove, and a line for each kept thing.
+pub fn stale_worktrees(
+    records: &Records,
+    remote: &Remote,
+    worktrees: &Worktrees,
+    default_target: &str,
+) -> (Vec<String>, Vec<String>) {
+    use crate::store::{AnyRecord, PlanStatus, SpecStatus};
+    let (mut names, mut lines) = (Vec::new(), Vec::new());
+    let Ok(list) = worktrees.list() else {
+        return (names, lines);
+    };
+    for w in list {
+        let finished = match records.get(&w.name) {
+            Ok(Some(AnyRecord::Spec(s))) => s.status == SpecStatus::Complete,
+            Ok(Some(AnyRecord::Plan(p))) => {
+                matches!(p.status, PlanStatus::Complete | PlanStatus::Failed)
+            }
+            Ok(Some(AnyRecord::Run(r))) => r.status == RunStatus::Complete,
+            _ => false,
+        };
+        if !finished {
+            continue;
+        }
+        match remote.keep_unpushed(&branch_for(&w.name), default_target, &w.path) {
+            Ok(kept) => {
+                for k in kept {
+                    lines.push(format!("worktree {}: kept {k}", w.path.display()));
+                }
+                names.push(w.name);
+            }
+            Err(e) => lines.push(format!(
+                "worktree {} of finished work kept: {e}",
+                w.path.display()
+            )),
+        }
+    }
+    (names, lines)
+}

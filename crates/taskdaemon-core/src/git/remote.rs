@@ -317,6 +317,50 @@ impl Remote {
         })
     }
 
+    /// Before a worktree of finished work is removed here: what only this clone has of
+    /// `branch` — commits the remote's branch and `target` lack, uncommitted files in `dir` —
+    /// kept under `refs/taskdaemon/stale/<branch>/…` (files: in a stash). What was kept.
+    pub fn keep_unpushed(
+        &self,
+        branch: &str,
+        target: &str,
+        dir: &Path,
+    ) -> Result<Vec<String>, RemoteError> {
+        let mut kept = Vec::new();
+        if dir.exists() && !super::worktree::dirty_files(dir)?.is_empty() {
+            let g = Git::new(dir);
+            let msg = "taskdaemon: left in a worktree of work finished on another machine";
+            g.run(&["stash", "push", "-q", "--include-untracked", "-m", msg])?;
+            kept.push(format!(
+                "uncommitted files in stash {}",
+                g.run(&["rev-parse", "refs/stash"])?.trim()
+            ));
+        }
+        let Some(local) = self.wt.rev(&format!("refs/heads/{branch}^{{commit}}"))? else {
+            return Ok(kept);
+        };
+        for r in [branch, target] {
+            if let Some(tip) = self.fetch(r)?
+                && self.is_ancestor(&local, &tip)?
+            {
+                return Ok(kept);
+            }
+        }
+        let saved = format!(
+            "refs/taskdaemon/stale/{branch}/{}",
+            &local[..local.len().min(12)]
+        );
+        self.git().run(&[
+            "update-ref",
+            "-m",
+            "taskdaemon: kept before removing a stale worktree",
+            &saved,
+            &local,
+        ])?;
+        kept.push(format!("commits as {saved}"));
+        Ok(kept)
+    }
+
     /// The worktree directory `branch` (full ref) is checked out in, when it is `dir`; a
     /// branch checked out elsewhere is left alone (an error).
     fn checked_out(
