@@ -582,3 +582,59 @@ pub fn stale_worktrees(
     }
     (names, lines)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(iteration: u32, progress: &str) -> LoopRun {
+        let mut r: LoopRun = serde_json::from_value(serde_json::json!({
+            "id": "abc123-run-x",
+            "loop-type": "ralph",
+            "status": "running",
+            "iteration": 0,
+            "created-at": 1,
+            "updated-at": 1,
+        }))
+        .unwrap();
+        r.iteration = iteration;
+        r.progress = progress.to_string();
+        r.elapsed_ms = 9_000;
+        r.cost_usd = Some(1.5);
+        r
+    }
+
+    #[test]
+    fn a_run_in_flight_when_its_holder_died_goes_on_with_that_iteration() {
+        assert_eq!(
+            iterations_recorded(&run(3, "iteration 1: x\niteration 2: y")),
+            2
+        );
+        assert_eq!(
+            iterations_recorded(&run(3, "iteration 2: y\niteration 3: z")),
+            3
+        );
+        assert_eq!(iterations_recorded(&run(1, "")), 0);
+        assert_eq!(iterations_recorded(&run(0, "")), 0);
+    }
+
+    #[test]
+    fn a_taken_over_run_continues_at_the_records_counters_never_behind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let reg = crate::loops::Registry::load(None, &tmp.path().join("none")).unwrap();
+        let s = crate::config::Settings {
+            agent: Some("cmd:true".into()),
+            ..Default::default()
+        };
+        let cfg = crate::engine::RunConfig::resolve(tmp.path(), "t".into(), &s, &reg).unwrap();
+        let mut st = crate::engine::RunState::new(cfg, "abc123-run-x".into(), None, "t".into());
+        continue_at_record(&mut st, &run(3, "iteration 2: y"));
+        assert_eq!(st.iterations_done, 2);
+        assert_eq!(st.elapsed_ms, 9_000);
+        assert_eq!(st.cost_usd, 1.5);
+        // A local state further on (this machine ran it last) is not moved back.
+        st.iterations_done = 5;
+        continue_at_record(&mut st, &run(3, "iteration 2: y"));
+        assert_eq!(st.iterations_done, 5);
+    }
+}
