@@ -661,3 +661,42 @@ fn on_jsonl_the_queue_api_is_the_one_daemon_case() {
             .is_file()
     );
 }
+
+#[test]
+fn a_dropped_connection_is_replaced_and_the_cache_reloaded() {
+    let Some(db) = pg::database() else { return };
+    let env = Env::new();
+    let q = queue(&db, "reconnect");
+    let mut a = open(&env, &q);
+    let mut b = open(&env, &q);
+    let mut admin = postgres::Client::connect(&db.url(), postgres::NoTls).unwrap();
+    // End every other session on the database (a's, b's: a server restart, say).
+    admin
+        .execute(
+            "select pg_terminate_backend(pid) from pg_stat_activity
+             where datname = current_database() and pid <> pg_backend_pid()",
+            &[],
+        )
+        .unwrap();
+    // What runs on the dead connection fails with a queue error, then the next call
+    // reconnects.
+    let first = a.sync();
+    let second = a.sync();
+    assert!(first.is_ok() || second.is_ok(), "{first:?} / {second:?}");
+    let mut made = None;
+    for _ in 0..2 {
+        if let Ok(p) = b.create_plan(
+            NewPlan {
+                title: "after the drop".into(),
+                ..Default::default()
+            },
+            NOW,
+        ) {
+            made = Some(p);
+            break;
+        }
+    }
+    let plan = made.expect("b writes again after reconnecting");
+    a.sync().unwrap();
+    assert!(a.get(&plan.id).unwrap().is_some());
+}

@@ -41,6 +41,7 @@ struct Col {
 
 /// The connection, shared with the write transaction guard.
 pub(crate) struct Shared {
+    cfg: QueueConfig,
     client: Mutex<Client>,
     in_txn: AtomicBool,
     wrote: AtomicBool,
@@ -48,8 +49,19 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The connection; one found closed (the server restarted, the network dropped) is
+    /// replaced by a new one outside a transaction, and the cache is then reloaded in full
+    /// at the next `sync` (what failed on the old one failed with its error).
     pub(crate) fn client(&self) -> MutexGuard<'_, Client> {
-        self.client.lock().unwrap_or_else(|p| p.into_inner())
+        let mut c = self.client.lock().unwrap_or_else(|p| p.into_inner());
+        if c.is_closed()
+            && !self.in_txn.load(Ordering::SeqCst)
+            && let Ok(fresh) = super::pg_conn::connect(&self.cfg)
+        {
+            *c = fresh;
+            self.stale.store(true, Ordering::SeqCst);
+        }
+        c
     }
 }
 
@@ -130,8 +142,9 @@ impl PgStore {
             })
             .collect();
         let mut s = PgStore {
-            cfg,
+            cfg: cfg.clone(),
             shared: Arc::new(Shared {
+                cfg,
                 client: Mutex::new(client),
                 in_txn: AtomicBool::new(false),
                 wrote: AtomicBool::new(false),
