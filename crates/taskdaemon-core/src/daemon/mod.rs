@@ -19,6 +19,7 @@ pub mod ipc;
 mod paths;
 pub mod shared_queue;
 pub mod status;
+pub mod submit;
 pub mod worklist_run;
 
 use std::collections::{BTreeMap, HashSet};

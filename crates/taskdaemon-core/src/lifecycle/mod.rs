@@ -3,12 +3,14 @@
 //! between tasks and a one-line history is kept. The [`parser`] turns the person's message
 //! into the structured `task.md`.
 
+pub mod cancel;
 mod files;
 pub mod parser;
 pub mod plan;
 pub mod plan_update;
 pub mod stall;
 mod task;
+pub mod task_flow;
 pub mod task_run;
 
 pub use files::TaskFiles;

@@ -230,12 +230,19 @@ fn advance_plan(records: &mut Records, plan: Plan, now: i64, step: &mut Step) ->
         }
         PlanStatus::Ready => {
             if latest(records, &plan.id, "spec")?.is_none() {
+                // The plan's own (a submitted plan document), else its plan run's.
                 let (agent, priority) = match latest(records, &plan.id, "plan")? {
                     Some(r) => (
                         context::RunContext::get(&r.context.agent).map(str::to_string),
                         r.priority,
                     ),
                     None => (None, 0),
+                };
+                let agent = plan.agent.clone().or(agent);
+                let priority = if plan.priority != 0 {
+                    plan.priority
+                } else {
+                    priority
                 };
                 let ctx = context::spec_run(records.project(), &plan, agent.as_deref());
                 let run = records.create_run(

@@ -114,6 +114,12 @@ pub struct NewPlan {
     pub status: Option<PlanStatus>,
     #[serde(default)]
     pub target_branch: Option<String>,
+    /// The agent of the spec run the cascade queues for it.
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// The priority of that spec run.
+    #[serde(default)]
+    pub priority: i64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -576,6 +582,8 @@ impl Records {
                 status: p.status.unwrap_or(PlanStatus::Draft),
                 file: p.file.unwrap_or_else(|| default_file("plans")),
                 target_branch: p.target_branch,
+                agent: p.agent,
+                priority: p.priority,
                 note: None,
                 created_at: now,
                 updated_at: now,

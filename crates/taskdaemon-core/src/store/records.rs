@@ -171,6 +171,13 @@ pub struct Plan {
     /// The branch its specs are merged into (none: the daemon's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_branch: Option<String>,
+    /// The agent of the spec run the cascade queues for it (a submission's `--agent`;
+    /// none: its plan run's, else the daemon's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The priority of that spec run (a submission's `--priority`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: i64,
     /// Why the record is blocked, failed or held (shown by `status`); none when all is well.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,

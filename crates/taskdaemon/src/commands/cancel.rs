@@ -5,17 +5,14 @@
 //! ended through the daemon, its worktree and logs kept, and it is marked stopped.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-use taskdaemon_core::engine::RunState;
+use taskdaemon_core::lifecycle::cancel::{local_loop, stop_local_loop};
 use taskdaemon_core::worklist::cancel;
-use taskdaemon_core::workspace::Workspace;
 
 use super::Ctx;
-use super::implement::spec_dir;
+use super::util::worklist::spec_dir;
 use crate::cli::user;
 
 /// How long a loop may take to stop (its agents get TERM, then KILL after their grace).
@@ -41,7 +38,7 @@ pub struct CancelArgs {
 }
 
 pub fn run(args: CancelArgs, ctx: &Ctx) -> anyhow::Result<i32> {
-    if let Some(dir) = local_run(&args, ctx)? {
+    if let Some(dir) = local_loop(&ctx.workdir()?, args.target.as_deref()) {
         return cancel_local(&dir, args.json);
     }
     let dir = match &args.target {
@@ -71,64 +68,17 @@ pub fn run(args: CancelArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     cancel_spec(&dir, args.json)
 }
 
-/// The directory of a foreground `run`/`task` that `args` names: this directory (no
-/// target) or the target directory while a loop holds its `.ralph/run.lock`, or this
-/// directory when the target is its run's id.
-fn local_run(args: &CancelArgs, ctx: &Ctx) -> anyhow::Result<Option<std::path::PathBuf>> {
-    let wd = ctx.workdir()?;
-    let dir = match &args.target {
-        None => wd,
-        Some(t) if wd.join(t).is_dir() => wd.join(t),
-        Some(t) => {
-            let ws = Workspace::new(&wd);
-            let id = RunState::load(&ws).ok().flatten().map(|s| s.run_id);
-            if id.is_some_and(|id| id.starts_with(t.as_str())) {
-                wd
-            } else {
-                return Ok(None);
-            }
-        }
-    };
-    Ok(Workspace::new(&dir).holder().is_some().then_some(dir))
-}
-
-/// Stop the foreground loop of `dir`: TERM to the pid in its run lock (it ends its agents
-/// and saves its state, so `taskdaemon run` there resumes it), and wait until it let go.
+/// Stop the foreground loop of `dir` (its state is kept: `run` there resumes it).
 fn cancel_local(dir: &Path, json: bool) -> anyhow::Result<i32> {
-    let ws = Workspace::new(dir);
-    let Some(Some(pid)) = ws.holder() else {
-        return Err(user(format!(
-            "a loop holds {} but its pid is unreadable\n  hint: stop it in its own terminal with Ctrl-C",
-            ws.lock_file().display()
-        )));
-    };
-    kill(Pid::from_raw(pid), Signal::SIGTERM).map_err(|e| {
-        user(format!(
-            "cannot signal the loop (pid {pid}) in {}: {e}\n  hint: stop it in its own terminal with Ctrl-C",
-            dir.display()
-        ))
-    })?;
-    let start = Instant::now();
-    while ws.holder().is_some() {
-        if start.elapsed() > STOP_LIMIT {
-            return Err(user(format!(
-                "the loop (pid {pid}) in {} did not stop within {}s\n  hint: `kill -9 {pid}`",
-                dir.display(),
-                STOP_LIMIT.as_secs()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let run = RunState::load(&ws).ok().flatten().map(|s| s.run_id);
+    let stop = stop_local_loop(dir, STOP_LIMIT).map_err(user)?;
     if json {
-        super::print_json(&serde_json::json!({
-            "dir": dir, "run": run, "stopped_pid": pid,
-        }))?;
+        super::print_json(&stop)?;
     } else {
         eprintln!(
-            "taskdaemon: cancelled the loop in {} (stopped pid {pid}{})\n  its state is kept: `taskdaemon run` there resumes it",
+            "taskdaemon: cancelled the loop in {} (stopped pid {}{})\n  its state is kept: `taskdaemon run` there resumes it",
             dir.display(),
-            run.map(|r| format!(", run {r}")).unwrap_or_default()
+            stop.stopped_pid,
+            stop.run.map(|r| format!(", run {r}")).unwrap_or_default()
         );
     }
     Ok(0)

@@ -7,7 +7,8 @@ use taskdaemon_core::fsutil::{read_optional, write_atomic};
 use taskdaemon_core::git::with_ignore_block;
 use taskdaemon_core::workspace::IGNORED;
 
-use super::{Ctx, merge_store, print_json};
+use super::util::merge_driver as merge_store;
+use super::{Ctx, print_json};
 use crate::cli::user;
 
 #[derive(Debug, Args)]

@@ -5,9 +5,9 @@ use serde::Serialize;
 use taskdaemon_core::duration::parse_duration;
 use taskstore::{CompactOptions, DEFAULT_RETENTION_MS, MAX_BYTES, StoreOptions, WARN_BYTES};
 
+use super::util::merge_driver as merge_store;
 use super::{Ctx, emit, now_ms, print_json, store_err};
 use crate::cli::user;
-use crate::commands::merge_store;
 use crate::outln;
 
 #[derive(Debug, Args)]

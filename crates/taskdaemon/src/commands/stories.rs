@@ -8,7 +8,7 @@ use taskdaemon_core::worklist::stories::{default_max_iterations, load};
 use taskdaemon_core::worklist::{self, StoriesConfig};
 
 use super::Ctx;
-use super::implement::{
+use super::util::worklist::{
     AgentFlags, LimitFlags, check_agent, drive, repo_of, take_over_worklist, worklist_err,
 };
 use crate::cli::user;

@@ -5,25 +5,26 @@
 
 mod parse;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use taskdaemon_core::clock;
-use taskdaemon_core::engine::exit_code;
-use taskdaemon_core::git::Git;
-use taskdaemon_core::git::snapshot::Snapshots;
-use taskdaemon_core::lifecycle;
-use taskdaemon_core::lifecycle::parser::TaskKind;
-use taskdaemon_core::workspace::IGNORED;
+use taskdaemon_core::engine::{EngineContext, EventSink, RunState, exit_code};
+use taskdaemon_core::lifecycle::TaskStart;
+use taskdaemon_core::lifecycle::parser::ParseReport;
+use taskdaemon_core::lifecycle::task_flow::{
+    TaskEvent, TaskFlowEnd, TaskHost, TaskRequest, run_task,
+};
 
 pub use parse::{ParseArgs, ParserFlags};
 
 use super::util::{
-    RunFlags, drive, finish_task, hold_for_loop, indent, new_state, refuse_if_waiting_for_a_human,
-    resolve,
+    RunFlags, flow_err, hold_for_loop, indent, refuse_if_waiting_for_a_human, render_leftovers,
+    render_replaced, render_task_end, with_signals,
 };
 use super::{Ctx, print_json};
 use crate::cli::user;
+use crate::render::Renderer;
 
 #[derive(Debug, Args)]
 #[command(
@@ -83,120 +84,128 @@ pub fn run(args: TaskArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     if let Some(code) = refuse_if_waiting_for_a_human(&ws, true)? {
         return Ok(code);
     }
-    // An answered question of the task parser: its task starts now, with the answer.
-    let pending = ws
-        .read_decide()
-        .map_err(user)?
-        .filter(|d| d.task_message.is_some());
-    let message = match parse::read_message(&args.message, &args.message_file)? {
-        Some(m) => m,
-        None => pending
-            .as_ref()
-            .and_then(|d| d.task_message.clone())
-            .ok_or_else(|| {
-                user("no task given\n  hint: `taskdaemon task \"what to do next\"` or `taskdaemon task -f request.md`")
-            })?,
-    };
-    if message.trim().is_empty() {
-        return Err(user(
-            "the task message is empty\n  hint: `taskdaemon task \"what to do next\"`",
-        ));
-    }
-    let clarification = parse::clarification_for(pending.as_ref(), &message);
+    let message = parse::read_message(&args.message, &args.message_file)?;
     let _no_rollback = hold_for_loop(&dir)?; // first: finishes an interrupted rollback
     let _lock = ws.lock().map_err(user)?;
-    // Logs, the question file and runtime files are never committed, asked or not.
-    Git::new(&dir).ensure_excluded(IGNORED).map_err(user)?;
-    if pending.is_some() && clarification.is_none() {
-        // The answer was about another message: keep it on record, out of the way.
-        if let Some(p) = ws
-            .archive_decide(&clock::now().as_second().to_string())
-            .map_err(user)?
-        {
-            eprintln!(
-                "taskdaemon: the answered parser question was about another message; moved it to {}",
-                p.display()
-            );
-        }
-    }
     // Settings are checked before anything changes on disk.
     let flags = args.flags.settings().merge(args.parser.settings());
-    let settings = super::util::settings(&dir, &flags, ctx.config.as_deref())?;
-    let mut cfg = resolve(&dir, message.clone(), &settings)?;
-
-    let (report, interrupted) =
-        parse::parse_message(&dir, &ws, &message, clarification.clone(), &settings)?;
-    if interrupted {
-        eprintln!("taskdaemon: interrupted while parsing the task; nothing was changed");
-        return Ok(exit_code::INTERRUPTED);
-    }
-    if report.task.kind == TaskKind::NeedsClarification {
-        let question = report
-            .task
-            .question
-            .clone()
-            .unwrap_or_else(|| "What exactly should this task change?".into());
-        ws.write_parser_decide(&question, &message, &clock::now_rfc3339())
-            .map_err(user)?;
-        if args.json {
-            print_json(&serde_json::json!({
-                "event": "task_needs_clarification",
-                "question": question,
-                "decide_file": ws.decide_file(),
-                "parse": report,
-                "next": "taskdaemon answer \"...\", then taskdaemon task",
-            }))?;
-        } else {
-            eprintln!(
-                "taskdaemon: {}\ntaskdaemon: the task is not clear enough to start; nothing was changed. The question ({}):\n{}\n  hint: `taskdaemon answer \"your decision\"`, then `taskdaemon task` (no message needed: it takes this one and the answer)",
-                parse::parser_note(&report),
-                ws.decide_file().display(),
-                indent(&question)
-            );
+    let req = TaskRequest {
+        dir: dir.clone(),
+        message,
+        settings: super::util::settings(&dir, &flags, ctx.config.as_deref())?,
+        script_runner: std::env::current_exe().context("finding the taskdaemon executable")?,
+    };
+    let json = args.json;
+    let end = with_signals(|cancel| async move {
+        let mut host = Host {
+            json,
+            dir: &req.dir,
+            exe: &req.script_runner,
+            tasks: Vec::new(),
+        };
+        let end = run_task(&req, &ws, &mut host, &cancel).await;
+        for t in host.tasks {
+            let _ = t.await;
         }
-        return Ok(exit_code::DECIDE);
+        end.map_err(flow_err)
+    })?;
+    render_end(end, json)
+}
+
+/// The CLI as the task's host: its events rendered, the loop's renderer and notifications.
+struct Host<'a> {
+    json: bool,
+    dir: &'a Path,
+    exe: &'a Path,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl TaskHost for Host<'_> {
+    fn event(&mut self, event: TaskEvent<'_>) {
+        match event {
+            TaskEvent::OtherAnswerArchived { path } => eprintln!(
+                "taskdaemon: the answered parser question was about another message; moved it to {}",
+                path.display()
+            ),
+            TaskEvent::Started { start, report } => render_start(start, report, self.json),
+            TaskEvent::RunReplaced { replaced } => render_replaced(replaced),
+            TaskEvent::LeftoversEnded { left } => render_leftovers(left, self.dir),
+        }
     }
 
-    let snaps = Snapshots::open(&dir).map_err(user)?;
-    let start = lifecycle::begin_task(&snaps, &ws, &message, &report.task, clarification.as_ref())
-        .map_err(user)?;
-    if clarification.is_some() {
-        // Answered and used: kept in .ralph/decisions/ and out of the loop's prompt.
-        ws.archive_decide(&clock::now().as_second().to_string())
-            .map_err(user)?;
+    fn engine(&mut self, state: &RunState) -> EngineContext {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (rx, notices) = super::util::notify_local(rx, state);
+        self.tasks
+            .push(tokio::spawn(Renderer::new(self.json).run(rx)));
+        self.tasks.push(notices);
+        EngineContext {
+            script_runner: self.exe.to_path_buf(),
+            events: EventSink::new(tx),
+        }
     }
-    if args.json {
-        print_json(&serde_json::json!({
+}
+
+fn render_start(start: &TaskStart, report: &ParseReport, json: bool) {
+    if json {
+        let _ = print_json(&serde_json::json!({
             "event": "task_started",
             "task": start.number,
             "pre_snapshot": start.pre.as_ref().map(|s| &s.tag),
             "history": start.history_line,
             "parse": report,
-        }))?;
-    } else {
-        match &start.pre {
-            Some(s) => eprintln!(
-                "taskdaemon: task {}: saved the project as {} (undo the task with `taskdaemon snapshot rollback {}`)",
-                start.number, s.tag, s.tag
-            ),
-            None => eprintln!(
-                "taskdaemon: task {}: empty project, no pre-task snapshot",
-                start.number
-            ),
+        }));
+        return;
+    }
+    match &start.pre {
+        Some(s) => eprintln!(
+            "taskdaemon: task {}: saved the project as {} (undo the task with `taskdaemon snapshot rollback {}`)",
+            start.number, s.tag, s.tag
+        ),
+        None => eprintln!(
+            "taskdaemon: task {}: empty project, no pre-task snapshot",
+            start.number
+        ),
+    }
+    eprintln!(
+        "taskdaemon: task {}: {} (.ralph/task.md)",
+        start.number,
+        parse::parser_note(report)
+    );
+    for l in parse::summary_lines(report) {
+        eprintln!("taskdaemon: {l}");
+    }
+}
+
+/// The task's end: its exit code, with the question or the end rendered.
+fn render_end(end: TaskFlowEnd, json: bool) -> anyhow::Result<i32> {
+    match end {
+        TaskFlowEnd::InterruptedWhileParsing => {
+            eprintln!("taskdaemon: interrupted while parsing the task; nothing was changed");
+            Ok(exit_code::INTERRUPTED)
         }
-        eprintln!(
-            "taskdaemon: task {}: {} (.ralph/task.md)",
-            start.number,
-            parse::parser_note(&report)
-        );
-        for l in parse::summary_lines(&report) {
-            eprintln!("taskdaemon: {l}");
+        TaskFlowEnd::NeedsClarification(c) => {
+            if json {
+                print_json(&serde_json::json!({
+                    "event": "task_needs_clarification",
+                    "question": c.question,
+                    "decide_file": c.decide_file,
+                    "parse": c.report,
+                    "next": "taskdaemon answer \"...\", then taskdaemon task",
+                }))?;
+            } else {
+                eprintln!(
+                    "taskdaemon: {}\ntaskdaemon: the task is not clear enough to start; nothing was changed. The question ({}):\n{}\n  hint: `taskdaemon answer \"your decision\"`, then `taskdaemon task` (no message needed: it takes this one and the answer)",
+                    parse::parser_note(&c.report),
+                    c.decide_file.display(),
+                    indent(&c.question)
+                );
+            }
+            Ok(exit_code::DECIDE)
+        }
+        TaskFlowEnd::Finished(f) => {
+            render_task_end(&f.end, &f.outcome, json)?;
+            Ok(f.summary.exit_code)
         }
     }
-    cfg.task = start.task_text.clone();
-    let mut state = new_state(&dir, &ws, cfg)?;
-    state.task = Some(start.number);
-    let (outcome, summary) = drive(&ws, state, false, args.json)?;
-    finish_task(&dir, &ws, start.number, &outcome, &summary, args.json)?;
-    Ok(summary.exit_code)
 }

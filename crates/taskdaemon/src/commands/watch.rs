@@ -70,27 +70,3 @@ pub fn run(args: WatchArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     tui::run(app)?;
     Ok(0)
 }
-
-/// A foreground loop's events, passed on after the notices they call for went to the
-/// sinks of `notify:` (nothing in between when there are none).
-pub fn notify_local(
-    rx: tokio::sync::mpsc::UnboundedReceiver<taskdaemon_core::engine::EngineEvent>,
-    state: &taskdaemon_core::engine::RunState,
-) -> (
-    tokio::sync::mpsc::UnboundedReceiver<taskdaemon_core::engine::EngineEvent>,
-    tokio::task::JoinHandle<()>,
-) {
-    use taskdaemon_core::notify;
-    let dir = &state.config.workdir;
-    let (sinks, skipped) = notify::sinks_for(dir, None);
-    for line in skipped {
-        eprintln!("taskdaemon: {line}");
-    }
-    if sinks.is_empty() {
-        return (rx, tokio::spawn(async {}));
-    }
-    let title = state.config.task.lines().next().unwrap_or("").to_string();
-    let local = notify::LocalNotices::new(dir.clone(), &state.run_id, &title);
-    let log: notify::Log = std::sync::Arc::new(|line| eprintln!("taskdaemon: {line}"));
-    notify::tee(rx, &sinks, local, log)
-}

@@ -11,6 +11,7 @@
 //!
 //! [`render`] writes the `task.md` text. Nothing here prints.
 
+mod choose;
 mod context;
 mod files;
 pub mod model;
@@ -23,8 +24,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use choose::{ParserSetupError, choose_parser};
 pub use context::{ProjectContext, project_context};
-pub use model::{ModelParser, parse_with_model};
+pub use model::{ModelFailure, ModelParser, parse_with_model};
 pub use render::{ORIGINAL_MESSAGE, quoted_message, task_md};
 
 /// The task types of spec 1 §5 "Task Type Classification".
@@ -175,8 +177,15 @@ pub struct ParseReport {
     /// Why the model was not used or its answer was not taken (`None` when it was, or when
     /// no model was asked for).
     pub fallback_reason: Option<String>,
+    /// The parse agent's failure class when the agent itself failed (`auth`: not logged
+    /// in, `usage-limit`, …): the rules parsed, and this says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_class: Option<crate::agent::FailureClass>,
     /// Why the rules parser was chosen without asking a model.
     pub rules_because: Option<String>,
+    /// The parse agent's log (kept in `.ralph/logs/` by `task`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<std::path::PathBuf>,
     pub elapsed_ms: u64,
 }
 
@@ -227,7 +236,7 @@ pub async fn parse_task(
     cancel: &tokio_util::sync::CancellationToken,
 ) -> ParseReport {
     let start = std::time::Instant::now();
-    let (task, by, fallback_reason) = match parser {
+    let (task, by, failure) = match parser {
         Some(p) => match parse_with_model(input, p, cancel).await {
             Ok(task) => (
                 task,
@@ -236,14 +245,18 @@ pub async fn parse_task(
                 },
                 None,
             ),
-            Err(reason) => (parse_by_rules(input), ParsedBy::Rules, Some(reason)),
+            Err(f) => (parse_by_rules(input), ParsedBy::Rules, Some(f)),
         },
         None => (parse_by_rules(input), ParsedBy::Rules, None),
     };
     ParseReport {
         task,
         by,
-        fallback_reason,
+        fallback_class: failure.as_ref().and_then(|f| f.class),
+        fallback_reason: failure.map(|f| f.reason),
+        log: parser
+            .and_then(|p| p.log_dir.as_ref())
+            .map(|d| d.join(model::PARSE_LOG)),
         rules_because: if parser.is_none() {
             rules_because
         } else {

@@ -13,7 +13,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::words::shorten;
 use super::{Marker, ParseInput, ParsedTask, Requirement, TaskKind, title_from};
-use crate::agent::{AgentSpec, OutputFormat, OutputParser, ProcessSpec, Stream, run_process};
+use crate::agent::step::{Contract, StepRequest, StepResult, contract_env, run_step, set_env};
+use crate::agent::{AgentResult, AgentSpec, FailureClass, OutputFormat, Stream};
+use crate::sandbox::SandboxPlan;
+use crate::telemetry::IterationLog;
 
 /// How much of the message and the file list goes into the prompt.
 const MAX_MESSAGE_CHARS: usize = 8_000;
@@ -32,6 +35,9 @@ pub struct ModelParser {
     pub timeout: Duration,
     /// The executable that plays `script:` agents (the taskdaemon binary).
     pub script_runner: PathBuf,
+    /// Where the parse's prompt and log are kept ([`PARSE_PROMPT`], [`PARSE_LOG`]); none: a
+    /// temporary directory, removed after the parse (`task parse` changes no file).
+    pub log_dir: Option<PathBuf>,
 }
 
 /// The extraction prompt for `input` (spec 1 §5, option A).
@@ -108,67 +114,200 @@ Rules:
     )
 }
 
-/// Ask the agent; `Err` carries why its answer cannot be used.
+/// Why the model's answer was not used: the reason a person reads, and the agent's
+/// failure class when the agent itself failed (not logged in, usage limit, …).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelFailure {
+    pub reason: String,
+    pub class: Option<FailureClass>,
+}
+
+impl From<String> for ModelFailure {
+    fn from(reason: String) -> ModelFailure {
+        ModelFailure {
+            reason,
+            class: None,
+        }
+    }
+}
+
+/// The name of the parse's log in [`ModelParser::log_dir`], and of its prompt file.
+pub const PARSE_LOG: &str = "task-parse.log";
+pub const PARSE_PROMPT: &str = "task-parse-prompt.md";
+const PARSE_LOG_CAP: u64 = 4 * 1024 * 1024;
+
+/// Ask the agent through the one agent step (prompt file, the agent contract's
+/// environment, its output logged as printed, its failure classified); `Err` carries why
+/// its answer cannot be used.
 pub async fn parse_with_model(
     input: &ParseInput,
     p: &ModelParser,
     cancel: &CancellationToken,
-) -> Result<ParsedTask, String> {
+) -> Result<ParsedTask, ModelFailure> {
     let scratch = tempfile::Builder::new()
         .prefix("taskdaemon-parse-")
         .tempdir()
         .map_err(|e| format!("cannot make a scratch directory for the parse agent: {e}"))?;
-    let inv = p.agent.invocation(&prompt(input), None, &p.script_runner);
+    // The agent's directory stays empty: its prompt and log go elsewhere.
+    let kept = tempfile::Builder::new()
+        .prefix("taskdaemon-parse-log-")
+        .tempdir()
+        .map_err(|e| format!("cannot make a directory for the parse agent's log: {e}"))?;
+    let log_dir = p
+        .log_dir
+        .clone()
+        .unwrap_or_else(|| kept.path().to_path_buf());
+    let (prompt_file, log_path) = (log_dir.join(PARSE_PROMPT), log_dir.join(PARSE_LOG));
+    let mut log = fresh_log(&log_dir, &log_path)?;
+    let text = prompt(input);
     let grace = (p.timeout / 10).clamp(Duration::from_millis(20), Duration::from_millis(500));
-    let spec = ProcessSpec {
-        program: inv.program,
-        args: inv.args,
-        cwd: scratch.path().to_path_buf(),
-        env: vec![
-            ("TASKDAEMON_TASK_PARSE".into(), "1".into()),
-            ("TASKDAEMON_ITERATION".into(), "1".into()),
-        ],
-        stdin: inv.stdin.map(String::into_bytes),
+    let mut env = contract_env(&Contract {
+        run_id: "task-parse",
+        workdir: scratch.path(),
+        loop_name: "task-parse",
+        iteration: 1,
+        max_iterations: 1,
+        prompt_file: &prompt_file,
+        harness: &p.script_runner,
+    });
+    set_env(&mut env, "TASKDAEMON_TASK_PARSE", "1");
+    let no_sandbox = SandboxPlan::default();
+    let req = StepRequest {
+        agent: &p.agent,
+        format: p.format,
+        system_prompt: None,
+        script_runner: &p.script_runner,
+        prompt: &text,
+        prompt_file: &prompt_file,
+        cwd: scratch.path(),
+        env,
         timeout: Some(
             p.timeout
                 .saturating_sub(grace)
                 .max(Duration::from_millis(1)),
         ),
         grace,
+        sandbox: &no_sandbox,
     };
-    let mut parser = OutputParser::new(p.format);
     let mut last_stderr = String::new();
-    let result = run_process(&spec, cancel, |stream, line| {
-        let text = String::from_utf8_lossy(line);
+    let ran = run_step(&req, &mut log, cancel, |_, stream, text, _| {
         if stream == Stream::Stderr && !text.trim().is_empty() {
-            last_stderr = shorten(&text, 200);
+            last_stderr = shorten(text, 200);
         }
-        parser.line(stream, &text);
     })
-    .await
-    .map_err(|e| format!("cannot start `{}`: {e}", p.agent.label()))?;
-    let words = parser.finish().words;
-    if result.interrupted {
-        return Err("interrupted".into());
+    .await;
+    let judged = match ran {
+        Ok(step) => judge(&step, &last_stderr, input, p),
+        Err(e) => Err(ModelFailure {
+            reason: format!("cannot start `{}`: {e}", p.agent.label()),
+            class: Some(FailureClass::CouldNotStart),
+        }),
+    };
+    if let Err(f) = &judged {
+        log.note(&format!(
+            "the parse agent's answer was not used: {}",
+            f.reason
+        ));
     }
-    match extract(&words, input) {
+    let _ = log.finish();
+    judged
+}
+
+/// A fresh log for this parse (the last parse's is replaced).
+fn fresh_log(dir: &std::path::Path, path: &std::path::Path) -> Result<IterationLog, ModelFailure> {
+    let made = std::fs::create_dir_all(dir).and_then(|()| match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => IterationLog::create(path, PARSE_LOG_CAP),
+    });
+    made.map_err(|e| {
+        ModelFailure::from(format!(
+            "cannot write the parse log {}: {e}",
+            path.display()
+        ))
+    })
+}
+
+/// The parse from what the step left, or why there is none.
+fn judge(
+    step: &StepResult,
+    last_stderr: &str,
+    input: &ParseInput,
+    p: &ModelParser,
+) -> Result<ParsedTask, ModelFailure> {
+    let result = &step.process;
+    if result.interrupted {
+        return Err("interrupted".to_string().into());
+    }
+    if let Some(f) = step.failure.as_ref().filter(|f| agent_failed(f.class)) {
+        return Err(ModelFailure {
+            reason: failure_reason(&p.agent.label(), f),
+            class: Some(f.class),
+        });
+    }
+    match extract(&step.words, input) {
         Ok(task) => Ok(task),
         Err(why) if result.timed_out => Err(format!(
             "no usable answer within the {} budget ({why})",
             crate::duration::format_duration(p.timeout)
-        )),
-        Err(why) if result.status.code() != 0 => Err(format!(
-            "`{}` exited with {}{} ({why})",
-            p.agent.label(),
-            result.status.code(),
-            if last_stderr.is_empty() {
-                String::new()
-            } else {
-                format!(": {last_stderr}")
-            }
-        )),
-        Err(why) => Err(why),
+        )
+        .into()),
+        Err(why) if result.status.code() != 0 => Err(ModelFailure {
+            reason: format!(
+                "`{}` exited with {}{} ({why})",
+                p.agent.label(),
+                result.status.code(),
+                if last_stderr.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {last_stderr}")
+                }
+            ),
+            class: step.failure.as_ref().map(|f| f.class),
+        }),
+        Err(why) => Err(why.into()),
     }
+}
+
+/// The text of the agent's line: a JSON event's `result` or `message`, else the line.
+fn said(line: &str) -> String {
+    let v: Option<serde_json::Value> = serde_json::from_str(line).ok();
+    let text = v.as_ref().and_then(|v| {
+        ["result", "message", "error"]
+            .iter()
+            .find_map(|k| v.get(*k).and_then(serde_json::Value::as_str))
+    });
+    text.unwrap_or(line).to_string()
+}
+
+/// Failures of the agent itself, which a person should hear about by name.
+fn agent_failed(class: FailureClass) -> bool {
+    class.needs_a_person() || class.is_transient() || class == FailureClass::UsageLimit
+}
+
+/// "the parse agent claude is not logged in: Invalid API key (hint: …)".
+fn failure_reason(agent: &str, f: &AgentResult) -> String {
+    let what = match f.class {
+        FailureClass::Auth => "is not logged in",
+        FailureClass::CouldNotStart => "could not start",
+        FailureClass::UsageLimit => "is at its usage limit",
+        FailureClass::RateLimited => "was rate-limited",
+        FailureClass::Overloaded => "found the model API overloaded",
+        FailureClass::Unreachable => "could not reach the model API",
+        FailureClass::Ok | FailureClass::Crashed => "failed",
+    };
+    let line = f
+        .line
+        .as_deref()
+        .map(|l| format!(": {}", shorten(&said(l), 200)))
+        .unwrap_or_default();
+    let hint = match f.class {
+        FailureClass::Auth => {
+            "log it in (`claude` then /login, `codex login`) or set its API key; or --task-parser rules"
+        }
+        FailureClass::CouldNotStart => "`taskdaemon doctor` checks it; or --task-parser rules",
+        _ => "the rules parse meanwhile; or set --task-parser rules",
+    };
+    format!("the parse agent {agent} {what}{line} (hint: {hint})")
 }
 
 #[derive(Debug, Deserialize)]

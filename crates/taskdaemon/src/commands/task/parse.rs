@@ -6,16 +6,16 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::Args;
-use taskdaemon_core::agent::script::{Script, ScriptFormat};
-use taskdaemon_core::agent::{AgentSpec, OutputFormat, become_subreaper};
+use taskdaemon_core::agent::become_subreaper;
 use taskdaemon_core::config::{Dur, ParserMode, Settings};
 use taskdaemon_core::git::snapshot::Snapshots;
 use taskdaemon_core::lifecycle::parser::{
-    Clarification, DEFAULT_PARSE_TIMEOUT, ModelParser, ParseInput, ParseReport, ParsedBy, TaskKind,
-    parse_task, project_context, task_md,
+    Clarification, ParseInput, ParseReport, ParsedBy, TaskKind, choose_parser, parse_task,
+    project_context, task_md,
 };
+use taskdaemon_core::lifecycle::task_flow::clarification_for;
 use taskdaemon_core::lifecycle::{self, NextTask};
-use taskdaemon_core::workspace::{DecideFile, Workspace};
+use taskdaemon_core::workspace::Workspace;
 use tokio_util::sync::CancellationToken;
 
 use super::super::util::{dur, settings, spawn_signal_handler};
@@ -154,39 +154,34 @@ pub fn run(args: ParseArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// The answered question of the task parser about this same message, if there is one.
-pub fn clarification_for(pending: Option<&DecideFile>, message: &str) -> Option<Clarification> {
-    let d = pending?;
-    let asked_about = d.task_message.as_deref()?;
-    let answer = d.answer.clone()?;
-    (asked_about.trim() == message.trim()).then(|| Clarification {
-        question: d.question.clone(),
-        answer,
-    })
-}
-
 /// One line on which parser produced the task and why.
 pub fn parser_note(r: &ParseReport) -> String {
     let by = match (&r.by, &r.fallback_reason, &r.rules_because) {
         (ParsedBy::Model { agent }, _, _) => format!("parsed by {agent} in {} ms", r.elapsed_ms),
-        (ParsedBy::Rules, Some(why), _) => {
-            format!("the parse agent's answer was not used ({why}); parsed by the rules")
+        (ParsedBy::Rules, Some(why), _) if r.fallback_class.is_some() => {
+            format!("{why}; parsed by the rules instead{}", log_note(r))
         }
+        (ParsedBy::Rules, Some(why), _) => format!(
+            "the parse agent's answer was not used ({why}); parsed by the rules{}",
+            log_note(r)
+        ),
         (ParsedBy::Rules, None, Some(why)) => format!("parsed by the rules ({why})"),
         (ParsedBy::Rules, None, None) => "parsed by the rules".to_string(),
     };
     format!("{by}: {}", r.task.kind.label())
 }
 
-/// Parse `message` with the configured parser. Returns whether Ctrl-C interrupted it.
-pub fn parse_message(
+/// Parse `message` with the configured parser, changing no file (the parse agent's log
+/// is not kept). Returns whether Ctrl-C interrupted it.
+fn parse_message(
     dir: &Path,
     ws: &Workspace,
     message: &str,
     clarification: Option<Clarification>,
     settings: &Settings,
 ) -> anyhow::Result<(ParseReport, bool)> {
-    let (model, because) = model_parser(settings, dir)?;
+    let exe = std::env::current_exe().context("finding the taskdaemon executable")?;
+    let (model, because) = choose_parser(settings, dir, exe, None).map_err(user)?;
     let input = ParseInput {
         message: message.to_string(),
         clarification,
@@ -208,88 +203,12 @@ pub fn parse_message(
     Ok((report, cancel.is_cancelled()))
 }
 
-/// The model to ask, or why the rules parse without asking one.
-fn model_parser(
-    settings: &Settings,
-    dir: &Path,
-) -> anyhow::Result<(Option<ModelParser>, Option<String>)> {
-    let timeout = settings
-        .parse_timeout
-        .map(|d| d.0)
-        .unwrap_or(DEFAULT_PARSE_TIMEOUT);
-    if timeout.is_zero() {
-        return Err(user(
-            "invalid value for parse-timeout: must be more than 0 (e.g. 2s)",
-        ));
-    }
-    let mode = settings.task_parser.unwrap_or_default();
-    let (text, own) = match mode {
-        ParserMode::Rules => return Ok((None, Some("task-parser is rules".into()))),
-        ParserMode::Auto => match &settings.parse_agent {
-            Some(a) => (a.clone(), true),
-            None => {
-                return Ok((
-                    None,
-                    Some("no parse-agent is set; task-parser auto uses the rules then".into()),
-                ));
-            }
-        },
-        ParserMode::Model => match (&settings.parse_agent, &settings.agent) {
-            (Some(a), _) => (a.clone(), true),
-            (None, Some(a)) => (a.clone(), false),
-            (None, None) => match AgentSpec::detect() {
-                Ok(spec) => (spec.label(), false),
-                Err(_) => {
-                    return Ok((
-                        None,
-                        Some("task-parser is model, but no agent is set or installed".into()),
-                    ));
-                }
-            },
-        },
-    };
-    // A parse never stops a task: a parse agent that is misspelt, missing or unreadable
-    // only means the rules parse, and the reason is shown.
-    let setting = if own { "parse-agent" } else { "agent" };
-    let first_line = |e: &dyn std::fmt::Display| {
-        format!(
-            "{setting}: {}",
-            e.to_string().lines().next().unwrap_or_default()
-        )
-    };
-    let agent = match AgentSpec::parse(&text) {
-        Ok(a) => a.absolutize(dir),
-        Err(e) => return Ok((None, Some(first_line(&e)))),
-    };
-    if let Err(e) = agent.check_installed() {
-        return Ok((None, Some(first_line(&e))));
-    }
-    let mut format = agent.default_format();
-    if !own && let Some(f) = &settings.agent_format {
-        match OutputFormat::parse(f) {
-            Ok(f) => format = f,
-            Err(m) => return Ok((None, Some(format!("agent-format: {m}")))),
-        }
-    }
-    if let AgentSpec::Script { file } = &agent {
-        match Script::load(file) {
-            Ok(s) if s.format == ScriptFormat::StreamJson => {
-                format = OutputFormat::ClaudeStreamJson
-            }
-            Ok(_) => {}
-            Err(e) => return Ok((None, Some(first_line(&e)))),
-        }
-    }
-    let script_runner = std::env::current_exe().context("finding the taskdaemon executable")?;
-    Ok((
-        Some(ModelParser {
-            agent,
-            format,
-            timeout,
-            script_runner,
-        }),
-        None,
-    ))
+/// Where the parse agent's log is, when it is kept.
+fn log_note(r: &ParseReport) -> String {
+    r.log
+        .as_ref()
+        .map(|l| format!(" (its log: {})", l.display()))
+        .unwrap_or_default()
 }
 
 /// A few lines for people: the type, each requirement, and the budget used.

@@ -7,20 +7,23 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::Args;
+use taskdaemon_core::agent;
+use taskdaemon_core::agent::tracked::Leftover;
 use taskdaemon_core::config::{self, Dur, Settings};
 use taskdaemon_core::duration::parse_duration;
 use taskdaemon_core::engine::{
     EngineContext, EventSink, Outcome, RunConfig, RunState, exit_code, run_loop,
 };
-use taskdaemon_core::git::Git;
 use taskdaemon_core::git::snapshot::Snapshots;
 use taskdaemon_core::lifecycle::TaskEnd;
-use taskdaemon_core::loops::Registry;
+use taskdaemon_core::lifecycle::task_flow::{self, ReplacedRun, TaskFlowError};
 use taskdaemon_core::sandbox::SandboxKind;
 use taskdaemon_core::telemetry::RunSummary;
 use taskdaemon_core::workspace::Workspace;
-use taskdaemon_core::{agent, clock};
 use tokio_util::sync::CancellationToken;
+
+pub mod merge_driver;
+pub mod worklist;
 
 use super::print_json;
 use crate::cli::user;
@@ -212,52 +215,37 @@ pub(crate) fn settings(
 
 /// The run's configuration, checked (loop type, agent, values) before anything changes.
 pub(crate) fn resolve(dir: &Path, task: String, settings: &Settings) -> anyhow::Result<RunConfig> {
-    let user_loops = config::user_config_dir().map(|d| d.join("loops"));
-    let registry = Registry::load(
-        user_loops.as_deref(),
-        &dir.join(".taskdaemon").join("loops"),
-    )
-    .map_err(user)?;
-    RunConfig::resolve(dir, task, settings, &registry).map_err(user)
+    task_flow::resolve_config(dir, task, settings).map_err(user)
 }
+
 /// A new run of `cfg`; the logs of an earlier run move aside.
 pub(crate) fn new_state(dir: &Path, ws: &Workspace, cfg: RunConfig) -> anyhow::Result<RunState> {
-    let git = Git::new(dir);
-    let head = git.head().map_err(user)?;
-    // Keep the logs of an earlier run: they move under logs/<its run id>/ (or
-    // logs/previous-<time>/ when its state is gone), so this run's logs start fresh.
-    let old = RunState::load(ws).ok().flatten();
-    let old_name = old
-        .as_ref()
-        .map(|o| o.run_id.clone())
-        .unwrap_or_else(|| format!("previous-{}", clock::now().strftime("%Y%m%dT%H%M%S")));
-    let moved = ws.set_aside_logs(&old_name).with_context(|| {
-        format!(
-            "moving earlier logs to {}",
-            ws.logs_dir().join(&old_name).display()
-        )
-    })?;
-    if let Some(old) = old.filter(|o| o.outcome.as_ref().is_none_or(Outcome::resumable)) {
-        eprintln!(
-            "taskdaemon: starting a new run; the unfinished run {} is replaced{}",
-            old.run_id,
-            if moved {
-                format!(
-                    " (its logs are in {})",
-                    ws.logs_dir().join(&old_name).display()
-                )
-            } else {
-                String::new()
-            }
-        );
+    let (state, replaced) = task_flow::new_run_state(dir, ws, cfg).map_err(flow_err)?;
+    if let Some(r) = replaced {
+        render_replaced(&r);
     }
-    let now = clock::now();
-    Ok(RunState::new(
-        cfg,
-        RunState::new_id(now),
-        head,
-        clock::rfc3339(now),
-    ))
+    Ok(state)
+}
+
+/// "starting a new run; the unfinished run … is replaced".
+pub(crate) fn render_replaced(r: &ReplacedRun) {
+    eprintln!(
+        "taskdaemon: starting a new run; the unfinished run {} is replaced{}",
+        r.run_id,
+        r.logs
+            .as_ref()
+            .map(|l| format!(" (its logs are in {})", l.display()))
+            .unwrap_or_default()
+    );
+}
+
+/// A task flow's error: the person's to fix (exit 64) or the harness's.
+pub(crate) fn flow_err(e: TaskFlowError) -> anyhow::Error {
+    if e.is_user_fault() {
+        user(e)
+    } else {
+        anyhow::Error::new(e)
+    }
 }
 
 /// Run the engine on a runtime, with Ctrl-C / SIGTERM handling and rendering.
@@ -270,7 +258,7 @@ pub fn drive(
     take_over_processes(&state)?;
     with_signals(|cancel| async move {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let (rx, notices) = super::watch::notify_local(rx, &state);
+        let (rx, notices) = notify_local(rx, &state);
         let renderer = tokio::spawn(Renderer::new(json).run(rx));
         let ctx = EngineContext {
             script_runner: std::env::current_exe().context("finding the taskdaemon executable")?,
@@ -299,9 +287,14 @@ pub(crate) fn take_over_in(
     workdir: &Path,
     grace: std::time::Duration,
 ) -> anyhow::Result<()> {
-    let left = agent::tracked::take_over(dir.clone(), grace)
-        .with_context(|| format!("recording the loop's processes in {}", dir.display()))?;
-    for l in &left {
+    let left = task_flow::take_over_in(dir, grace).map_err(flow_err)?;
+    render_leftovers(&left, workdir);
+    Ok(())
+}
+
+/// One line per process tree a stopped loop left running and this one ended.
+pub(crate) fn render_leftovers(left: &[Leftover], workdir: &Path) {
+    for l in left {
         eprintln!(
             "taskdaemon: ended {} process(es) of run {} that a stopped loop left running in {}",
             l.processes,
@@ -309,16 +302,6 @@ pub(crate) fn take_over_in(
             workdir.display(),
         );
     }
-    if let Some(l) = left.iter().find(|l| l.survived) {
-        return Err(user(format!(
-            "not starting: processes of run {} (environment {}={}) survived KILL and would run beside this loop\n  hint: find them with `grep -l {} /proc/*/environ`, end them, then start again",
-            l.run_id,
-            agent::tracked::GROUP_VAR,
-            l.token,
-            l.token
-        )));
-    }
-    Ok(())
 }
 
 /// Run `body` on a runtime of two workers, as the reaper of orphaned descendants, with
@@ -415,4 +398,28 @@ pub(crate) fn finish_task(
     let end = taskdaemon_core::lifecycle::end_task(dir, ws, number, outcome, summary.iterations)
         .map_err(user)?;
     render_task_end(&end, outcome, json)
+}
+
+/// A foreground loop's events, passed on after the notices they call for went to the
+/// sinks of `notify:` (nothing in between when there are none).
+pub fn notify_local(
+    rx: tokio::sync::mpsc::UnboundedReceiver<taskdaemon_core::engine::EngineEvent>,
+    state: &taskdaemon_core::engine::RunState,
+) -> (
+    tokio::sync::mpsc::UnboundedReceiver<taskdaemon_core::engine::EngineEvent>,
+    tokio::task::JoinHandle<()>,
+) {
+    use taskdaemon_core::notify;
+    let dir = &state.config.workdir;
+    let (sinks, skipped) = notify::sinks_for(dir, None);
+    for line in skipped {
+        eprintln!("taskdaemon: {line}");
+    }
+    if sinks.is_empty() {
+        return (rx, tokio::spawn(async {}));
+    }
+    let title = state.config.task.lines().next().unwrap_or("").to_string();
+    let local = notify::LocalNotices::new(dir.clone(), &state.run_id, &title);
+    let log: notify::Log = std::sync::Arc::new(|line| eprintln!("taskdaemon: {line}"));
+    notify::tee(rx, &sinks, local, log)
 }
