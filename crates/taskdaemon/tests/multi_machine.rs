@@ -346,7 +346,8 @@ fn a_daemon_killed_mid_phase_is_taken_over_from_its_pushed_branch_and_nothing_is
         held.contains("held by ") && held.contains(&format!(":{pid_a}")),
         "{held}"
     );
-    let branch = format!("refs/heads/taskdaemon/{}", spec_worktree(&m, &run_id));
+    let spec_id = spec_worktree(&m, &run_id);
+    let branch = format!("refs/heads/taskdaemon/{spec_id}");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid_a),
         nix::sys::signal::Signal::SIGKILL,
@@ -400,10 +401,23 @@ fn a_daemon_killed_mid_phase_is_taken_over_from_its_pushed_branch_and_nothing_is
         assert_eq!(sp["status"], "complete", "{sp:#}");
     }
     // A's agent died with it (parent-death signal): nothing of A runs once the sleeps end;
-    // A restarts clean: whatever its records name is ended, nothing is left running.
+    // A restarts clean: whatever its records name is ended, nothing is left running, and
+    // its worktree of the spec B finished is gone (what only it held kept first).
+    let stale = m.a.join(".taskdaemon/worktrees").join(&spec_id);
+    assert!(
+        stale.exists(),
+        "A's worktree of {spec_id} was not there to go stale"
+    );
     m.start(&m.a);
     m.stop(&m.a);
     m.stop(&m.b);
+    assert!(
+        !stale.exists(),
+        "A kept its stale worktree {}\n{}",
+        stale.display(),
+        m.logs()
+    );
+    assert!(m.logs().contains("stale worktree"), "{}", m.logs());
     std::thread::sleep(Duration::from_millis(1500));
     let left: Vec<i32> = std::fs::read_to_string(m.env.root().join("pids"))
         .unwrap_or_default()

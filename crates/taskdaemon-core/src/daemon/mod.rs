@@ -259,6 +259,7 @@ pub async fn run(
         socket: socket.clone(),
     });
     off_the_workers(|| d.resume_running())?;
+    off_the_workers(|| d.remove_stale_worktrees());
     d.serve_until_stopped(rrx, mrx, irx, shutdown).await;
     server.abort();
     for h in std::mem::take(&mut d.removals) {
@@ -664,6 +665,34 @@ impl Dispatcher {
             self.launch(run);
         }
         Ok(())
+    }
+
+    /// Shared queue, at start: this machine's worktrees of work that finished meanwhile
+    /// (here or elsewhere: a run taken over while this daemon was dead) go, after what only
+    /// they hold is kept.
+    fn remove_stale_worktrees(&mut self) {
+        let Some(q) = &self.queue else { return };
+        let (names, lines) = shared_queue::stale_worktrees(
+            &self.records,
+            &q.remote,
+            &self.shared.worktrees,
+            &self.opts.default_target,
+        );
+        for l in lines {
+            self.note(l);
+        }
+        if !names.is_empty() {
+            self.note(format!(
+                "{} stale worktree(s) of finished work: removing",
+                names.len()
+            ));
+        }
+        self.act(
+            names
+                .into_iter()
+                .map(|name| Action::RemoveWorktree { name })
+                .collect(),
+        );
     }
 
     fn pass(&mut self) -> Result<(), DaemonError> {

@@ -540,3 +540,101 @@ pub fn fetch_documents(
         )
     }))
 }
+
+/// At start on the shared queue: worktrees here of work that finished (on any machine) are
+/// stale — what only this machine has of them is kept (`Remote::keep_unpushed`), then the
+/// worktree goes. The names of those to remove, and a line for each kept thing.
+pub fn stale_worktrees(
+    records: &Records,
+    remote: &Remote,
+    worktrees: &Worktrees,
+    default_target: &str,
+) -> (Vec<String>, Vec<String>) {
+    use crate::store::{AnyRecord, PlanStatus, SpecStatus};
+    let (mut names, mut lines) = (Vec::new(), Vec::new());
+    let Ok(list) = worktrees.list() else {
+        return (names, lines);
+    };
+    for w in list {
+        let finished = match records.get(&w.name) {
+            Ok(Some(AnyRecord::Spec(s))) => s.status == SpecStatus::Complete,
+            Ok(Some(AnyRecord::Plan(p))) => {
+                matches!(p.status, PlanStatus::Complete | PlanStatus::Failed)
+            }
+            Ok(Some(AnyRecord::Run(r))) => r.status == RunStatus::Complete,
+            _ => false,
+        };
+        if !finished {
+            continue;
+        }
+        match remote.keep_unpushed(&branch_for(&w.name), default_target, &w.path) {
+            Ok(kept) => {
+                for k in kept {
+                    lines.push(format!("worktree {}: kept {k}", w.path.display()));
+                }
+                names.push(w.name);
+            }
+            Err(e) => lines.push(format!(
+                "worktree {} of finished work kept: {e}",
+                w.path.display()
+            )),
+        }
+    }
+    (names, lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(iteration: u32, progress: &str) -> LoopRun {
+        let mut r: LoopRun = serde_json::from_value(serde_json::json!({
+            "id": "abc123-run-x",
+            "loop-type": "ralph",
+            "status": "running",
+            "iteration": 0,
+            "created-at": 1,
+            "updated-at": 1,
+        }))
+        .unwrap();
+        r.iteration = iteration;
+        r.progress = progress.to_string();
+        r.elapsed_ms = 9_000;
+        r.cost_usd = Some(1.5);
+        r
+    }
+
+    #[test]
+    fn a_run_in_flight_when_its_holder_died_goes_on_with_that_iteration() {
+        assert_eq!(
+            iterations_recorded(&run(3, "iteration 1: x\niteration 2: y")),
+            2
+        );
+        assert_eq!(
+            iterations_recorded(&run(3, "iteration 2: y\niteration 3: z")),
+            3
+        );
+        assert_eq!(iterations_recorded(&run(1, "")), 0);
+        assert_eq!(iterations_recorded(&run(0, "")), 0);
+    }
+
+    #[test]
+    fn a_taken_over_run_continues_at_the_records_counters_never_behind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let reg = crate::loops::Registry::load(None, &tmp.path().join("none")).unwrap();
+        let s = crate::config::Settings {
+            agent: Some("cmd:true".into()),
+            ..Default::default()
+        };
+        let cfg = crate::engine::RunConfig::resolve(tmp.path(), "t".into(), &s, &reg).unwrap();
+        let mut st = crate::engine::RunState::new(cfg, "abc123-run-x".into(), None, "t".into());
+        continue_at_record(&mut st, &run(3, "iteration 2: y"));
+        assert_eq!(st.iterations_done, 2);
+        assert_eq!(st.elapsed_ms, 9_000);
+        assert_eq!(st.cost_usd, 1.5);
+        // A local state further on (this machine ran it last) is not moved back.
+        st.iterations_done = 5;
+        continue_at_record(&mut st, &run(3, "iteration 2: y"));
+        assert_eq!(st.iterations_done, 5);
+    }
+}

@@ -317,6 +317,50 @@ impl Remote {
         })
     }
 
+    /// Before a worktree of finished work is removed here: what only this clone has of
+    /// `branch` — commits the remote's branch and `target` lack, uncommitted files in `dir` —
+    /// kept under `refs/taskdaemon/stale/<branch>/…` (files: in a stash). What was kept.
+    pub fn keep_unpushed(
+        &self,
+        branch: &str,
+        target: &str,
+        dir: &Path,
+    ) -> Result<Vec<String>, RemoteError> {
+        let mut kept = Vec::new();
+        if dir.exists() && !super::worktree::dirty_files(dir)?.is_empty() {
+            let g = Git::new(dir);
+            let msg = "taskdaemon: left in a worktree of work finished on another machine";
+            g.run(&["stash", "push", "-q", "--include-untracked", "-m", msg])?;
+            kept.push(format!(
+                "uncommitted files in stash {}",
+                g.run(&["rev-parse", "refs/stash"])?.trim()
+            ));
+        }
+        let Some(local) = self.wt.rev(&format!("refs/heads/{branch}^{{commit}}"))? else {
+            return Ok(kept);
+        };
+        for r in [branch, target] {
+            if let Some(tip) = self.fetch(r)?
+                && self.is_ancestor(&local, &tip)?
+            {
+                return Ok(kept);
+            }
+        }
+        let saved = format!(
+            "refs/taskdaemon/stale/{branch}/{}",
+            &local[..local.len().min(12)]
+        );
+        self.git().run(&[
+            "update-ref",
+            "-m",
+            "taskdaemon: kept before removing a stale worktree",
+            &saved,
+            &local,
+        ])?;
+        kept.push(format!("commits as {saved}"));
+        Ok(kept)
+    }
+
     /// The worktree directory `branch` (full ref) is checked out in, when it is `dir`; a
     /// branch checked out elsewhere is left alone (an error).
     fn checked_out(
@@ -361,8 +405,8 @@ impl Remote {
     }
 
     /// Merge the local `branch` into the remote's `target` (see the module documentation):
-    /// at most `tries` attempts when the target keeps moving. The branch is pushed first, so
-    /// the work is on the remote whatever happens to this machine.
+    /// at most `tries` attempts when the target keeps moving. The branch itself is pushed
+    /// before the target moves, so the work is on the remote whatever happens to this machine.
     pub fn merge(
         &self,
         branch: &str,
@@ -387,13 +431,6 @@ impl Remote {
             .wt
             .rev(&format!("refs/heads/{branch}^{{commit}}"))?
             .ok_or_else(|| RemoteError::NoBranch(branch.to_string()))?;
-        if let Pushed::Rejected { reason } = self.push_branch(branch)? {
-            return Err(RemoteError::Refused {
-                remote: self.name.clone(),
-                what: format!("the branch {branch} (someone else's work is there)"),
-                reason,
-            });
-        }
         for attempt in 1..=tries.max(1) {
             let t = self.fetch(target)?.ok_or_else(|| RemoteError::NoTarget {
                 target: target.to_string(),
@@ -405,6 +442,15 @@ impl Remote {
                 Onto::FastForward => (b.clone(), true),
                 Onto::Merge(c) => (c, false),
             };
+            if attempt == 1
+                && let Pushed::Rejected { reason } = self.push_branch(branch)?
+            {
+                return Err(RemoteError::Refused {
+                    remote: self.name.clone(),
+                    what: format!("the branch {branch} (someone else's work is there)"),
+                    reason,
+                });
+            }
             before_push(attempt);
             if self.push(&new, target, &t)?.is_none() {
                 self.git()

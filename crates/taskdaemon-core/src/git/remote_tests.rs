@@ -349,3 +349,28 @@ fn documents_published_by_one_clone_are_read_by_the_other() {
     // No branch of the remote changed.
     assert_eq!(git(&f.bare, &["branch", "--list"]), "* main");
 }
+
+#[test]
+fn only_what_the_remote_lacks_is_kept_before_a_stale_worktree_goes() {
+    let f = fx();
+    let (wa, ra) = remote(&f.a);
+    let pa = work(&wa, "s1", "x.txt", "x\n");
+    ra.push_branch("taskdaemon/s1").unwrap();
+    // Everything is on the remote: nothing to keep.
+    assert!(
+        ra.keep_unpushed("taskdaemon/s1", "main", &pa)
+            .unwrap()
+            .is_empty()
+    );
+    // A commit never pushed and an edit never committed are kept.
+    std::fs::write(pa.join("y.txt"), "y\n").unwrap();
+    commit_all(&pa, "unpushed");
+    let unpushed = git(&pa, &["rev-parse", "HEAD"]);
+    std::fs::write(pa.join("x.txt"), "edit\n").unwrap();
+    let kept = ra.keep_unpushed("taskdaemon/s1", "main", &pa).unwrap();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    let saved = format!("refs/taskdaemon/stale/taskdaemon/s1/{}", &unpushed[..12]);
+    assert_eq!(git(&f.a, &["rev-parse", &saved]), unpushed);
+    assert!(git(&pa, &["stash", "show", "-p"]).contains("edit"));
+    assert_eq!(git(&pa, &["status", "--porcelain"]), "");
+}
