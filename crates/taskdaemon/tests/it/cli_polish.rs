@@ -1,14 +1,12 @@
 //! The CLI as a person meets it: the HTML report (rendered in headless Chromium),
 //! completions, `config show`, JSON errors, and the rough edges of issue 17 item 4.
 
-#[allow(dead_code)]
-mod harness;
-
+use crate::harness;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use harness::{Env, wait_timeout};
+use crate::harness::{Env, wait_timeout};
 
 /// A Debian tool a test needs: its path, or `None` (skip, loudly) outside CI; on CI
 /// (`CI=true`) a missing tool fails the test (`.ci/run` installs it).

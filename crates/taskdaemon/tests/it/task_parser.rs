@@ -2,13 +2,11 @@
 //! written by `taskdaemon task`, option A through real agent processes (the scripted agent
 //! and shell agents) with its fallback, and the needs-clarification → answer → task flow.
 
-#[allow(dead_code)]
-mod harness;
-
+use crate::harness;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use harness::{Env, events, git};
+use crate::harness::{Env, events, git};
 
 const VIBRANT: &str = "refine ad copy! less generic, more adult, less monster energy.\ntwo moods not working. add 2 more drinks for nighttime.";
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use super::harness::git;
+use crate::harness::git;
 
 /// Everything a rollback must restore, plus the ignored files it must leave alone.
 #[derive(Debug, Clone, PartialEq)]

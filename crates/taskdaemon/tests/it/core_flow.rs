@@ -2,12 +2,10 @@
 //! parser's model call as one agent step (prompt file, the agent contract, its log kept,
 //! its failure class named), and `submit` leaving the spec run to the cascade.
 
-#[allow(dead_code)]
-mod harness;
-
+use crate::harness;
 use std::path::Path;
 
-use harness::{Env, fixture, git};
+use crate::harness::{Env, fixture, git};
 
 /// A fake agent: a shell script in the test's root; returns its `cmd:` spec.
 fn fake(env: &Env, name: &str, body: &str) -> String {

@@ -4,14 +4,12 @@
 //! timed assertion). Needs tmux: skipped loudly without it, except in CI (`CI=true`), where
 //! it fails.
 
-#[allow(dead_code)]
-mod harness;
-
+use crate::harness;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use harness::Env;
+use crate::harness::Env;
 use serde_json::Value;
 
 /// `task-long`: prints a numbered line every 0.1 s for a minute, then commits.
@@ -64,7 +62,10 @@ struct Term<'a> {
 impl<'a> Term<'a> {
     /// A 100×30 tmux session on a private socket, running `taskdaemon watch` in the repo.
     fn start(env: &'a Env, tmux: PathBuf, extra_env: &[(&str, &str)]) -> Term<'a> {
-        let socket = format!("td-watch-{}", std::process::id());
+        // Tests share this process: one socket per session, not per process.
+        static SESSIONS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let socket = format!("td-watch-{}-{n}", std::process::id());
         let t = Term { env, tmux, socket };
         let mut cmd = format!(
             "env HOME={home} XDG_CONFIG_HOME={home}/.config GIT_CONFIG_GLOBAL={home}/.gitconfig GIT_CONFIG_NOSYSTEM=1 PATH={path} TERM=xterm-256color",

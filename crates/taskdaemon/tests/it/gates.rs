@@ -1,10 +1,8 @@
 //! Phase gating and scope gates, end to end: spec 1 §2's VIBRANT ENERGY failure with a
 //! scripted agent on a real repository.
 
-#[allow(dead_code)]
-mod harness;
-
-use harness::{Env, csv_rows, git};
+use crate::harness;
+use crate::harness::{Env, csv_rows, git};
 
 /// The outcome column of every summary.csv row, in order.
 fn outcomes(repo: &std::path::Path) -> Vec<String> {

@@ -1,15 +1,13 @@
 //! A repository attacking its user, and inputs that used to panic: each case seen from the
 //! CLI. Hermetic like the other end-to-end tests (temp HOME, fixed clock, real git).
 
-#[allow(dead_code)]
-mod harness;
-
+use crate::harness;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use harness::{Env, git};
+use crate::harness::{Env, git};
 
 /// Commit `link -> target` into the repository, as a cloned repository would bring it.
 fn commit_link(env: &Env, link: &str, target: &Path) {

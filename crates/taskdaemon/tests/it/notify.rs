@@ -4,16 +4,14 @@
 //! the command to act; a dead webhook (one that accepts and never answers, one on a closed
 //! port) slows no loop. Real git, real processes; the agent is a small shell program.
 
-#[allow(dead_code)]
-mod harness;
-
+use crate::harness;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use harness::{Env, fixture};
+use crate::harness::{Env, fixture};
 use serde_json::Value;
 
 /// Plays Claude (stream-json): reads the prompt, and by the task in it says BLOCKED, asks

@@ -1,10 +1,7 @@
 //! `taskdaemon worktree list|prune` from the command line, on real repositories whose
 //! worktrees were made with plain git, named after records in the store.
 
-#[allow(dead_code)]
-mod harness;
-
-use harness::{Env, Run, git};
+use crate::harness::{Env, Run, git};
 use serde_json::Value;
 
 fn ok(r: Run) -> Run {

@@ -3,14 +3,11 @@
 //! agent printed even when the harness is `kill -9`ed. Real git, fake agents that are small
 //! shell programs.
 
-#[allow(dead_code)]
-mod harness;
-
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use harness::{Env, csv_rows, git, wait_for, wait_timeout};
+use crate::harness::{Env, csv_rows, git, wait_for, wait_timeout};
 
 const SPEC: &str = "specs/demo";
 

@@ -2,14 +2,12 @@
 //! SIGKILL, and a merge conflict resolved by a person. Real git, real processes; the agent
 //! is a small shell program that plays each loop type.
 
-#[allow(dead_code)]
-mod harness;
-
+use crate::harness;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use harness::{Env, git, pid_alive};
+use crate::harness::{Env, git, pid_alive};
 use serde_json::Value;
 
 /// The fake agent. Plan: writes the plan. Spec: writes the documents of `SPECS` (a file of
@@ -807,7 +805,7 @@ fn submit_checks_plan_and_spec_documents_and_queues_them() {
         out.contains("no daemon runs: start one with `taskdaemon daemon start`"),
         "{out}"
     );
-    // Ready: the daemon's cascade queues its spec run (tests/core_flow.rs).
+    // Ready: the daemon's cascade queues its spec run (tests/it/core_flow.rs).
     let s = d.status();
     assert_eq!(s["plans"][0]["status"], "ready", "{s:#}");
     // A spec document: front matter checked with file:line, then one spec record.

@@ -3,13 +3,11 @@
 //! and the daemon's client commands (`logs --follow`, `status`, `daemon stop|status`) on it.
 //! Real git, real processes; the agent is a small shell program.
 
-#[allow(dead_code)]
-mod harness;
-
+use crate::harness;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use harness::Env;
+use crate::harness::Env;
 use serde_json::Value;
 use taskdaemon_core::daemon::DaemonEvent;
 use taskdaemon_core::daemon::events::AgentStream;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::harness::{Env, Run, git};
+use crate::harness::{Env, Run, git};
 
 fn ok(r: Run) -> Run {
     assert_eq!(r.code, 0, "stdout: {}\nstderr: {}", r.stdout, r.stderr);

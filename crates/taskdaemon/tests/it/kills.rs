@@ -3,15 +3,13 @@
 //! back; processes that leave the agent's session are ended with the iteration; floods of
 //! output are capped in the log and in memory. Real processes; the agent is a shell script.
 
-#[allow(dead_code)]
-mod harness;
-
+use crate::harness;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use harness::{Env, csv_rows, git, pid_alive, wait_timeout};
+use crate::harness::{Env, csv_rows, git, pid_alive, wait_timeout};
 
 /// The agent: records its pid and an escaped (setsid) sleeper's, works a little, commits.
 const AGENT: &str = r#"#!/bin/sh

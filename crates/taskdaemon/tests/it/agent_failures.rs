@@ -2,12 +2,10 @@
 //! the recorded output of the real CLIs (`taskdaemon-core/tests/fixtures/agent-failures/`)
 //! with the same argv contract (prompt on stdin) — through the real binary.
 
-#[allow(dead_code)]
-mod harness;
-
+use crate::harness;
 use std::path::PathBuf;
 
-use harness::{Env, csv_rows, events, fixture};
+use crate::harness::{Env, csv_rows, events, fixture};
 
 /// A fake agent: a shell script in the test's root; returns its `cmd:` spec.
 fn fake(env: &Env, name: &str, body: &str) -> String {

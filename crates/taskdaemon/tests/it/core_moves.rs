@@ -1,10 +1,7 @@
 //! Product logic that moved into the core, seen from the CLI: one project resolver for
 //! every command (a linked worktree opens the main work tree's store).
 
-#[allow(dead_code)]
-mod harness;
-
-use harness::{Env, git};
+use crate::harness::{Env, git};
 
 #[test]
 fn plan_new_and_submit_from_a_linked_worktree_open_one_store() {

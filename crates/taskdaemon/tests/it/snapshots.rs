@@ -3,15 +3,13 @@
 //! rollbacks, and checks after every rollback that the work tree, index, HEAD and branch
 //! are byte for byte what was saved.
 
-#[allow(dead_code)]
-mod harness;
-#[path = "common/snapshot_state.rs"]
-mod snapshot_state;
+use crate::harness;
+use crate::snapshot_state;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use harness::{Env, git};
+use crate::harness::{Env, git};
 use proptest::prelude::*;
 use serde_json::Value;
 use snapshot_state::{State, git_ok, state};

@@ -2,14 +2,11 @@
 //! against a real HTTP server on 127.0.0.1 (`tests/fixtures/api_mock.py`) replaying
 //! scripted, streamed replies.
 
-#[allow(dead_code)]
-mod harness;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use harness::{Env, Run, csv_rows, git};
+use crate::harness::{Env, Run, csv_rows, git};
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-test-9f8e7d6c5b4a-SECRET";
@@ -488,7 +485,7 @@ fn missing_key_is_an_auth_failure_with_a_hint() {
     );
 }
 
-const DEMO_TEST: &str = include_str!("../src/commands/demo/test.sh");
+const DEMO_TEST: &str = include_str!("../../src/commands/demo/test.sh");
 const CALC_ADD: &str = "#!/bin/sh\ncase \"$1\" in\n  add) echo $(( $2 + $3 )) ;;\n  *) echo \"unknown operation: $1\" >&2; exit 1 ;;\nesac\n";
 const CALC_BOTH: &str = "#!/bin/sh\ncase \"$1\" in\n  add) echo $(( $2 + $3 )) ;;\n  mul) echo $(( $2 * $3 )) ;;\n  *) echo \"unknown operation: $1\" >&2; exit 1 ;;\nesac\n";
 

@@ -2,14 +2,12 @@
 //! processes (`cmd:` shell agents and the scripted agent). Hermetic: temp HOME, git config
 //! pointed away from the user's, a fixed clock, no inherited TASKDAEMON_* settings.
 
-#[allow(dead_code)]
-mod harness;
-#[path = "cli/store.rs"]
+use crate::harness;
 mod store;
 
 use std::time::Duration;
 
-use harness::{Env, csv_rows, events};
+use crate::harness::{Env, csv_rows, events};
 
 #[test]
 fn demo_completes_after_rejecting_a_premature_complete() {

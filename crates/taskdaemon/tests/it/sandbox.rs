@@ -5,15 +5,12 @@
 //! Without bwrap these tests skip with a loud message, except under CI (`CI=true`), where
 //! they fail. docker/podman tests run only where `docker info`/`podman info` answers.
 
-#[allow(dead_code)]
-mod harness;
-
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use harness::{Env, events, fixture, git, pid_alive, wait_timeout};
+use crate::harness::{Env, events, fixture, git, pid_alive, wait_timeout};
 use serde_json::Value;
 
 const SECRET: &str = "SECRET-KEY-MATERIAL-4711";

@@ -5,15 +5,12 @@
 //! reported with its pid, and the snapshot plumbing runs none of the user's hooks.
 
 #[allow(dead_code)]
-mod harness;
-#[allow(dead_code)]
-#[path = "common/snapshot_state.rs"]
-mod snapshot_state;
+use crate::snapshot_state;
 
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use harness::{Env, git, wait_for};
+use crate::harness::{Env, git, wait_for};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use snapshot_state::{State, state};

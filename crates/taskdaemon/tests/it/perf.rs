@@ -2,13 +2,10 @@
 //! `git status` names, yet records exactly what `git add -A` would; a rollback's two-way
 //! checkout leaves the user an ordinary, checksummed index.
 
-#[allow(dead_code)]
-mod harness;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use harness::{Env, git};
+use crate::harness::{Env, git};
 use serde_json::Value;
 
 fn json(env: &Env, args: &[&str]) -> Value {

@@ -1,15 +1,13 @@
 //! Work lists end to end: `implement` on a spec's tasks.md and `stories` on a stories
 //! file, with real git and fake agents that are small real shell programs.
 
-#[allow(dead_code)]
-mod harness;
-
+use crate::harness;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use harness::{Env, events, git, wait_for, wait_timeout};
+use crate::harness::{Env, events, git, wait_for, wait_timeout};
 
 const SPEC: &str = "specs/demo";
 
