@@ -84,6 +84,12 @@ pub struct Settings {
     /// The daemon: at most this many loops at once per agent (`claude: 2`, `cmd: 8`); ≥ 1.
     #[serde(default, deserialize_with = "de_agent_limits")]
     pub agent_limits: Option<std::collections::BTreeMap<String, u32>>,
+    /// The shared queue: how long a run's lease lasts without renewal (a dead machine's
+    /// runs are taken over after it) [default: 30s].
+    pub queue_lease: Option<Dur>,
+    /// The shared queue: at most this many loops at once for the project across all
+    /// machines (each machine keeps its own max-loops too).
+    pub queue_max_loops: Option<u32>,
     /// The daemon: the branch finished specs and runs are merged into [default: the branch
     /// checked out where the work was submitted]. Must be a valid branch name.
     #[serde(default, deserialize_with = "de_target_branch")]
@@ -127,6 +133,14 @@ pub struct Settings {
     pub api: Option<crate::agent::api::ApiSettings>,
     /// Where notifications go (see `notify`): the user's sinks and the project's add up.
     pub notify: Option<Vec<crate::notify::SinkConfig>>,
+    /// The shared queue: `postgres://…` keeps the project's records in PostgreSQL, shared
+    /// by daemons on several machines (unset: the JSONL store in the repository).
+    pub queue: Option<String>,
+    /// The project's key in the queue, the same on every clone [default: the URL of the
+    /// `queue-remote` remote, without credentials].
+    pub queue_project: Option<String>,
+    /// The git remote every clone shares (the queue's project key, pushes) [default: origin].
+    pub queue_remote: Option<String>,
 }
 
 impl Settings {
@@ -152,6 +166,8 @@ impl Settings {
             parse_timeout: over.parse_timeout.or(self.parse_timeout),
             max_loops: over.max_loops.or(self.max_loops),
             agent_limits: over.agent_limits.or(self.agent_limits),
+            queue_lease: over.queue_lease.or(self.queue_lease),
+            queue_max_loops: over.queue_max_loops.or(self.queue_max_loops),
             target_branch: over.target_branch.or(self.target_branch),
             worktrees_dir: over.worktrees_dir.or(self.worktrees_dir),
             on_usage_limit: over.on_usage_limit.or(self.on_usage_limit),
@@ -171,6 +187,9 @@ impl Settings {
                 (Some(low), Some(high)) => Some(low.merge(high)),
                 (low, high) => high.or(low),
             },
+            queue: over.queue.or(self.queue),
+            queue_project: over.queue_project.or(self.queue_project),
+            queue_remote: over.queue_remote.or(self.queue_remote),
             notify: match (self.notify, over.notify) {
                 (Some(mut low), Some(high)) => {
                     low.extend(high);
@@ -592,12 +611,19 @@ const UNSET_MEANS: &[(&str, &str)] = &[
     ("max-cost", "(unset: no limit)"),
     ("completion-promise", "(unset: validation alone)"),
     ("parse-agent", "(unset: the built-in rules)"),
+    ("queue-max-loops", "(unset: only each machine's max-loops)"),
     (
         "target-branch",
         "(unset: the branch checked out where work is submitted)",
     ),
     ("pause-at-usage", "(unset: never)"),
     ("agent-limits", "(unset: max-loops for every agent)"),
+    ("queue", "(unset: the JSONL store in the repository)"),
+    (
+        "queue-project",
+        "(unset: the URL of queue-remote, without credentials)",
+    ),
+    ("queue-remote", "origin"),
 ];
 
 /// The defaults `init` writes commented (`# key: value`), by key; for a key whose line is
@@ -694,6 +720,13 @@ pub fn settings_in_force(
 }
 
 fn set(rows: &mut [InForce], key: &str, value: serde_json::Value, from: Origin) {
+    // The queue's URL may hold a password: never shown.
+    let value = match (key, &value) {
+        ("queue", serde_json::Value::String(u)) => {
+            serde_json::Value::String(crate::store::pg_conn::redact(u))
+        }
+        _ => value,
+    };
     if let Some(r) = rows.iter_mut().find(|r| r.key == key) {
         r.value = value;
         r.from = from;

@@ -160,6 +160,9 @@ fn daemon(p: &Project, loops: u64, runs: usize) -> (Duration, f64, u64, String) 
     let log = std::fs::File::create(&p.log).expect("log");
     let mut c = Command::new(exe);
     hermetic(&mut c, &p.home);
+    if std::env::var_os("GIT_PROCS").is_some() {
+        c.env("GIT_TRACE", git_trace(p));
+    }
     let start = Instant::now();
     let mut daemon = c
         .current_dir(&p.repo)
@@ -244,7 +247,8 @@ fn times(text: &str) -> Times {
         let id = id.trim_end_matches(':').to_string();
         if l.contains(" started at iteration") {
             t.started.insert(id, at);
-        } else if l.contains("(ralph) -> rebasing") {
+        } else if l.contains("(ralph) -> rebasing") || l.contains("(ralph) -> complete") {
+            // The loop is done (then the merge); older daemons logged `-> rebasing`.
             t.finished.insert(id, at);
         } else if l.contains(": rebasing -> complete") {
             t.merged.insert(id, at);
@@ -384,5 +388,38 @@ fn main() {
     println!(
         "daemon peak RSS (VmHWM): {:.1} MB (goal <= 60 MB)",
         hwm as f64 / 1024.0
+    );
+    git_processes(&p, runs);
+}
+
+fn git_trace(p: &Project) -> std::path::PathBuf {
+    p.log.with_extension("git-trace")
+}
+
+/// With GIT_PROCS set: the git processes the daemon and its runs started (git's own
+/// children included), per run and by subcommand.
+fn git_processes(p: &Project, runs: usize) {
+    let Ok(text) = std::fs::read_to_string(git_trace(p)) else {
+        println!("git processes per run: set GIT_PROCS=1 to count them");
+        return;
+    };
+    let mut by: HashMap<String, usize> = HashMap::new();
+    for l in text.lines() {
+        if let Some((_, cmd)) = l.split_once("trace: built-in: git ") {
+            let sub = cmd.split_whitespace().next().unwrap_or("").to_string();
+            *by.entry(sub).or_default() += 1;
+        }
+    }
+    let total: usize = by.values().sum();
+    let mut by: Vec<_> = by.into_iter().collect();
+    by.sort_by(|a, b| b.1.cmp(&a.1));
+    let list: Vec<String> = by
+        .iter()
+        .map(|(k, n)| format!("{k} {:.2}", *n as f64 / runs as f64))
+        .collect();
+    println!(
+        "git processes: {total} = {:.2} per run ({})",
+        total as f64 / runs as f64,
+        list.join(", ")
     );
 }

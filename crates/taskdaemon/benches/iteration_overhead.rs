@@ -12,7 +12,10 @@
 //! `taskdaemon run --max-iterations 1`) against its floor measured in the same rounds: a
 //! bash script starting the processes such a run cannot avoid (git for the top level and
 //! HEAD before and after, the agent `true`, the validation `true`). Prints medians,
-//! min–max and the ratio. (The other peer, ralph-orchestrator, is not built here.)
+//! min–max and the ratio. With `RALPH_BIN=/path/to/ralph` (a release build of
+//! ralph-orchestrator's `ralph`), the same rounds also start `ralph run --autonomous
+//! --max-iterations 1` with a custom backend `true` in an identical copy of the
+//! repository, and print taskdaemon / ralph-orchestrator per round.
 
 use std::path::Path;
 use std::process::Command;
@@ -90,11 +93,21 @@ fn main() {
         "  whole run incl. start-up: {:.1} ms",
         total.as_secs_f64() * 1000.0
     );
-    startup(&repo, &home);
+    let ralph = std::env::var_os("RALPH_BIN").map(|bin| {
+        let copy = tmp.path().join("repo-ralph");
+        make_repo(&copy, &home, files);
+        std::fs::write(copy.join("ralph.yml"), RALPH_CONFIG).unwrap();
+        (std::path::PathBuf::from(bin), copy)
+    });
+    startup(&repo, &home, ralph.as_ref());
 }
 
+/// ralph-orchestrator's config for the same no-op run: a custom backend `true` that gets
+/// the prompt on stdin, one iteration.
+const RALPH_CONFIG: &str = "cli:\n  backend: custom\n  command: \"true\"\n  prompt_mode: stdin\nevent_loop:\n  max_iterations: 1\n";
+
 /// Start-up + one iteration, against the bash floor, round by round.
-fn startup(repo: &Path, home: &Path) {
+fn startup(repo: &Path, home: &Path, ralph: Option<&(std::path::PathBuf, std::path::PathBuf)>) {
     let starts: usize = env_or("BENCH_STARTS", 20);
     let floor_script = "git rev-parse --show-toplevel >/dev/null && git rev-parse -q --verify 'HEAD^{commit}' >/dev/null && true && true && git rev-parse -q --verify 'HEAD^{commit}' >/dev/null";
     let env = |c: &mut Command| {
@@ -107,6 +120,7 @@ fn startup(repo: &Path, home: &Path) {
             .stderr(std::process::Stdio::null());
     };
     let (mut ours, mut floor, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut theirs, mut vs_ralph) = (Vec::new(), Vec::new());
     for _ in 0..starts {
         let mut c = Command::new(env!("CARGO_BIN_EXE_taskdaemon"));
         c.args([
@@ -132,6 +146,11 @@ fn startup(repo: &Path, home: &Path) {
         ours.push(a);
         floor.push(f);
         ratio.push(a / f);
+        if let Some((bin, copy)) = ralph {
+            let r = ralph_once(bin, copy, home);
+            theirs.push(r);
+            vs_ralph.push(a / r);
+        }
     }
     println!(
         "start-up + one iteration, {starts} rounds (taskdaemon vs the bash floor, same rounds):"
@@ -139,6 +158,52 @@ fn startup(repo: &Path, home: &Path) {
     report("taskdaemon run --max-iterations 1", &mut ours);
     report("bash floor (git top level, HEAD x2, true x2)", &mut floor);
     report_in("ratio taskdaemon / floor, per round", &mut ratio, "x");
+    if ralph.is_some() {
+        report("ralph-orchestrator run --max-iterations 1", &mut theirs);
+        report_in(
+            "ratio taskdaemon / ralph-orchestrator, per round",
+            &mut vs_ralph,
+            "x",
+        );
+    } else {
+        println!("  (ralph-orchestrator: set RALPH_BIN to its `ralph` binary to compare)");
+    }
+}
+
+/// One `ralph run` to the end of its first iteration, in ms; its output is checked once
+/// so a broken setup is not measured as a fast one.
+fn ralph_once(bin: &Path, repo: &Path, home: &Path) -> f64 {
+    let mut c = Command::new(bin);
+    c.args([
+        "run",
+        "--autonomous",
+        "--max-iterations",
+        "1",
+        "-p",
+        "benchmark task",
+    ])
+    .current_dir(repo)
+    .env("HOME", home)
+    .env("XDG_CONFIG_HOME", home.join(".config"))
+    .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"))
+    .env("GIT_CONFIG_NOSYSTEM", "1")
+    .stdin(std::process::Stdio::null());
+    let t = Instant::now();
+    let out = c.output().expect("run ralph-orchestrator");
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    static SHOWN: std::sync::Once = std::sync::Once::new();
+    SHOWN.call_once(|| {
+        let text = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail = |t: &str| t.lines().rev().take(3).collect::<Vec<_>>().join(" | ");
+        println!(
+            "  ralph-orchestrator's first round: exit {:?}; stdout …{}; stderr …{}",
+            out.status.code(),
+            tail(&text),
+            tail(&err)
+        );
+    });
+    ms
 }
 
 fn report(what: &str, v: &mut [f64]) {

@@ -70,13 +70,13 @@ pub fn worklist_records_dir(target: &Path) -> Result<PathBuf, crate::git::GitErr
 }
 
 fn records_dir(git_at: &Path, key: &Path, kind: &str) -> Result<PathBuf, crate::git::GitError> {
-    let git_dir = crate::git::Git::new(git_at).run(&["rev-parse", "--absolute-git-dir"])?;
+    let git_dir = crate::git::Git::new(git_at).facts()?.git_dir.clone();
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in key.as_os_str().as_encoded_bytes() {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    Ok(PathBuf::from(git_dir.trim())
+    Ok(git_dir
         .join("taskdaemon")
         .join(kind)
         .join(format!("{h:016x}")))

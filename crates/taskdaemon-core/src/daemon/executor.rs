@@ -37,6 +37,8 @@ pub struct Shared {
     pub config: Option<PathBuf>,
     /// Where runs publish what their engine does.
     pub events: super::Publisher,
+    /// The shared git remote (shared queue only): a run's branch is taken from it first.
+    pub remote: Option<crate::git::remote::Remote>,
 }
 
 /// A run to start, with what the dispatcher worked out from the records.
@@ -51,6 +53,9 @@ pub struct Launch {
     pub requeued: bool,
     /// Who its events are about.
     pub subject: Subject,
+    /// It ran elsewhere until its lease expired (shared queue): it goes on at the record's
+    /// counters, whatever this machine's copy of its state says.
+    pub from_elsewhere: bool,
 }
 
 /// What a run tells the dispatcher.
@@ -182,7 +187,20 @@ struct Prepared {
 
 fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
     // Work that depends on merges held for a checked-out target starts from them.
-    let start = crate::git::integrate::start_point(&shared.worktrees, &l.start);
+    let mut start = crate::git::integrate::start_point(&shared.worktrees, &l.start);
+    if let Some(remote) = &shared.remote {
+        // Shared queue: new work starts from the remote's target (other machines merge there).
+        start = super::shared_queue::start_point(remote, &l.start);
+        // Shared queue: the branch as the remote has it (earlier phases or iterations may
+        // have run on another machine).
+        if let Some(line) = super::shared_queue::adopt(remote, &shared.worktrees, &l.worktree)? {
+            shared.events.emit(super::DaemonEvent::Note {
+                repo: shared.paths.project.clone(),
+                warning: false,
+                message: line,
+            });
+        }
+    }
     let path = shared
         .worktrees
         .ensure(&l.worktree, &branch_for(&l.worktree), &start)
@@ -192,6 +210,9 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
     if let Some(mut st) = RunState::load(&ws).map_err(|e| e.to_string())?
         && st.run_id == l.run.id
     {
+        if l.from_elsewhere {
+            super::shared_queue::continue_at_record(&mut st, &l.run);
+        }
         if matches!(st.outcome, Some(Outcome::Stuck { .. })) {
             st.stuck_count = 0;
         }
@@ -250,11 +271,15 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
         std::fs::create_dir_all(parent)
             .map_err(|e| format!("creating {}: {e}", parent.display()))?;
     }
+    let mut state = RunState::new(cfg, l.run.id.clone(), head, crate::clock::rfc3339(now));
+    if l.from_elsewhere {
+        super::shared_queue::continue_at_record(&mut state, &l.run);
+    }
     Ok(Prepared {
         ws,
         worktree: path,
-        state: RunState::new(cfg, l.run.id.clone(), head, crate::clock::rfc3339(now)),
-        resumed: false,
+        resumed: l.from_elsewhere && state.iterations_done > 0,
+        state,
         _lock: lock,
     })
 }

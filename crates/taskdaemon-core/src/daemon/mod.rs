@@ -17,6 +17,7 @@ pub mod executor;
 pub mod governor;
 pub mod ipc;
 mod paths;
+pub mod shared_queue;
 pub mod status;
 pub mod submit;
 pub mod worklist_run;
@@ -33,10 +34,12 @@ use tokio_util::sync::CancellationToken;
 
 pub use events::{DaemonEvent, Subject};
 pub use paths::{DaemonInfo, DaemonPaths};
+pub use shared_queue::QueueOptions;
 
 use self::control::StopAs;
 use self::executor::{Launch, Report, Shared};
 use self::ipc::{Request, Response};
+use self::shared_queue::iterations_recorded;
 use crate::engine::Outcome;
 use crate::git::integrate::{MergeResult, merge_into};
 use crate::git::worktree::Worktrees;
@@ -89,6 +92,8 @@ pub struct Options {
     pub tick: Duration,
     /// TERM → KILL for process groups left by a dead daemon.
     pub grace: Duration,
+    /// The shared queue's settings (used only when the records live in one: `queue:`).
+    pub queue: QueueOptions,
 }
 
 /// The kind of an agent spec, for per-agent limits: `claude`, `cmd`, `script`, …
@@ -100,6 +105,10 @@ struct Active {
     cancel: CancellationToken,
     agent: String,
     stop_as: Option<StopAs>,
+    /// Its worktree (the branch pushed to the shared remote).
+    worktree: String,
+    /// Its lease is lost (shared queue): it stops and writes nothing more.
+    lost: bool,
 }
 
 /// How many events a subscriber may fall behind before it is sent `lagged`.
@@ -142,11 +151,16 @@ struct Dispatcher {
     active: BTreeMap<String, Active>,
     /// Merges under way: record id → (branch, target).
     merging: BTreeMap<String, (String, String)>,
+    /// The shared queue (none: the JSONL store, one daemon).
+    queue: Option<shared_queue::QueueSide>,
+    /// Shared queue: when the cascade last found nothing to do with the records as they
+    /// were then (no change since: the next pass skips it, and its lock across machines).
+    cascade_idle: Option<Instant>,
     shutting_down: bool,
     started_at: String,
     events: Publisher,
     reports: mpsc::UnboundedSender<Report>,
-    merges: mpsc::UnboundedSender<(String, MergeEnd)>,
+    merges: mpsc::UnboundedSender<MergeDone>,
     /// Time in scheduling passes and in recording what runs report, for the stop line.
     pass_time: Duration,
     passes: u64,
@@ -155,6 +169,9 @@ struct Dispatcher {
     record_time: Duration,
     launched: u64,
 }
+
+/// A merge's end: the record, how it ended, and (shared queue) what to record.
+type MergeDone = (String, MergeEnd, Option<shared_queue::QueueMerge>);
 
 fn now_ms() -> i64 {
     crate::clock::now().as_millisecond()
@@ -191,9 +208,17 @@ pub async fn run(
     let (socket, listener, started_at) = listen_and_publish(&paths)?;
 
     let registry = executor_registry(&paths.project);
-    let records = Records::open(&paths.project)?.with_loop_types(registry);
+    // A shared queue's client blocks on its own runtime: never on an async worker.
+    let records = off_the_workers(|| Records::open(&paths.project))?.with_loop_types(registry);
     let worktrees = Worktrees::open(&paths.project, &opts.worktrees_dir)?;
+    let queue =
+        off_the_workers(|| shared_queue::QueueSide::open(&records, &worktrees, opts.queue.clone()))
+            .map_err(|e| DaemonError::Io {
+                what: "joining the shared queue".into(),
+                source: std::io::Error::other(e),
+            })?;
     let shared = Arc::new(Shared {
+        remote: queue.as_ref().map(|q| q.remote.clone()),
         paths: paths.clone(),
         worktrees,
         script_runner: opts.script_runner.clone(),
@@ -214,6 +239,8 @@ pub async fn run(
         records,
         active: BTreeMap::new(),
         merging: BTreeMap::new(),
+        queue,
+        cascade_idle: None,
         shutting_down: false,
         started_at,
         events: events.clone(),
@@ -243,8 +270,9 @@ pub async fn run(
     events.emit(DaemonEvent::DaemonStopped {
         repo: paths.project.clone(),
     });
-    // Subscribers write what they have (the stop included), then go.
-    drop(d);
+    // Subscribers write what they have (the stop included), then go. (A shared queue's
+    // connection closes blocking.)
+    off_the_workers(|| drop(d));
     let until = Instant::now() + Duration::from_secs(2);
     while events.bus.receiver_count() > 0 && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -258,7 +286,7 @@ impl Dispatcher {
     async fn serve_until_stopped(
         &mut self,
         mut rrx: mpsc::UnboundedReceiver<Report>,
-        mut mrx: mpsc::UnboundedReceiver<(String, MergeEnd)>,
+        mut mrx: mpsc::UnboundedReceiver<MergeDone>,
         mut irx: mpsc::Receiver<(Request, oneshot::Sender<Response>)>,
         shutdown: CancellationToken,
     ) {
@@ -266,6 +294,27 @@ impl Dispatcher {
         let mut tick = tokio::time::interval(d.opts.tick);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut dirty = true;
+        let shared_queue = d.queue.is_some();
+        let lease = d
+            .queue
+            .as_ref()
+            .map(|q| q.opts.lease)
+            .unwrap_or(d.opts.tick);
+        let mut lease_tick = tokio::time::interval((lease / 3).max(Duration::from_millis(100)));
+        lease_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The queue's notifications (another daemon or `submit` wrote) wake an idle daemon.
+        let (wtx, mut wrx) = mpsc::unbounded_channel::<()>();
+        if let Some(q) = &d.queue {
+            shared_queue::listen(q.config.clone(), d.opts.tick, move |notified| {
+                if notified {
+                    wtx.send(()).is_ok()
+                } else {
+                    !wtx.is_closed()
+                }
+            });
+        } else {
+            drop(wtx);
+        }
         loop {
             if d.shutting_down && d.active.is_empty() && d.merging.is_empty() {
                 break;
@@ -290,9 +339,9 @@ impl Dispatcher {
                     });
                     d.record_time += t.elapsed();
                 }
-                Some((id, end)) = mrx.recv() => {
+                Some((id, end, commit)) = mrx.recv() => {
                     let t = Instant::now();
-                    off_the_workers(|| d.on_merged(&id, end));
+                    off_the_workers(|| d.on_merged(&id, end, commit));
                     d.record_time += t.elapsed();
                     dirty = true;
                 }
@@ -306,6 +355,13 @@ impl Dispatcher {
                     d.begin_shutdown("a signal");
                 }
                 _ = tick.tick() => { dirty = true; }
+                Some(()) = wrx.recv(), if shared_queue => {
+                    while wrx.try_recv().is_ok() {}
+                    dirty = true;
+                }
+                _ = lease_tick.tick(), if shared_queue => {
+                    off_the_workers(|| d.renew_leases());
+                }
             }
         }
     }
@@ -591,6 +647,11 @@ impl Dispatcher {
     /// Runs still marked running belonged to a daemon that stopped (or crashed): they
     /// start first, whatever the limits, and resume from their saved state.
     fn resume_running(&mut self) -> Result<(), DaemonError> {
+        if self.queue.is_some() {
+            // Shared queue: runs marked running may be another machine's; those whose
+            // lease expired are taken over by the passes.
+            return Ok(());
+        }
         let running =
             crate::scheduler::runs(&self.records, &[taskstore::Filter::eq("status", "running")])?;
         for run in running {
@@ -607,6 +668,34 @@ impl Dispatcher {
 
     fn pass(&mut self) -> Result<(), DaemonError> {
         self.records.sync()?;
+        if self.queue.is_some() {
+            // Nothing changed since the cascade last had nothing to do: it would do nothing
+            // again (looked at anyway every few seconds).
+            let changed = !self.records.take_changes().is_empty();
+            let idle = self
+                .cascade_idle
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(5));
+            if !changed && idle {
+                return self.pass_shared();
+            }
+            self.cascade_idle = None;
+        }
+        // On the shared queue the cascade advances under one lock across machines, on the
+        // records as they are once it is held.
+        let cascade_lock = if self.queue.is_some() {
+            let l = self.records.exclusive("cascade")?;
+            self.records.sync()?;
+            let notes = match self.queue.as_mut() {
+                Some(q) => q.fetch_spec_documents(&self.records, &self.paths.project),
+                None => Vec::new(),
+            };
+            for n in notes {
+                self.note(n);
+            }
+            Some(l)
+        } else {
+            None
+        };
         let step = cascade::advance(&mut self.records, now_ms(), &self.opts.default_target)?;
         for n in step.notes {
             self.note(n);
@@ -614,7 +703,88 @@ impl Dispatcher {
         for n in status::clear_taken_holds(&mut self.records, &self.paths.project, now_ms())? {
             self.note(n);
         }
+        drop(cascade_lock);
+        if self.queue.is_some() && step.actions.is_empty() && self.records.take_changes().is_empty()
+        {
+            self.cascade_idle = Some(Instant::now());
+        }
         self.act(step.actions);
+        if self.queue.is_some() {
+            return self.pass_shared();
+        }
+        for run in self.pick_ready()? {
+            self.launch(run);
+        }
+        Ok(())
+    }
+
+    /// The shared queue's half of a pass: runs whose holder died are taken over, then the
+    /// ready runs within this machine's limits are claimed; only what this daemon got starts.
+    fn pass_shared(&mut self) -> Result<(), DaemonError> {
+        let room = self.opts.limits.max_loops.saturating_sub(self.active.len());
+        let mut lines = Vec::new();
+        let taken = match self.queue.as_mut() {
+            Some(q) => q.take_over(&mut self.records, room).unwrap_or_else(|e| {
+                lines.push(e);
+                Vec::new()
+            }),
+            None => Vec::new(),
+        };
+        for run in taken {
+            lines.push(format!(
+                "taking over run {} ({}) after iteration {}: the lease of the daemon that ran it expired",
+                run.id,
+                run.loop_type,
+                iterations_recorded(&run)
+            ));
+            self.launch_with(run, false, true);
+        }
+        let picked = self.pick_ready()?;
+        let claimed = match self.queue.as_mut() {
+            Some(q) => q.claim(&mut self.records, picked).unwrap_or_else(|e| {
+                lines.push(e);
+                Vec::new()
+            }),
+            None => Vec::new(),
+        };
+        for (run, requeued) in claimed {
+            self.launch_with(run, requeued, false);
+        }
+        for l in lines {
+            self.note(l);
+        }
+        Ok(())
+    }
+
+    /// Renew the leases of the runs this daemon runs; stop at once those whose lease is
+    /// lost (they write nothing more).
+    fn renew_leases(&mut self) {
+        let ids: Vec<String> = self
+            .active
+            .iter()
+            .filter(|(_, a)| !a.lost)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let Some(q) = self.queue.as_mut() else { return };
+        let (lost, warnings) = q.renew(&mut self.records, &ids);
+        for w in warnings {
+            self.note(w);
+        }
+        for (id, why) in lost {
+            if let Some(a) = self.active.get_mut(&id) {
+                a.lost = true;
+                a.cancel.cancel();
+            }
+            self.events.emit(DaemonEvent::Note {
+                repo: self.paths.project.clone(),
+                warning: true,
+                message: format!("run {id} stops here: {why}"),
+            });
+        }
+    }
+
+    /// The ready runs to start within this machine's limits.
+    fn pick_ready(&self) -> Result<Vec<LoopRun>, DaemonError> {
         let running: BTreeMap<String, String> = self
             .active
             .iter()
@@ -627,17 +797,13 @@ impl Dispatcher {
                 .map(agent_kind)
                 .unwrap_or_else(|| default_kind.clone())
         };
-        let picked = pick(
+        Ok(pick(
             &self.records,
             &running,
             &self.opts.limits,
             &agent_of,
             &HashSet::new(),
-        )?;
-        for run in picked {
-            self.launch(run);
-        }
-        Ok(())
+        )?)
     }
 
     fn act(&mut self, actions: Vec<Action>) {
@@ -664,9 +830,13 @@ impl Dispatcher {
                         .flatten()
                         .map(|r| r.title().to_string())
                         .unwrap_or_default();
+                    if let Some(q) = &self.queue {
+                        self.merge_shared(q, id, worktree, branch, target, title);
+                        continue;
+                    }
                     tokio::task::spawn_blocking(move || {
                         let end = merge(&shared, &id, &worktree, &branch, &target, &title);
-                        let _ = tx.send((id, end));
+                        let _ = tx.send((id, end, None));
                     });
                 }
                 Action::RemoveWorktree { name } => {
@@ -695,6 +865,11 @@ impl Dispatcher {
             crate::store::paths::inside(&path, &self.shared.paths.project)
                 .map_err(|why| format!("not started: {field}: {why}"))?;
         }
+        if self.queue.is_some() {
+            // The shared queue is the team's: whoever may write records there is trusted as
+            // the local user is (docs/multi-machine.md); paths are still checked above.
+            return Ok(());
+        }
         let user = crate::config::user_config_dir()
             .and_then(|d| crate::config::load_file(&d.join("config.yaml")).ok())
             .unwrap_or_default();
@@ -707,7 +882,15 @@ impl Dispatcher {
             .map_err(|e| e.to_string())?
     }
 
-    fn launch(&mut self, mut run: LoopRun) {
+    fn launch(&mut self, run: LoopRun) {
+        // Queued again by a person (resume/start), as opposed to relaunched after a stop.
+        let requeued = run.status == RunStatus::Pending;
+        self.launch_with(run, requeued, false);
+    }
+
+    /// Start `run`; `from_elsewhere`: it ran on another machine (or in an earlier daemon
+    /// here) until its lease expired: it goes on at the record's counters.
+    fn launch_with(&mut self, mut run: LoopRun, requeued: bool, from_elsewhere: bool) {
         if self.active.contains_key(&run.id) || self.shutting_down {
             return;
         }
@@ -718,10 +901,27 @@ impl Dispatcher {
             if let Err(e) = self.records.update(AnyRecord::Run(run.clone()), now_ms()) {
                 self.note(format!("cannot block run {}: {e}", run.id));
             }
+            if let Some(w) = self
+                .queue
+                .as_mut()
+                .and_then(|q| q.release(&mut self.records, &run.id))
+            {
+                self.note(w);
+            }
             return;
         }
-        // Queued again by a person (resume/start), as opposed to relaunched after a stop.
-        let requeued = run.status == RunStatus::Pending;
+        if let Some(q) = &self.queue
+            && run.loop_type.is_cascade()
+            && let Some(plan) = shared_queue::plan_of(&self.records, &run)
+        {
+            // Its plan's documents, as the machine that ran its last step left them.
+            let own = matches!(run.loop_type, LoopKind::Plan | LoopKind::Spec);
+            match shared_queue::fetch_documents(&q.remote, &self.paths.project, &plan.id, own) {
+                Ok(Some(n)) => self.note(n),
+                Ok(None) => {}
+                Err(e) => self.note(e),
+            }
+        }
         let (worktree, start) = self.placement(&run);
         let agent = context::RunContext::get(&run.context.agent)
             .map(agent_kind)
@@ -746,6 +946,8 @@ impl Dispatcher {
                 cancel: cancel.clone(),
                 agent,
                 stop_as: None,
+                worktree: worktree.clone(),
+                lost: false,
             },
         );
         let subject = status::subject_of(&self.records, &run, &self.paths.project);
@@ -755,6 +957,7 @@ impl Dispatcher {
             start,
             requeued,
             subject,
+            from_elsewhere,
         };
         tokio::spawn(executor::execute(
             self.shared.clone(),
@@ -803,6 +1006,125 @@ impl Dispatcher {
     /// Apply a run's report to its record. Whether the scheduler should look again.
     fn on_report(&mut self, r: Report) -> bool {
         let now = now_ms();
+        if self.queue.is_some() {
+            return self.on_report_shared(r, now);
+        }
+        self.apply_report(r, now)
+    }
+
+    /// [`Self::on_report`] on the shared queue: a run whose lease is lost writes nothing
+    /// more; each finished iteration's branch is pushed and its log stored; a run's end is
+    /// recorded only once its branch is on the remote, then its lease is released.
+    fn on_report_shared(&mut self, r: Report, now: i64) -> bool {
+        let run_id = match &r {
+            Report::Started { run_id, .. }
+            | Report::Iteration { run_id, .. }
+            | Report::Finished { run_id, .. } => run_id.clone(),
+        };
+        let Some((worktree, lost)) = self
+            .active
+            .get(&run_id)
+            .map(|a| (a.worktree.clone(), a.lost))
+        else {
+            return matches!(r, Report::Finished { .. });
+        };
+        if lost {
+            if matches!(r, Report::Finished { .. }) {
+                self.active.remove(&run_id);
+                self.note(format!(
+                    "run {run_id} stopped here without writing anything more (its lease was lost)"
+                ));
+                return true;
+            }
+            return false;
+        }
+        let iteration_done = match &r {
+            Report::Iteration {
+                iteration,
+                finished: Some(_),
+                ..
+            } => Some(*iteration),
+            _ => None,
+        };
+        let finished = matches!(r, Report::Finished { .. });
+        let mut r = r;
+        if finished
+            && let Some(w) = self.push_at_end(&run_id, &worktree)
+            && let Report::Finished { result, .. } = &mut r
+            && matches!(result, Ok(Outcome::Complete { .. }))
+        {
+            *result = Ok(Outcome::Blocked { reason: w });
+        }
+        let more = self.apply_report(r, now);
+        if let Some(n) = iteration_done {
+            self.after_iteration_shared(&run_id, &worktree, n);
+        }
+        if finished
+            && let Some(w) = self
+                .queue
+                .as_mut()
+                .and_then(|q| q.release(&mut self.records, &run_id))
+        {
+            self.note(w);
+        }
+        more
+    }
+
+    /// An iteration finished: its branch to the remote (a failure is a warning: the next
+    /// iteration pushes again), its log into the queue.
+    fn after_iteration_shared(&mut self, run_id: &str, worktree: &str, iteration: u32) {
+        let Some(q) = self.queue.as_ref() else { return };
+        let mut lines: Vec<String> = q.push(worktree).into_iter().collect();
+        lines.extend(self.publish_documents(run_id));
+        let log = crate::workspace::Workspace::new(&self.shared.worktrees.path_for(worktree))
+            .iteration_log(iteration);
+        lines.extend(shared_queue::QueueSide::upload_log(
+            &mut self.records,
+            run_id,
+            iteration,
+            &log,
+        ));
+        for l in lines {
+            self.events.emit(DaemonEvent::Note {
+                repo: self.paths.project.clone(),
+                warning: true,
+                message: l,
+            });
+        }
+    }
+
+    /// Push a run's branch before its end is recorded (three tries): the reason when its
+    /// work could not be put on the remote (a completed run is then recorded blocked: the
+    /// next phase must not start elsewhere without it).
+    fn push_at_end(&self, run_id: &str, worktree: &str) -> Option<String> {
+        let q = self.queue.as_ref()?;
+        if let Some(w) = self.publish_documents(run_id) {
+            return Some(format!(
+                "its documents are not on the shared remote: {w}; `taskdaemon resume` the run once the remote takes pushes"
+            ));
+        }
+        let mut last = None;
+        for _ in 0..3 {
+            last = Some(q.push(worktree)?);
+        }
+        last.map(|w| format!("its work is not on the shared remote: {w}; `taskdaemon resume` the run once the remote takes pushes"))
+    }
+
+    /// A plan or spec run's documents (written outside git) to the remote.
+    fn publish_documents(&self, run_id: &str) -> Option<String> {
+        let q = self.queue.as_ref()?;
+        let Ok(Some(AnyRecord::Run(run))) = self.records.get(run_id) else {
+            return None;
+        };
+        if !matches!(run.loop_type, LoopKind::Plan | LoopKind::Spec) {
+            return None;
+        }
+        let plan = shared_queue::plan_of(&self.records, &run)?;
+        shared_queue::publish_documents(&q.remote, &self.paths.project, &plan)
+    }
+
+    /// Apply a report to the records (both backends).
+    fn apply_report(&mut self, r: Report, now: i64) -> bool {
         match r {
             Report::Started {
                 run_id,
@@ -890,10 +1212,69 @@ impl Dispatcher {
         }
     }
 
-    fn on_merged(&mut self, id: &str, end: MergeEnd) {
+    /// A merge on the shared queue: one already recorded (by any daemon) is done; else
+    /// under the lock of its target across machines, against the remote's target.
+    fn merge_shared(
+        &self,
+        q: &shared_queue::QueueSide,
+        id: String,
+        worktree: String,
+        branch: String,
+        target: String,
+        title: String,
+    ) {
+        let tx = self.merges.clone();
+        if let Ok(Some(_)) = self.records.merged(&id) {
+            let _ = tx.send((
+                id,
+                MergeEnd::Done { note: None },
+                Some(shared_queue::QueueMerge::AlreadyRecorded),
+            ));
+            return;
+        }
+        let queue = q.config.clone();
+        let remote = q.remote.clone();
+        let tries = q.opts.merge_tries;
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let message =
+                format!("taskdaemon: merge {branch} ({title})\n\nTaskdaemon-Record: {id}");
+            let (end, queued) = shared_queue::merge(
+                &queue,
+                &remote,
+                &shared.worktrees,
+                &worktree,
+                &target,
+                &message,
+                tries,
+            );
+            let _ = tx.send((id, end, queued));
+        });
+    }
+
+    fn on_merged(&mut self, id: &str, end: MergeEnd, queued: Option<shared_queue::QueueMerge>) {
         let (branch, target) = self.merging.remove(id).unwrap_or_default();
+        // Shared queue: the merge is recorded once; only the daemon that records it says
+        // "merged" (another one found it done).
+        let ours = match &queued {
+            None => true,
+            Some(shared_queue::QueueMerge::ToRecord(c)) => {
+                match self.records.record_merge(id, &target, c) {
+                    Ok(true) => true,
+                    Ok(false) => false,
+                    Err(e) => {
+                        self.note(format!("recording the merge of {id} in the queue: {e}"));
+                        true
+                    }
+                }
+            }
+            Some(shared_queue::QueueMerge::AlreadyRecorded) => false,
+        };
         let subject = self.subject(id);
         match &end {
+            MergeEnd::Done { .. } if !ours => self.note(format!(
+                "{id}: already in {target} (merged and recorded by another daemon)"
+            )),
             MergeEnd::Done { note } => {
                 self.emit(DaemonEvent::Merged {
                     subject: subject.clone(),

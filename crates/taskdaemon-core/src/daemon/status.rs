@@ -49,6 +49,9 @@ pub struct RunView {
     pub worktree: Option<String>,
     pub note: Option<String>,
     pub phase: Option<Value>,
+    /// The daemon whose lease it holds (shared queue): `host:pid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -147,9 +150,25 @@ pub fn subject_of_id(records: &Records, id: &str, repo: &Path) -> Subject {
     }
 }
 
-fn run_view(records: &Records, r: &LoopRun, daemon: Option<&DaemonState>) -> RunView {
-    let live = daemon.is_some_and(|d| d.active.contains(&r.id));
+/// Who holds which run, from the queue's live leases (the JSONL store has none).
+type Held = std::collections::HashMap<String, String>;
+
+fn held(records: &Records) -> Held {
+    records
+        .leases()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|l| !l.expired)
+        .map(|l| (l.run_id, format!("{}:{}", l.host, l.pid)))
+        .collect()
+}
+
+fn run_view(records: &Records, r: &LoopRun, daemon: Option<&DaemonState>, held: &Held) -> RunView {
+    let held_by = held.get(&r.id).cloned();
+    // On the queue, a run some daemon holds a live lease on is running (on some machine).
+    let live = daemon.is_some_and(|d| d.active.contains(&r.id)) || held_by.is_some();
     RunView {
+        held_by,
         id: r.id.clone(),
         title: run_title(records, r),
         loop_type: r.loop_type.clone(),
@@ -172,11 +191,12 @@ fn runs_of(
     records: &Records,
     parent: &str,
     daemon: Option<&DaemonState>,
+    held: &Held,
 ) -> Result<Vec<RunView>, StoreError> {
     Ok(
         crate::scheduler::runs(records, &[Filter::eq("parent", parent)])?
             .iter()
-            .map(|r| run_view(records, r, daemon))
+            .map(|r| run_view(records, r, daemon, held))
             .collect(),
     )
 }
@@ -187,6 +207,8 @@ pub fn snapshot(
     daemon: Option<DaemonState>,
 ) -> Result<StatusSnapshot, StoreError> {
     let d = daemon.as_ref();
+    let held = held(records);
+    let held = &held;
     let mut plans = Vec::new();
     for p in records.list(Kind::Plan, &[])? {
         let AnyRecord::Plan(p) = p else { continue };
@@ -195,7 +217,7 @@ pub fn snapshot(
             let readiness = records.readiness(&s)?;
             let AnyRecord::Spec(s) = s else { continue };
             specs.push(SpecView {
-                runs: runs_of(records, &s.id, d)?,
+                runs: runs_of(records, &s.id, d, held)?,
                 id: s.id,
                 title: s.title,
                 status: s.status.as_str().to_string(),
@@ -206,7 +228,7 @@ pub fn snapshot(
             });
         }
         plans.push(PlanView {
-            runs: runs_of(records, &p.id, d)?,
+            runs: runs_of(records, &p.id, d, held)?,
             id: p.id,
             title: p.title,
             status: p.status.as_str().to_string(),
@@ -220,7 +242,7 @@ pub fn snapshot(
         if let AnyRecord::Run(r) = r
             && r.parent.is_none()
         {
-            runs.push(run_view(records, &r, d));
+            runs.push(run_view(records, &r, d, held));
         }
     }
     Ok(StatusSnapshot {

@@ -355,13 +355,7 @@ fn target(at: &SubmitPlace<'_>, opts: &SubmitOptions) -> Result<String, SubmitEr
             None => current_branch(at.checkout)?,
         },
     };
-    let exists = Git::new(at.project).run(&[
-        "rev-parse",
-        "--verify",
-        "--quiet",
-        &format!("refs/heads/{branch}"),
-    ]);
-    if exists.is_err() {
+    if !matches!(Git::new(at.project).branch_exists(&branch), Ok(true)) {
         return Err(refused(format!(
             "target branch `{branch}` does not exist\n  hint: create it (`git branch {branch}`) or pass --target with an existing branch"
         )));
@@ -371,15 +365,13 @@ fn target(at: &SubmitPlace<'_>, opts: &SubmitOptions) -> Result<String, SubmitEr
 
 /// The branch checked out in `dir` (the default merge target).
 fn current_branch(dir: &Path) -> Result<String, SubmitError> {
-    let out = Git::new(dir)
-        .run(&["symbolic-ref", "--quiet", "--short", "HEAD"])
-        .map_err(|_| {
-            refused(format!(
-                "{} is on a detached HEAD, so there is no branch to merge finished work into\n  hint: pass --target BRANCH, or set `target-branch:` in .taskdaemon/config.yaml",
-                dir.display()
-            ))
-        })?;
-    Ok(out.trim().to_string())
+    match Git::new(dir).current_branch() {
+        Ok(Some(b)) => Ok(b),
+        _ => Err(refused(format!(
+            "{} is on a detached HEAD, so there is no branch to merge finished work into\n  hint: pass --target BRANCH, or set `target-branch:` in .taskdaemon/config.yaml",
+            dir.display()
+        ))),
+    }
 }
 
 fn check_agent(opts: &SubmitOptions) -> Result<(), SubmitError> {

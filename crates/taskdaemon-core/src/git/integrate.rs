@@ -91,14 +91,7 @@ pub fn held_branch(target: &str) -> String {
 pub fn start_point(worktrees: &Worktrees, target: &str) -> String {
     let held = held_branch(target);
     let git = worktrees.git();
-    let has = git
-        .run(&[
-            "rev-parse",
-            "--verify",
-            "--quiet",
-            &format!("refs/heads/{held}"),
-        ])
-        .is_ok();
+    let has = matches!(git.branch_exists(&held), Ok(true));
     if has
         && git
             .run(&["merge-base", "--is-ancestor", target, &held])
@@ -142,6 +135,42 @@ pub(crate) fn merge_into_hooked(
         }
     }
     Err(IntegrateError::TargetKeptMoving(target.to_string()))
+}
+
+/// What merging `commit` onto `base` in the integration worktree makes (for a merge whose
+/// target lives elsewhere, e.g. on a shared remote: see `git::remote`). Serialised by the
+/// same `merge.lock` as [`merge_into`].
+pub(crate) enum Onto {
+    /// `commit` is already contained in `base`.
+    UpToDate,
+    /// `base` is an ancestor of `commit`: the result is `commit` itself.
+    FastForward,
+    /// A merge commit.
+    Merge(String),
+    Conflict(Vec<String>),
+}
+
+pub(crate) fn merge_onto(
+    worktrees: &Worktrees,
+    base: &str,
+    commit: &str,
+    message: &str,
+) -> Result<Onto, IntegrateError> {
+    let _lock = worktrees.lock("merge.lock")?;
+    let m = Merger {
+        wt: worktrees,
+        git: worktrees.git(),
+    };
+    if m.is_ancestor(commit, base)? {
+        return Ok(Onto::UpToDate);
+    }
+    if m.is_ancestor(base, commit)? {
+        return Ok(Onto::FastForward);
+    }
+    Ok(match m.make_merge(base, &[(commit, message)])? {
+        Made::Commit(c) => Onto::Merge(c),
+        Made::Conflict(files) => Onto::Conflict(files),
+    })
 }
 
 struct Merger<'a> {
@@ -273,6 +302,10 @@ impl Merger<'_> {
     }
 
     fn is_ancestor(&self, a: &str, b: &str) -> Result<bool, IntegrateError> {
+        // A commit is its own ancestor (a run that committed nothing): no process.
+        if a == b && a.len() >= 40 && a.bytes().all(|c| c.is_ascii_hexdigit()) {
+            return Ok(true);
+        }
         let out = self
             .git
             .call(&["merge-base", "--is-ancestor", a, b])

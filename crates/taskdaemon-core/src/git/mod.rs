@@ -2,10 +2,13 @@
 //! locks (a status from the harness must not fight the agent's own git for `index.lock`).
 
 pub mod integrate;
+mod refs;
+pub mod remote;
 pub mod snapshot;
 pub mod worktree;
 
 pub use integrate::{IntegrateError, MergeResult, merge_into};
+pub use refs::RepoFacts;
 pub use worktree::{PruneReport, Pruned, WorktreeError, WorktreeInfo, Worktrees};
 
 use std::ffi::{OsStr, OsString};
@@ -100,36 +103,66 @@ impl Git {
         }
     }
 
-    /// The top of the work tree containing `dir` (asked of git once per directory and
-    /// process: see [`fact`]).
+    /// Every fact about the repository containing `dir` that does not change while a
+    /// process runs (top level, git dirs, index, `info/exclude`, object format): one git
+    /// process, once per directory and process (see [`RepoFacts`]). Fails outside a work
+    /// tree (a bare repository, inside `.git`).
+    pub fn facts(&self) -> Result<std::sync::Arc<RepoFacts>, GitError> {
+        RepoFacts::of(&self.dir)
+    }
+
+    /// The top of the work tree containing `dir` (from [`Git::facts`]).
     pub fn toplevel(&self) -> Result<PathBuf, GitError> {
-        fact(&self.dir, "--show-toplevel", || {
-            let out = self.output(&["rev-parse", "--show-toplevel"])?;
-            if !out.status.success() {
-                return Err(GitError::NotARepo(self.dir.clone()));
-            }
-            Ok(PathBuf::from(
-                String::from_utf8_lossy(&out.stdout).trim_end_matches('\n'),
-            ))
-        })
+        Ok(self.facts()?.toplevel.clone())
     }
 
     /// The common git directory (absolute), once per directory and process.
     pub fn common_dir(&self) -> Result<PathBuf, GitError> {
+        if let Ok(f) = self.facts() {
+            return Ok(f.common_dir.clone());
+        }
+        // Outside a work tree (a bare repository) only this one fact exists.
         fact(&self.dir, "--git-common-dir", || {
             let out = self.run(&["rev-parse", "--path-format=absolute", "--git-common-dir"])?;
             Ok(PathBuf::from(out.trim_end_matches('\n')))
         })
     }
 
-    /// The commit HEAD points at; `None` on an unborn branch.
+    /// The commit HEAD points at; `None` on an unborn branch. Read from the ref files when
+    /// they say it plainly (a branch's loose ref or its `packed-refs` line, a detached
+    /// id), else asked of git.
     pub fn head(&self) -> Result<Option<String>, GitError> {
+        if let Some(head) = self.facts().ok().and_then(|f| refs::head(&f)) {
+            return Ok(head);
+        }
         let out = self.output(&["rev-parse", "-q", "--verify", "HEAD^{commit}"])?;
         if !out.status.success() {
             return Ok(None);
         }
         let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
         Ok((!id.is_empty()).then_some(id))
+    }
+
+    /// The branch checked out here (short name); `None` on a detached HEAD. From the
+    /// HEAD file when it says it plainly, else asked of git.
+    pub fn current_branch(&self) -> Result<Option<String>, GitError> {
+        if let Some(b) = self.facts().ok().and_then(|f| refs::head_branch(&f)) {
+            return Ok(b);
+        }
+        let out = self.output(&["symbolic-ref", "--quiet", "--short", "HEAD"])?;
+        let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        Ok((out.status.success() && !name.is_empty()).then_some(name))
+    }
+
+    /// Whether branch `name` exists (`refs/heads/NAME` names a commit), from the ref
+    /// files when they say it plainly, else asked of git.
+    pub fn branch_exists(&self, name: &str) -> Result<bool, GitError> {
+        if let Some(id) = self.facts().ok().and_then(|f| refs::branch_id(&f, name)) {
+            return Ok(id.is_some());
+        }
+        let full = format!("refs/heads/{name}");
+        let out = self.output(&["rev-parse", "--verify", "--quiet", &full])?;
+        Ok(out.status.success())
     }
 
     /// `git status --porcelain` (paths as git prints them for people).
@@ -267,17 +300,7 @@ impl Git {
                     .map(|p| p.to_path_buf())
             })
             .unwrap_or_default();
-        let exclude = fact(&self.dir, "info/exclude", || {
-            Ok(PathBuf::from(
-                self.run(&[
-                    "rev-parse",
-                    "--path-format=absolute",
-                    "--git-path",
-                    "info/exclude",
-                ])?
-                .trim_end(),
-            ))
-        })?;
+        let exclude = self.facts()?.info_exclude.clone();
         let gitignore = std::fs::read_to_string(self.dir.join(".gitignore")).unwrap_or_default();
         let existing = std::fs::read_to_string(&exclude).unwrap_or_default();
         let anchored = |p: &str| {

@@ -552,6 +552,9 @@ impl Worktrees {
     }
 
     pub(crate) fn rev(&self, spec: &str) -> Result<Option<String>, WorktreeError> {
+        if let Some(id) = self.branch_rev_from_files(spec) {
+            return Ok(id);
+        }
         let out = self
             .git
             .call(&["rev-parse", "-q", "--verify", "--end-of-options", spec])
@@ -560,7 +563,40 @@ impl Worktrees {
         Ok((out.status.success() && !id.is_empty()).then_some(id))
     }
 
+    /// `refs/heads/NAME` or `refs/heads/NAME^{commit}` read from the ref files (no git
+    /// process); `None` when the spec is anything else or the files are unusual.
+    /// A short `NAME^{commit}` too, when nothing git would try first (a file
+    /// `$GIT_DIR/NAME`, `refs/NAME`, `refs/tags/NAME`) exists and the branch does.
+    fn branch_rev_from_files(&self, spec: &str) -> Option<Option<String>> {
+        let facts = self.git.facts().ok()?;
+        if let Some(name) = spec.strip_prefix("refs/heads/") {
+            let name = name.strip_suffix("^{commit}").unwrap_or(name);
+            crate::config::check_branch_name(name).ok()?;
+            return super::refs::branch_id(&facts, name);
+        }
+        let name = spec.strip_suffix("^{commit}")?;
+        crate::config::check_branch_name(name).ok()?;
+        let shadowed = [&facts.git_dir, &facts.common_dir]
+            .iter()
+            .any(|d| d.join(name).exists())
+            || ["refs", "refs/tags"].iter().any(|dir| {
+                let full = format!("{dir}/{name}");
+                facts.common_dir.join(&full).exists()
+                    || super::refs::packed_has(&facts, &full) != Some(false)
+            });
+        if shadowed {
+            return None;
+        }
+        // A branch that does not exist may still be a remote's: git decides.
+        super::refs::branch_id(&facts, name).filter(Option::is_some)
+    }
+
     pub(crate) fn check_branch(&self, branch: &str) -> Result<(), WorktreeError> {
+        // The common names pass the in-process rules (stricter than git's); git decides
+        // the rest.
+        if crate::config::check_branch_name(branch).is_ok() {
+            return Ok(());
+        }
         let ok = !branch.starts_with('-')
             && self
                 .git
@@ -724,6 +760,45 @@ mod tests {
         commit_all(&repo, "initial");
         let wt = Worktrees::open(&repo, Path::new(DEFAULT_BASE)).unwrap();
         (d, repo, wt)
+    }
+
+    /// `rev` answers from the ref files what git would: branches loose and packed, short
+    /// names, and names a tag or a `refs/NAME` shadows (git's order decides).
+    #[test]
+    fn rev_from_ref_files_agrees_with_git() {
+        let (_d, repo, wt) = repo();
+        git(&repo, &["branch", "side"]);
+        git(&repo, &["branch", "deep/name"]);
+        std::fs::write(repo.join("a.txt"), "two\n").unwrap();
+        commit_all(&repo, "second");
+        git(&repo, &["tag", "-a", "-m", "t", "side", "HEAD"]);
+        git(&repo, &["update-ref", "refs/deep/name", "HEAD"]);
+        let specs = [
+            "main^{commit}",
+            "side^{commit}",
+            "deep/name^{commit}",
+            "nope^{commit}",
+            "refs/heads/main",
+            "refs/heads/side^{commit}",
+            "refs/heads/nope",
+            "refs/heads/nope^{commit}",
+        ];
+        let check = |when: &str| {
+            for spec in specs {
+                let out = std::process::Command::new("git")
+                    .arg("-C")
+                    .arg(&repo)
+                    .args(["rev-parse", "-q", "--verify", "--end-of-options", spec])
+                    .output()
+                    .unwrap();
+                let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                let want = (out.status.success() && !id.is_empty()).then_some(id);
+                assert_eq!(wt.rev(spec).unwrap(), want, "{when}: {spec}");
+            }
+        };
+        check("loose");
+        git(&repo, &["pack-refs", "--all"]);
+        check("packed");
     }
 
     /// Removing the last worktree deletes `.git/worktrees/`; adding another name at that

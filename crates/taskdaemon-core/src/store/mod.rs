@@ -7,10 +7,16 @@
 //! the files, checks the rules (parent and deps exist, no dependency cycle, unique hex),
 //! then writes: two processes cannot both pass the checks on a stale view.
 
+pub mod backend;
 pub mod check;
 pub mod ids;
 mod kind;
+pub mod migrate;
 pub mod paths;
+pub mod pg;
+pub mod pg_conn;
+pub mod pg_schema;
+pub mod queue;
 pub mod records;
 pub mod trust;
 
@@ -20,6 +26,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use taskstore::{Change, Filter, Op, Record, Store, StoreOptions};
+
+pub use backend::{Backend, WriteLock};
+pub use pg_conn::{QueueConfig, QueueError};
+pub use queue::{Holder, Lease};
 
 use ids::IdSource;
 pub use ids::Resolution;
@@ -37,6 +47,8 @@ pub fn store_dir(project: &Path) -> PathBuf {
 pub enum StoreError {
     #[error(transparent)]
     Store(#[from] taskstore::Error),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
     #[error("no record matches \"{reference}\"{}\n  hint: `taskdaemon list` shows every id; a reference can be the id, its hex, or part of its name",
         if nearest.is_empty() { String::new() } else { format!("; nearest: {}", nearest.join(", ")) })]
     NotFound {
@@ -80,7 +92,7 @@ impl StoreError {
             self,
             StoreError::Store(taskstore::Error::Io { .. } | taskstore::Error::Encode(_))
                 | StoreError::Stopped
-        )
+        ) && !matches!(self, StoreError::Queue(q) if !q.is_user_fault())
     }
 }
 
@@ -194,7 +206,7 @@ pub struct Readiness {
 
 /// The domain store.
 pub struct Records {
-    store: Store,
+    store: Backend,
     project: PathBuf,
     loop_types: Option<BTreeSet<String>>,
     changes: Vec<Change>,
@@ -213,18 +225,51 @@ impl Records {
         Records::open_with(project, StoreOptions::default())
     }
 
+    /// The project's records: in PostgreSQL when a queue is configured (`queue:` or
+    /// `TASKDAEMON_QUEUE`), else in the JSONL files (no connection is ever opened then).
     pub fn open_with(project: &Path, opts: StoreOptions) -> Result<Records> {
-        let defs = vec![
+        match QueueConfig::resolve(project)? {
+            Some(q) => Records::open_queue(project, q),
+            None => Records::open_jsonl(project, opts),
+        }
+    }
+
+    fn defs() -> Vec<taskstore::CollectionDef> {
+        vec![
             Plan::collection_def(),
             Spec::collection_def(),
             LoopRun::collection_def(),
-        ];
-        Ok(Records {
-            store: Store::open(store_dir(project), defs, opts)?,
+        ]
+    }
+
+    /// The JSONL store of the project, whatever the config says.
+    pub fn open_jsonl(project: &Path, opts: StoreOptions) -> Result<Records> {
+        Ok(Records::with_backend(
+            project,
+            Backend::Jsonl(Store::open(store_dir(project), Records::defs(), opts)?),
+        ))
+    }
+
+    /// The project's records in the shared queue `queue`.
+    pub fn open_queue(project: &Path, queue: QueueConfig) -> Result<Records> {
+        Ok(Records::with_backend(
+            project,
+            Backend::Postgres(pg::PgStore::open(queue, Records::defs())?),
+        ))
+    }
+
+    fn with_backend(project: &Path, store: Backend) -> Records {
+        Records {
+            store,
             project: project.to_path_buf(),
             loop_types: None,
             changes: Vec::new(),
-        })
+        }
+    }
+
+    /// The shared queue the records live in (none: the JSONL store).
+    pub fn queue(&self) -> Option<&QueueConfig> {
+        self.store.queue()
     }
 
     /// Only these loop types are accepted for new runs (the loop registry's names).
@@ -233,11 +278,11 @@ impl Records {
         self
     }
 
-    pub fn store(&self) -> &Store {
+    pub fn store(&self) -> &Backend {
         &self.store
     }
 
-    pub fn store_mut(&mut self) -> &mut Store {
+    pub fn store_mut(&mut self) -> &mut Backend {
         &mut self.store
     }
 
@@ -447,7 +492,7 @@ impl Records {
     /// Create records, checked together (a later one may depend on an earlier one) and
     /// written with one fsync per collection. All are checked before anything is written.
     pub fn create_batch(&mut self, news: Vec<NewRecord>, now_ms: i64) -> Result<Vec<AnyRecord>> {
-        let _lock = self.store.lock()?;
+        let lock = self.store.lock()?;
         self.catch_up()?;
         let mut made: Vec<AnyRecord> = Vec::with_capacity(news.len());
         let mut new_hex: HashSet<String> = HashSet::new();
@@ -499,6 +544,7 @@ impl Records {
             let ch = self.store.apply(kind.collection(), ops)?;
             self.changes.extend(ch);
         }
+        lock.commit()?;
         Ok(made)
     }
 
@@ -597,7 +643,7 @@ impl Records {
     /// carries, someone else changed it meanwhile and the update is refused rather than
     /// silently undoing their change (within one millisecond this cannot be told).
     pub fn update(&mut self, mut record: AnyRecord, now_ms: i64) -> Result<AnyRecord> {
-        let _lock = self.store.lock()?;
+        let lock = self.store.lock()?;
         self.catch_up()?;
         let stored = self.get(record.id())?.ok_or_else(|| StoreError::Missing {
             field: "id".into(),
@@ -649,6 +695,7 @@ impl Records {
             AnyRecord::Run(r) => self.store.update_record(r),
         }?;
         self.changes.extend(ch);
+        lock.commit()?;
         Ok(record)
     }
 
@@ -727,7 +774,7 @@ impl Records {
     /// Delete a record (a tombstone). Refused while other live records name it as parent
     /// or dep.
     pub fn delete(&mut self, id: &str, now_ms: i64) -> Result<()> {
-        let _lock = self.store.lock()?;
+        let lock = self.store.lock()?;
         self.catch_up()?;
         let rec = self.get(id)?.ok_or_else(|| StoreError::Missing {
             field: "id".into(),
@@ -746,7 +793,7 @@ impl Records {
         }
         let ch = self.store.delete(rec.kind().collection(), id, now_ms)?;
         self.changes.extend(ch);
-        Ok(())
+        lock.commit()
     }
 }
 

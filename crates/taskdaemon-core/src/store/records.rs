@@ -35,6 +35,15 @@ impl Kind {
         }
     }
 
+    /// The collection's definition (name, indexed fields).
+    pub fn def(self) -> taskstore::CollectionDef {
+        match self {
+            Kind::Plan => Plan::collection_def(),
+            Kind::Spec => Spec::collection_def(),
+            Kind::Run => LoopRun::collection_def(),
+        }
+    }
+
     /// The word in the id: `1a2b3c-<tag>-slug`.
     pub fn tag(self) -> &'static str {
         match self {

@@ -137,7 +137,53 @@ fn options(paths: &DaemonPaths, a: &StartArgs, ctx: &Ctx) -> anyhow::Result<Opti
             .unwrap_or_else(|| "auto".into()),
         tick: Duration::from_secs_f64(a.tick.clamp(0.05, 60.0)),
         grace: s.kill_grace.map(|d| d.0).unwrap_or(Duration::from_secs(5)),
+        queue: queue_options(&s)?,
     })
+}
+
+/// The shared queue's settings (used only when `queue:` is set): the remote, the lease,
+/// the project's limit across machines.
+fn queue_options(s: &config::Settings) -> anyhow::Result<daemon::QueueOptions> {
+    let mut q = daemon::QueueOptions::default();
+    if let Some(r) = std::env::var("TASKDAEMON_QUEUE_REMOTE")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .or(s.queue_remote.clone())
+    {
+        q.remote = r;
+    }
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    let lease = match var("TASKDAEMON_QUEUE_LEASE") {
+        Some(v) => Some(taskdaemon_core::duration::parse_duration(&v).map_err(|e| {
+            user(format!(
+                "TASKDAEMON_QUEUE_LEASE: {e}\n  hint: a duration such as 30s or 2m"
+            ))
+        })?),
+        None => s.queue_lease.map(|d| d.0),
+    };
+    if let Some(l) = lease {
+        if l < Duration::from_secs(1) {
+            return Err(user(
+                "queue-lease must be at least 1s\n  hint: a lease is renewed three times per period; 10s–60s suits most networks",
+            ));
+        }
+        q.lease = l;
+    }
+    let max = match var("TASKDAEMON_QUEUE_MAX_LOOPS") {
+        Some(v) => Some(v.trim().parse::<u32>().map_err(|_| {
+            user(format!(
+                "TASKDAEMON_QUEUE_MAX_LOOPS: `{v}` is not a number\n  hint: a whole number of loops, e.g. 8"
+            ))
+        })?),
+        None => s.queue_max_loops,
+    };
+    if let Some(m) = max {
+        if m == 0 {
+            return Err(user("queue-max-loops must be at least 1"));
+        }
+        q.max_loops = Some(m as usize);
+    }
+    Ok(q)
 }
 
 /// The runtime of a foreground daemon: a worker per loop (each run's engine), and one for

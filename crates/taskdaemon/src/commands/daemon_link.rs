@@ -38,15 +38,17 @@ pub fn wake(paths: &DaemonPaths) -> bool {
 
 /// The branch checked out in `dir` (the default merge target).
 pub fn current_branch(dir: &Path) -> anyhow::Result<String> {
-    let out = Git::new(dir)
-        .run(&["symbolic-ref", "--quiet", "--short", "HEAD"])
-        .map_err(|_| {
-            user(format!(
-                "{} is on a detached HEAD, so there is no branch to merge finished work into\n  hint: pass --target BRANCH, or set `target-branch:` in .taskdaemon/config.yaml",
-                dir.display()
-            ))
-        })?;
-    Ok(out.trim().to_string())
+    let detached = || {
+        user(format!(
+            "{} is on a detached HEAD, so there is no branch to merge finished work into\n  hint: pass --target BRANCH, or set `target-branch:` in .taskdaemon/config.yaml",
+            dir.display()
+        ))
+    };
+    Git::new(dir)
+        .current_branch()
+        .ok()
+        .flatten()
+        .ok_or_else(detached)
 }
 
 /// The line to print after queueing work.

@@ -59,11 +59,16 @@ pub fn run(a: DoctorArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         problems.push("git has no identity (user.name, user.email): commits fail".into());
     }
     let sandbox = sandbox(&merged, &mut problems);
+    let queue = taskdaemon_core::store::pg_schema::status(&dir);
+    if let Some(p) = queue.as_ref().and_then(|q| q.problem.clone()) {
+        problems.push(p);
+    }
     let code = i32::from(!problems.is_empty());
     if a.json {
         print_json(&json!({
             "agents": agents, "agent-in-use": needed, "git": git, "daemon": daemon,
             "settings": settings, "sandbox": sandbox, "problems": problems, "exit-code": code,
+            "queue": queue,
             "api-prices": api.price_table(),
         }))?;
         return Ok(code);
@@ -101,6 +106,24 @@ pub fn run(a: DoctorArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         "daemon: {}",
         daemon["state"].as_str().unwrap_or_default()
     );
+    match &queue {
+        None => outln!(out, "queue: none (records in .taskdaemon/store/)"),
+        Some(q) => outln!(
+            out,
+            "queue: {} (project {}): {}",
+            q.url,
+            q.project,
+            match (q.reachable, q.schema) {
+                (true, Some(v)) if v == q.expected => format!("reachable, schema version {v}"),
+                (true, Some(0)) => "reachable, no schema yet (created at first use)".into(),
+                (true, Some(v)) => format!(
+                    "reachable, schema version {v} (this taskdaemon: {})",
+                    q.expected
+                ),
+                _ => "unreachable".into(),
+            }
+        ),
+    }
     outln!(
         out,
         "sandbox: {} (docs/sandbox.md)",

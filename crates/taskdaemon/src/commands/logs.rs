@@ -166,6 +166,46 @@ fn is_active(status: RunStatus) -> bool {
     )
 }
 
+/// The iteration logs the queue holds (the last 256 KiB of each), as the daemons put them
+/// there after each iteration; `--follow` looks again every second until the run ends.
+fn queue_logs(records: &mut Records, mut run: LoopRun, args: &LogsArgs) -> anyhow::Result<i32> {
+    let mut shown = 0u32;
+    loop {
+        for (n, text) in records.logs(&run.id).map_err(store_err)? {
+            if n <= shown {
+                continue;
+            }
+            if args.json {
+                print_json(&serde_json::json!({"run": run.id, "iteration": n, "text": text}))?;
+            } else {
+                emit(&format!(
+                    "==> run {} iteration {n} (from the queue) <==\n{text}",
+                    run.id
+                ))?;
+            }
+            shown = n;
+        }
+        if !args.follow || !is_active(run.status) {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        records.sync().map_err(store_err)?;
+        if let Ok(Some(AnyRecord::Run(r))) = records.get(&run.id) {
+            run = r;
+        }
+    }
+    if shown == 0 && !args.json {
+        emit(&format!(
+            "run {} ({}) has no iteration logs yet\n",
+            run.id,
+            run.status.as_str()
+        ))?;
+    } else if args.json {
+        print_json(&serde_json::json!({"run": run.id, "status": run.status.as_str()}))?;
+    }
+    Ok(0)
+}
+
 fn daemon_run(
     paths: &DaemonPaths,
     mut records: Records,
@@ -180,6 +220,10 @@ fn daemon_run(
             .into_iter()
             .find(|d| !iteration_files(d).is_empty())
     };
+    if records.queue().is_some() && dir(&run).is_none() {
+        // Shared queue: the run ran (or runs) on another machine; its logs are in the queue.
+        return queue_logs(&mut records, run, args);
+    }
     if let Some(d) = dir(&run) {
         p.catch_up(&d)?;
     } else if !args.follow || !is_active(run.status) {

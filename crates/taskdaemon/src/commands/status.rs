@@ -60,6 +60,9 @@ fn run_line(out: &mut String, indent: &str, r: &RunView) {
         secs(r.elapsed_ms),
         r.cost_usd.map(|c| format!("  ${c:.2}")).unwrap_or_default()
     );
+    if let Some(h) = &r.held_by {
+        outln!(out, "{indent}     held by {h}");
+    }
     if r.interrupted {
         outln!(
             out,

@@ -30,6 +30,24 @@ pub enum StoreCommand {
     /// Allow the commands (`cmd:`/`script:` agent, validate) of a record that came from
     /// another clone, and of the records above it: read them first (`taskdaemon show REF`).
     Trust(TrustArgs),
+    /// Copy the project's records to a shared queue (`--to postgres://…`) or back into
+    /// .taskdaemon/store/ (`--to jsonl`): same ids and fields, updated-at kept. A target
+    /// that already holds records is refused unless --force (then saved first).
+    Migrate(MigrateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// `postgres://USER:PASSWORD@HOST/DB` (copy the JSONL store there), or `jsonl` (copy
+    /// the configured queue's records into .taskdaemon/store/).
+    #[arg(long, value_name = "URL|jsonl")]
+    pub to: String,
+    /// Replace what the target holds (saved to .git/taskdaemon/saved/ first).
+    #[arg(long)]
+    pub force: bool,
+    /// Print what was copied as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -71,7 +89,76 @@ pub fn run(args: StoreArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         StoreCommand::Compact(a) => compact(a, ctx),
         StoreCommand::Stats(a) => stats(a, ctx),
         StoreCommand::Trust(a) => trust(a, ctx),
+        StoreCommand::Migrate(a) => migrate(a, ctx),
     }
+}
+
+fn migrate(a: MigrateArgs, ctx: &Ctx) -> anyhow::Result<i32> {
+    use taskdaemon_core::store::{QueueConfig, migrate};
+    let dir = ctx.project_dir()?;
+    let to_jsonl = a.to == "jsonl";
+    let report = if to_jsonl {
+        let queue = QueueConfig::resolve(&dir)
+            .map_err(|e| store_err(e.into()))?
+            .ok_or_else(|| {
+                user(
+                    "no queue is configured: the records already are in .taskdaemon/store/\n  hint: set `queue: postgres://…` (or TASKDAEMON_QUEUE) to name the queue to copy from",
+                )
+            })?;
+        migrate::to_jsonl(&dir, &queue, a.force, now_ms())
+    } else {
+        let queue = QueueConfig::for_url(&dir, &a.to).map_err(|e| store_err(e.into()))?;
+        migrate::to_postgres(&dir, &queue, a.force, now_ms())
+    }
+    .map_err(store_err)?;
+    if a.json {
+        print_json(&report)?;
+        return Ok(0);
+    }
+    let mut out = String::new();
+    outln!(
+        out,
+        "copied {} plan(s), {} spec(s), {} run(s) from {} to {} (project {})",
+        report.plans,
+        report.specs,
+        report.runs,
+        report.from,
+        report.to,
+        report.project
+    );
+    if report.tombstones > 0 {
+        outln!(
+            out,
+            "  {} deletion(s) (tombstones) {}",
+            report.tombstones,
+            if to_jsonl {
+                "copied"
+            } else {
+                "not copied: deleted records stay deleted"
+            }
+        );
+    }
+    if let Some(saved) = &report.saved {
+        outln!(
+            out,
+            "  replaced {} record line(s); they were saved in {}",
+            report.replaced,
+            saved.display()
+        );
+    }
+    if to_jsonl {
+        outln!(
+            out,
+            "  hint: remove `queue:` from the config (and unset TASKDAEMON_QUEUE) to use these files"
+        );
+    } else {
+        outln!(
+            out,
+            "  hint: set `queue:` to that URL (with its password) in .taskdaemon/config.yaml on every clone, or TASKDAEMON_QUEUE, to use it"
+        );
+    }
+    emit(&out)?;
+    Ok(0)
 }
 
 fn trust(a: TrustArgs, ctx: &Ctx) -> anyhow::Result<i32> {
@@ -84,6 +171,16 @@ fn trust(a: TrustArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         chain.join(", ")
     ))?;
     Ok(0)
+}
+
+/// Where the records are: the store's directory, or the queue (its password hidden) and
+/// the project's key.
+pub(crate) fn where_is(records: &taskdaemon_core::store::Records) -> String {
+    match (records.store().dir(), records.queue()) {
+        (Some(d), _) => d.display().to_string(),
+        (None, Some(q)) => format!("{} (project {})", q.shown(), q.project),
+        (None, None) => String::new(),
+    }
 }
 
 /// Loads anything: these commands are how a too-large store gets fixed.
@@ -140,7 +237,7 @@ fn check(a: CheckArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     // A driver configured but whose program is gone makes every merge of the store fail.
     let driver_broken = driver.driver.is_some() && !driver.program_exists;
     let report = CheckReport {
-        store: store.dir().display().to_string(),
+        store: where_is(&records),
         ok: store.issues().is_empty() && oversized.is_empty() && graph.is_empty() && !driver_broken,
         bad_lines: store.issues(),
         oversized,
@@ -202,17 +299,16 @@ fn compact(a: CompactArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         now_ms: now_ms(),
         drop_corrupt: a.drop_corrupt,
     };
-    let names: Vec<String> = records
-        .store()
-        .collection_names()
-        .map(String::from)
-        .collect();
+    let Some(store) = records.store_mut().jsonl_mut() else {
+        return Err(user(format!(
+            "the records are in the shared queue {}: there are no files to compact\n  hint: PostgreSQL keeps only the latest version of each record; nothing to do",
+            where_is(&records)
+        )));
+    };
+    let names: Vec<String> = store.collection_names().map(String::from).collect();
     let mut reports = Vec::new();
     for name in names {
-        let r = records
-            .store_mut()
-            .compact(&name, &o)
-            .map_err(|e| store_err(e.into()))?;
+        let r = store.compact(&name, &o).map_err(|e| store_err(e.into()))?;
         reports.push(r);
     }
     if a.json {
@@ -257,7 +353,7 @@ fn stats(a: StatsArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let mut out = String::new();
-    outln!(out, "store: {}", records.store().dir().display());
+    outln!(out, "store: {}", where_is(&records));
     outln!(
         out,
         "{:<12} {:>12} {:>8} {:>8} {:>10} {:>10} {:>9}",

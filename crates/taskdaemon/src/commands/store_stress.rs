@@ -40,7 +40,7 @@ pub fn run(a: StoreStressArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let mut known: Vec<String> = records
         .store()
         .ids(Kind::Plan.collection())
-        .map_err(|e| store_err(e.into()))?
+        .map_err(store_err)?
         .map(String::from)
         .collect();
     let mut rng = fastrand::Rng::with_seed((std::process::id() as u64) ^ (now_ms() as u64));

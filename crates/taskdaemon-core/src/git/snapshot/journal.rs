@@ -22,12 +22,14 @@ use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;
 use std::path::PathBuf;
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+use super::cache::{CachedIndex, IndexKey};
 use super::{
-    Captured, Kind, Rollback, SaveRequest, Snapshot, SnapshotError, Snapshots, TreeDiff,
-    copy_keeping_mtime, io, tree_diff,
+    Captured, Kind, Listing, RawChange, Rollback, SaveRequest, Snapshot, SnapshotError, Snapshots,
+    TreeDiff, copy_keeping_mtime, io, tree_diff,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,6 +59,9 @@ pub(super) struct Journal {
     pub target: Snapshot,
     pub work_tree: String,
     pub index_tree: String,
+    /// The saved index's commit, to remember the installed index by (`index.cache`).
+    #[serde(default)]
+    pub index_commit: Option<String>,
     /// The state replaced: work tree (as captured), branch and HEAD.
     pub old_work_tree: String,
     pub old_branch: Option<String>,
@@ -120,8 +125,10 @@ impl Snapshots {
         &self,
         target: Snapshot,
         time_ms: i64,
+        listed: Listing,
     ) -> Result<Rollback, SnapshotError> {
-        let (work_tree, index_tree, tip) = self.trusted_trees(&target)?;
+        let trusted = self.trusted_trees(&target)?;
+        let (work_tree, index_tree, tip) = (trusted.work_tree, trusted.index_tree, trusted.tip);
         if let Some(b) = &target.branch {
             self.refuse_if_checked_out_elsewhere(b)?;
         }
@@ -144,6 +151,7 @@ impl Snapshots {
             target,
             work_tree,
             index_tree,
+            index_commit: trusted.index_commit,
             old_work_tree: cap.work_tree.clone(),
             old_branch: cap.branch.clone(),
             old_head: cap.head.clone(),
@@ -152,7 +160,7 @@ impl Snapshots {
             changed: tree_diff(&raw),
         };
         self.write_journal(&journal)?;
-        let lock = match self.prepare(&mut journal, &cap, time_ms) {
+        let lock = match self.prepare(&mut journal, &cap, time_ms, listed) {
             Ok(lock) => lock,
             Err(e) => {
                 self.remove_journal()?;
@@ -166,7 +174,8 @@ impl Snapshots {
             self.remove_journal()?;
             return Err(e);
         }
-        self.finish(&journal, lock, false).map(|(r, _)| r)
+        self.finish(&journal, lock, Some((raw, cap.scanned)))
+            .map(|(r, _)| r)
     }
 
     /// The steps before anything changes: refs checked, the safety snapshot, index.lock.
@@ -175,6 +184,7 @@ impl Snapshots {
         j: &mut Journal,
         cap: &Captured,
         time_ms: i64,
+        listed: Listing,
     ) -> Result<IndexLock, SnapshotError> {
         self.check_refs(&j.target)?;
         self.pause("prepared");
@@ -201,6 +211,7 @@ impl Snapshots {
             cap,
             &keep,
             &trailers,
+            Some(listed),
         )?;
         let tag = saved.tag.clone();
         j.saved = Some(saved);
@@ -215,12 +226,14 @@ impl Snapshots {
 
     /// The destructive steps, then the journal goes. An error (not a kill) releases
     /// `index.lock` and drops the journal: the message names the safety snapshot. With
-    /// the rollback, the snapshot recovery made of what it found, if any.
+    /// the rollback, the snapshot recovery made of what it found, if any. `scanned`: the
+    /// tree diff from the captured work tree and when that capture scanned the disk;
+    /// `None` when recovering (the disk is scanned again).
     fn finish(
         &self,
         j: &Journal,
         lock: IndexLock,
-        recovering: bool,
+        scanned: Option<(Vec<RawChange>, SystemTime)>,
     ) -> Result<(Rollback, Option<String>), SnapshotError> {
         let Some(saved) = j.saved.clone() else {
             return Err(SnapshotError::Journal {
@@ -228,7 +241,7 @@ impl Snapshots {
                 why: "it is restoring but names no pre-rollback snapshot".into(),
             });
         };
-        match self.restore(j, &lock, recovering) {
+        match self.restore(j, &lock, scanned) {
             Ok(found) => {
                 drop(lock);
                 self.remove_journal()?;
@@ -254,36 +267,44 @@ impl Snapshots {
         &self,
         j: &Journal,
         lock: &IndexLock,
-        recovering: bool,
+        scanned: Option<(Vec<RawChange>, SystemTime)>,
     ) -> Result<Option<String>, SnapshotError> {
         let mut found = None;
         let mut from = j.old_work_tree.clone();
-        if recovering {
-            // The private index must match the work tree again (a checkout may have
-            // stopped in the middle); what only this mix holds is saved first.
-            let now = self.capture(&[])?;
-            found = self.save_what_only_the_mix_holds(j, &now)?;
-            from = now.work_tree;
+        let (raw, at) = match scanned {
+            Some(s) => s,
+            None => {
+                // Recovering: the private index must match the work tree again (a
+                // checkout may have stopped in the middle); what only this mix holds is
+                // saved first.
+                let now = self.capture(&[])?;
+                found = self.save_what_only_the_mix_holds(j, &now)?;
+                from = now.work_tree;
+                (self.raw_diff(&from, &j.work_tree)?, now.scanned)
+            }
+        };
+        // The work tree: the private index matches it exactly (it is `from`), so only the
+        // paths that differ are written or removed (files created since the snapshot
+        // too). A path changed on disk since the scan is never overwritten: the fast way
+        // declines, and a two-way merge stops before anything is written ("not
+        // uptodate").
+        if !self.checkout_changed(&raw, at)? {
+            self.private
+                .call(&[
+                    "read-tree",
+                    "-m",
+                    "-u",
+                    "--no-recurse-submodules",
+                    &from,
+                    &j.work_tree,
+                ])
+                .env("GIT_INDEX_FILE", self.work_index())
+                .bytes()?;
         }
-        // The work tree: the private index matches it exactly (it is `from`), so a
-        // two-way merge looks at and writes only the paths that differ, and removes files
-        // created since the snapshot. A path changed on disk since the capture stops it
-        // before anything is written ("not uptodate"): nothing unsaved is overwritten.
-        self.private
-            .call(&[
-                "read-tree",
-                "-m",
-                "-u",
-                "--no-recurse-submodules",
-                &from,
-                &j.work_tree,
-            ])
-            .env("GIT_INDEX_FILE", self.work_index())
-            .bytes()?;
         self.pause("work-tree");
         self.move_refs(j)?;
         self.pause("refs");
-        self.install_index(&j.index_tree, lock)?;
+        self.install_index(j, lock)?;
         self.pause("index");
         Ok(found)
     }
@@ -321,18 +342,46 @@ impl Snapshots {
     }
 
     /// Make the user's index the snapshot's, reusing the stat data of the private index
-    /// (fresh after the checkout) for every entry whose content agrees.
-    fn install_index(&self, index_tree: &str, _lock: &IndexLock) -> Result<(), SnapshotError> {
+    /// (fresh after the checkout, and holding the snapshot's work tree): only the entries
+    /// where the saved index differs from that work tree are set (`update-index
+    /// --index-info`, no walk of the whole tree). The user's index is written with its
+    /// checksum, synced, then renamed into place.
+    fn install_index(&self, j: &Journal, _lock: &IndexLock) -> Result<(), SnapshotError> {
+        let (work_tree, index_tree) = (j.work_tree.as_str(), j.index_tree.as_str());
         let fresh = self.private_dir().join("index.new");
         copy_keeping_mtime(&self.work_index(), &self.work_index(), &fresh)?;
+        let info = if work_tree == index_tree {
+            Vec::new()
+        } else {
+            index_info(&self.raw_diff(work_tree, index_tree)?)
+        };
         self.git
-            .call(&["read-tree", "-m", index_tree])
+            .call(&[
+                "update-index",
+                "--add",
+                "--replace",
+                "--force-write-index",
+                "-z",
+                "--index-info",
+            ])
             .env("GIT_INDEX_FILE", &fresh)
+            .input(info)
             .bytes()?;
-        File::open(&fresh)
-            .and_then(|f| f.sync_all())
+        let mut f = File::open(&fresh).map_err(io(&fresh))?;
+        f.sync_all()
             .and_then(|()| fs::rename(&fresh, &self.index))
-            .map_err(io(&self.index))
+            .map_err(io(&self.index))?;
+        // The next save finds this index's tree and commit without asking git: the key
+        // is that of the file just renamed (this open handle), whatever replaces it later.
+        if let (Ok(Some(key)), Some(commit)) = (IndexKey::of(&mut f), &j.index_commit) {
+            self.remember_index(&CachedIndex {
+                key,
+                head: j.target.head.clone(),
+                tree: j.index_tree.clone(),
+                commit: commit.clone(),
+            });
+        }
+        Ok(())
     }
 
     fn user_index_lock(&self) -> PathBuf {
@@ -398,7 +447,7 @@ impl Snapshots {
                             source: Box::new(e),
                         })?;
                 self.pause("recovering");
-                let (r, found) = self.finish(&j, lock, true)?;
+                let (r, found) = self.finish(&j, lock, None)?;
                 self.notice(super::Notice::RollbackFinished {
                     target: r.restored.tag,
                     saved: r.saved.tag,
@@ -450,9 +499,26 @@ impl Snapshots {
             now,
             &keep,
             &[],
+            None,
         )?;
         Ok(Some(s.tag))
     }
+}
+
+/// `update-index -z --index-info` input that turns the `from` side of `raw` into the
+/// `to` side: each entry set to its new mode and object, or removed.
+pub(super) fn index_info(raw: &[RawChange]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for c in raw {
+        if c.dst_mode == "000000" {
+            out.extend_from_slice(format!("0 {}\t", "0".repeat(c.dst_oid.len())).as_bytes());
+        } else {
+            out.extend_from_slice(format!("{} {}\t", c.dst_mode, c.dst_oid).as_bytes());
+        }
+        out.extend_from_slice(&c.path);
+        out.push(0);
+    }
+    out
 }
 
 fn marker(nonce: &str) -> String {

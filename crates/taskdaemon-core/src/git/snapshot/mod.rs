@@ -30,6 +30,8 @@
 //! tagging and the rollback's own ref moves fire no `reference-transaction`,
 //! `post-index-change` or any other hook.
 
+mod cache;
+mod checkout;
 mod journal;
 mod locks;
 mod prune;
@@ -298,9 +300,26 @@ struct Captured {
     branch: Option<String>,
     index_tree: String,
     work_tree: String,
+    /// The snapshot commit of `index_tree` (parent: `head`), when `index.cache` had it.
+    index_commit: Option<String>,
+    /// The user's index file the index tree was made of, to remember it by.
+    index_key: Option<cache::IndexKey>,
+    /// Just before `git status` scanned the work tree for this capture.
+    scanned: std::time::SystemTime,
     /// Embedded repositories without a commit: not in the snapshot.
     skipped: Vec<String>,
 }
+
+/// The user's index as a save sees it.
+struct UserIndex {
+    exists: bool,
+    tree: String,
+    commit: Option<String>,
+    key: Option<cache::IndexKey>,
+}
+
+/// Every snapshot, oldest first, and the names taken in the snapshot tag namespaces.
+type Listing = (Vec<Snapshot>, BTreeSet<String>);
 
 /// Snapshots of one work tree (a repository or one of its linked worktrees).
 #[derive(Debug, Clone)]
@@ -327,34 +346,12 @@ pub struct Snapshots {
 impl Snapshots {
     /// The snapshots of the work tree containing `dir`.
     pub fn open(dir: &Path) -> Result<Snapshots, SnapshotError> {
-        // Every fact in one git process.
-        let out = Git::new(dir)
-            .run(&[
-                "rev-parse",
-                "--path-format=absolute",
-                "--show-toplevel",
-                "--show-object-format",
-                "--git-dir",
-                "--git-common-dir",
-                "--git-path",
-                "index",
-            ])
+        // Every fact in one git process, shared with the rest of the process.
+        let facts = Git::new(dir)
+            .facts()
             .map_err(|_| GitError::NotARepo(dir.to_path_buf()))?;
-        let mut lines = out.lines();
-        let (Some(top), Some(format), Some(git_dir), Some(common_dir), Some(index)) = (
-            lines.next().map(PathBuf::from),
-            lines.next(),
-            lines.next(),
-            lines.next(),
-            lines.next(),
-        ) else {
-            return Err(GitError::Failed {
-                args: "rev-parse --git-dir".into(),
-                dir: dir.to_path_buf(),
-                stderr: format!("unexpected output: {out:?}"),
-            }
-            .into());
-        };
+        let (top, format) = (facts.toplevel.clone(), facts.object_format.as_str());
+        let (git_dir, common_dir, index) = (&facts.git_dir, &facts.common_dir, &facts.index);
         let plain = Git::new(&top);
         let empty_tree = if format == "sha256" {
             EMPTY_TREE_SHA256
@@ -462,7 +459,7 @@ impl Snapshots {
     pub fn save(&self, req: &SaveRequest<'_>) -> Result<Snapshot, SnapshotError> {
         let _lock = self.lock()?;
         let cap = self.capture(&[])?;
-        self.commit_and_tag(req, &cap, &[], &[])
+        self.commit_and_tag(req, &cap, &[], &[], None)
     }
 
     /// Every snapshot, oldest first.
@@ -472,7 +469,7 @@ impl Snapshots {
 
     /// Every snapshot (oldest first), and the names of all tags in the snapshot
     /// namespaces (a de-duplicated name must avoid them, snapshots or not).
-    fn tags(&self) -> Result<(Vec<Snapshot>, BTreeSet<String>), SnapshotError> {
+    fn tags(&self) -> Result<Listing, SnapshotError> {
         let mut args = vec![
             "for-each-ref",
             "--format=%(refname:lstrip=2)%00%(*objectname)%00%(contents)%00",
@@ -505,7 +502,11 @@ impl Snapshots {
 
     /// The snapshot named `tag`, or an error naming the closest snapshots.
     pub fn find(&self, tag: &str) -> Result<Snapshot, SnapshotError> {
-        let all = self.list()?;
+        self.find_in(tag, &self.list()?)
+    }
+
+    /// The snapshot named `tag` among `all`.
+    fn find_in(&self, tag: &str, all: &[Snapshot]) -> Result<Snapshot, SnapshotError> {
         if let Some(s) = all.iter().find(|s| s.tag == tag) {
             return Ok(s.clone());
         }
@@ -514,7 +515,7 @@ impl Snapshots {
         }
         Err(SnapshotError::NotFound {
             tag: tag.to_string(),
-            nearest: nearest_tags(tag, &all),
+            nearest: nearest_tags(tag, all),
         })
     }
 
@@ -564,8 +565,11 @@ impl Snapshots {
     fn rollback_unguarded(&self, tag: &str, time_ms: i64) -> Result<Rollback, SnapshotError> {
         let _lock = self.lock()?;
         self.refuse_if_in_progress()?;
-        let target = self.find(tag)?;
-        self.rollback_locked(target, time_ms)
+        // Listed once: the safety snapshot's name and sequence come from the same list
+        // (nothing else tags while the lock is held).
+        let listed = self.tags()?;
+        let target = self.find_in(tag, &listed.0)?;
+        self.rollback_locked(target, time_ms, listed)
     }
 
     /// Capture work tree and index as trees (objects only; no refs, no user index write).
@@ -580,6 +584,7 @@ impl Snapshots {
             {
                 let p = self.work_index();
                 fs::remove_file(&p).map_err(io(&p))?;
+                let _ = fs::remove_file(self.private_dir().join("index.cache"));
                 self.capture_once(force)
             }
             other => other,
@@ -587,15 +592,69 @@ impl Snapshots {
     }
 
     fn capture_once(&self, force: &[PathBuf]) -> Result<Captured, SnapshotError> {
-        let head = self.rev("HEAD^{commit}")?;
-        let branch = self.branch()?;
-
-        // The user's index, read through a copy: even `write-tree` would rewrite its
-        // cache-tree extension in place.
+        let (head, branch) = self.head_and_branch()?;
         let dir = self.private_dir();
         fs::create_dir_all(&dir).map_err(io(&dir))?;
-        let user_copy = dir.join("index.user");
-        let has_index = copy_if_exists(&self.index, &user_copy)?;
+        let user = self.user_index(head.as_deref())?;
+        let has_index = user.exists;
+        let index_tree = user.tree;
+
+        // The work tree, through the private index.
+        let work_index = self.work_index();
+        if !work_index.exists() && has_index {
+            self.seed_work_index()?;
+        }
+        let seeded = work_index.exists();
+        self.track_as_the_user_does(has_index, force)?;
+        let scanned = std::time::SystemTime::now();
+        let skipped = self.add_changes(seeded)?;
+        let work_tree = self
+            .private
+            .call(&["write-tree"])
+            .env("GIT_INDEX_FILE", &work_index)
+            .text()?;
+        Ok(Captured {
+            head,
+            branch,
+            index_tree,
+            index_commit: user.commit,
+            index_key: user.key,
+            scanned,
+            work_tree,
+            skipped,
+        })
+    }
+
+    /// The tree of the user's index: from `index.cache` while that index and HEAD are
+    /// unchanged (with the snapshot commit made of it), else written from a copy (even
+    /// `write-tree` would rewrite its cache-tree extension in place).
+    fn user_index(&self, head: Option<&str>) -> Result<UserIndex, SnapshotError> {
+        let user_copy = self.private_dir().join("index.user");
+        let mut f = match File::open(&self.index) {
+            Ok(f) => Some(f),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io(&self.index)(e)),
+        };
+        let key = match f.as_mut() {
+            Some(f) => cache::IndexKey::of(f).map_err(io(&self.index))?,
+            None => None,
+        };
+        if let Some(c) = key.as_ref().and_then(|k| self.cached_index(k, head)) {
+            return Ok(UserIndex {
+                exists: true,
+                tree: c.tree,
+                commit: Some(c.commit),
+                key,
+            });
+        }
+        let exists = match f.as_mut() {
+            Some(f) => {
+                let mut to = File::create(&user_copy).map_err(io(&user_copy))?;
+                std::io::copy(f, &mut to).map_err(io(&user_copy))?;
+                true
+            }
+            None => copy_if_exists(&self.index, &user_copy)?,
+        };
         let idx = self
             .private
             .call(&["write-tree"])
@@ -615,27 +674,11 @@ impl Snapshots {
             }
             .into());
         }
-        let index_tree = String::from_utf8_lossy(&idx.stdout).trim().to_string();
-
-        // The work tree, through the private index.
-        let work_index = self.work_index();
-        if !work_index.exists() && has_index {
-            self.seed_work_index(&user_copy)?;
-        }
-        let seeded = work_index.exists();
-        self.track_as_the_user_does(&user_copy, has_index, force)?;
-        let skipped = self.add_changes(seeded)?;
-        let work_tree = self
-            .private
-            .call(&["write-tree"])
-            .env("GIT_INDEX_FILE", &work_index)
-            .text()?;
-        Ok(Captured {
-            head,
-            branch,
-            index_tree,
-            work_tree,
-            skipped,
+        Ok(UserIndex {
+            exists,
+            tree: String::from_utf8_lossy(&idx.stdout).trim().to_string(),
+            commit: None,
+            key,
         })
     }
 
@@ -662,17 +705,22 @@ impl Snapshots {
 
     /// Bring the private index in line with the work tree; the embedded repositories left
     /// out (no commit to record). `git status` (with the untracked cache, looking only into
-    /// directories that changed) names what changed, and only that is added; without a
-    /// seeded index, with many changes or if that add fails (a path vanished in between),
-    /// everything is (`add -A`).
+    /// directories that changed) names what changed, and only that is added: files alone
+    /// by one `update-index` (no pathspec matching, no directory scan), an untracked
+    /// directory among them by `add` with those paths. Without a seeded index, with many
+    /// changes or if that fails (a path vanished in between), everything is (`add -A`).
     fn add_changes(&self, seeded: bool) -> Result<Vec<String>, SnapshotError> {
         const FEW: usize = 2000;
         if seeded {
             let changed = self.changed_paths()?;
-            if changed.is_empty() {
+            if changed.paths.is_empty() {
                 return Ok(Vec::new());
             }
-            if changed.len() <= FEW {
+            if changed.paths.len() <= FEW {
+                let paths = join_z(changed.paths.iter().map(Vec::as_slice));
+                if !changed.dirs && self.update_files(&changed.paths, paths.clone())? {
+                    return Ok(Vec::new());
+                }
                 let add = self
                     .private
                     .call(&[
@@ -684,7 +732,7 @@ impl Snapshots {
                     ])
                     .env("GIT_INDEX_FILE", self.work_index())
                     .env("GIT_LITERAL_PATHSPECS", "1")
-                    .input(join_z(changed.iter().map(Vec::as_slice)))
+                    .input(paths)
                     .output()?;
                 if let Ok(skipped) = self.added(&add) {
                     return Ok(skipped);
@@ -699,10 +747,36 @@ impl Snapshots {
         self.added(&add)
     }
 
+    /// Record the files `paths` (`joined`: NUL-terminated) as they are on disk, dropping
+    /// the ones gone; `false` when one is a directory now (a nested repository: `add`
+    /// knows what to do) or git refused (the caller falls back to `add`).
+    fn update_files(&self, paths: &[Vec<u8>], joined: Vec<u8>) -> Result<bool, SnapshotError> {
+        let dir_now = paths.iter().any(|p| {
+            fs::symlink_metadata(self.top.join(OsStr::from_bytes(p))).is_ok_and(|m| m.is_dir())
+        });
+        if dir_now {
+            return Ok(false);
+        }
+        let out = self
+            .private
+            .call(&[
+                "update-index",
+                "--add",
+                "--remove",
+                "--replace",
+                "-z",
+                "--stdin",
+            ])
+            .env("GIT_INDEX_FILE", self.work_index())
+            .input(joined)
+            .output()?;
+        Ok(out.status.success())
+    }
+
     /// Paths where the work tree differs from the private index (modified, deleted, of
     /// another type) and untracked files or directories (not ignored), from `git status`.
     /// Its refresh of the stat data and untracked cache is written back (optional locks).
-    fn changed_paths(&self) -> Result<Vec<Vec<u8>>, SnapshotError> {
+    fn changed_paths(&self) -> Result<Changes, SnapshotError> {
         let out = self
             .private
             .call(&[
@@ -753,9 +827,9 @@ impl Snapshots {
     /// the first save. The copy keeps the index's time (so git still re-checks entries
     /// written in the same second, "racy git"), and drops assume-unchanged, and
     /// skip-worktree where the file is on disk: a snapshot must see every edit.
-    fn seed_work_index(&self, user_copy: &Path) -> Result<(), SnapshotError> {
+    fn seed_work_index(&self) -> Result<(), SnapshotError> {
         let work_index = self.work_index();
-        copy_keeping_mtime(user_copy, &self.index, &work_index)?;
+        copy_keeping_mtime(&self.index, &self.index, &work_index)?;
         let out = self
             .private
             .call(&["ls-files", "-v", "-z"])
@@ -794,7 +868,6 @@ impl Snapshots {
     /// track the same ignored files as the user's index (plus `force`).
     fn track_as_the_user_does(
         &self,
-        user_copy: &Path,
         has_index: bool,
         force: &[PathBuf],
     ) -> Result<(), SnapshotError> {
@@ -808,7 +881,7 @@ impl Snapshots {
             Ok(split_z(&out).map(<[u8]>::to_vec).collect())
         };
         let user: BTreeSet<Vec<u8>> = if has_index {
-            ignored_tracked(user_copy)?
+            ignored_tracked(&self.index)?
         } else {
             BTreeSet::new()
         };
@@ -854,6 +927,7 @@ impl Snapshots {
         cap: &Captured,
         keep: &[String],
         trailers: &[String],
+        listed: Option<Listing>,
     ) -> Result<Snapshot, SnapshotError> {
         let secs = req.time_ms.div_euclid(1000);
         let date = format!("@{secs} +0000");
@@ -874,7 +948,10 @@ impl Snapshots {
                 .input(msg.as_bytes().to_vec())
                 .text()?)
         };
-        let (existing, taken) = self.tags()?;
+        let (existing, taken) = match listed {
+            Some(l) => l,
+            None => self.tags()?,
+        };
         let seq = existing.iter().map(|s| s.seq).max().unwrap_or(0) + 1;
         let message = clean_message(req.message, req.kind);
         let mut snap = Snapshot {
@@ -895,7 +972,21 @@ impl Snapshots {
             text.push('\n');
         }
         let head: Vec<&str> = cap.head.iter().map(String::as_str).collect();
-        let index_commit = commit(&cap.index_tree, &head, "taskdaemon snapshot: the index\n")?;
+        let index_commit = match &cap.index_commit {
+            Some(c) => c.clone(),
+            None => {
+                let c = commit(&cap.index_tree, &head, "taskdaemon snapshot: the index\n")?;
+                if let Some(key) = &cap.index_key {
+                    self.remember_index(&cache::CachedIndex {
+                        key: key.clone(),
+                        head: cap.head.clone(),
+                        tree: cap.index_tree.clone(),
+                        commit: c.clone(),
+                    });
+                }
+                c
+            }
+        };
         let mut parents = head.clone();
         parents.push(&index_commit);
         parents.extend(keep.iter().map(String::as_str));
@@ -969,7 +1060,7 @@ impl Snapshots {
         while let (Some(meta), Some(path)) = (it.next(), it.next()) {
             let meta = String::from_utf8_lossy(meta);
             let mut f = meta.trim_start_matches(':').split(' ');
-            let (Some(src_mode), Some(dst_mode), _, _, Some(status)) =
+            let (Some(src_mode), Some(dst_mode), _, Some(dst_oid), Some(status)) =
                 (f.next(), f.next(), f.next(), f.next(), f.next())
             else {
                 continue;
@@ -977,6 +1068,7 @@ impl Snapshots {
             changes.push(RawChange {
                 src_mode: src_mode.to_string(),
                 dst_mode: dst_mode.to_string(),
+                dst_oid: dst_oid.to_string(),
                 status: status.chars().next().unwrap_or('M'),
                 path: path.to_vec(),
             });
@@ -1147,6 +1239,8 @@ impl Snapshots {
 struct RawChange {
     src_mode: String,
     dst_mode: String,
+    /// The object on the `to` side (zeros when deleted).
+    dst_oid: String,
     status: char,
     path: Vec<u8>,
 }
@@ -1221,11 +1315,18 @@ fn porcelain_entries(out: &[u8]) -> usize {
     n
 }
 
+/// What `git status` names: paths, and whether an untracked directory is among them.
+#[derive(Debug, Default, PartialEq)]
+struct Changes {
+    paths: Vec<Vec<u8>>,
+    dirs: bool,
+}
+
 /// From `git status --porcelain -z --no-renames`: the paths whose work tree column shows
 /// a change, and untracked ones (a directory without its trailing slash, so a pathspec
 /// takes all of it).
-fn status_changes(out: &[u8]) -> Vec<Vec<u8>> {
-    let mut paths = Vec::new();
+fn status_changes(out: &[u8]) -> Changes {
+    let mut c = Changes::default();
     let mut it = split_z(out);
     while let Some(entry) = it.next() {
         let (Some(&x), Some(&y), Some(path)) = (entry.first(), entry.get(1), entry.get(3..)) else {
@@ -1235,13 +1336,15 @@ fn status_changes(out: &[u8]) -> Vec<Vec<u8>> {
             it.next();
         }
         if y != b' ' || x == b'?' {
-            let path = path.strip_suffix(b"/").unwrap_or(path);
+            let dir = path.strip_suffix(b"/");
+            c.dirs |= dir.is_some();
+            let path = dir.unwrap_or(path);
             if !path.is_empty() {
-                paths.push(path.to_vec());
+                c.paths.push(path.to_vec());
             }
         }
     }
-    paths
+    c
 }
 
 /// The message as stored: no NUL bytes, no trailing blank lines, never empty.
@@ -1337,6 +1440,16 @@ mod tests {
         assert_eq!(parsed, s);
         assert!(parse_tag("v1", "abc", "release 1\n").is_none());
         assert!(parse_tag("task-2-pre", "", &tag_message(&s)).is_none());
+    }
+
+    #[test]
+    fn status_names_changed_files_and_untracked_directories() {
+        let c = status_changes(b" M a\0?? b\0M  staged\0 D gone\0");
+        assert_eq!(c.paths, [&b"a"[..], b"b", b"gone"]);
+        assert!(!c.dirs);
+        let c = status_changes(b"?? new/\0 T t\0");
+        assert_eq!(c.paths, [&b"new"[..], b"t"]);
+        assert!(c.dirs, "an untracked directory goes to `add`");
     }
 
     #[test]

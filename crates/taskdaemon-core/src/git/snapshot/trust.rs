@@ -7,13 +7,20 @@
 use super::journal::RefMove;
 use super::{Captured, Snapshot, SnapshotError, Snapshots};
 
+/// What a rollback takes from a snapshot that passed the checks.
+pub(super) struct Trusted {
+    pub work_tree: String,
+    pub index_tree: String,
+    /// The commit of the saved index (its parent: the saved HEAD).
+    pub index_commit: Option<String>,
+    /// The branch's commit now (`None`: no such branch yet).
+    pub tip: Option<String>,
+}
+
 impl Snapshots {
     /// The snapshot's work tree and index trees, once its trailers passed the checks.
-    /// Also the branch's tip now (`None`: no such branch yet).
-    pub(super) fn trusted_trees(
-        &self,
-        t: &Snapshot,
-    ) -> Result<(String, String, Option<String>), SnapshotError> {
+    /// Also the branch's tip now (`None`: no such branch yet) and the index commit.
+    pub(super) fn trusted_trees(&self, t: &Snapshot) -> Result<Trusted, SnapshotError> {
         let untrusted =
             |field: &'static str, value: &str, why: &'static str| SnapshotError::Untrusted {
                 tag: t.tag.clone(),
@@ -24,12 +31,13 @@ impl Snapshots {
         if let Some(b) = &t.branch {
             let valid = b.len() > "refs/heads/".len()
                 && b.starts_with("refs/heads/")
-                && self
-                    .git
-                    .call(&["check-ref-format", b.as_str()])
-                    .output()?
-                    .status
-                    .success();
+                && (plainly_valid(b)
+                    || self
+                        .git
+                        .call(&["check-ref-format", b.as_str()])
+                        .output()?
+                        .status
+                        .success());
             if !valid {
                 return Err(untrusted(
                     "Snapshot-Branch",
@@ -49,6 +57,7 @@ impl Snapshots {
         let mut specs = vec![
             format!("{}^{{tree}}", t.commit),
             format!("{}^{index_parent}^{{tree}}", t.commit),
+            format!("{}^{index_parent}", t.commit),
         ];
         if let Some(h) = &t.head {
             let hex = matches!(h.len(), 40 | 64)
@@ -68,10 +77,10 @@ impl Snapshots {
             return Err(damaged("its commit or its index parent is missing"));
         };
         if let Some(h) = &t.head {
-            if got[2].as_deref() != Some(h.as_str()) {
+            if got[3].as_deref() != Some(h.as_str()) {
                 return Err(untrusted("Snapshot-Head", h, "is not an existing commit"));
             }
-            if got[3].as_deref() != Some(h.as_str()) {
+            if got[4].as_deref() != Some(h.as_str()) {
                 return Err(untrusted(
                     "Snapshot-Head",
                     h,
@@ -83,7 +92,12 @@ impl Snapshots {
             .branch
             .as_ref()
             .and_then(|_| got.last().cloned().flatten());
-        Ok((work_tree, index_tree, tip))
+        Ok(Trusted {
+            work_tree,
+            index_tree,
+            index_commit: got[2].clone(),
+            tip,
+        })
     }
 
     /// Object ids of several revisions with one git process; `None` for what is missing.
@@ -146,5 +160,45 @@ impl Snapshots {
             (None, None) => Vec::new(),
         };
         Ok(moves)
+    }
+}
+
+/// A ref name of letters, digits, `.`, `_`, `-` and `/` that breaks none of
+/// `git check-ref-format`'s rules (checked without a git process); anything else is left
+/// to git.
+fn plainly_valid(name: &str) -> bool {
+    let chars = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/'));
+    chars
+        && !name.contains("..")
+        && !name.ends_with('.')
+        && name
+            .split('/')
+            .all(|c| !c.is_empty() && !c.starts_with('.') && !c.ends_with(".lock"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plainly_valid;
+
+    #[test]
+    fn plain_ref_names_skip_git_and_doubtful_ones_do_not() {
+        for ok in ["refs/heads/main", "refs/heads/feature/x-1_2.3"] {
+            assert!(plainly_valid(ok), "{ok}");
+        }
+        for doubtful in [
+            "refs/heads/a..b",
+            "refs/heads/.hidden",
+            "refs/heads/x.lock",
+            "refs/heads/x.",
+            "refs/heads//x",
+            "refs/heads/x/",
+            "refs/heads/a b",
+            "refs/heads/a@{1}",
+            "refs/heads/ü",
+        ] {
+            assert!(!plainly_valid(doubtful), "{doubtful}");
+        }
     }
 }

@@ -1,0 +1,542 @@
+//! The daemon's side of the shared queue (issue 19: daemons on several machines, one
+//! PostgreSQL queue, one git remote). Only used when the project's records live in the
+//! queue (`queue:`); the JSONL daemon never reaches this module.
+//!
+//! * Runs the scheduler finds ready are claimed ([`Records::claim`]): only what the claim
+//!   returns starts here. Runs whose lease expired are taken over on every pass.
+//! * A lease is renewed while its run lives (one ticker for all of them); a run whose lease
+//!   is no longer ours — or could not be renewed for longer than the lease — stops at once
+//!   and writes nothing more.
+//! * After every iteration, and before a run's end is recorded, its branch is pushed to the
+//!   shared remote: a run is complete only once its work is on the remote, so the next
+//!   phase can start on any machine.
+//! * The cascade advances under one lock across machines (`cascade`), re-reading the
+//!   records inside it, so its checks ("this spec's phase N has a run") see every daemon's
+//!   writes and two daemons never advance it twice.
+//! * Merges take the lock `merge:<target>` across machines, are made against the remote's
+//!   target and pushed ([`Remote::merge`]), and recorded once ([`Records::record_merge`]).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::git::remote::{Adopted, Pushed, Remote, RemoteMerge};
+use crate::git::worktree::Worktrees;
+use crate::scheduler::cascade::MergeEnd;
+use crate::scheduler::context::branch_for;
+use crate::store::queue::LOG_LIMIT;
+use crate::store::{Holder, LoopRun, QueueConfig, Records, RunStatus};
+
+/// The shared queue's settings for a daemon.
+#[derive(Debug, Clone)]
+pub struct QueueOptions {
+    /// The git remote every clone shares (`queue-remote`).
+    pub remote: String,
+    /// How long a lease lasts without renewal (`queue-lease`).
+    pub lease: Duration,
+    /// Runs at once for the project across all machines (`queue-max-loops`); none: only
+    /// the per-machine limits.
+    pub max_loops: Option<usize>,
+    /// Attempts of a merge whose push someone else's push keeps rejecting.
+    pub merge_tries: usize,
+}
+
+impl Default for QueueOptions {
+    fn default() -> Self {
+        QueueOptions {
+            remote: "origin".into(),
+            lease: Duration::from_secs(30),
+            max_loops: None,
+            merge_tries: 5,
+        }
+    }
+}
+
+/// What the dispatcher keeps about the queue.
+#[derive(Debug)]
+pub struct QueueSide {
+    pub config: QueueConfig,
+    pub holder: Holder,
+    pub opts: QueueOptions,
+    pub remote: Remote,
+    /// When each active run's lease was last renewed.
+    renewed: HashMap<String, Instant>,
+    /// The complete spec runs (id, last change) whose documents this daemon has taken:
+    /// they do not change after.
+    docs_taken: std::collections::HashSet<(String, i64)>,
+}
+
+impl QueueSide {
+    /// The queue side of a daemon whose records are `records`; `None` for the JSONL store.
+    pub fn open(
+        records: &Records,
+        worktrees: &Worktrees,
+        opts: QueueOptions,
+    ) -> Result<Option<QueueSide>, String> {
+        let Some(config) = records.queue().cloned() else {
+            return Ok(None);
+        };
+        let remote = Remote::open(worktrees, &opts.remote).map_err(|e| e.to_string())?;
+        Ok(Some(QueueSide {
+            config,
+            holder: Holder::this_process(),
+            opts,
+            remote,
+            renewed: HashMap::new(),
+            docs_taken: Default::default(),
+        }))
+    }
+
+    /// Of `picked` (ready runs within this machine's limits), those within the project's
+    /// limit across machines that this daemon could claim. Each with whether it was pending
+    /// before (queued by a person: it goes on past an earlier outcome).
+    pub fn claim(
+        &mut self,
+        records: &mut Records,
+        picked: Vec<LoopRun>,
+    ) -> Result<Vec<(LoopRun, bool)>, String> {
+        let mut picked = picked;
+        if let Some(max) = self.opts.max_loops {
+            let running =
+                crate::scheduler::runs(records, &[taskstore::Filter::eq("status", "running")])
+                    .map_err(|e| e.to_string())?
+                    .len();
+            picked.truncate(max.saturating_sub(running));
+        }
+        let ids: Vec<String> = picked.iter().map(|r| r.id.clone()).collect();
+        let got = records
+            .claim(&ids, &self.holder, self.opts.lease)
+            .map_err(|e| format!("claiming runs: {e}"))?;
+        let mut out = Vec::with_capacity(got.len());
+        for run in picked {
+            if !got.contains(&run.id) {
+                continue;
+            }
+            let requeued = run.status == RunStatus::Pending;
+            let fresh = match records.get(&run.id) {
+                Ok(Some(crate::store::AnyRecord::Run(r))) => r,
+                _ => run,
+            };
+            self.renewed.insert(fresh.id.clone(), Instant::now());
+            out.push((fresh, requeued));
+        }
+        Ok(out)
+    }
+
+    /// Runs whose holder died (their lease expired), now leased to this daemon; at most
+    /// `room`.
+    pub fn take_over(
+        &mut self,
+        records: &mut Records,
+        room: usize,
+    ) -> Result<Vec<LoopRun>, String> {
+        let runs = records
+            .take_over_expired(&self.holder, self.opts.lease, room)
+            .map_err(|e| format!("taking over runs whose lease expired: {e}"))?;
+        for r in &runs {
+            self.renewed.insert(r.id.clone(), Instant::now());
+        }
+        Ok(runs)
+    }
+
+    /// Renew the leases of `active`; the runs that must stop now, each with why: its lease
+    /// is another's, or it could not be renewed for longer than the lease.
+    pub fn renew(
+        &mut self,
+        records: &mut Records,
+        active: &[String],
+    ) -> (Vec<(String, String)>, Vec<String>) {
+        let mut lost = Vec::new();
+        let mut warnings = Vec::new();
+        self.renewed.retain(|id, _| active.contains(id));
+        for id in active {
+            match records.renew(id, &self.holder, self.opts.lease) {
+                Ok(true) => {
+                    self.renewed.insert(id.clone(), Instant::now());
+                }
+                Ok(false) => lost.push((
+                    id.clone(),
+                    "its lease is no longer this daemon's (another machine took the run over)"
+                        .to_string(),
+                )),
+                Err(e) => {
+                    let since = self
+                        .renewed
+                        .get(id)
+                        .map(|t| t.elapsed())
+                        .unwrap_or_default();
+                    if since > self.opts.lease {
+                        lost.push((
+                            id.clone(),
+                            format!(
+                                "its lease could not be renewed for {}s (longer than the lease: another machine may have it): {e}",
+                                since.as_secs()
+                            ),
+                        ));
+                    } else {
+                        warnings.push(format!("renewing the lease of run {id}: {e}"));
+                    }
+                }
+            }
+        }
+        (lost, warnings)
+    }
+
+    /// Give up the lease of a run that ended here (or stopped with the daemon): a stopped
+    /// daemon's running runs are taken over by another at once.
+    pub fn release(&mut self, records: &mut Records, id: &str) -> Option<String> {
+        self.renewed.remove(id);
+        records
+            .release(id, &self.holder)
+            .err()
+            .map(|e| format!("releasing the lease of run {id}: {e}"))
+    }
+
+    /// Push the branch of worktree `name`; a warning when it did not go (retried after the
+    /// next iteration).
+    pub fn push(&self, name: &str) -> Option<String> {
+        let branch = branch_for(name);
+        match self.remote.push_branch(&branch) {
+            Ok(Pushed::Pushed { .. } | Pushed::UpToDate) => None,
+            Ok(Pushed::Rejected { reason }) => Some(format!(
+                "pushing {branch} to {}: rejected ({reason}); the remote holds commits this machine has not seen — retried after the next iteration",
+                self.remote.name()
+            )),
+            Err(crate::git::remote::RemoteError::NoBranch(_)) => None,
+            Err(e) => Some(format!(
+                "pushing {branch} to {}: {e}; retried after the next iteration",
+                self.remote.name()
+            )),
+        }
+    }
+
+    /// Plans whose spec run is complete (another machine may have run it): the documents
+    /// missing here are taken from the remote, once per spec run, so the cascade reads them
+    /// (making the spec records, each phase's validation) on any machine.
+    pub fn fetch_spec_documents(&mut self, records: &Records, project: &Path) -> Vec<String> {
+        let mut notes = Vec::new();
+        let Ok(plans) =
+            crate::scheduler::plans(records, &[taskstore::Filter::eq("status", "in-progress")])
+        else {
+            return notes;
+        };
+        for plan in plans {
+            let Ok(runs) = crate::scheduler::runs(
+                records,
+                &[taskstore::Filter::eq("parent", plan.id.as_str())],
+            ) else {
+                continue;
+            };
+            let Some(spec_run) = runs.iter().rev().find(|r| {
+                r.loop_type == crate::store::LoopKind::Spec && r.status == RunStatus::Complete
+            }) else {
+                continue;
+            };
+            let key = (spec_run.id.clone(), spec_run.updated_at);
+            if self.docs_taken.contains(&key) {
+                continue;
+            }
+            match fetch_documents(&self.remote, project, &plan.id, false) {
+                Ok(n) => {
+                    self.docs_taken.insert(key);
+                    notes.extend(n);
+                }
+                Err(e) => notes.push(e),
+            }
+        }
+        notes
+    }
+
+    /// Put an iteration's log into the queue (its last [`LOG_LIMIT`] bytes), so `logs`
+    /// shows it from any machine.
+    pub fn upload_log(
+        records: &mut Records,
+        run_id: &str,
+        iteration: u32,
+        file: &Path,
+    ) -> Option<String> {
+        let text = read_tail(file, LOG_LIMIT)?;
+        records
+            .put_log(run_id, iteration, &text)
+            .err()
+            .map(|e| format!("storing the log of run {run_id} iteration {iteration}: {e}"))
+    }
+}
+
+/// The last `limit` bytes of a file, as text; `None` when it cannot be read.
+fn read_tail(file: &Path, limit: usize) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = crate::fsutil::open_read(file).ok()?;
+    let len = f.metadata().ok()?.len();
+    let start = len.saturating_sub(limit as u64);
+    f.seek(SeekFrom::Start(start)).ok()?;
+    let mut buf = Vec::with_capacity((len - start) as usize);
+    f.take(limit as u64).read_to_end(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// Where new work for `target` starts on the shared queue: the remote's `target` as
+/// fetched now (`refs/remotes/<remote>/<target>`), else the local branch.
+pub fn start_point(remote: &Remote, target: &str) -> String {
+    match remote.fetch(target) {
+        Ok(Some(_)) => format!("refs/remotes/{}/{target}", remote.name()),
+        _ => target.to_string(),
+    }
+}
+
+/// Before a run goes on here: its worktree's branch as the remote has it (another machine
+/// may have run the spec's earlier phases, or this run until it died). A line for the log
+/// when something changed.
+pub fn adopt(remote: &Remote, worktrees: &Worktrees, name: &str) -> Result<Option<String>, String> {
+    let branch = branch_for(name);
+    let dir = worktrees.path_for(name);
+    let got = remote
+        .adopt(&branch, &dir)
+        .map_err(|e| format!("taking {branch} from {}: {e}", remote.name()))?;
+    Ok(match got {
+        Adopted::NotOnRemote | Adopted::Same | Adopted::Ahead => None,
+        Adopted::Created { commit } | Adopted::FastForwarded { commit } => Some(format!(
+            "{branch}: continuing from {} at {}",
+            remote.name(),
+            &commit[..commit.len().min(12)]
+        )),
+        Adopted::Replaced {
+            commit,
+            saved,
+            stash,
+        } => Some(format!(
+            "{branch}: this machine's copy was stale; now at {}'s {} (the old commits are kept as {saved}{})",
+            remote.name(),
+            &commit[..commit.len().min(12)],
+            stash
+                .map(|s| format!(", uncommitted files in stash {s}"))
+                .unwrap_or_default()
+        )),
+    })
+}
+
+/// What a merge on the shared queue leaves to record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum QueueMerge {
+    /// The remote target holds the work at this commit: record it (once).
+    ToRecord(String),
+    /// The queue had recorded it already: nothing was done.
+    AlreadyRecorded,
+}
+
+/// A merge across machines: under the lock `merge:<target>` of the queue, the branch of
+/// worktree `name` as the remote has it, merged into the remote's target and pushed. The
+/// end, and the commit to record (the target's tip holding the work).
+pub fn merge(
+    queue: &QueueConfig,
+    remote: &Remote,
+    worktrees: &Worktrees,
+    name: &str,
+    target: &str,
+    message: &str,
+    tries: usize,
+) -> (MergeEnd, Option<QueueMerge>) {
+    let failed = |note: String| (MergeEnd::Failed { note }, None);
+    let _lock = match crate::store::queue::lock(queue, &format!("merge:{target}")) {
+        Ok(l) => l,
+        Err(e) => {
+            return failed(format!(
+                "merge failed: taking the merge lock of {target}: {e}"
+            ));
+        }
+    };
+    if let Err(e) = adopt(remote, worktrees, name) {
+        return failed(format!("merge failed: {e}"));
+    }
+    match remote.merge(&branch_for(name), target, message, tries) {
+        Ok(RemoteMerge::Merged { commit, .. }) | Ok(RemoteMerge::AlreadyIn { commit }) => (
+            MergeEnd::Done { note: None },
+            Some(QueueMerge::ToRecord(commit)),
+        ),
+        Ok(RemoteMerge::Conflict { files }) => (
+            MergeEnd::Conflict {
+                note: format!(
+                    "merge conflict with {target} on {} in: {}; resolve it in {}: `git pull {} {target}`, fix the files, commit; then `taskdaemon resume RUN`",
+                    remote.name(),
+                    files.join(", "),
+                    worktrees.path_for(name).display(),
+                    remote.name()
+                ),
+            },
+            None,
+        ),
+        Err(e) => failed(format!("merge failed: {e}")),
+    }
+}
+
+/// A thread that waits on the queue's notifications and calls `wake(true)` for each,
+/// `wake(false)` every `poll` without one (the caller's own tick is the fallback when a
+/// notification is lost). Ends when `wake` returns false (the daemon is gone).
+pub fn listen(queue: QueueConfig, poll: Duration, wake: impl Fn(bool) -> bool + Send + 'static) {
+    std::thread::spawn(move || {
+        let mut listener = None;
+        loop {
+            if listener.is_none() {
+                listener = crate::store::queue::listener(&queue).ok();
+            }
+            let notified = match listener.as_mut() {
+                Some(l) => l.wait(poll).unwrap_or_else(|_| {
+                    // Connect again on the next round.
+                    listener = None;
+                    false
+                }),
+                None => {
+                    std::thread::sleep(poll);
+                    false
+                }
+            };
+            if !wake(notified) {
+                return;
+            }
+        }
+    });
+}
+
+/// Iterations the record says finished: its `iteration` once its progress names it
+/// finished, else the one before (it was in flight when its holder died).
+pub fn iterations_recorded(run: &LoopRun) -> u32 {
+    let n = run.iteration;
+    let done = run
+        .progress
+        .lines()
+        .last()
+        .is_some_and(|l| l.starts_with(&format!("iteration {n}:")));
+    if done { n } else { n.saturating_sub(1) }
+}
+
+/// A run taken over from another machine goes on at the record's counters (the record is
+/// the truth): iterations, time and cost, never from 1 and never behind.
+pub fn continue_at_record(state: &mut crate::engine::RunState, run: &LoopRun) {
+    let done = iterations_recorded(run);
+    if done > state.iterations_done {
+        state.iterations_done = done;
+        state.elapsed_ms = state.elapsed_ms.max(run.elapsed_ms);
+        if let Some(c) = run.cost_usd {
+            state.cost_usd = state.cost_usd.max(c);
+        }
+    }
+}
+
+/// The documents of plan `plan_id` a run writes outside git (the plan file when it lies
+/// under `.taskdaemon/`, the spec documents): (path from the repository's top, bytes).
+fn plan_documents(
+    project: &Path,
+    plan_file: Option<&str>,
+    plan_id: &str,
+) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let own = project.join(".taskdaemon");
+    let mut add = |p: &Path| {
+        if let (Ok(rel), Ok(Some(text))) =
+            (p.strip_prefix(project), crate::fsutil::read_optional(p))
+        {
+            out.push((rel.display().to_string(), text.into_bytes()));
+        }
+    };
+    if let Some(f) = plan_file.map(Path::new).filter(|f| f.starts_with(&own)) {
+        add(f);
+    }
+    let dir = crate::scheduler::context::specs_dir(project, plan_id);
+    if let Ok(rd) = std::fs::read_dir(&dir) {
+        let mut files: Vec<_> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_file())
+            .collect();
+        files.sort();
+        for f in files {
+            add(&f);
+        }
+    }
+    out
+}
+
+/// The plan a run belongs to (plan and spec runs: its parent; phases: their spec's parent).
+pub fn plan_of(records: &Records, run: &LoopRun) -> Option<crate::store::Plan> {
+    let mut id = run.parent.clone()?;
+    for _ in 0..3 {
+        match records.get(&id).ok()?? {
+            crate::store::AnyRecord::Plan(p) => return Some(p),
+            crate::store::AnyRecord::Spec(s) => id = s.parent,
+            crate::store::AnyRecord::Run(r) => id = r.parent?,
+        }
+    }
+    None
+}
+
+/// Put the documents of `plan` on the remote (after an iteration of its plan or spec run
+/// here), so a run of it on another machine reads them.
+pub fn publish_documents(
+    remote: &Remote,
+    project: &Path,
+    plan: &crate::store::Plan,
+) -> Option<String> {
+    let files = plan_documents(project, Some(&plan.file), &plan.id);
+    remote
+        .publish_files(&format!("docs/{}", plan.id), &files)
+        .err()
+        .map(|e| {
+            format!(
+                "putting the documents of plan {} on {}: {e}",
+                plan.id,
+                remote.name()
+            )
+        })
+}
+
+/// Write the documents of plan `plan_id` kept on the remote into this clone's
+/// `.taskdaemon/` (only there; links are not followed): every file when `overwrite`, else
+/// only those missing here. A line for the log when something was written.
+pub fn fetch_documents(
+    remote: &Remote,
+    project: &Path,
+    plan_id: &str,
+    overwrite: bool,
+) -> Result<Option<String>, String> {
+    let Some(files) = remote
+        .fetch_files(&format!("docs/{plan_id}"))
+        .map_err(|e| format!("reading the documents of plan {plan_id}: {e}"))?
+    else {
+        return Ok(None);
+    };
+    let mut written = 0;
+    for (rel, bytes) in files {
+        let rel_path = Path::new(&rel);
+        let safe = rel_path.starts_with(".taskdaemon")
+            && rel_path
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !safe {
+            return Err(format!(
+                "the documents of plan {plan_id} on {} name {rel}, outside .taskdaemon/: not written",
+                remote.name()
+            ));
+        }
+        let path = project.join(rel_path);
+        let same = crate::fsutil::read_optional(&path)
+            .ok()
+            .flatten()
+            .map(|t| t.into_bytes() == bytes);
+        if same == Some(true) || (same.is_some() && !overwrite) {
+            continue;
+        }
+        if let Some(dir) = path.parent() {
+            crate::fsutil::create_dir_confined(dir)
+                .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        }
+        crate::fsutil::write_atomic(&path, &bytes)
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        written += 1;
+    }
+    Ok((written > 0).then(|| {
+        format!(
+            "plan {plan_id}: {written} document(s) taken from {}",
+            remote.name()
+        )
+    }))
+}

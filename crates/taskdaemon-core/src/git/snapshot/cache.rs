@@ -1,0 +1,188 @@
+//! Facts a save would otherwise ask git for, each in its own process (issue 16):
+//!
+//! - HEAD's branch and commit, read from the `HEAD` file and the ref files (a loose ref or
+//!   its line in `packed-refs`); git is asked only when they do not say it plainly
+//!   (reftable, a symbolic ref chain, a per-worktree ref);
+//! - the tree of the user's index and the snapshot commit made of it (parent: HEAD), kept
+//!   in `<git-dir>/taskdaemon/index.cache` while that index file is the same one (device,
+//!   inode, size, times and its trailing checksum) and HEAD has not moved. They are used
+//!   only while that commit is still there as a loose object (a `git gc` packs or prunes
+//!   it: then it is made again); the commit keeps its tree reachable (HEAD's tree is
+//!   usually packed, so the tree itself is not looked for).
+
+use std::fs::{self, File};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use super::{SnapshotError, Snapshots, io};
+
+/// The identity of one version of the user's index file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct IndexKey(String);
+
+/// What `index.cache` remembers of the user's index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct CachedIndex {
+    pub key: IndexKey,
+    /// HEAD when it was written (`None`: unborn).
+    pub head: Option<String>,
+    pub tree: String,
+    /// The snapshot's index commit: `tree` with `head` as its parent.
+    pub commit: String,
+}
+
+fn is_oid(s: &str) -> bool {
+    matches!(s.len(), 40 | 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+impl IndexKey {
+    /// The key of the open index file `f`; `None` when it carries no checksum
+    /// (`index.skipHash`): its identity would rest on the file's times alone.
+    pub fn of(f: &mut File) -> std::io::Result<Option<IndexKey>> {
+        let m = f.metadata()?;
+        if m.len() < 64 {
+            return Ok(None);
+        }
+        let mut tail = [0u8; 32];
+        f.seek(SeekFrom::End(-32))?;
+        f.read_exact(&mut tail)?;
+        f.rewind()?;
+        if tail[12..].iter().all(|b| *b == 0) {
+            return Ok(None);
+        }
+        let hex: String = tail.iter().map(|b| format!("{b:02x}")).collect();
+        Ok(Some(IndexKey(format!(
+            "{}:{}:{}:{}.{}:{}.{}:{hex}",
+            m.dev(),
+            m.ino(),
+            m.len(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec()
+        ))))
+    }
+}
+
+impl Snapshots {
+    fn index_cache_path(&self) -> PathBuf {
+        self.private_dir().join("index.cache")
+    }
+
+    /// The cached tree and commit of the user's index with key `key` and HEAD `head`, if
+    /// the commit is still a loose object.
+    pub(super) fn cached_index(&self, key: &IndexKey, head: Option<&str>) -> Option<CachedIndex> {
+        let text = fs::read_to_string(self.index_cache_path()).ok()?;
+        let mut l = text.lines();
+        let (Some(k), Some(h), Some(tree), Some(commit)) = (l.next(), l.next(), l.next(), l.next())
+        else {
+            return None;
+        };
+        let cached_head = (h != "unborn").then(|| h.to_string());
+        let fits = k == key.0 && cached_head.as_deref() == head && is_oid(tree) && is_oid(commit);
+        (fits && self.is_loose(commit)).then(|| CachedIndex {
+            key: key.clone(),
+            head: cached_head,
+            tree: tree.to_string(),
+            commit: commit.to_string(),
+        })
+    }
+
+    /// Remember the tree and commit made of the user's index (best effort: a cache, so
+    /// not synced to disk; a torn file reads as no entry).
+    pub(super) fn remember_index(&self, c: &CachedIndex) {
+        let text = format!(
+            "{}\n{}\n{}\n{}\n",
+            c.key.0,
+            c.head.as_deref().unwrap_or("unborn"),
+            c.tree,
+            c.commit
+        );
+        let path = self.index_cache_path();
+        let tmp = path.with_extension("cache.tmp");
+        if fs::write(&tmp, text).is_err() || fs::rename(&tmp, &path).is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+    }
+
+    fn is_loose(&self, oid: &str) -> bool {
+        let (dir, rest) = oid.split_at(2);
+        self.common_dir
+            .join("objects")
+            .join(dir)
+            .join(rest)
+            .is_file()
+    }
+
+    /// HEAD's branch (`refs/heads/…`, `None` when detached) and commit (`None` on an
+    /// unborn branch), from the files when they say it plainly, else from git.
+    pub(super) fn head_and_branch(
+        &self,
+    ) -> Result<(Option<String>, Option<String>), SnapshotError> {
+        let path = self.git_dir.join("HEAD");
+        let text = fs::read_to_string(&path).map_err(io(&path))?;
+        let text = text.trim_end();
+        if is_oid(text) {
+            return Ok((Some(text.to_string()), None));
+        }
+        let branch = match text.strip_prefix("ref: ") {
+            Some(r) if r.starts_with("refs/heads/") && r != "refs/heads/.invalid" => r,
+            _ => return Ok((self.rev("HEAD^{commit}")?, self.branch()?)),
+        };
+        match read_ref(&self.common_dir, branch) {
+            Some(head) => Ok((head, Some(branch.to_string()))),
+            None => Ok((self.rev("HEAD^{commit}")?, Some(branch.to_string()))),
+        }
+    }
+}
+
+/// A branch's commit from its loose ref file or `packed-refs`: `Some(None)` when neither
+/// has it (unborn), `None` when they do not say it plainly.
+fn read_ref(common_dir: &Path, name: &str) -> Option<Option<String>> {
+    match fs::read_to_string(common_dir.join(name)) {
+        Ok(text) => {
+            let text = text.trim_end();
+            return is_oid(text).then(|| Some(text.to_string()));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(_) => return None,
+    }
+    let packed = match fs::read_to_string(common_dir.join("packed-refs")) {
+        Ok(p) => p,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(None),
+        Err(_) => return None,
+    };
+    for line in packed.lines() {
+        if let Some((oid, n)) = line.split_once(' ')
+            && n == name
+        {
+            return is_oid(oid).then(|| Some(oid.to_string()));
+        }
+    }
+    Some(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refs_are_read_from_loose_files_and_packed_refs() {
+        let d = tempfile::tempdir().unwrap();
+        let a = "a".repeat(40);
+        let b = "b".repeat(40);
+        fs::create_dir_all(d.path().join("refs/heads")).unwrap();
+        fs::write(d.path().join("refs/heads/main"), format!("{a}\n")).unwrap();
+        fs::write(
+            d.path().join("packed-refs"),
+            format!("# pack-refs with: peeled fully-peeled sorted\n{b} refs/heads/dev\n"),
+        )
+        .unwrap();
+        assert_eq!(read_ref(d.path(), "refs/heads/main"), Some(Some(a)));
+        assert_eq!(read_ref(d.path(), "refs/heads/dev"), Some(Some(b)));
+        assert_eq!(read_ref(d.path(), "refs/heads/none"), Some(None));
+        fs::write(d.path().join("refs/heads/sym"), "ref: refs/heads/main\n").unwrap();
+        assert_eq!(read_ref(d.path(), "refs/heads/sym"), None, "asks git");
+    }
+}
