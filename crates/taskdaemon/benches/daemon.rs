@@ -412,7 +412,7 @@ fn git_processes(p: &Project, runs: usize) {
     }
     let total: usize = by.values().sum();
     let mut by: Vec<_> = by.into_iter().collect();
-    by.sort_by(|a, b| b.1.cmp(&a.1));
+    by.sort_by_key(|e| std::cmp::Reverse(e.1));
     let list: Vec<String> = by
         .iter()
         .map(|(k, n)| format!("{k} {:.2}", *n as f64 / runs as f64))

@@ -10,7 +10,6 @@
 
 #[allow(dead_code)]
 mod harness;
-#[allow(dead_code)]
 mod pg;
 #[allow(dead_code)]
 mod snapshot_state;
