@@ -1,7 +1,7 @@
 //! The shared queue (issue 19), against the single-machine JSONL daemon in the same run:
 //!
 //! 1. Claims per second: CLAIMS (default 2,000) pending runs in a real PostgreSQL (the
-//!    tests' server, `tests/common/pg.rs`), claimed by two holders on two threads, each
+//!    tests' server, `tests/it/pg.rs`), claimed by two holders on two threads, each
 //!    claiming 4 at a time from the same ready list (SKIP LOCKED: each run goes to one).
 //! 2. End to end: RUNS (default 200) no-op runs (ralph, agent `cmd:true`, validation
 //!    `true`, no deps), each in its own worktree and merged: one JSONL daemon at concurrency
@@ -11,7 +11,7 @@
 //!
 //! `cargo bench -p taskdaemon --bench multi_machine` (CLAIMS=N, RUNS=N, LOOPS=N).
 
-#[path = "../tests/common/pg.rs"]
+#[path = "../tests/it/pg.rs"]
 mod pg;
 
 use std::path::{Path, PathBuf};

@@ -12,6 +12,7 @@ pub mod stall;
 mod task;
 pub mod task_flow;
 pub mod task_run;
+pub mod waiting;
 
 pub use files::TaskFiles;
 pub use task::{

@@ -17,6 +17,7 @@ use taskdaemon_core::engine::{
 use taskdaemon_core::git::snapshot::Snapshots;
 use taskdaemon_core::lifecycle::TaskEnd;
 use taskdaemon_core::lifecycle::task_flow::{self, ReplacedRun, TaskFlowError};
+use taskdaemon_core::lifecycle::waiting::{Waiting, waiting_for_a_human};
 use taskdaemon_core::sandbox::SandboxKind;
 use taskdaemon_core::telemetry::RunSummary;
 use taskdaemon_core::workspace::Workspace;
@@ -150,50 +151,40 @@ pub(crate) fn hold_for_loop(dir: &Path) -> anyhow::Result<std::fs::File> {
         .map_err(user)
 }
 
-/// BLOCKED and an unanswered DECIDE stop a run from starting, with what to do. A question
-/// of the task parser is about a task that has not started: only `taskdaemon task` (with
-/// `for_task`) goes on once it is answered.
+/// BLOCKED and an unanswered DECIDE stop a run from starting (the core's
+/// `lifecycle::waiting`), rendered with what to do; the exit code to end with.
 pub(crate) fn refuse_if_waiting_for_a_human(
     ws: &Workspace,
     for_task: bool,
 ) -> anyhow::Result<Option<i32>> {
-    if let Some(text) = ws.read_blocked().map_err(user)? {
-        eprintln!(
-            "taskdaemon: not starting: the loop is blocked ({}):\n{}\n  hint: resolve it, then `taskdaemon unblock` and `taskdaemon run --resume`",
-            ws.blocked_file().display(),
-            indent(text.trim())
-        );
-        return Ok(Some(exit_code::BLOCKED));
-    }
-    let Some(d) = ws.read_decide().map_err(user)? else {
+    let Some(w) = waiting_for_a_human(ws, for_task).map_err(user)? else {
         return Ok(None);
     };
-    match (&d.task_message, &d.answer) {
-        (Some(_), None) => {
+    match w {
+        Waiting::Blocked { file, reason } => {
             eprintln!(
-                "taskdaemon: not starting: the task parser asked a question about the next task that has no answer yet ({}):\n{}\n  hint: `taskdaemon answer \"your decision\"`, then `taskdaemon task` (it takes the task's message from that file)",
-                ws.decide_file().display(),
-                indent(&d.question)
+                "taskdaemon: not starting: the loop is blocked ({}):\n{}\n  hint: resolve it, then `taskdaemon unblock` and `taskdaemon run --resume`",
+                file.display(),
+                indent(&reason)
             );
-            Ok(Some(exit_code::DECIDE))
+            return Ok(Some(exit_code::BLOCKED));
         }
-        (Some(_), Some(_)) if !for_task => {
-            eprintln!(
-                "taskdaemon: not starting: {} holds an answered question of the task parser about a task that has not started\n  hint: start that task with `taskdaemon task`, or delete the file to drop it",
-                ws.decide_file().display()
-            );
-            Ok(Some(exit_code::DECIDE))
-        }
-        (None, None) => {
-            eprintln!(
-                "taskdaemon: not starting: the agent asked a question that has no answer yet ({}):\n{}\n  hint: `taskdaemon answer \"your decision\"`, then `taskdaemon run --resume`",
-                ws.decide_file().display(),
-                indent(&d.question)
-            );
-            Ok(Some(exit_code::DECIDE))
-        }
-        _ => Ok(None),
+        Waiting::ParserQuestion { file, question } => eprintln!(
+            "taskdaemon: not starting: the task parser asked a question about the next task that has no answer yet ({}):\n{}\n  hint: `taskdaemon answer \"your decision\"`, then `taskdaemon task` (it takes the task's message from that file)",
+            file.display(),
+            indent(&question)
+        ),
+        Waiting::ParserAnswerPending { file } => eprintln!(
+            "taskdaemon: not starting: {} holds an answered question of the task parser about a task that has not started\n  hint: start that task with `taskdaemon task`, or delete the file to drop it",
+            file.display()
+        ),
+        Waiting::AgentQuestion { file, question } => eprintln!(
+            "taskdaemon: not starting: the agent asked a question that has no answer yet ({}):\n{}\n  hint: `taskdaemon answer \"your decision\"`, then `taskdaemon run --resume`",
+            file.display(),
+            indent(&question)
+        ),
     }
+    Ok(Some(exit_code::DECIDE))
 }
 
 pub(crate) fn indent(s: &str) -> String {

@@ -1,0 +1,646 @@
+//! The CLI as a person meets it: the HTML report (rendered in headless Chromium),
+//! completions, `config show`, JSON errors, and the rough edges of issue 17 item 4.
+
+use crate::harness;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::harness::{Env, wait_timeout};
+
+/// A Debian tool a test needs: its path, or `None` (skip, loudly) outside CI; on CI
+/// (`CI=true`) a missing tool fails the test (`.ci/run` installs it).
+fn tool(name: &str) -> Option<PathBuf> {
+    let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join(name))
+        .find(|p| p.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{name} is missing on CI: .ci/run should have installed it"
+        );
+        eprintln!(
+            "SKIPPED: {name} is not installed (apt-get install {name}); this test did not run"
+        );
+    }
+    found
+}
+
+fn demo(env: &Env) -> PathBuf {
+    let dir = env.root().join("demo");
+    let r = env.run(&["demo", "--path", dir.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    dir
+}
+
+fn chromium(args: &[&str], url: &Path, profile: &Path) -> std::process::Output {
+    let bin = tool("chromium").expect("checked by the caller");
+    let mut child = Command::new(bin)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .arg(format!("file://{}", url.display()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut s).unwrap();
+        s
+    });
+    let status = wait_timeout(&mut child, Duration::from_secs(300));
+    std::process::Output {
+        status,
+        stdout: reader.join().unwrap(),
+        stderr: Vec::new(),
+    }
+}
+
+#[test]
+fn report_of_the_demo_is_one_file_and_a_hostile_log_stays_text() {
+    let env = Env::new();
+    let dir = demo(&env);
+    let log = dir.join(".ralph/logs/iteration-002.log");
+    let mut text = std::fs::read_to_string(&log).unwrap();
+    text.push_str("</script><img src=x onerror=alert(1)></pre></details><script>document.title='owned'</script>\n");
+    std::fs::write(&log, text).unwrap();
+    let r = env.run(&["-C", dir.to_str().unwrap(), "report", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert_eq!(v["runs"], 1);
+    let out = PathBuf::from(v["path"].as_str().unwrap());
+    assert_eq!(out, dir.join(".ralph/logs/report.html"));
+    let html = std::fs::read_to_string(&out).unwrap();
+    for want in [
+        "rejected",
+        "complete",
+        "<svg",
+        "sh test.sh",
+        "iteration 2: log (complete)",
+    ] {
+        assert!(html.contains(want), "{want} missing");
+    }
+    assert!(
+        !html.contains("<img") && !html.contains("<script"),
+        "markup from a log got through"
+    );
+    assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;"));
+    assert!(!html.contains("http://") && !html.contains("https://"));
+
+    // As a browser sees it: the log line is text, nothing ran, the page rendered.
+    if tool("chromium").is_none() {
+        return;
+    }
+    let profile = env.root().join("chromium-profile");
+    let dom = chromium(&["--dump-dom"], &out, &profile);
+    assert!(dom.status.success());
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(dom.contains("<title>taskdaemon report"), "{dom:.400}");
+    // The title is still ours (a script from the log would have set it to `owned`).
+    assert!(
+        !dom.contains("<img") && !dom.contains("<script"),
+        "the browser made markup from a log"
+    );
+    assert!(
+        dom.contains("onerror=alert(1)"),
+        "the hostile line is shown as text"
+    );
+    let png = env.root().join("report.png");
+    let shot = chromium(
+        &[
+            &format!("--screenshot={}", png.display()),
+            "--window-size=1280,1600",
+        ],
+        &out,
+        &profile,
+    );
+    assert!(shot.status.success());
+    let bytes = std::fs::read(&png).unwrap();
+    assert!(
+        bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000,
+        "{} bytes",
+        bytes.len()
+    );
+}
+
+#[test]
+fn report_all_with_output_and_a_missing_run_is_a_usage_error() {
+    let env = Env::new();
+    let r = env.run(&["report"]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(".ralph") && r.stderr.contains("hint:"),
+        "{}",
+        r.stderr
+    );
+    let dir = demo(&env);
+    let r = env.run(&[
+        "-C",
+        dir.to_str().unwrap(),
+        "report",
+        "--all",
+        "-o",
+        "all.html",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("report of 1 run(s)"), "{}", r.stdout);
+    assert!(dir.join("all.html").is_file());
+    let r = env.run(&["-C", dir.to_str().unwrap(), "report", "nosuchrun"]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+}
+
+/// Run `script` in bash with the completion script of `taskdaemon completions bash` loaded.
+fn bash_completion(env: &Env, script: &str) -> String {
+    let r = env.run(&["completions", "bash"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let file = env.root().join("taskdaemon.bash");
+    std::fs::write(&file, &r.stdout).unwrap();
+    let out = Command::new("bash")
+        .arg("--norc")
+        .arg("-c")
+        .arg(format!("source {}\n{script}", file.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn bash_completion_loads_and_completes_subcommands_and_options() {
+    let env = Env::new();
+    let out = bash_completion(
+        &env,
+        "complete -p taskdaemon\n\
+         COMP_WORDS=(taskdaemon rep); COMP_CWORD=1; _taskdaemon taskdaemon rep taskdaemon; echo \"sub: ${COMPREPLY[*]}\"\n\
+         COMP_WORDS=(taskdaemon sn); COMP_CWORD=1; _taskdaemon taskdaemon sn taskdaemon; echo \"sub2: ${COMPREPLY[*]}\"\n\
+         COMP_WORDS=(taskdaemon report --a); COMP_CWORD=2; _taskdaemon taskdaemon --a report; echo \"opt: ${COMPREPLY[*]}\"",
+    );
+    assert!(out.contains("-F _taskdaemon taskdaemon"), "{out}");
+    assert!(out.contains("sub: report\n"), "{out}");
+    assert!(out.contains("sub2: snapshot\n"), "{out}");
+    assert!(out.contains("opt: --all\n"), "{out}");
+    for shell in ["zsh", "fish"] {
+        let r = env.run(&["completions", shell]);
+        assert_eq!(r.code, 0);
+        assert!(
+            r.stdout.contains("report") && r.stdout.contains("snapshot"),
+            "{shell}"
+        );
+    }
+}
+
+#[test]
+fn man_page_is_roff_with_every_visible_subcommand() {
+    let env = Env::new();
+    let r = env.run(&["man"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.starts_with(".ie") || r.stdout.contains(".TH taskdaemon 1"),
+        "{:.200}",
+        r.stdout
+    );
+    for sub in [
+        "TASKDAEMON REPORT",
+        "TASKDAEMON RUN",
+        "TASKDAEMON SNAPSHOT",
+        "TASKDAEMON COMPLETIONS",
+    ] {
+        assert!(
+            r.stdout.contains(&format!(".SH \"{sub}\"")),
+            "{sub} missing"
+        );
+    }
+    assert!(
+        !r.stdout.contains("__merge-store"),
+        "hidden commands stay out"
+    );
+}
+
+#[test]
+fn config_show_names_each_settings_source() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.repo().join(".taskdaemon")).unwrap();
+    std::fs::write(
+        env.repo().join(".taskdaemon/config.yaml"),
+        "# mine\nmax-iterations: 9\n",
+    )
+    .unwrap();
+    let r = env
+        .cmd()
+        .args(["config", "show", "--json"])
+        .env("TASKDAEMON_MAX_STUCK", "5")
+        .output()
+        .unwrap();
+    assert_eq!(
+        r.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    let row = |k: &str| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["key"] == k)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(row("max-iterations")["value"], 9);
+    let cfg = env.repo().join(".taskdaemon/config.yaml");
+    assert_eq!(
+        row("max-iterations")["from"],
+        format!("{}:2", cfg.display())
+    );
+    assert_eq!(row("max-stuck")["from"], "environment TASKDAEMON_MAX_STUCK");
+    assert_eq!(row("kill-grace")["from"], "default");
+    let text = env.run(&["config", "show"]);
+    assert!(
+        text.stdout
+            .lines()
+            .any(|l| l.starts_with("max-iterations") && l.ends_with(":2")),
+        "{}",
+        text.stdout
+    );
+    // doctor shows the same source.
+    let d = env.run(&["doctor", "--json"]);
+    let dv: serde_json::Value = serde_json::from_str(d.stdout.trim()).unwrap();
+    assert_eq!(
+        dv["settings"]["max-iterations"]["from"],
+        format!("{}:2", cfg.display())
+    );
+}
+
+#[test]
+fn a_missing_config_file_is_a_usage_error_also_as_json() {
+    let env = Env::new();
+    let r = env.run(&["--config", "/nonexistent.yaml", "list"]);
+    assert_eq!(r.code, 64, "{}", r.stdout);
+    assert!(
+        r.stderr.contains("/nonexistent.yaml") && r.stderr.contains("hint:"),
+        "{}",
+        r.stderr
+    );
+    let r = env.run(&["--config", "/nonexistent.yaml", "list", "--json"]);
+    assert_eq!(r.code, 64);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert!(v["error"].as_str().unwrap().contains("/nonexistent.yaml"));
+    assert!(v["hint"].as_str().unwrap().contains("--config"));
+    assert_eq!(v["exit"], 64);
+}
+
+#[test]
+fn a_bad_environment_value_is_reported_as_the_variable() {
+    let env = Env::new();
+    let r = env
+        .cmd()
+        .args(["run", "x"])
+        .env("TASKDAEMON_MAX_ITERATIONS", "abc")
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        err.contains("TASKDAEMON_MAX_ITERATIONS") && err.contains("abc"),
+        "{err}"
+    );
+    assert!(err.contains("hint:"), "{err}");
+    // On the command line it is the flag.
+    let r = env.run(&["run", "x", "--max-iterations", "abc"]);
+    assert_eq!(r.code, 64);
+    assert!(
+        r.stderr.contains("--max-iterations") && !r.stderr.contains("TASKDAEMON_MAX"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn list_runs_shows_what_each_run_works_on_and_no_colour_in_a_pipe() {
+    let env = Env::new();
+    let r = env.run(&["submit", "ralph", "make the widget blue"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = env.run(&["list", "runs"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("make the widget blue (ralph)"),
+        "{}",
+        r.stdout
+    );
+    assert!(!r.stdout.contains('\u{1b}'), "colour in a pipe");
+}
+
+#[test]
+fn quiet_keeps_errors_and_drops_notes() {
+    let env = Env::new();
+    let dir = env.root().join("demo");
+    let r = env.run(&["-q", "demo", "--path", dir.to_str().unwrap()]);
+    assert_eq!(r.code, 0);
+    assert!(!r.stderr.contains("taskdaemon: ──"), "{}", r.stderr);
+    let loud = env.run(&["-C", dir.to_str().unwrap(), "report", "nosuch"]);
+    let quiet = env.run(&["-q", "-C", dir.to_str().unwrap(), "report", "nosuch"]);
+    assert_eq!(loud.code, 64);
+    assert_eq!(quiet.code, 64);
+    assert!(quiet.stderr.contains("error:"), "{}", quiet.stderr);
+}
+
+#[test]
+fn plan_diff_exits_1_when_a_hard_gate_fails() {
+    let env = Env::new();
+    let repo = env.repo();
+    let flavors = |n: usize| {
+        let items: Vec<String> = (0..n).map(|i| format!("  {{ name: \"F{i}\" }},")).collect();
+        format!("export const flavors = [\n{}\n];\n", items.join("\n"))
+    };
+    std::fs::create_dir_all(repo.join("src")).unwrap();
+    std::fs::write(repo.join("src/flavors.ts"), flavors(8)).unwrap();
+    harness::git(&repo, &["add", "-A"]);
+    harness::git(&repo, &["commit", "-qm", "eight"]);
+    let idle = env.script(
+        "idle.yaml",
+        "iterations:\n  - steps: [ { say: looking } ]\n",
+    );
+    let r = env.run(&[
+        "task",
+        "add 2 more flavors",
+        "--agent",
+        &idle,
+        "--validate",
+        "false",
+        "--max-iterations",
+        "1",
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    std::fs::write(
+        repo.join(".ralph/plan.md"),
+        "# Plan\n\n## features\nFiles: src/flavors.ts\n<!-- TASK-1 [ADD]: 2 flavors -->\n<!-- EXISTING 8 flavors PRESERVED -->\n",
+    )
+    .unwrap();
+    std::fs::write(repo.join("src/flavors.ts"), flavors(10)).unwrap();
+    let ok = env.run(&["plan", "diff"]);
+    assert_eq!(ok.code, 0, "{}{}", ok.stdout, ok.stderr);
+    // Two flavors removed: the PRESERVED gate (hard) fails.
+    std::fs::write(repo.join("src/flavors.ts"), flavors(6)).unwrap();
+    let bad = env.run(&["plan", "diff"]);
+    assert!(bad.stdout.contains("FAIL"), "{}", bad.stdout);
+    assert_eq!(bad.code, 1, "{}", bad.stdout);
+    assert_eq!(env.run(&["plan", "diff", "--json"]).code, 1);
+}
+
+#[test]
+fn store_check_exits_1_when_the_merge_drivers_program_is_gone() {
+    let env = Env::new();
+    assert_eq!(env.run(&["init"]).code, 0);
+    let r = env.run(&["store", "check"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    harness::git(
+        &env.repo(),
+        &[
+            "config",
+            "merge.taskstore.driver",
+            "/nonexistent/taskdaemon __merge-store %O %A %B %P",
+        ],
+    );
+    let r = env.run(&["store", "check"]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(r.stdout.contains("program is gone"), "{}", r.stdout);
+}
+
+#[test]
+fn edit_without_a_change_says_nothing_changed() {
+    let env = Env::new();
+    let r = env.run(&["plan", "new", "Blue widgets"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("not written yet"),
+        "plan new names no file it did not write: {}",
+        r.stdout
+    );
+    let id = r.stdout.split_whitespace().nth(1).unwrap().to_string();
+    let r = env.run(&["edit", &id, "--title", "Blue widgets"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("nothing changed"), "{}", r.stdout);
+    let r = env.run(&["edit", &id, "--title", "Red widgets"]);
+    assert!(r.stdout.starts_with("updated"), "{}", r.stdout);
+}
+
+#[test]
+fn loops_name_prints_yaml_that_loads_back() {
+    let env = Env::new();
+    let r = env.run(&["loops", "ralph"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("  prompt-template: |"),
+        "{:.300}",
+        r.stdout
+    );
+    assert!(!r.stdout.contains("\\n"), "no escaped newlines");
+    let orig: serde_json::Value =
+        serde_json::from_str(&env.run(&["loops", "ralph", "--json"]).stdout).unwrap();
+    // Pasted into the project's loops, it loads as the same definition.
+    let dir = env.repo().join(".taskdaemon/loops");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("ralph.yaml"), &r.stdout).unwrap();
+    let back = env.run(&["loops", "ralph", "--json"]);
+    assert_eq!(back.code, 0, "{}", back.stderr);
+    let pasted: serde_json::Value = serde_json::from_str(&back.stdout).unwrap();
+    assert_eq!(orig, pasted);
+    assert!(
+        env.run(&["loops"])
+            .stdout
+            .contains(".taskdaemon/loops/ralph.yaml")
+    );
+}
+
+#[test]
+fn check_doc_specs_takes_its_directory_under_dash_c() {
+    let env = Env::new();
+    let specs = env.repo().join("specs");
+    std::fs::create_dir_all(&specs).unwrap();
+    let r = env
+        .cmd()
+        .current_dir(env.root())
+        .args(["-C", "repo", "check-doc", "specs", "specs", "--json"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(
+        !String::from_utf8_lossy(&r.stderr).contains("No such file"),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert!(out.contains("\"specs\""), "{out}");
+}
+
+#[test]
+fn init_that_cannot_write_names_the_path_and_a_hint() {
+    let env = Env::new();
+    // A file where .taskdaemon/ should be (root ignores permission bits, so no chmod).
+    std::fs::write(env.repo().join(".taskdaemon"), "in the way\n").unwrap();
+    let r = env.run(&["init"]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains(".taskdaemon/config.yaml"), "{}", r.stderr);
+    assert!(r.stderr.contains("hint:"), "{}", r.stderr);
+}
+
+#[test]
+fn worktree_list_columns_align_with_long_branch_names() {
+    let env = Env::new();
+    for (name, branch) in [
+        ("a", "td/short"),
+        ("bbbbbbbb", "taskdaemon/a-very-long-branch-name-indeed"),
+    ] {
+        let path = env.repo().join(".taskdaemon/worktrees").join(name);
+        harness::git(
+            &env.repo(),
+            &[
+                "worktree",
+                "add",
+                "-q",
+                "-b",
+                branch,
+                path.to_str().unwrap(),
+            ],
+        );
+    }
+    let r = env.run(&["worktree", "list"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert!(lines[0].starts_with("NAME"), "{}", r.stdout);
+    let col = |l: &str, word: &str| l.find(word);
+    let state: Vec<usize> = lines[1..].iter().filter_map(|l| col(l, "clean")).collect();
+    assert_eq!(state.len(), 2, "{}", r.stdout);
+    assert_eq!(state[0], state[1], "{}", r.stdout);
+    assert_eq!(col(lines[0], "STATE"), Some(state[0]), "{}", r.stdout);
+}
+
+#[test]
+fn snapshot_prune_keeps_the_newest_and_what_another_ref_names_and_can_be_undone() {
+    let env = Env::new();
+    let repo = env.repo();
+    let mut tags = Vec::new();
+    for day in 1..=4 {
+        std::fs::write(repo.join(format!("f{day}")), "x").unwrap();
+        let out = env
+            .cmd()
+            .args(["snapshot", "save", &format!("s{day}"), "--json"])
+            .env("TASKDAEMON_NOW", format!("2026-11-0{day}T00:00:00Z"))
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        tags.push(v["tag"].as_str().unwrap().to_string());
+    }
+    // Someone tagged the second snapshot's commit: it stays.
+    harness::git(
+        &repo,
+        &[
+            "tag",
+            "release-candidate",
+            &format!("{}^{{commit}}", tags[1]),
+        ],
+    );
+    let r = env.run(&["snapshot", "prune"]);
+    assert_eq!(r.code, 64, "a prune says which: {}", r.stdout);
+    let dry = env.run(&["snapshot", "prune", "--keep", "1", "--dry-run"]);
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    assert!(
+        dry.stdout.contains(&format!("would remove {}", tags[0])),
+        "{}",
+        dry.stdout
+    );
+    assert!(
+        dry.stdout.contains(&format!("keep    {}", tags[1])),
+        "{}",
+        dry.stdout
+    );
+    assert_eq!(
+        harness::git(&repo, &["tag"]).lines().count(),
+        5,
+        "a dry run changes nothing"
+    );
+    let r = env.run(&["snapshot", "prune", "--keep", "1", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    let removed: Vec<&str> = v["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["tag"].as_str().unwrap())
+        .collect();
+    assert_eq!(removed, [tags[2].as_str(), tags[0].as_str()]);
+    let left = harness::git(&repo, &["tag"]);
+    assert!(
+        left.contains(&tags[3]) && left.contains(&tags[1]) && !left.contains(&tags[0]),
+        "{left}"
+    );
+    // The restore file brings a removed snapshot back, whole.
+    let restore = std::fs::read_to_string(v["restore-file"].as_str().unwrap()).unwrap();
+    let line = restore.lines().find(|l| l.contains(&tags[0])).unwrap();
+    let cmd = line.split("  #").next().unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .current_dir(&repo)
+        .env("HOME", env.home())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list = env.run(&["snapshot", "list"]);
+    assert!(
+        list.stdout.contains(&tags[0]) && list.stdout.contains("s1"),
+        "{}",
+        list.stdout
+    );
+}
+
+#[test]
+fn delete_refuses_a_referenced_record_and_saves_what_it_deletes() {
+    let env = Env::new();
+    let new_plan = |title: &str, extra: &[&str]| {
+        let mut args = vec!["plan", "new", title, "--json"];
+        args.extend_from_slice(extra);
+        let r = env.run(&args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+        v["id"].as_str().unwrap().to_string()
+    };
+    let base = new_plan("base work", &[]);
+    let top = new_plan("top work", &["--deps", &base]);
+    let r = env.run(&["delete", &base]);
+    assert_eq!(r.code, 64, "{}", r.stdout);
+    assert!(
+        r.stderr.contains(&top) && r.stderr.contains("hint:"),
+        "{}",
+        r.stderr
+    );
+    let r = env.run(&["delete", &top, "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    let saved = std::fs::read_to_string(v["saved"].as_str().unwrap()).unwrap();
+    assert!(saved.contains("top work"), "{saved}");
+    assert!(!env.run(&["list"]).stdout.contains(&top));
+    assert_eq!(
+        env.run(&["delete", &base]).code,
+        0,
+        "free once nothing names it"
+    );
+    assert_eq!(env.run(&["show", &base]).code, 64);
+}

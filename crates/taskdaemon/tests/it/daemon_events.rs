@@ -1,0 +1,517 @@
+//! The daemon's event stream as a subscriber sees it: a snapshot first, then typed events
+//! of a run from its start to its merge, each naming the run, its title and the repository;
+//! and the daemon's client commands (`logs --follow`, `status`, `daemon stop|status`) on it.
+//! Real git, real processes; the agent is a small shell program.
+
+use crate::harness;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::harness::Env;
+use serde_json::Value;
+use taskdaemon_core::daemon::DaemonEvent;
+use taskdaemon_core::daemon::events::AgentStream;
+use taskdaemon_core::daemon::ipc;
+
+/// Says two lines, commits, and claims completion; with `$WAIT_FOR` it first waits for that
+/// file to exist (so a test can subscribe before the agent talks).
+const AGENT: &str = r#"#!/bin/sh
+if [ -n "$WAIT_FOR" ]; then
+  while [ ! -e "$WAIT_FOR" ]; do sleep 0.05; done
+fi
+echo "hello from the agent"
+echo "iteration $TASKDAEMON_ITERATION" >> work.txt
+git add -A && git commit -qm "agent iteration $TASKDAEMON_ITERATION"
+echo "<promise>COMPLETE</promise>"
+"#;
+
+struct Setup {
+    env: Env,
+    vars: Vec<(String, String)>,
+}
+
+impl Setup {
+    fn new(extra: &[(&str, String)]) -> Setup {
+        let env = Env::new();
+        let agent = env.root().join("agent.sh");
+        std::fs::write(&agent, AGENT).unwrap();
+        std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let mut vars = vec![(
+            "TASKDAEMON_AGENT".to_string(),
+            format!("cmd:{}", agent.display()),
+        )];
+        vars.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
+        Setup { env, vars }
+    }
+
+    fn run(&self, args: &[&str]) -> harness::Run {
+        self.env.run_with(&self.vars, args)
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        self.env.ok_with(&self.vars, args)
+    }
+
+    fn socket(&self) -> PathBuf {
+        let info: Value = serde_json::from_str(
+            &std::fs::read_to_string(self.env.repo().join(".git/taskdaemon/daemon/info.json"))
+                .unwrap(),
+        )
+        .unwrap();
+        PathBuf::from(info["socket"].as_str().unwrap())
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.env.repo().join(".git/taskdaemon/daemon/daemon.log"))
+            .unwrap_or_default()
+    }
+
+    fn submit(&self, task: &str) -> String {
+        let out = self.ok(&["submit", "ralph", task, "--validate", "true", "--json"]);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        v["created"][0]["id"].as_str().unwrap().to_string()
+    }
+}
+
+/// Read events until `last` matches one, failing (with the daemon's log) if the stream
+/// ends first or falls silent for a minute.
+fn read_until(
+    sub: &mut ipc::Subscription,
+    s: &Setup,
+    last: impl Fn(&DaemonEvent) -> bool,
+) -> Vec<DaemonEvent> {
+    sub.set_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut seen = Vec::new();
+    loop {
+        match sub.next() {
+            Some(Ok(e)) => {
+                let done = last(&e);
+                seen.push(e);
+                if done {
+                    return seen;
+                }
+            }
+            other => panic!(
+                "the stream ended ({other:?}) after {:#?}\nlog:\n{}",
+                seen.iter().map(DaemonEvent::name).collect::<Vec<_>>(),
+                s.log()
+            ),
+        }
+    }
+}
+
+#[test]
+fn a_subscriber_sees_a_snapshot_then_a_run_from_start_to_merge_then_the_stop() {
+    let go = Env::new();
+    let go_file = go.root().join("go");
+    let s = Setup::new(&[("WAIT_FOR", go_file.display().to_string())]);
+    s.ok(&["daemon", "start", "--tick", "0.2"]);
+    let mut sub = ipc::subscribe(&s.socket()).unwrap();
+    let first = read_until(&mut sub, &s, |_| true);
+    let DaemonEvent::Snapshot(snap) = &first[0] else {
+        panic!("the first event is not a snapshot: {first:?}");
+    };
+    assert!(snap.daemon.is_some(), "{snap:?}");
+    assert!(snap.runs.is_empty() && snap.plans.is_empty(), "{snap:?}");
+
+    let id = s.submit("say hello");
+    let started = read_until(&mut sub, &s, |e| e.name() == "iteration-started");
+    std::fs::write(&go_file, "").unwrap();
+    let rest = read_until(&mut sub, &s, |e| matches!(e, DaemonEvent::Merged { .. }));
+    let all: Vec<&DaemonEvent> = started.iter().chain(&rest).collect();
+    let names: Vec<String> = all.iter().map(|e| e.name()).collect();
+    for want in [
+        "run-started",
+        "iteration-started",
+        "agent-line",
+        "gate-result",
+        "iteration-finished",
+        "complete",
+        "merged",
+    ] {
+        assert!(names.iter().any(|n| n == want), "no {want} in {names:?}");
+    }
+    // Everything about the run names it, its title and the repository.
+    for e in all.iter().filter_map(|e| e.subject()) {
+        assert_eq!(e.run, id);
+        assert_eq!(e.title, "say hello");
+        assert_eq!(e.repo, s.env.repo());
+    }
+    assert!(
+        all.iter().any(|e| matches!(e, DaemonEvent::AgentLine { line, stream: AgentStream::Text | AgentStream::Other, .. } if line == "hello from the agent")),
+        "{all:#?}"
+    );
+    assert!(all.iter().any(|e| matches!(e,
+        DaemonEvent::GateResult { gate, passed: true, .. } if gate == "validate")));
+    // The order a watcher relies on.
+    let pos = |n: &str| names.iter().position(|x| x == n).unwrap();
+    assert!(pos("run-started") < pos("iteration-started"));
+    assert!(pos("iteration-finished") < pos("complete"));
+    assert!(pos("complete") < pos("merged"));
+
+    s.ok(&["daemon", "stop"]);
+    let end = read_until(&mut sub, &s, |e| e.name() == "daemon-stopped");
+    assert!(end.iter().any(|e| e.name() == "daemon-stopping"), "{end:?}");
+    assert!(
+        sub.next().is_none(),
+        "the stream goes on after the daemon stopped"
+    );
+}
+
+/// Subscribe and read until the run named `id` is in its first iteration.
+fn wait_iteration_started(s: &Setup, sub: &mut ipc::Subscription, id: &str) {
+    read_until(
+        sub,
+        s,
+        |e| matches!(e, DaemonEvent::IterationStarted { subject, .. } if subject.run == id),
+    );
+}
+
+#[test]
+fn logs_follow_prints_a_daemon_run_as_it_goes_and_ends_with_its_status() {
+    let go = Env::new();
+    let go_file = go.root().join("go");
+    let s = Setup::new(&[("WAIT_FOR", go_file.display().to_string())]);
+    s.ok(&["daemon", "start", "--tick", "0.2"]);
+    let mut sub = ipc::subscribe(&s.socket()).unwrap();
+    let id = s.submit("follow me");
+    wait_iteration_started(&s, &mut sub, &id);
+    let mut c = s.env.cmd();
+    for (k, v) in &s.vars {
+        c.env(k, v);
+    }
+    let follower = c
+        .args(["logs", &id, "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::fs::write(&go_file, "").unwrap();
+    let out = follower.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("hello from the agent"),
+        "{stdout}\nlog:\n{}",
+        s.log()
+    );
+    assert!(
+        stdout.contains(&format!("-- run {id} is complete --")),
+        "{stdout}"
+    );
+
+    // As JSON: pieces of the log, then the status.
+    let json = s.ok(&["logs", &id, "--json"]);
+    let lines: Vec<Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("hello from the agent"))),
+        "{json}"
+    );
+    assert!(lines.iter().all(|l| l["run"] == id.as_str()), "{json}");
+    s.ok(&["daemon", "stop"]);
+}
+
+#[test]
+fn daemon_status_and_stop_without_a_daemon_exit_1_and_say_so() {
+    let s = Setup::new(&[]);
+    let r = s.run(&["daemon", "status"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("no daemon runs"), "{}", r.stderr);
+    let r = s.run(&["daemon", "stop", "--json"]);
+    assert_eq!(r.code, 1);
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["running"], false);
+    let r = s.run(&["daemon", "status", "--json"]);
+    assert_eq!(r.code, 1);
+    assert_eq!(
+        serde_json::from_str::<Value>(&r.stdout).unwrap()["running"],
+        false
+    );
+
+    let v: Value =
+        serde_json::from_str(&s.ok(&["daemon", "start", "--tick", "0.2", "--json"])).unwrap();
+    assert_eq!(v["started"], true, "{v}");
+    let v: Value = serde_json::from_str(&s.ok(&["daemon", "status", "--json"])).unwrap();
+    assert_eq!(v["running"], true, "{v}");
+    let v: Value = serde_json::from_str(&s.ok(&["daemon", "stop", "--json"])).unwrap();
+    assert_eq!(v["stopped"], true, "{v}");
+}
+
+#[test]
+fn status_after_the_daemon_was_killed_shows_the_run_interrupted_not_running() {
+    let go = Env::new();
+    let go_file = go.root().join("go");
+    let s = Setup::new(&[("WAIT_FOR", go_file.display().to_string())]);
+    s.ok(&["daemon", "start", "--tick", "0.2"]);
+    let mut sub = ipc::subscribe(&s.socket()).unwrap();
+    let id = s.submit("interrupt me");
+    wait_iteration_started(&s, &mut sub, &id);
+    let info: Value = serde_json::from_str(
+        &std::fs::read_to_string(s.env.repo().join(".git/taskdaemon/daemon/info.json")).unwrap(),
+    )
+    .unwrap();
+    let pid = info["pid"].as_i64().unwrap() as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    // Its end: the stream closes.
+    while let Some(Ok(_)) = sub.next() {}
+
+    let v: Value = serde_json::from_str(&s.ok(&["status", "--json"])).unwrap();
+    assert!(v["daemon"].is_null(), "{v}");
+    assert_eq!(v["runs"][0]["status"], "running", "{v}");
+    assert_eq!(v["runs"][0]["interrupted"], true, "{v}");
+    let text = s.ok(&["status"]);
+    assert!(text.contains("interrupted"), "{text}");
+    assert!(
+        text.contains("resumes on `taskdaemon daemon start`"),
+        "{text}"
+    );
+
+    // The next start ends what the dead daemon left and runs it to the end.
+    std::fs::write(&go_file, "").unwrap();
+    s.ok(&["daemon", "start", "--tick", "0.2"]);
+    let mut sub = ipc::subscribe(&s.socket()).unwrap();
+    read_until(
+        &mut sub,
+        &s,
+        |e| matches!(e, DaemonEvent::Merged { subject, .. } if subject.run == id),
+    );
+    s.ok(&["daemon", "stop"]);
+}
+
+#[test]
+fn a_second_interrupt_forces_the_foreground_daemon_to_stop() {
+    // An agent that ignores TERM, and a long grace: only a forced stop ends it soon.
+    let go = Env::new();
+    let go_file = go.root().join("never");
+    let s = Setup::new(&[("WAIT_FOR", go_file.display().to_string())]);
+    let agent = s.env.root().join("agent.sh");
+    let text = std::fs::read_to_string(&agent).unwrap();
+    std::fs::write(
+        &agent,
+        text.replacen(
+            "#!/bin/sh\n",
+            "#!/bin/sh\ntrap '' TERM\necho $$ > \"$PID_FILE\"\n",
+            1,
+        ),
+    )
+    .unwrap();
+    let pid_file = s.env.root().join("agent.pid");
+    std::fs::create_dir_all(s.env.repo().join(".taskdaemon")).unwrap();
+    std::fs::write(
+        s.env.repo().join(".taskdaemon/config.yaml"),
+        "kill-grace: 600\n",
+    )
+    .unwrap();
+    let mut c = s.env.cmd();
+    for (k, v) in &s.vars {
+        c.env(k, v);
+    }
+    c.env("PID_FILE", &pid_file);
+    let mut daemon = c
+        .args(["daemon", "start", "--foreground", "--tick", "0.2"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    harness::wait_for(
+        &s.env.repo().join(".git/taskdaemon/daemon/info.json"),
+        Duration::from_secs(60),
+    );
+    let mut sub = loop {
+        match ipc::subscribe(&s.socket()) {
+            Ok(sub) => break sub,
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    let id = s.submit("ignore TERM");
+    wait_iteration_started(&s, &mut sub, &id);
+    harness::wait_for(&pid_file, Duration::from_secs(60));
+    let agent_pid = harness::read_pid(&pid_file);
+    let int = |p: u32| {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p as i32),
+            nix::sys::signal::Signal::SIGINT,
+        )
+        .unwrap()
+    };
+    int(daemon.id());
+    read_until(&mut sub, &s, |e| e.name() == "daemon-stopping");
+    int(daemon.id());
+    let status = harness::wait_timeout(&mut daemon, Duration::from_secs(120));
+    let mut err = String::new();
+    std::io::Read::read_to_string(daemon.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(err.contains("forcing the stop"), "{err}");
+    // The agent is gone (or a zombie waiting for its reaper).
+    let gone = (0..200).any(|_| {
+        let alive = harness::pid_alive(agent_pid);
+        if alive {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        !alive
+    });
+    assert!(gone, "agent {agent_pid} survived a forced stop");
+}
+
+/// The work-list agent (as `implement`'s tests play it): writes `work/<id>.txt` and commits
+/// it, checks its box (under the tasks lock in a parallel group, writing its own progress
+/// file), and says TASK_COMPLETE, or VERIFICATION_PASS as QA.
+const WORKLIST_AGENT: &str = r#"#!/bin/sh
+id="$TASKDAEMON_TASK_ID"
+cat > /dev/null
+echo "$id" >> "$TD_CALLS"
+par=0
+case "$TASKDAEMON_PROGRESS_FILE" in *.progress-task-*) par=1;; esac
+mkdir -p work
+echo "$id" > "work/$id.txt"
+git add work && git commit -qm "task $id"
+flock "$TASKDAEMON_TASKS_LOCK" sed -i "s/^- \[ \] $id /- [x] $id /" "$TASKDAEMON_TASKS_FILE"
+if [ "$par" = 1 ]; then
+  echo "notes of $id" > "$TASKDAEMON_PROGRESS_FILE"
+else
+  echo "- $id done" >> "$TASKDAEMON_SPEC_DIR/.progress.md"
+  git add -A "$TASKDAEMON_SPEC_DIR" && git commit -qm "mark $id"
+fi
+if [ "$TASKDAEMON_TASK_ROLE" = qa ]; then echo "checks ran: VERIFICATION_PASS"; else echo "all done. TASK_COMPLETE"; fi
+"#;
+
+const FOUR_TASKS: &str = "# Tasks\n\n## Phase 1: Make it work\n\n- [ ] 1.1 Set up\n  - **Do**: create work/1.1.txt\n  - **Verify**: `test -f work/1.1.txt`\n\n- [ ] 1.2 [P] Part A\n  - **Do**: create work/1.2.txt\n  - **Verify**: `test -f work/1.2.txt`\n\n- [ ] 1.3 [P] Part B\n  - **Do**: create work/1.3.txt\n  - **Verify**: `test -f work/1.3.txt`\n\n- [ ] 1.4 [VERIFY] Checkpoint\n  - **Do**: check parts A and B\n  - **Verify**: `test -f work/1.2.txt && test -f work/1.3.txt`\n";
+
+#[test]
+fn submit_spec_of_a_tasks_md_directory_completes_under_the_daemon_and_merges() {
+    let env = Env::new();
+    let repo = env.repo();
+    let spec = repo.join("specs/demo");
+    std::fs::create_dir_all(&spec).unwrap();
+    std::fs::write(spec.join("tasks.md"), FOUR_TASKS).unwrap();
+    std::fs::write(
+        spec.join("requirements.md"),
+        "# Requirements\n\nFR-1: files exist.\n",
+    )
+    .unwrap();
+    std::fs::write(spec.join("design.md"), "# Design\n\nOne file per task.\n").unwrap();
+    harness::git(&repo, &["add", "-A"]);
+    harness::git(&repo, &["commit", "-qm", "spec"]);
+    // Nothing checked out: the result goes straight into main.
+    harness::git(&repo, &["checkout", "-q", "--detach"]);
+    let agent = env.root().join("worklist-agent.sh");
+    std::fs::write(&agent, WORKLIST_AGENT).unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let calls = env.root().join("calls");
+    let s = Setup {
+        env,
+        vars: vec![
+            (
+                "TASKDAEMON_AGENT".into(),
+                format!("cmd:{}", agent.display()),
+            ),
+            ("TD_CALLS".into(), calls.display().to_string()),
+        ],
+    };
+    s.ok(&["daemon", "start", "--tick", "0.2", "--target", "main"]);
+    let mut sub = ipc::subscribe(&s.socket()).unwrap();
+    let out = s.ok(&["submit", "spec", "specs/demo", "--target", "main", "--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let id = v["created"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(v["created"][0]["loop-type"], "implement", "{v}");
+    let seen = read_until(&mut sub, &s, |e| {
+        matches!(e, DaemonEvent::Merged { subject, .. } if subject.run == id)
+            || matches!(e, DaemonEvent::Failed { subject, .. } if subject.run == id)
+    });
+    assert!(
+        matches!(seen.last(), Some(DaemonEvent::Merged { .. })),
+        "{seen:#?}\nlog:\n{}",
+        s.log()
+    );
+    let st: Value = serde_json::from_str(&s.ok(&["status", "--json"])).unwrap();
+    let run = st["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id.as_str())
+        .unwrap();
+    assert_eq!(run["status"], "complete", "{st}");
+    // Every task's work and every box is in main.
+    for t in ["1.1", "1.2", "1.3", "1.4"] {
+        assert_eq!(
+            harness::git(&repo, &["show", &format!("main:work/{t}.txt")]).trim(),
+            t
+        );
+    }
+    let tasks = harness::git(&repo, &["show", "main:specs/demo/tasks.md"]);
+    assert_eq!(tasks.matches("- [x]").count(), 4, "{tasks}");
+    let called = std::fs::read_to_string(&calls).unwrap();
+    for t in ["1.1", "1.2", "1.3", "1.4"] {
+        assert!(called.lines().any(|l| l == t), "{t} never ran: {called}");
+    }
+    s.ok(&["daemon", "stop"]);
+}
+
+#[test]
+fn cancel_stops_a_foreground_run_from_another_terminal() {
+    let go = Env::new();
+    let never = go.root().join("never");
+    let s = Setup::new(&[("WAIT_FOR", never.display().to_string())]);
+    let agent = s.vars[0].1.clone();
+    let mut c = s.env.cmd();
+    for (k, v) in &s.vars {
+        c.env(k, v);
+    }
+    let mut run = c
+        .args([
+            "run",
+            "wait forever",
+            "--agent",
+            &agent,
+            "--kill-grace",
+            "1s",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let lock = s.env.repo().join(".ralph/run.lock");
+    // Its lock holds its pid once the loop runs.
+    let t = std::time::Instant::now();
+    let state = s.env.repo().join(".ralph/run.json");
+    while std::fs::read_to_string(&lock).unwrap_or_default().trim() != run.id().to_string()
+        || !state.exists()
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the run never took its lock"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = s.run(&["cancel", "--json"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["stopped_pid"], run.id() as i64, "{v}");
+    let status = harness::wait_timeout(&mut run, Duration::from_secs(60));
+    assert!(!status.success(), "{status:?}");
+    // Nothing holds the lock any more, and `logs` knows the local run.
+    let r = s.run(&["cancel", "--json"]);
+    assert_ne!(r.code, 0, "a second cancel found a loop: {}", r.stdout);
+    let logs = s.ok(&["logs", "--json"]);
+    assert!(
+        logs.lines()
+            .last()
+            .is_some_and(|l| l.contains("\"status\"")),
+        "{logs}"
+    );
+}

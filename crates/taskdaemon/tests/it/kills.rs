@@ -1,0 +1,325 @@
+//! Crash safety of `run`: SIGKILLed again and again at random moments and resumed each
+//! time, it leaves no process of its own running, lists no iteration twice and never goes
+//! back; processes that leave the agent's session are ended with the iteration; floods of
+//! output are capped in the log and in memory. Real processes; the agent is a shell script.
+
+use crate::harness;
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::harness::{Env, csv_rows, git, pid_alive, wait_timeout};
+
+/// The agent: records its pid and an escaped (setsid) sleeper's, works a little, commits.
+const AGENT: &str = r#"#!/bin/sh
+echo "$$ $TASKDAEMON_RUN_ID $TASKDAEMON_ITERATION" >> "$TD_TEST_DIR/starts"
+setsid sh -c 'echo $$ >> "$TD_TEST_DIR/pids"; exec sleep 60' &
+echo "$$" >> "$TD_TEST_DIR/pids"
+sleep "${AGENT_SLEEP:-0.1}"
+echo "iteration $TASKDAEMON_ITERATION" >> work.txt
+git add work.txt && git commit -qm "iteration $TASKDAEMON_ITERATION"
+echo "worked on iteration $TASKDAEMON_ITERATION"
+"#;
+
+fn setup(env: &Env) -> String {
+    let agent = env.root().join("agent.sh");
+    std::fs::write(&agent, AGENT).unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    format!("cmd:{}", agent.display())
+}
+
+fn spawn(env: &Env, args: &[&str]) -> Child {
+    env.cmd()
+        .args(args)
+        .env("TD_TEST_DIR", env.root())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Live processes whose environment carries this test's directory, among `pids`.
+fn ours_alive(env: &Env, pids: &[i32]) -> Vec<i32> {
+    let mark = format!("TD_TEST_DIR={}", env.root().display());
+    pids.iter()
+        .copied()
+        .filter(|p| {
+            pid_alive(*p)
+                && std::fs::read(format!("/proc/{p}/environ"))
+                    .is_ok_and(|e| e.split(|b| *b == 0).any(|kv| kv == mark.as_bytes()))
+        })
+        .collect()
+}
+
+fn lines(p: &Path) -> Vec<String> {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+fn pids(env: &Env) -> Vec<i32> {
+    lines(&env.root().join("pids"))
+        .iter()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+#[test]
+fn fifty_sigkills_of_run_each_resumed_leave_no_process_no_repeated_row_and_never_go_back() {
+    let env = Env::new();
+    let agent = setup(&env);
+    let starts = env.root().join("starts");
+    let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15);
+    let mut next = move || rng.u64(..);
+    let first = [
+        "run",
+        "count the iterations",
+        "--agent",
+        &agent,
+        "--validate",
+        "sleep 0.05; false",
+        "--max-iterations",
+        "1000",
+        "--max-stuck",
+        "0",
+        "--kill-grace",
+        "1s",
+    ];
+    let mut ended_messages = 0;
+    for kill in 0..50 {
+        let before = lines(&starts).len();
+        // Everything the killed runs' agents started (each killed run's direct agent died
+        // with it; what it setsid'ed is the resumed run's to end).
+        let old = pids(&env);
+        let mut child = if kill == 0 {
+            spawn(&env, &first)
+        } else {
+            spawn(&env, &["run", "--resume"])
+        };
+        // This run's first agent started: whatever the killed one left must be gone by now.
+        let t = Instant::now();
+        while lines(&starts).len() <= before {
+            if let Some(st) = child.try_wait().unwrap() {
+                let mut err = String::new();
+                std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+                panic!("kill {kill}: the run ended ({st:?}) before its agent started:\n{err}");
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(120),
+                "kill {kill}: no agent started"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let survivors = ours_alive(&env, &old);
+        assert!(
+            survivors.is_empty(),
+            "kill {kill}: processes of the killed run still alive beside the resumed one: {survivors:?}"
+        );
+        // Kill at a random moment: in the agent, the validation, or between.
+        std::thread::sleep(Duration::from_millis(next() % 400));
+        child.kill().unwrap();
+        let status = wait_timeout(&mut child, Duration::from_secs(10));
+        assert!(
+            status.code().is_none(),
+            "run ended before the kill: {status:?}"
+        );
+        let mut err = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        if err.contains("that a stopped loop left running") {
+            ended_messages += 1;
+        }
+    }
+    // The last resume finishes: the validation passes now.
+    let r = env
+        .cmd()
+        .args(["run", "--resume", "--validate", "true"])
+        .env("TD_TEST_DIR", env.root())
+        .output()
+        .unwrap();
+    assert_eq!(
+        r.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert!(ended_messages > 0, "no resume ended a leftover process");
+    let all = pids(&env);
+    assert!(
+        ours_alive(&env, &all).is_empty(),
+        "processes left after the run: {:?}",
+        ours_alive(&env, &all)
+    );
+
+    // summary.csv: one row per iteration, 1..=N, none repeated, none lost.
+    let rows = csv_rows(&env.repo());
+    let its: Vec<u32> = rows
+        .iter()
+        .map(|r| r["iteration"].parse().unwrap())
+        .collect();
+    let run_ids: BTreeSet<&str> = rows.iter().map(|r| r["run_id"].as_str()).collect();
+    assert_eq!(run_ids.len(), 1, "{run_ids:?}");
+    assert_eq!(its, (1..=its.len() as u32).collect::<Vec<_>>(), "{its:?}");
+    assert_eq!(rows.last().unwrap()["outcome"], "complete");
+    // What the agents saw: iteration numbers never go back (a killed one is done again).
+    let seen: Vec<u32> = lines(&starts)
+        .iter()
+        .map(|l| l.split_whitespace().nth(2).unwrap().parse().unwrap())
+        .collect();
+    assert!(seen.windows(2).all(|w| w[0] <= w[1]), "went back: {seen:?}");
+    assert_eq!(seen.last().copied(), its.last().copied());
+    // No temp file of an interrupted write is left.
+    let ralph = env.repo().join(".ralph");
+    for dir in [ralph.clone(), ralph.join("logs")] {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            assert!(
+                !e.file_name().to_string_lossy().starts_with(".tmp-"),
+                "{} left",
+                e.path().display()
+            );
+        }
+    }
+    // Every commit made is on the branch.
+    let log = git(&env.repo(), &["log", "--format=%s"]);
+    assert!(log.contains(&format!("iteration {}", its.len())), "{log}");
+}
+
+fn rss_kb(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_flooding_agent_and_a_flooding_validation_are_capped_in_the_log_and_in_memory() {
+    let env = Env::new();
+    let agent = env.root().join("flood.sh");
+    std::fs::write(&agent, "#!/bin/sh\nseq 200000\necho agent-end\n").unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut child = env
+        .cmd()
+        .args([
+            "run",
+            "flood",
+            "--agent",
+            &format!("cmd:{}", agent.display()),
+            "--validate",
+            "seq 1000000 1200000; echo validation-end; false",
+            "--max-iterations",
+            "1",
+            "--max-log-size",
+            "256KB",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let mut peak = 0;
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        peak = peak.max(rss_kb(pid));
+        assert!(
+            t.elapsed() < Duration::from_secs(600),
+            "the flood never ended"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        child.wait().unwrap().code(),
+        Some(1),
+        "LIMIT after one iteration"
+    );
+    let log = std::fs::read_to_string(env.repo().join(".ralph/logs/iteration-001.log")).unwrap();
+    let cap = 256 * 1024;
+    assert!(
+        log.len() <= cap + 4096,
+        "log of {} bytes over the cap",
+        log.len()
+    );
+    let lines: Vec<&str> = log.lines().collect();
+    // The head and the tail of each flood are kept, with what was cut noted between.
+    assert!(lines.contains(&"1") && lines.contains(&"2"), "head lost");
+    assert!(lines.contains(&"agent-end") && lines.contains(&"validation-end"));
+    assert!(lines.contains(&"1200000"), "the validation's tail lost");
+    let cuts = lines.iter().filter(|l| l.contains("output cut")).count();
+    assert_eq!(
+        cuts,
+        2,
+        "one cut per flood:\n{}",
+        lines
+            .iter()
+            .filter(|l| l.starts_with("[taskdaemon]"))
+            .copied()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    for note in [
+        "agent exited with 0",
+        "validation: $ seq",
+        "validation exited with 1",
+        "iteration 1 ended",
+    ] {
+        assert!(log.contains(note), "the note `{note}` was dropped");
+    }
+    // The harness holds a bounded amount, not the 2.6 MB it was sent.
+    eprintln!("flood: log {} bytes, harness peak RSS {peak} kB", log.len());
+    assert!(peak > 0 && peak < 200 * 1024, "peak RSS {peak} kB");
+}
+
+/// A first interrupt gives the agent its grace period; a second one ends it at once: the
+/// agent that ignores TERM (and its child) is killed, `run` exits 130 long before the
+/// 60-second grace, and no process of it is left.
+#[test]
+fn a_second_interrupt_forces_run_to_stop_at_once() {
+    let env = Env::new();
+    let agent = env.root().join("stubborn.sh");
+    std::fs::write(
+        &agent,
+        "#!/bin/sh\ntrap '' TERM\necho $$ >> \"$TD_TEST_DIR/pids\"\nsleep 300 &\necho $! >> \"$TD_TEST_DIR/pids\"\ntouch \"$TD_TEST_DIR/started\"\nwait\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let spec = format!("cmd:{}", agent.display());
+    let mut child = spawn(
+        &env,
+        &[
+            "run",
+            "stay",
+            "--agent",
+            &spec,
+            "--kill-grace",
+            "60",
+            "--max-iterations",
+            "1",
+        ],
+    );
+    harness::wait_for(&env.root().join("started"), Duration::from_secs(60));
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let agent_pids = pids(&env);
+    assert!(
+        !ours_alive(&env, &agent_pids).is_empty(),
+        "the grace period is on"
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = wait_timeout(&mut child, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(130));
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(err.contains("forcing the stop"), "{err}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ours_alive(&env, &agent_pids).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(ours_alive(&env, &agent_pids), Vec::<i32>::new());
+}

@@ -1,0 +1,144 @@
+//! A lean start (issue 16, item 4): each git fact is asked once per process. Counted with
+//! `GIT_TRACE` around whole commands: `run` up to the end of its first iteration, and the
+//! store commands `plan new`, `show`, `submit`, `list`, `status`.
+
+use crate::harness::{Env, git};
+
+/// The git commands one invocation of the binary ran (one line each, as `GIT_TRACE`
+/// prints them after `built-in: `), and how it exited.
+fn traced(env: &Env, args: &[&str]) -> (Vec<String>, i32, String) {
+    let trace = env.root().join(format!("trace-{}", args.join("-").len()));
+    let _ = std::fs::remove_file(&trace);
+    let r = env.run_with(
+        &[("GIT_TRACE".into(), trace.to_string_lossy().into_owned())],
+        args,
+    );
+    let text = std::fs::read_to_string(&trace).unwrap_or_default();
+    let calls = text
+        .lines()
+        .filter_map(|l| {
+            l.split_once("trace: built-in: ")
+                .map(|(_, c)| c.to_string())
+        })
+        .collect();
+    (calls, r.code, format!("{}{}", r.stdout, r.stderr))
+}
+
+/// No git command twice, and at most `max` of them.
+fn lean(what: &str, calls: &[String], max: usize) {
+    let mut seen = std::collections::BTreeSet::new();
+    for c in calls {
+        assert!(seen.insert(c), "{what}: `{c}` ran twice: {calls:#?}");
+    }
+    assert!(
+        calls.len() <= max,
+        "{what}: {} git processes (at most {max}): {calls:#?}",
+        calls.len()
+    );
+}
+
+#[test]
+fn run_to_its_first_iteration_asks_git_once() {
+    let env = Env::new();
+    let (calls, code, out) = traced(
+        &env,
+        &[
+            "run",
+            "lean start",
+            "--agent",
+            "cmd:true",
+            "--validate",
+            "true",
+            "--completion-promise",
+            "NEVER",
+            "--max-stuck",
+            "0",
+            "--max-iterations",
+            "1",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 1, "max iterations reached: {out}");
+    assert!(out.contains("iteration_finished"), "{out}");
+    // The bash floor of such a run is 3 (top level, HEAD before and after); every fact
+    // (top level, git dirs, index, info/exclude) comes from one rev-parse and HEAD from
+    // the ref files.
+    lean("run", &calls, 1);
+    assert!(calls[0].starts_with("git rev-parse"), "{calls:?}");
+}
+
+#[test]
+fn run_reads_head_from_packed_refs_and_a_detached_head() {
+    let env = Env::new();
+    let repo = env.repo();
+    git(&repo, &["pack-refs", "--all"]);
+    let args = [
+        "run",
+        "packed",
+        "--agent",
+        "cmd:git commit -q --allow-empty -m agent",
+        "--validate",
+        "true",
+        "--completion-promise",
+        "NEVER",
+        "--max-iterations",
+        "1",
+        "--json",
+    ];
+    let (calls, code, out) = traced(&env, &args);
+    assert_eq!(code, 1, "{out}");
+    // The agent's commit was seen: the iteration names it.
+    let commit = git(&repo, &["rev-parse", "HEAD"]);
+    assert!(out.contains(&commit.trim()[..12]), "{out}");
+    lean("run (packed refs)", &calls, 3);
+    git(&repo, &["checkout", "-q", "--detach"]);
+    let (_, code, out) = traced(&env, &["archive"]);
+    assert_eq!(code, 0, "{out}");
+    let (_, code, out) = traced(&env, &args);
+    assert_eq!(code, 1, "{out}");
+    let commit = git(&repo, &["rev-parse", "HEAD"]);
+    assert!(out.contains(&commit.trim()[..12]), "detached: {out}");
+}
+
+#[test]
+fn store_commands_ask_git_once() {
+    let env = Env::new();
+    let (calls, code, out) = traced(&env, &["plan", "new", "lean plan", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    lean("plan new", &calls, 1);
+    let id = out
+        .split('"')
+        .find(|w| w.ends_with("-plan-lean-plan"))
+        .unwrap_or_else(|| panic!("no id in {out}"))
+        .to_string();
+    let (calls, code, out) = traced(&env, &["show", &id[..6]]);
+    assert_eq!(code, 0, "{out}");
+    lean("show", &calls, 1);
+    // submit: the merge target is the checked-out branch, read from HEAD, and it exists.
+    let (calls, code, out) = traced(&env, &["submit", "plan", "second idea"]);
+    assert_eq!(code, 0, "{out}");
+    lean("submit", &calls, 1);
+    let (calls, code, out) = traced(&env, &["list"]);
+    assert_eq!(code, 0, "{out}");
+    lean("list", &calls, 1);
+    let (calls, code, out) = traced(&env, &["status"]);
+    assert_eq!(code, 0, "{out}");
+    lean("status", &calls, 1);
+}
+
+#[test]
+fn submit_still_refuses_a_missing_target_and_a_detached_head() {
+    let env = Env::new();
+    let r = env.run(&["submit", "plan", "idea", "--target", "nope"]);
+    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("`nope` does not exist"), "{}", r.stderr);
+    git(&env.repo(), &["checkout", "-q", "--detach"]);
+    let r = env.run(&["submit", "plan", "idea"]);
+    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("detached HEAD"), "{}", r.stderr);
+    // A packed branch is found.
+    git(&env.repo(), &["branch", "packed"]);
+    git(&env.repo(), &["pack-refs", "--all"]);
+    let r = env.run(&["submit", "plan", "idea", "--target", "packed"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+}

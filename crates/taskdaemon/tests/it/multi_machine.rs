@@ -1,0 +1,440 @@
+//! Daemons on several machines (issue 19): two real `taskdaemon daemon start` processes,
+//! each in its own clone of one bare remote, sharing one real PostgreSQL server (started by
+//! `pg.rs`). The agent is a small shell program that plays each loop type and says
+//! in which clone it ran.
+
+use crate::harness;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::harness::{Env, git, pid_alive};
+use serde_json::Value;
+
+/// Plan: writes the plan. Spec: the documents of `specs.txt` (`name|deps|phases`).
+/// Phase: one commit per iteration, done (its validation passes) at iteration `$DONE_AT`
+/// (default 1); each start and end logged with the clone it ran in (`$PWD`).
+const AGENT: &str = r#"#!/bin/sh
+log="$TD_TEST_DIR/agent.log"
+case "$TASKDAEMON_LOOP" in
+plan)
+  printf '# Widgets\n\n## Goals\nwidgets, pass %s\n\n## Approach\nspecs\n' "$TASKDAEMON_REVIEW_PASS" > "$TASKDAEMON_PLAN_FILE"
+  ;;
+spec)
+  mkdir -p "$TASKDAEMON_SPECS_DIR"
+  n=0
+  while IFS='|' read -r name deps phases; do
+    n=$((n+1))
+    printf -- '---\ntitle: %s\ndeps: [%s]\nphases: [%s]\nvalidate: test -f %s-$TASKDAEMON_PHASE_INDEX.done\n---\nBuild %s.\n' \
+      "$name" "$deps" "$phases" "$name" "$name" > "$TASKDAEMON_SPECS_DIR/0$n-$name.md"
+  done < "$TD_TEST_DIR/specs.txt"
+  ;;
+phase)
+  spec=$(echo "$TASKDAEMON_SPEC_ID" | sed 's/^[0-9a-f]*-spec-//')
+  echo "$$" >> "$TD_TEST_DIR/pids"
+  echo "start $spec $TASKDAEMON_PHASE_INDEX $TASKDAEMON_ITERATION $TASKDAEMON_RUN_ID $PWD" >> "$log"
+  sleep "${PHASE_SLEEP:-1}" &
+  echo "$!" >> "$TD_TEST_DIR/pids"
+  wait
+  f="$spec-$TASKDAEMON_PHASE_INDEX.txt"
+  echo "iteration $TASKDAEMON_ITERATION" >> "$f"
+  if [ "$TASKDAEMON_ITERATION" -ge "${DONE_AT:-1}" ]; then echo done > "$spec-$TASKDAEMON_PHASE_INDEX.done"; fi
+  git add -A && git commit -qm "$spec phase $TASKDAEMON_PHASE_NUMBER iteration $TASKDAEMON_ITERATION"
+  echo "end $spec $TASKDAEMON_PHASE_INDEX $TASKDAEMON_ITERATION $TASKDAEMON_RUN_ID $PWD" >> "$log"
+  echo "<promise>COMPLETE</promise>"
+  ;;
+esac
+"#;
+
+/// Two clones of one bare remote, one queue, one agent.
+struct Machines {
+    env: Env,
+    a: PathBuf,
+    b: PathBuf,
+    bare: PathBuf,
+    vars: Vec<(String, String)>,
+}
+
+impl Machines {
+    /// `None` (after a loud message) when PostgreSQL is not installed outside CI.
+    fn new(specs: &str, vars: &[(&str, &str)]) -> Option<Machines> {
+        let url = crate::pg::database()?.url();
+        let env = Env::new();
+        let root = env.root().to_path_buf();
+        let a = env.repo();
+        let bare = root.join("remote.git");
+        git(&root, &["clone", "-q", "--bare", "repo", "remote.git"]);
+        git(
+            &a,
+            &["remote", "add", "origin", &bare.display().to_string()],
+        );
+        git(&a, &["fetch", "-q", "origin"]);
+        git(&root, &["clone", "-q", "remote.git", "b"]);
+        let b = root.join("b");
+        let agent = root.join("agent.sh");
+        std::fs::write(&agent, AGENT).unwrap();
+        std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        std::fs::write(root.join("specs.txt"), specs).unwrap();
+        let mut v: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        v.push(("TD_TEST_DIR".into(), root.display().to_string()));
+        v.push(("TASKDAEMON_QUEUE".into(), url));
+        v.push((
+            "TASKDAEMON_AGENT".into(),
+            format!("cmd:{}", agent.display()),
+        ));
+        Some(Machines {
+            env,
+            a,
+            b,
+            bare,
+            vars: v,
+        })
+    }
+
+    fn run(&self, clone: &Path, args: &[&str]) -> harness::Run {
+        let mut c = self.env.cmd();
+        c.current_dir(clone)
+            .envs(self.vars.iter().map(|(k, v)| (k, v)));
+        let out = c.args(args).output().unwrap();
+        harness::Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    fn ok(&self, clone: &Path, args: &[&str]) -> String {
+        let r = self.run(clone, args);
+        assert_eq!(
+            r.code,
+            0,
+            "{args:?} in {}\nstdout: {}\nstderr: {}",
+            clone.display(),
+            r.stdout,
+            r.stderr
+        );
+        r.stdout
+    }
+
+    fn start(&self, clone: &Path) {
+        self.ok(
+            clone,
+            &["daemon", "start", "--max-loops", "1", "--tick", "0.3"],
+        );
+    }
+
+    fn stop(&self, clone: &Path) {
+        let _ = self.run(clone, &["daemon", "stop"]);
+    }
+
+    fn status(&self) -> Value {
+        serde_json::from_str(&self.ok(&self.a, &["status", "--json"])).unwrap()
+    }
+
+    fn daemon_dir(clone: &Path) -> PathBuf {
+        clone.join(".git/taskdaemon/daemon")
+    }
+
+    fn pid(clone: &Path) -> i32 {
+        let info: Value = serde_json::from_str(
+            &std::fs::read_to_string(Self::daemon_dir(clone).join("info.json")).unwrap(),
+        )
+        .unwrap();
+        info["pid"].as_i64().unwrap() as i32
+    }
+
+    fn logs(&self) -> String {
+        let read = |c: &Path| {
+            std::fs::read_to_string(Self::daemon_dir(c).join("daemon.log")).unwrap_or_default()
+        };
+        format!("--- A:\n{}\n--- B:\n{}", read(&self.a), read(&self.b))
+    }
+
+    fn agent_log(&self) -> String {
+        std::fs::read_to_string(self.env.root().join("agent.log")).unwrap_or_default()
+    }
+
+    /// Wait until `done(status)`, or fail with the status and both daemons' logs.
+    fn wait_until(&self, limit: Duration, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        loop {
+            let s = self.status();
+            if done(&s) {
+                return s;
+            }
+            assert!(
+                !s["plans"]
+                    .as_array()
+                    .is_some_and(|p| p.iter().any(|p| p["status"] == "failed")),
+                "a plan failed while waiting for {what}\nstatus: {s:#}\n{}",
+                self.logs()
+            );
+            assert!(
+                start.elapsed() < limit,
+                "{what} did not happen within {limit:?}\nstatus: {s:#}\n{}\nagent log:\n{}",
+                self.logs(),
+                self.agent_log()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    /// The files of the remote's `main`.
+    fn remote_files(&self) -> String {
+        git(&self.bare, &["ls-tree", "-r", "--name-only", "main"])
+    }
+
+    /// Commit subjects on the remote's `main`.
+    fn remote_subjects(&self) -> Vec<String> {
+        git(&self.bare, &["log", "--format=%s", "main"])
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+fn plan_status(s: &Value) -> &str {
+    s["plans"][0]["status"].as_str().unwrap_or("")
+}
+
+/// (clone "a" or "b", spec, phase index, iteration) of each phase iteration that ended.
+fn ended(m: &Machines) -> Vec<(String, String, String, u32)> {
+    let b = m.b.display().to_string();
+    m.agent_log()
+        .lines()
+        .filter(|l| l.starts_with("end "))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let clone = if f[5].starts_with(&b) { "b" } else { "a" };
+            (
+                clone.to_string(),
+                f[1].to_string(),
+                f[2].to_string(),
+                f[3].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn two_daemons_on_two_clones_build_a_plan_together_and_merge_every_spec_once() {
+    let Some(m) = Machines::new(
+        "alpha||\"Phase 1: schema\", \"Phase 2: queries\"\n\
+         beta||\"Phase 1: api\", \"Phase 2: client\"\n\
+         gamma||\"Phase 1: ui\", \"Phase 2: docs\"\n",
+        &[("PHASE_SLEEP", "1")],
+    ) else {
+        return;
+    };
+    m.ok(
+        &m.a,
+        &["submit", "plan", "build widgets", "--target", "main"],
+    );
+    m.start(&m.a);
+    m.start(&m.b);
+    let s = m.wait_until(Duration::from_secs(300), "the plan completing", |s| {
+        plan_status(s) == "complete"
+    });
+    m.stop(&m.a);
+    m.stop(&m.b);
+
+    let specs = s["plans"][0]["specs"].as_array().unwrap();
+    assert_eq!(specs.len(), 3, "{s:#}");
+    for sp in specs {
+        assert_eq!(sp["status"], "complete", "{sp:#}");
+        let runs = sp["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 2, "one run per phase, never two: {sp:#}");
+        for r in runs {
+            assert_eq!(r["status"], "complete", "{r:#}");
+        }
+    }
+    // Phases ran on both machines (each daemon runs one loop at a time, three specs were
+    // ready together).
+    let ends = ended(&m);
+    assert_eq!(ends.len(), 6, "six phase iterations:\n{}", m.agent_log());
+    assert!(
+        ends.iter().any(|e| e.0 == "a") && ends.iter().any(|e| e.0 == "b"),
+        "every phase ran on one machine:\n{}",
+        m.agent_log()
+    );
+    // The remote's main holds all the work, each phase's commit once.
+    let files = m.remote_files();
+    for spec in ["alpha", "beta", "gamma"] {
+        for phase in ["0", "1"] {
+            let f = format!("{spec}-{phase}.txt");
+            assert!(
+                files.lines().any(|l| l == f),
+                "{f} not on the remote:\n{files}"
+            );
+        }
+    }
+    let subjects = m.remote_subjects();
+    for spec in ["alpha", "beta", "gamma"] {
+        for phase in ["1", "2"] {
+            let want = format!("{spec} phase {phase} of 2 iteration 1");
+            let n = subjects.iter().filter(|s| **s == want).count();
+            assert_eq!(n, 1, "{want}: {n} times on main:\n{subjects:#?}");
+        }
+    }
+    // Every spec merged exactly once (by one of the daemons).
+    let logs = m.logs();
+    for sp in specs {
+        let id = sp["id"].as_str().unwrap();
+        let merged = logs
+            .lines()
+            .filter(|l| l.contains("merged ") && l.contains(&format!("({id})")))
+            .count();
+        assert_eq!(merged, 1, "spec {id} merged {merged} times:\n{logs}");
+    }
+    // Logs are readable from the other machine too (from the queue).
+    let some_phase = specs[0]["runs"][0]["id"].as_str().unwrap();
+    let out = m.ok(&m.b, &["logs", some_phase]);
+    assert!(out.contains("iteration"), "{out}");
+}
+
+#[test]
+fn a_daemon_killed_mid_phase_is_taken_over_from_its_pushed_branch_and_nothing_is_lost() {
+    let Some(m) = Machines::new(
+        "alpha||\"Phase 1: schema\", \"Phase 2: queries\"\n\
+         beta||\"Phase 1: api\", \"Phase 2: client\"\n",
+        &[
+            ("PHASE_SLEEP", "1"),
+            ("DONE_AT", "4"),
+            ("TASKDAEMON_QUEUE_LEASE", "3s"),
+        ],
+    ) else {
+        return;
+    };
+    m.ok(
+        &m.a,
+        &["submit", "plan", "build widgets", "--target", "main"],
+    );
+    m.start(&m.a);
+    m.start(&m.b);
+    // A phase run on A past its second iteration.
+    let a = m.a.display().to_string();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (run_id, spec) = loop {
+        let log = m.agent_log();
+        let hit = log.lines().filter(|l| l.starts_with("end ")).find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[5].starts_with(&a) && f[3].parse::<u32>().unwrap_or(0) >= 2)
+                .then(|| (f[4].to_string(), f[1].to_string()))
+        });
+        if let Some(h) = hit {
+            break h;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no phase reached iteration 2 on A\n{}\n{log}",
+            m.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // It is held by A's daemon.
+    let pid_a = Machines::pid(&m.a);
+    let held = m.ok(&m.b, &["status"]);
+    assert!(
+        held.contains("held by ") && held.contains(&format!(":{pid_a}")),
+        "{held}"
+    );
+    let spec_id = spec_worktree(&m, &run_id);
+    let branch = format!("refs/heads/taskdaemon/{spec_id}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid_a),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let t = Instant::now();
+    while pid_alive(pid_a) {
+        assert!(t.elapsed() < Duration::from_secs(10), "A survived SIGKILL");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // What A had pushed when it died.
+    let pushed = git(&m.bare, &["rev-parse", &branch]).trim().to_string();
+
+    let s = m.wait_until(Duration::from_secs(300), "the plan completing on B", |s| {
+        plan_status(s) == "complete"
+    });
+    let logs = m.logs();
+    assert!(
+        logs.contains(&format!("taking over run {run_id}")),
+        "{logs}"
+    );
+    // B went on at the next iteration, never from 1.
+    let b_iterations: Vec<u32> = m
+        .agent_log()
+        .lines()
+        .filter(|l| l.starts_with("start ") && l.contains(&run_id))
+        .filter(|l| l.contains(&m.b.display().to_string()))
+        .filter_map(|l| l.split_whitespace().nth(3)?.parse().ok())
+        .collect();
+    assert!(
+        !b_iterations.is_empty(),
+        "B never ran {run_id}:\n{}",
+        m.agent_log()
+    );
+    assert!(
+        b_iterations.iter().all(|i| *i >= 2),
+        "B restarted {run_id} at iteration 1: {b_iterations:?}\n{}",
+        m.agent_log()
+    );
+    // No commit lost: what A pushed is in the remote's main.
+    git(&m.bare, &["merge-base", "--is-ancestor", &pushed, "main"]);
+    let files = m.remote_files();
+    for f in ["alpha-0.txt", "alpha-1.txt", "beta-0.txt", "beta-1.txt"] {
+        assert!(
+            files.lines().any(|l| l == f),
+            "{f} not on the remote:\n{files}"
+        );
+    }
+    let _ = spec;
+    for sp in s["plans"][0]["specs"].as_array().unwrap() {
+        assert_eq!(sp["status"], "complete", "{sp:#}");
+    }
+    // A's agent died with it (parent-death signal): nothing of A runs once the sleeps end;
+    // A restarts clean: whatever its records name is ended, nothing is left running, and
+    // its worktree of the spec B finished is gone (what only it held kept first).
+    let stale = m.a.join(".taskdaemon/worktrees").join(&spec_id);
+    assert!(
+        stale.exists(),
+        "A's worktree of {spec_id} was not there to go stale"
+    );
+    m.start(&m.a);
+    m.stop(&m.a);
+    m.stop(&m.b);
+    assert!(
+        !stale.exists(),
+        "A kept its stale worktree {}\n{}",
+        stale.display(),
+        m.logs()
+    );
+    assert!(m.logs().contains("stale worktree"), "{}", m.logs());
+    std::thread::sleep(Duration::from_millis(1500));
+    let left: Vec<i32> = std::fs::read_to_string(m.env.root().join("pids"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .filter(|p| pid_alive(*p))
+        .collect();
+    assert!(left.is_empty(), "orphans: {left:?}\n{}", m.logs());
+}
+
+/// The worktree (the spec) a phase run works in: its spec id from the status.
+fn spec_worktree(m: &Machines, run_id: &str) -> String {
+    let s = m.status();
+    for sp in s["plans"][0]["specs"].as_array().unwrap() {
+        if sp["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["id"] == run_id)
+        {
+            return sp["id"].as_str().unwrap().to_string();
+        }
+    }
+    panic!("run {run_id} has no spec: {s:#}")
+}

@@ -1,0 +1,433 @@
+//! Notifications from a daemon run, delivered for real: a webhook receiver on 127.0.0.1 (a
+//! listener in this test) and a command hook (a shell script that records what it got)
+//! each get one message for blocked, decide, complete and a usage-limit wait, each with
+//! the command to act; a dead webhook (one that accepts and never answers, one on a closed
+//! port) slows no loop. Real git, real processes; the agent is a small shell program.
+
+use crate::harness;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::harness::{Env, fixture};
+use serde_json::Value;
+
+/// Plays Claude (stream-json): reads the prompt, and by the task in it says BLOCKED, asks
+/// to DECIDE, or completes; "limited" first hits the recorded usage limit (reset 2 s ahead).
+fn agent_script(root: &Path) -> String {
+    let limit = fixture("agent-failures/claude/usage-limit-subscription/stdout.jsonl");
+    format!(
+        r#"#!/bin/sh
+prompt=$(cat)
+say() {{
+  printf '{{"type":"assistant","message":{{"content":[{{"type":"text","text":"%s"}}]}}}}\n' "$1"
+  printf '{{"type":"result","subtype":"success","is_error":false,"result":"%s","total_cost_usd":0.01}}\n' "$1"
+}}
+case "$prompt" in
+*task-blocks*) say "<promise>BLOCKED:the API key is missing</promise>" ;;
+*task-decides*) say "<promise>DECIDE:OAuth or passwords?</promise>" ;;
+*task-limited*)
+  if [ ! -e "{root}/limited-once" ]; then
+    touch "{root}/limited-once"
+    reset=$(( $(date +%s) + 2 ))
+    sed "s/\"resetsAt\":[0-9]*/\"resetsAt\":$reset/" '{limit}'
+    exit 1
+  fi
+  date +%s%N >> "{root}/limited-iterations"
+  echo done > done.txt; git add -A; git commit -qm done
+  say "<promise>COMPLETE</promise>" ;;
+*)
+  echo done > done.txt; git add -A; git commit -qm done
+  say "<promise>COMPLETE</promise>" ;;
+esac
+"#,
+        root = root.display(),
+        limit = limit.display()
+    )
+}
+
+/// Records each notice it is handed (one JSON line per call) and the event in its env.
+const HOOK: &str = r#"#!/bin/sh
+body=$(cat)
+printf '%s\n' "$body" >> "$HOOK_OUT"
+echo "$TASKDAEMON_NOTIFY_EVENT" >> "$HOOK_OUT.kinds"
+"#;
+
+struct Setup {
+    env: Env,
+    vars: Vec<(String, String)>,
+}
+
+impl Setup {
+    /// A repository whose project config names `sinks` (YAML list items) and the agent's
+    /// output format.
+    fn new(sinks: &str) -> Setup {
+        let env = Env::new();
+        let agent = env.root().join("agent.sh");
+        std::fs::write(&agent, agent_script(env.root())).unwrap();
+        let hook = env.root().join("hook.sh");
+        std::fs::write(&hook, HOOK).unwrap();
+        for p in [&agent, &hook] {
+            std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+        }
+        std::fs::create_dir_all(env.repo().join(".taskdaemon")).unwrap();
+        std::fs::write(
+            env.repo().join(".taskdaemon/config.yaml"),
+            format!("agent-format: claude-stream-json\nnotify:\n{sinks}"),
+        )
+        .unwrap();
+        let vars = vec![
+            (
+                "TASKDAEMON_AGENT".to_string(),
+                format!("cmd:{}", agent.display()),
+            ),
+            (
+                "HOOK_OUT".to_string(),
+                env.root().join("hook.out").display().to_string(),
+            ),
+        ];
+        Setup { env, vars }
+    }
+
+    /// The command hook, in the user's config (a project's config may not run commands).
+    fn user_hook(&self) {
+        let dir = self.env.home().join(".config/taskdaemon");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("config.yaml"),
+            format!(
+                "notify:\n  - command: {}\n",
+                self.env.root().join("hook.sh").display()
+            ),
+        )
+        .unwrap();
+    }
+
+    /// The project's config: the agent's output format and `sinks`.
+    fn project(&self, sinks: &str) {
+        std::fs::write(
+            self.env.repo().join(".taskdaemon/config.yaml"),
+            format!("agent-format: claude-stream-json\nnotify:\n{sinks}"),
+        )
+        .unwrap();
+    }
+
+    fn run(&self, args: &[&str]) -> harness::Run {
+        self.env.run_with(&self.vars, args)
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        self.env.ok_with(&self.vars, args)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.env.repo().join(".git/taskdaemon/daemon/daemon.log"))
+            .unwrap_or_default()
+    }
+
+    fn submit(&self, task: &str) -> String {
+        let out = self.ok(&["submit", "ralph", task, "--validate", "true", "--json"]);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        v["created"][0]["id"].as_str().unwrap().to_string()
+    }
+
+    fn hooked(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.env.root().join("hook.out"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    fn run_status(&self, id: &str) -> String {
+        let s: Value = serde_json::from_str(&self.ok(&["status", "--json"])).unwrap();
+        s["runs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["id"] == id)
+            .and_then(|r| r["status"].as_str())
+            .unwrap_or("")
+            .to_string()
+    }
+
+    /// Wait (bounded) until `done`, failing with what was seen and the daemon's log.
+    fn wait_for(&self, what: &str, done: impl Fn() -> bool) {
+        let start = Instant::now();
+        while !done() {
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "{what} did not happen\nhook got: {:#?}\nlog:\n{}",
+                self.hooked(),
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// A webhook receiver: answers 200 to every POST and keeps the bodies.
+fn receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook/secret-token", l.local_addr().unwrap());
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let keep = got.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            if let Some(body) = read_request(&s) {
+                keep.lock().unwrap().push(body);
+            }
+            let _ = (&s)
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    (url, got)
+}
+
+/// One HTTP request's JSON body.
+fn read_request(s: &TcpStream) -> Option<Value> {
+    let mut r = BufReader::new(s);
+    let mut len = 0usize;
+    let mut first = String::new();
+    r.read_line(&mut first).ok()?;
+    assert!(first.starts_with("POST /hook/secret-token "), "{first}");
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h).ok()?;
+        if h.trim().is_empty() {
+            break;
+        }
+        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().ok()?;
+        }
+    }
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).ok()?;
+    serde_json::from_slice(&body).ok()
+}
+
+/// A webhook that accepts connections and never answers; the accepted sockets are kept.
+fn hanging() -> (String, Arc<Mutex<Vec<TcpStream>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hang", l.local_addr().unwrap());
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let keep = held.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            keep.lock().unwrap().push(s);
+        }
+    });
+    (url, held)
+}
+
+/// A URL on a port nothing listens on.
+fn closed_port() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/closed", l.local_addr().unwrap());
+    drop(l);
+    url
+}
+
+/// (kind, run) of each notice.
+fn kinds(v: &[Value]) -> Vec<(String, String)> {
+    v.iter()
+        .map(|n| {
+            (
+                n["event"].as_str().unwrap_or("").to_string(),
+                n["run"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+fn has(v: &[Value], kind: &str, run: &str) -> bool {
+    kinds(v).iter().any(|(k, r)| k == kind && r == run)
+}
+
+#[test]
+fn a_webhook_and_a_command_hook_get_one_message_per_event_with_the_action() {
+    let (url, got) = receiver();
+    let mut s = Setup::new("");
+    s.user_hook();
+    let evil = s.env.root().join("evil.out");
+    s.project(&format!(
+        "  - webhook: {url}\n    events: [blocked, decide, complete, usage-limit-wait]\n  - command: touch {}\n",
+        evil.display()
+    ));
+    s.vars
+        .push(("TASKDAEMON_MAX_ITERATIONS".into(), "3".into()));
+    s.ok(&["daemon", "start", "--tick", "0.2", "--max-loops", "4"]);
+    let blocks = s.submit("task-blocks: add the payment API");
+    let decides = s.submit("task-decides: add login");
+    let completes = s.submit("task-completes: write the readme");
+    let limited = s.submit("task-limited: fix the flaky test");
+    let want = [
+        ("blocked", &blocks),
+        ("decide", &decides),
+        ("complete", &completes),
+        ("usage-limit-wait", &limited),
+        ("complete", &limited),
+    ];
+    s.wait_for("every notice at both sinks", || {
+        let web = got.lock().unwrap().clone();
+        let hook = s.hooked();
+        want.iter()
+            .all(|(k, r)| has(&web, k, r) && has(&hook, k, r))
+    });
+    s.wait_for("the usage-limit wait's end at the hook", || {
+        has(&s.hooked(), "usage-limit-over", &limited)
+    });
+    s.ok(&["daemon", "stop"]);
+    let web = got.lock().unwrap().clone();
+    let hook = s.hooked();
+    // One message each; the webhook's filter kept the others out.
+    for (k, r) in &want {
+        let n = |v: &[Value]| kinds(v).iter().filter(|(a, b)| a == k && b == *r).count();
+        assert_eq!(n(&web), 1, "{k} of {r} at the webhook: {web:#?}");
+        assert_eq!(n(&hook), 1, "{k} of {r} at the hook: {hook:#?}");
+    }
+    assert!(!has(&web, "usage-limit-over", &limited), "{web:#?}");
+    let repo = s.env.repo().display().to_string();
+    for n in web.iter().chain(&hook) {
+        let text = n["text"].as_str().unwrap();
+        let action = n["action"].as_str().unwrap();
+        assert_eq!(n["repository"], repo.as_str(), "{n:#}");
+        assert!(action.contains("taskdaemon"), "no command in {n:#}");
+        assert!(text.contains(action), "the text names the action: {n:#}");
+        assert!(text.contains(n["run"].as_str().unwrap()), "{n:#}");
+        assert!(!n["title"].as_str().unwrap().is_empty(), "{n:#}");
+    }
+    let find = |k: &str| web.iter().find(|n| n["event"] == k).unwrap().clone();
+    let b = find("blocked");
+    assert_eq!(b["reason"], "the API key is missing");
+    assert_eq!(b["title"], "task-blocks: add the payment API");
+    assert!(b["action"].as_str().unwrap().contains("unblock"), "{b:#}");
+    let d = find("decide");
+    assert_eq!(d["reason"], "OAuth or passwords?");
+    assert!(d["action"].as_str().unwrap().contains("answer"), "{d:#}");
+    let w = find("usage-limit-wait");
+    assert!(
+        w["reason"].as_str().unwrap().contains("usage limit"),
+        "{w:#}"
+    );
+    // The repository's own command hook never ran, and the log says why.
+    assert!(!evil.exists(), "a project's command hook ran");
+    assert!(
+        s.log()
+            .contains("is not run: a repository's own config may not make taskdaemon run commands"),
+        "{}",
+        s.log()
+    );
+    let kinds_file = std::fs::read_to_string(s.env.root().join("hook.out.kinds")).unwrap();
+    assert!(kinds_file.lines().any(|l| l == "decide"), "{kinds_file}");
+}
+
+#[test]
+fn a_dead_webhook_slows_no_loop() {
+    let (hang_url, held) = hanging();
+    let closed = closed_port();
+    // Baseline: the same run with only the command hook.
+    let quick = Setup::new("");
+    quick.user_hook();
+    quick.project("");
+    let base = timed_limited_run(&quick);
+    quick.ok(&["daemon", "stop"]);
+
+    let s = Setup::new("");
+    s.user_hook();
+    s.project(&format!(
+        "  - webhook: {hang_url}\n    timeout: 10m\n    retries: 0\n  - webhook: {closed}\n"
+    ));
+    let with_dead = timed_limited_run(&s);
+    eprintln!(
+        "wall time of the run: {base:?} with a working hook only, {with_dead:?} with a hanging and a closed webhook too"
+    );
+    // The run went through its wait and completed while the hanging webhook still holds
+    // the first notice's connection, unanswered and open.
+    let conns = held.lock().unwrap();
+    assert!(!conns.is_empty(), "the hanging webhook was never called");
+    let first = &conns[0];
+    first.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 4096];
+    let mut open = true;
+    loop {
+        match (&*first).read(&mut buf) {
+            Ok(0) => {
+                open = false;
+                break;
+            }
+            Ok(_) => continue,
+            Err(_) => break,
+        }
+    }
+    assert!(
+        open,
+        "the client gave up on the hanging webhook: delivery blocked something"
+    );
+    drop(conns);
+    s.ok(&["daemon", "stop"]);
+    // The closed port's failure was reported once, not per message (three notices).
+    let log = s.log();
+    assert!(
+        log.contains("cannot connect"),
+        "the closed port's failure is in the log:\n{log}"
+    );
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains("notify: webhook") && l.contains("failed"))
+            .count(),
+        1,
+        "one line per failing sink:\n{log}"
+    );
+}
+
+/// Run the usage-limited task to completion under a daemon; the wall time from submit to
+/// complete (printed, not asserted). The daemon is left running.
+fn timed_limited_run(s: &Setup) -> Duration {
+    s.ok(&["daemon", "start", "--tick", "0.2"]);
+    let t = Instant::now();
+    let id = s.submit("task-limited: fix the flaky test");
+    s.wait_for("the run's completion", || {
+        matches!(s.run_status(&id).as_str(), "complete" | "rebasing")
+            || has(&s.hooked(), "complete", &id)
+    });
+    let took = t.elapsed();
+    s.wait_for("the complete notice at the hook", || {
+        has(&s.hooked(), "complete", &id)
+    });
+    assert!(
+        has(&s.hooked(), "usage-limit-wait", &id),
+        "{:#?}",
+        s.hooked()
+    );
+    took
+}
+
+#[test]
+fn a_foreground_run_notifies_from_its_own_events() {
+    let s = Setup::new("");
+    s.user_hook();
+    s.project("");
+    let r = s.run(&[
+        "run",
+        "task-blocks: add the payment API",
+        "--max-iterations",
+        "2",
+    ]);
+    assert_eq!(r.code, 2, "blocked\n{}\n{}", r.stdout, r.stderr);
+    let got = s.hooked();
+    assert_eq!(got.len(), 1, "{got:#?}");
+    let n = &got[0];
+    assert_eq!(n["event"], "blocked");
+    assert_eq!(n["reason"], "the API key is missing");
+    assert_eq!(n["title"], "task-blocks: add the payment API");
+    let repo = s.env.repo().display().to_string();
+    assert_eq!(n["repository"], repo.as_str());
+    assert_eq!(
+        n["action"],
+        format!("taskdaemon -C {repo} unblock && taskdaemon -C {repo} run --resume").as_str()
+    );
+}

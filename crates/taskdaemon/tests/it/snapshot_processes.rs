@@ -1,0 +1,146 @@
+//! How many git processes a snapshot save and rollback start (issue 16): counted from
+//! git's own trace (`GIT_TRACE2_EVENT`), so a change that adds one shows here. Only the
+//! snapshot machinery's processes are counted (its plumbing runs with
+//! `core.hooksPath=/dev/null`, plus the one `rev-parse` that opens the repository): the
+//! command line's own start-up facts are another part's.
+
+use std::path::Path;
+
+use crate::harness::{Env, git};
+use serde_json::Value;
+
+/// The subcommands of the snapshot's git processes of one taskdaemon run, in order.
+fn traced(env: &Env, args: &[&str]) -> Vec<String> {
+    let trace = env.root().join("trace.json");
+    let _ = std::fs::remove_file(&trace);
+    let vars = [("GIT_TRACE2_EVENT".to_string(), trace.display().to_string())];
+    env.ok_with(&vars, args);
+    let text = std::fs::read_to_string(&trace).unwrap();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["event"] == "start")
+        .filter_map(|e| {
+            let argv: Vec<String> = e["argv"]
+                .as_array()?
+                .iter()
+                .filter_map(|a| a.as_str().map(str::to_string))
+                .collect();
+            let ours = argv.iter().any(|a| a == "core.hooksPath=/dev/null")
+                || argv.iter().any(|a| a == "--show-object-format");
+            ours.then(|| subcommand(&argv))
+        })
+        .collect()
+}
+
+/// The git subcommand in `argv` (after `-C dir` and `-c k=v` options).
+fn subcommand(argv: &[String]) -> String {
+    let mut it = argv.iter().skip(1);
+    while let Some(a) = it.next() {
+        if a == "-C" || a == "-c" {
+            it.next();
+        } else {
+            return a.clone();
+        }
+    }
+    String::new()
+}
+
+fn change(repo: &Path, round: &str) {
+    std::fs::write(repo.join("README.md"), format!("hello {round}\n")).unwrap();
+    std::fs::write(repo.join(format!("new-{round}.txt")), "new\n").unwrap();
+}
+
+#[test]
+fn a_save_and_a_rollback_start_only_the_pinned_git_processes() {
+    let env = Env::new();
+    let repo = env.repo();
+    change(&repo, "1");
+    let first = traced(&env, &["snapshot", "save", "first"]);
+    assert_eq!(
+        first,
+        [
+            "rev-parse",
+            "write-tree",
+            "ls-files",
+            "ls-files",
+            "ls-files",
+            "status",
+            "update-index",
+            "write-tree",
+            "for-each-ref",
+            "commit-tree",
+            "commit-tree",
+            "tag"
+        ],
+        "the first save seeds the private index from the user's (ls-files -v)"
+    );
+
+    // The user's index is unchanged: its tree and snapshot commit come from the cache.
+    change(&repo, "2");
+    let save = traced(&env, &["snapshot", "save", "second"]);
+    let steady = [
+        "rev-parse",
+        "ls-files",
+        "ls-files",
+        "status",
+        "update-index",
+        "write-tree",
+        "for-each-ref",
+        "commit-tree",
+        "tag",
+    ];
+    assert_eq!(save, steady);
+    let tag = git(&repo, &["tag", "--list", "--sort=-creatordate"]);
+    let tag = tag
+        .lines()
+        .find(|t| t.starts_with("manual-") && t.ends_with("-2"))
+        .expect("the second save's tag")
+        .to_string();
+
+    change(&repo, "3");
+    // The checkout of only the changed paths needs them unchanged since the scan began
+    // (inode change times a clock tick older); what was just written is left to
+    // `read-tree -m -u`, which compares contents.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let rollback = traced(&env, &["snapshot", "rollback", &tag]);
+    assert_eq!(
+        rollback,
+        [
+            "rev-parse",
+            "for-each-ref",
+            "cat-file",
+            "ls-files",
+            "ls-files",
+            "status",
+            "update-index",
+            "write-tree",
+            "diff-tree",
+            "update-ref",
+            "commit-tree",
+            "tag",
+            "update-index",
+            "checkout-index",
+            "update-ref",
+            "diff-tree",
+            "update-index"
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("README.md")).unwrap(),
+        "hello 2\n"
+    );
+    assert!(
+        !repo.join("new-3.txt").exists(),
+        "a file made since is removed"
+    );
+    assert!(repo.join("new-2.txt").exists() && repo.join("new-1.txt").exists());
+    assert_eq!(
+        git(&repo, &["status", "--porcelain"]),
+        " M README.md\n?? new-1.txt\n?? new-2.txt\n"
+    );
+
+    // The rollback wrote the user's index and remembered it: the next save asks git
+    // for neither its tree nor its commit.
+    change(&repo, "4");
+    assert_eq!(traced(&env, &["snapshot", "save", "after"]), steady);
+}
