@@ -21,38 +21,14 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value};
 use taskdaemon_core::store::{NewRun, Records};
 
+mod common;
+use common::{env_num, git, hermetic};
+
 struct Rng(fastrand::Rng);
 impl Rng {
     fn next(&mut self) -> u64 {
         self.0.u64(..)
     }
-}
-
-fn env_num(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn hermetic(c: &mut Command, home: &Path) {
-    c.env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"))
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("LC_ALL", "C");
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("TASKDAEMON_") {
-            c.env_remove(k);
-        }
-    }
-}
-
-fn git(repo: &Path, home: &Path, args: &[&str]) {
-    let mut c = Command::new("git");
-    hermetic(&mut c, home);
-    let s = c.arg("-C").arg(repo).args(args).status().expect("git runs");
-    assert!(s.success(), "git {args:?}");
 }
 
 /// `(utime + stime) seconds, VmHWM kB` of a live process.

@@ -11,6 +11,7 @@
 //!
 //! `cargo bench -p taskdaemon --bench multi_machine` (CLAIMS=N, RUNS=N, LOOPS=N).
 
+mod common;
 #[path = "../tests/it/pg.rs"]
 mod pg;
 
@@ -21,32 +22,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value};
 use taskdaemon_core::store::{Holder, NewRun, QueueConfig, Records};
 
-fn env_num(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn hermetic(c: &mut Command, home: &Path) {
-    c.env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"))
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("LC_ALL", "C");
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("TASKDAEMON_") {
-            c.env_remove(k);
-        }
-    }
-}
-
-fn git(dir: &Path, home: &Path, args: &[&str]) {
-    let mut c = Command::new("git");
-    hermetic(&mut c, home);
-    let s = c.arg("-C").arg(dir).args(args).status().expect("git runs");
-    assert!(s.success(), "git {args:?}");
-}
+use common::{env_num, git, hermetic};
 
 /// A temp root with a home, a repository `repo` on branch `wip` (merges move `main`).
 struct Root {
