@@ -31,7 +31,12 @@ pub fn run(a: DoctorArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let dir = ctx.workdir()?;
     let settings = settings_json(&dir, ctx.config.as_deref())?;
     let merged = config::load_layers(&dir, ctx.config.as_deref()).map_err(user)?;
-    let wanted = a.agent.clone().or(merged.agent.clone());
+    // The agent a loop would run: --agent, else TASKDAEMON_AGENT (as `run` and the daemon
+    // read it), else the config's.
+    let from_env = std::env::var("TASKDAEMON_AGENT")
+        .ok()
+        .filter(|v| !v.trim().is_empty());
+    let wanted = a.agent.clone().or(from_env).or(merged.agent.clone());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -456,6 +456,22 @@ fn doctor_says_an_agent_is_not_logged_in_and_exits_1_and_a_cmd_agent_alone_passe
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("everything needed is there"), "{text}");
 
+    // TASKDAEMON_AGENT names the agent in use, as it does for `run` and the daemon: every
+    // CLI is still listed, and a usable `cmd:` agent is no problem.
+    let out = env
+        .cmd()
+        .env("PATH", &bin)
+        .env("TASKDAEMON_AGENT", "cmd:cat")
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["agent-in-use"], "cmd:cat", "{v}");
+    assert_eq!(v["problems"], serde_json::json!([]), "{v}");
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    let listed = v["agents"].as_array().unwrap();
+    assert!(listed.iter().any(|a| a["agent"] == "codex"), "{v}");
+
     std::fs::create_dir_all(env.repo().join(".taskdaemon")).unwrap();
     std::fs::write(
         env.repo().join(".taskdaemon/config.yaml"),
