@@ -125,26 +125,13 @@ impl<'a> Daemon<'a> {
 
     /// Wait until `done(status)`, or fail with the status and the daemon's log.
     fn wait_until(&self, limit: Duration, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let start = Instant::now();
-        loop {
-            let s = self.status();
-            if done(&s) {
-                return s;
-            }
-            assert!(
-                !s["plans"]
-                    .as_array()
-                    .is_some_and(|p| p.iter().any(|p| p["status"] == "failed")),
-                "a plan failed while waiting for {what}\nstatus: {s:#}\nlog:\n{}",
-                self.log()
-            );
-            assert!(
-                start.elapsed() < limit,
-                "{what} did not happen within {limit:?}\nstatus: {s:#}\nlog:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        harness::wait_for_status(
+            limit,
+            what,
+            || self.status(),
+            || format!("log:\n{}", self.log()),
+            done,
+        )
     }
 
     fn stop(&self) {

@@ -190,6 +190,37 @@ pub fn events(stdout: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Poll `status()` until `done` holds; fail at once when a plan failed or after `limit`,
+/// with the status and `context()` (the daemons' logs) in the message.
+pub fn wait_for_status(
+    limit: Duration,
+    what: &str,
+    status: impl Fn() -> serde_json::Value,
+    context: impl Fn() -> String,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let s = status();
+        if done(&s) {
+            return s;
+        }
+        assert!(
+            !s["plans"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|p| p["status"] == "failed")),
+            "a plan failed while waiting for {what}\nstatus: {s:#}\n{}",
+            context()
+        );
+        assert!(
+            start.elapsed() < limit,
+            "{what} did not happen within {limit:?}\nstatus: {s:#}\n{}",
+            context()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 pub fn wait_for(path: &Path, limit: Duration) {
     let start = Instant::now();
     while !path.exists() {

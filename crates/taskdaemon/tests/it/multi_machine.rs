@@ -159,27 +159,13 @@ impl Machines {
 
     /// Wait until `done(status)`, or fail with the status and both daemons' logs.
     fn wait_until(&self, limit: Duration, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let start = Instant::now();
-        loop {
-            let s = self.status();
-            if done(&s) {
-                return s;
-            }
-            assert!(
-                !s["plans"]
-                    .as_array()
-                    .is_some_and(|p| p.iter().any(|p| p["status"] == "failed")),
-                "a plan failed while waiting for {what}\nstatus: {s:#}\n{}",
-                self.logs()
-            );
-            assert!(
-                start.elapsed() < limit,
-                "{what} did not happen within {limit:?}\nstatus: {s:#}\n{}\nagent log:\n{}",
-                self.logs(),
-                self.agent_log()
-            );
-            std::thread::sleep(Duration::from_millis(300));
-        }
+        harness::wait_for_status(
+            limit,
+            what,
+            || self.status(),
+            || format!("{}\nagent log:\n{}", self.logs(), self.agent_log()),
+            done,
+        )
     }
 
     /// The files of the remote's `main`.
