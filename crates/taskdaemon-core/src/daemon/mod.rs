@@ -794,8 +794,13 @@ impl Dispatcher {
             .filter(|(_, a)| !a.lost)
             .map(|(id, _)| id.clone())
             .collect();
+        self.renew_for(&ids);
+    }
+
+    /// Renew the leases of `ids`; stop at once those whose lease is lost.
+    fn renew_for(&mut self, ids: &[String]) {
         let Some(q) = self.queue.as_mut() else { return };
-        let (lost, warnings) = q.renew(&mut self.records, &ids);
+        let (lost, warnings) = q.renew(&mut self.records, ids);
         for w in warnings {
             self.note(w);
         }
@@ -1050,6 +1055,12 @@ impl Dispatcher {
             | Report::Iteration { run_id, .. }
             | Report::Finished { run_id, .. } => run_id.clone(),
         };
+        // A report writes the record: first make sure the lease is still ours (the ticker
+        // may not have run since another machine took the run over).
+        if !matches!(r, Report::Started { .. }) && self.active.get(&run_id).is_some_and(|a| !a.lost)
+        {
+            self.renew_for(std::slice::from_ref(&run_id));
+        }
         let Some((worktree, lost)) = self
             .active
             .get(&run_id)

@@ -165,7 +165,9 @@ impl QueueSide {
                         .get(id)
                         .map(|t| t.elapsed())
                         .unwrap_or_default();
-                    if since > self.opts.lease {
+                    // Stop a tick before the database may hand the run to another
+                    // machine (ticks come every lease/3), not after it.
+                    if since + self.opts.lease / 3 > self.opts.lease {
                         lost.push((
                             id.clone(),
                             format!(

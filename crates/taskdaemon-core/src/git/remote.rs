@@ -240,10 +240,19 @@ impl Remote {
             return Ok(None);
         }
         let stdout = String::from_utf8_lossy(&out.stdout);
-        // `--porcelain`: a rejected ref is a line `!<TAB>src:dst<TAB>[rejected] (why)`.
+        // `--porcelain`: a rejected ref is a line `!<TAB>src:dst<TAB>[rejected] (why)`. Only
+        // `[rejected]` means the ref moved under the lease (fetch and redo); `[remote
+        // rejected]` is the remote's refusal (a hook, a protected branch): redoing cannot help.
         if let Some(line) = stdout.lines().find(|l| l.starts_with('!')) {
             let reason = line.rsplit('\t').next().unwrap_or(line).trim().to_string();
-            return Ok(Some(reason));
+            if reason.starts_with("[rejected]") {
+                return Ok(Some(reason));
+            }
+            return Err(RemoteError::Refused {
+                remote: self.name.clone(),
+                what: format!("a push to {branch}"),
+                reason,
+            });
         }
         Err(RemoteError::Refused {
             remote: self.name.clone(),

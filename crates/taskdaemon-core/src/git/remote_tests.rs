@@ -90,6 +90,27 @@ fn a_pushed_branch_is_on_the_remote_and_a_second_push_sends_nothing() {
 }
 
 #[test]
+fn a_push_the_remote_refuses_is_an_error_not_a_moved_branch() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = fx();
+    let hook = f.bare.join("hooks/pre-receive");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\necho 'protected: no pushes' >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (wt, r) = remote(&f.a);
+    work(&wt, "s1", "x.txt", "x\n");
+    match r.push_branch("taskdaemon/s1") {
+        Err(RemoteError::Refused { reason, .. }) => {
+            assert!(reason.contains("remote rejected"), "{reason}")
+        }
+        other => panic!("a hook's refusal must be Refused, got {other:?}"),
+    }
+}
+
+#[test]
 fn a_takeover_continues_from_the_pushed_branch_and_the_old_holder_cannot_overwrite_it() {
     let f = fx();
     let (wa, ra) = remote(&f.a);
