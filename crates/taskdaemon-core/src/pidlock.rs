@@ -45,7 +45,8 @@ pub fn holder(path: &Path) -> Option<Option<i32>> {
         Err(std::fs::TryLockError::WouldBlock) => {
             let mut s = String::new();
             let _ = f.read_to_string(&mut s);
-            Some(s.trim().parse().ok())
+            // The file is input: 0, -1 or 1 would signal a group, everyone, or init.
+            Some(s.trim().parse().ok().filter(|p: &i32| *p > 1))
         }
         _ => None,
     }
@@ -66,5 +67,17 @@ mod tests {
         drop(l);
         assert!(holder(&p).is_none());
         drop(acquire(&p).unwrap());
+    }
+
+    #[test]
+    fn a_pid_that_would_signal_a_group_everyone_or_init_is_not_a_holder_pid() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("run.lock");
+        let l = acquire(&p).unwrap();
+        for bad in ["0", "-1", "1", "x"] {
+            std::fs::write(&p, bad).unwrap();
+            assert_eq!(holder(&p), Some(None), "{bad}");
+        }
+        drop(l);
     }
 }

@@ -155,6 +155,10 @@ pub async fn run_task(
     let dir = req.dir.as_path();
     let (message, clarification) = message_and_answer(req, ws, host)?;
     let mut cfg = resolve_config(dir, message.clone(), &req.settings)?;
+    // Leftovers of a killed loop are ended before anything of this task begins: a refusal
+    // here leaves no task half begun.
+    let left = take_over_loop(dir, cfg.kill_grace())?;
+    host.event(TaskEvent::LeftoversEnded { left: &left });
     let (model, because) = choose_parser(
         &req.settings,
         dir,
@@ -199,8 +203,6 @@ pub async fn run_task(
         host.event(TaskEvent::RunReplaced { replaced: r });
     }
     state.task = Some(start.number);
-    let left = take_over_loop(dir, state.config.kill_grace())?;
-    host.event(TaskEvent::LeftoversEnded { left: &left });
     let ctx = host.engine(&state);
     let (outcome, summary) = run_loop(state, ws, &ctx, cancel, false).await?;
     drop(ctx);

@@ -24,8 +24,15 @@ fn traced(env: &Env, args: &[&str]) -> (Vec<String>, i32, String) {
     (calls, r.code, format!("{}{}", r.stdout, r.stderr))
 }
 
-/// No git command twice, and at most `max` of them.
+/// Git was traced (the facts' one `rev-parse` first), no git command twice, and at most
+/// `max` of them.
 fn lean(what: &str, calls: &[String], max: usize) {
+    assert!(
+        calls
+            .first()
+            .is_some_and(|c| c.starts_with("git rev-parse")),
+        "{what}: the trace does not start with the facts' rev-parse: {calls:#?}"
+    );
     let mut seen = std::collections::BTreeSet::new();
     for c in calls {
         assert!(seen.insert(c), "{what}: `{c}` ran twice: {calls:#?}");
@@ -64,7 +71,6 @@ fn run_to_its_first_iteration_asks_git_once() {
     // (top level, git dirs, index, info/exclude) comes from one rev-parse and HEAD from
     // the ref files.
     lean("run", &calls, 1);
-    assert!(calls[0].starts_with("git rev-parse"), "{calls:?}");
 }
 
 #[test]
@@ -94,10 +100,11 @@ fn run_reads_head_from_packed_refs_and_a_detached_head() {
     git(&repo, &["checkout", "-q", "--detach"]);
     let (_, code, out) = traced(&env, &["archive"]);
     assert_eq!(code, 0, "{out}");
-    let (_, code, out) = traced(&env, &args);
+    let (calls, code, out) = traced(&env, &args);
     assert_eq!(code, 1, "{out}");
     let commit = git(&repo, &["rev-parse", "HEAD"]);
     assert!(out.contains(&commit.trim()[..12]), "detached: {out}");
+    lean("run (detached)", &calls, 3);
 }
 
 #[test]

@@ -198,10 +198,11 @@ pub async fn parse_with_model(
     .await;
     let judged = match ran {
         Ok(step) => judge(&step, &last_stderr, input, p),
-        Err(e) => Err(ModelFailure {
+        Err(e @ crate::agent::step::StepError::Spawn { .. }) => Err(ModelFailure {
             reason: format!("cannot start `{}`: {e}", p.agent.label()),
             class: Some(FailureClass::CouldNotStart),
         }),
+        Err(e) => Err(ModelFailure::from(e.to_string())),
     };
     if let Err(f) = &judged {
         log.note(&format!(
@@ -238,13 +239,17 @@ fn judge(
     if result.interrupted {
         return Err("interrupted".to_string().into());
     }
-    if let Some(f) = step.failure.as_ref().filter(|f| agent_failed(f.class)) {
+    // A usable answer is used whatever the exit; only without one does the failure speak.
+    let extracted = extract(&step.words, input);
+    if extracted.is_err()
+        && let Some(f) = step.failure.as_ref().filter(|f| agent_failed(f.class))
+    {
         return Err(ModelFailure {
             reason: failure_reason(&p.agent.label(), f),
             class: Some(f.class),
         });
     }
-    match extract(&step.words, input) {
+    match extracted {
         Ok(task) => Ok(task),
         Err(why) if result.timed_out => Err(format!(
             "no usable answer within the {} budget ({why})",
