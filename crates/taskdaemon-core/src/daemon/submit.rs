@@ -364,7 +364,7 @@ fn target(at: &SubmitPlace<'_>, opts: &SubmitOptions) -> Result<String, SubmitEr
 }
 
 /// The branch checked out in `dir` (the default merge target).
-fn current_branch(dir: &Path) -> Result<String, SubmitError> {
+pub fn current_branch(dir: &Path) -> Result<String, SubmitError> {
     match Git::new(dir).current_branch() {
         Ok(Some(b)) => Ok(b),
         _ => Err(refused(format!(

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use taskdaemon_core::daemon::DaemonPaths;
 use taskdaemon_core::daemon::ipc::{self, Request, Response};
-use taskdaemon_core::git::Git;
 
 use super::Ctx;
 use crate::cli::user;
@@ -38,17 +37,7 @@ pub fn wake(paths: &DaemonPaths) -> bool {
 
 /// The branch checked out in `dir` (the default merge target).
 pub fn current_branch(dir: &Path) -> anyhow::Result<String> {
-    let detached = || {
-        user(format!(
-            "{} is on a detached HEAD, so there is no branch to merge finished work into\n  hint: pass --target BRANCH, or set `target-branch:` in .taskdaemon/config.yaml",
-            dir.display()
-        ))
-    };
-    Git::new(dir)
-        .current_branch()
-        .ok()
-        .flatten()
-        .ok_or_else(detached)
+    taskdaemon_core::daemon::submit::current_branch(dir).map_err(user)
 }
 
 /// The line to print after queueing work.

@@ -163,19 +163,11 @@ impl Snapshots {
     }
 }
 
-/// A ref name of letters, digits, `.`, `_`, `-` and `/` that breaks none of
-/// `git check-ref-format`'s rules (checked without a git process); anything else is left
-/// to git.
+/// A `refs/heads/…` name the in-process branch rules (`config::check_branch_name`) accept,
+/// checked without a git process; anything they refuse is left to git.
 fn plainly_valid(name: &str) -> bool {
-    let chars = name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/'));
-    chars
-        && !name.contains("..")
-        && !name.ends_with('.')
-        && name
-            .split('/')
-            .all(|c| !c.is_empty() && !c.starts_with('.') && !c.ends_with(".lock"))
+    name.strip_prefix("refs/heads/")
+        .is_some_and(|n| crate::config::check_branch_name(n).is_ok())
 }
 
 #[cfg(test)]
@@ -196,7 +188,6 @@ mod tests {
             "refs/heads/x/",
             "refs/heads/a b",
             "refs/heads/a@{1}",
-            "refs/heads/ü",
         ] {
             assert!(!plainly_valid(doubtful), "{doubtful}");
         }

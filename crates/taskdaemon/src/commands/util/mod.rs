@@ -267,8 +267,9 @@ pub fn drive(
 /// directory left running, and record this loop's processes before each starts.
 fn take_over_processes(state: &RunState) -> anyhow::Result<()> {
     let workdir = &state.config.workdir;
-    let dir = agent::tracked::loop_records_dir(workdir).map_err(user)?;
-    take_over_in(dir, workdir, state.config.kill_grace())
+    let left = task_flow::take_over_loop(workdir, state.config.kill_grace()).map_err(flow_err)?;
+    render_leftovers(&left, workdir);
+    Ok(())
 }
 
 /// End what a killed loop recorded in `dir` (a loop in `workdir`), then record this loop's
