@@ -281,9 +281,7 @@ pub fn clear_taken_holds(
             let Some(target) = branch.strip_prefix("taskdaemon/integration/") else {
                 continue;
             };
-            let taken = git
-                .run(&["merge-base", "--is-ancestor", branch, target])
-                .is_ok();
+            let taken = matches!(git.is_ancestor(branch, target), Ok(true));
             if !taken {
                 continue;
             }

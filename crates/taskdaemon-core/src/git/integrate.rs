@@ -92,11 +92,7 @@ pub fn start_point(worktrees: &Worktrees, target: &str) -> String {
     let held = held_branch(target);
     let git = worktrees.git();
     let has = matches!(git.branch_exists(&held), Ok(true));
-    if has
-        && git
-            .run(&["merge-base", "--is-ancestor", target, &held])
-            .is_ok()
-    {
+    if has && matches!(git.is_ancestor(target, &held), Ok(true)) {
         held
     } else {
         target.to_string()
@@ -302,24 +298,7 @@ impl Merger<'_> {
     }
 
     fn is_ancestor(&self, a: &str, b: &str) -> Result<bool, IntegrateError> {
-        // A commit is its own ancestor (a run that committed nothing): no process.
-        if a == b && a.len() >= 40 && a.bytes().all(|c| c.is_ascii_hexdigit()) {
-            return Ok(true);
-        }
-        let out = self
-            .git
-            .call(&["merge-base", "--is-ancestor", a, b])
-            .output()?;
-        match out.status.code() {
-            Some(0) => Ok(true),
-            Some(1) => Ok(false),
-            _ => Err(GitError::Failed {
-                args: format!("merge-base --is-ancestor {a} {b}"),
-                dir: self.git.dir().to_path_buf(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            }
-            .into()),
-        }
+        Ok(self.git.is_ancestor(a, b)?)
     }
 
     /// Move `r` from `old` (empty: must not exist) to `new`; false if it was not at `old`.

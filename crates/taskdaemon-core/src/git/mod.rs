@@ -155,6 +155,24 @@ impl Git {
     }
 
     /// Whether branch `name` exists (`refs/heads/NAME` names a commit), from the ref
+    /// Whether commit `a` is an ancestor of `b` (`merge-base --is-ancestor`); a full id is
+    /// its own ancestor without a process.
+    pub fn is_ancestor(&self, a: &str, b: &str) -> Result<bool, GitError> {
+        if a == b && a.len() >= 40 && a.bytes().all(|c| c.is_ascii_hexdigit()) {
+            return Ok(true);
+        }
+        let out = self.call(&["merge-base", "--is-ancestor", a, b]).output()?;
+        match out.status.code() {
+            Some(0) => Ok(true),
+            Some(1) => Ok(false),
+            _ => Err(GitError::Failed {
+                args: format!("merge-base --is-ancestor {a} {b}"),
+                dir: self.dir.clone(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            }),
+        }
+    }
+
     /// files when they say it plainly, else asked of git.
     pub fn branch_exists(&self, name: &str) -> Result<bool, GitError> {
         if let Some(id) = self.facts().ok().and_then(|f| refs::branch_id(&f, name)) {

@@ -624,20 +624,7 @@ impl Remote {
     }
 
     fn is_ancestor(&self, a: &str, b: &str) -> Result<bool, RemoteError> {
-        let out = self
-            .git()
-            .call(&["merge-base", "--is-ancestor", a, b])
-            .output()?;
-        match out.status.code() {
-            Some(0) => Ok(true),
-            Some(1) => Ok(false),
-            _ => Err(GitError::Failed {
-                args: format!("merge-base --is-ancestor {a} {b}"),
-                dir: self.git().dir().to_path_buf(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            }
-            .into()),
-        }
+        Ok(self.git().is_ancestor(a, b)?)
     }
 }
 
