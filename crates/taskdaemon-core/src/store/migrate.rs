@@ -141,8 +141,16 @@ pub fn to_postgres(
     let mut tx = c.transaction().map_err(sql("beginning the copy"))?;
     tx.execute(PROJECT_LOCK_SQL, &[&queue.project])
         .map_err(sql("taking the project's lock"))?;
-    tx.execute("delete from records where project = $1", &[&queue.project])
+    // The project is replaced whole: its leases, logs and merge records went with the runs
+    // they were about (left, an old lease would block a claim and an old merge record
+    // would answer for a run id the copy reuses).
+    for table in ["records", "leases", "run_logs", "merges"] {
+        tx.execute(
+            &format!("delete from {table} where project = $1"),
+            &[&queue.project],
+        )
         .map_err(sql("replacing the project's records"))?;
+    }
     for (k, line) in &rows {
         let m = parse_meta(line.as_bytes(), &[]).map_err(|reason| QueueError::BadRecord {
             collection: k.collection().into(),

@@ -483,6 +483,27 @@ fn migrate_round_trips_byte_for_byte_and_refuses_to_overwrite() {
     let r = env.run_with(&vars, &["store", "migrate", "--to", &url]);
     assert_eq!(r.code, 64, "{}", r.stderr);
     assert!(r.stderr.contains("--force"), "{}", r.stderr);
+    // Forced: the project is replaced whole, its old leases and merge records too.
+    let mut admin = postgres::Client::connect(&db.url(), postgres::NoTls).unwrap();
+    admin
+        .batch_execute(
+            "insert into leases (project, run_id, holder, host, pid, expires_at)
+               values ('mig', 'old-run', 'h:1:0', 'h', 1, now() + interval '1 hour');
+             insert into merges (project, run_id, target, commit)
+               values ('mig', 'old-run', 'main', 'abc')",
+        )
+        .unwrap();
+    env.ok_with(&vars, &["store", "migrate", "--to", &url, "--force"]);
+    for table in ["leases", "merges"] {
+        let n: i64 = admin
+            .query_one(
+                &format!("select count(*) from {table} where project = 'mig'"),
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 0, "{table} kept rows of the replaced project");
+    }
     // Ids, fields and updated-at as they were.
     let q = queue(&db, "mig");
     let pg = open(&env, &q);
