@@ -152,7 +152,8 @@ impl Dispatcher {
         more
     }
 
-    /// Each changed run read once, changed, and all of them written in one batch; when the
+    /// Each changed run read once, changed, and all of them written in one batch (a run
+    /// whose record would change only in its elapsed time is not written); when the
     /// batch is refused (someone changed a run meanwhile), each run on its own as
     /// [`Self::update_run`] does. The runs as changed, by id.
     fn update_runs(
@@ -172,17 +173,30 @@ impl Dispatcher {
             }
         };
         let mut runs = HashMap::new();
+        let mut batch = Vec::new();
         for id in &ids {
-            if let Ok(Some(AnyRecord::Run(mut run))) = self.records.get(id) {
+            if let Ok(Some(AnyRecord::Run(before))) = self.records.get(id) {
+                let mut run = before.clone();
                 apply_all(id, &mut run);
+                // Local records only (the shared queue's takeover reads the elapsed time): a
+                // change of nothing but the elapsed time (an iteration's start) is not worth a
+                // durable write; the iteration's end writes the time.
+                let only_elapsed = self.queue.is_none()
+                    && LoopRun {
+                        elapsed_ms: before.elapsed_ms,
+                        ..run.clone()
+                    } == before;
+                if !only_elapsed {
+                    batch.push(id.to_string());
+                }
                 runs.insert(id.to_string(), run);
             }
         }
-        let batch: Vec<AnyRecord> = ids
+        let records: Vec<AnyRecord> = batch
             .iter()
-            .filter_map(|id| runs.get(*id).cloned().map(AnyRecord::Run))
+            .filter_map(|id| runs.get(id).cloned().map(AnyRecord::Run))
             .collect();
-        if batch.is_empty() || self.records.update_batch(batch, now).is_ok() {
+        if records.is_empty() || self.records.update_batch(records, now).is_ok() {
             return runs;
         }
         let _ = self.records.sync();
