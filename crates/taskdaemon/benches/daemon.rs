@@ -11,7 +11,9 @@
 //!    overhead per run as the dispatcher times it; the daemon's CPU per run; where a
 //!    run's time goes (from the daemon's millisecond log); the daemon's peak RSS.
 //!
-//! `cargo bench -p taskdaemon --bench daemon` (RUNS=N, LOOPS=N, SLEEPERS=N, SEED=N).
+//! `cargo bench -p taskdaemon --bench daemon` (RUNS=N, LOOPS=N, SLEEPERS=N, SEED=N;
+//! TASKDAEMON_BIN=PATH measures another build of the binary, e.g. the commit before a
+//! change, with the same bench; SKIP_OVERLAP=1 runs the no-op scenario alone).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -132,9 +134,12 @@ fn submit(p: &Project, runs: &[(&str, Vec<usize>)]) -> Vec<String> {
 
 /// Start the daemon, wait until `runs` runs ended; wall time, CPU seconds, peak RSS kB, log.
 fn daemon(p: &Project, loops: u64, runs: usize) -> (Duration, f64, u64, String) {
-    let exe = Path::new(env!("CARGO_BIN_EXE_taskdaemon"));
+    let exe = std::env::var_os("TASKDAEMON_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_BIN_EXE_taskdaemon")).to_path_buf());
+    println!("daemon binary: {}", exe.display());
     let log = std::fs::File::create(&p.log).expect("log");
-    let mut c = Command::new(exe);
+    let mut c = Command::new(&exe);
     hermetic(&mut c, &p.home);
     if std::env::var_os("GIT_PROCS").is_some() {
         c.env("GIT_TRACE", git_trace(p));
@@ -269,8 +274,20 @@ fn overlap_scenario() {
     );
 }
 
+/// The first three fields of `/proc/loadavg` (1, 5 and 15 minutes).
+fn load_average() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn main() {
-    overlap_scenario();
+    println!("load average at the start: {}", load_average());
+    if std::env::var_os("SKIP_OVERLAP").is_none() {
+        overlap_scenario();
+    }
     let runs = env_num("RUNS", 200) as usize;
     let loops = env_num("LOOPS", 4);
     let mut rng = Rng(fastrand::Rng::with_seed(env_num(
@@ -366,6 +383,7 @@ fn main() {
         hwm as f64 / 1024.0
     );
     git_processes(&p, runs);
+    println!("load average at the end: {}", load_average());
 }
 
 fn git_trace(p: &Project) -> std::path::PathBuf {

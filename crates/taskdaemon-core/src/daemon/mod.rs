@@ -17,6 +17,7 @@ pub mod executor;
 pub mod governor;
 pub mod ipc;
 mod paths;
+mod reports;
 pub mod shared_queue;
 pub mod status;
 pub mod submit;
@@ -333,10 +334,11 @@ impl Dispatcher {
                 Some(r) = rrx.recv() => {
                     let t = Instant::now();
                     off_the_workers(|| {
-                        dirty |= d.on_report(r);
+                        let mut batch = vec![r];
                         while let Ok(r) = rrx.try_recv() {
-                            dirty |= d.on_report(r);
+                            batch.push(r);
                         }
+                        dirty |= d.on_reports(batch);
                     });
                     d.record_time += t.elapsed();
                 }
@@ -1037,13 +1039,18 @@ impl Dispatcher {
         }
     }
 
-    /// Apply a run's report to its record. Whether the scheduler should look again.
-    fn on_report(&mut self, r: Report) -> bool {
+    /// Apply runs' reports (all that were waiting) to their records. Whether the
+    /// scheduler should look again.
+    fn on_reports(&mut self, reports: Vec<Report>) -> bool {
         let now = now_ms();
         if self.queue.is_some() {
-            return self.on_report_shared(r, now);
+            let mut more = false;
+            for r in reports {
+                more |= self.on_report_shared(r, now);
+            }
+            return more;
         }
-        self.apply_report(r, now)
+        self.apply_reports(reports, now)
     }
 
     /// [`Self::on_report`] on the shared queue: a run whose lease is lost writes nothing
@@ -1161,95 +1168,6 @@ impl Dispatcher {
         }
         let plan = shared_queue::plan_of(&self.records, &run)?;
         shared_queue::publish_documents(&q.remote, &self.paths.project, &plan)
-    }
-
-    /// Apply a report to the records (both backends).
-    fn apply_report(&mut self, r: Report, now: i64) -> bool {
-        match r {
-            Report::Started {
-                run_id,
-                worktree,
-                first_iteration,
-                resumed,
-            } => {
-                self.update_run(&run_id, now, |run| {
-                    run.worktree = Some(worktree.display().to_string());
-                    run.iteration = first_iteration;
-                });
-                self.emit(DaemonEvent::RunStarted {
-                    subject: self.subject(&run_id),
-                    iteration: first_iteration,
-                    worktree,
-                    resumed,
-                });
-                false
-            }
-            Report::Iteration {
-                run_id,
-                iteration,
-                finished,
-                elapsed_ms,
-            } => {
-                self.update_run(&run_id, now, |run| {
-                    run.iteration = iteration;
-                    run.elapsed_ms = elapsed_ms;
-                    if let Some((outcome, cost)) = &finished {
-                        if *cost > 0.0 {
-                            run.cost_usd = Some(*cost);
-                        }
-                        let mut lines: Vec<&str> = run.progress.lines().collect();
-                        let line = format!("iteration {iteration}: {outcome}");
-                        lines.push(&line);
-                        let keep = lines.len().saturating_sub(20);
-                        run.progress = lines[keep..].join("\n");
-                    }
-                });
-                false
-            }
-            Report::Finished { run_id, result } => {
-                if let Some(active) = self.active.remove(&run_id) {
-                    self.finish_run(&run_id, &result, active.stop_as, now);
-                }
-                true
-            }
-        }
-    }
-
-    /// Record how a run ended and tell the subscribers.
-    fn finish_run(
-        &mut self,
-        run_id: &str,
-        result: &Result<Outcome, String>,
-        stop_as: Option<StopAs>,
-        now: i64,
-    ) {
-        let mut ended = None;
-        self.update_run(run_id, now, |run| {
-            let (status, note) = end_status(result, stop_as, run);
-            run.status = status;
-            run.note = note;
-            ended = Some(run.clone());
-        });
-        let Some(run) = ended else { return };
-        let subject = status::subject_of(&self.records, &run, &self.paths.project);
-        self.emit(end_event(subject, result, stop_as, &run));
-    }
-
-    /// Read, change and store a run, once more if someone changed it meanwhile.
-    fn update_run(&mut self, id: &str, now: i64, mut f: impl FnMut(&mut LoopRun)) {
-        for _ in 0..2 {
-            let Ok(Some(AnyRecord::Run(mut run))) = self.records.get(id) else {
-                return;
-            };
-            f(&mut run);
-            match self.records.update(AnyRecord::Run(run), now) {
-                Ok(_) => return,
-                Err(e) => {
-                    let _ = self.records.sync();
-                    self.note(format!("updating run {id}: {e}"));
-                }
-            }
-        }
     }
 
     /// A merge on the shared queue: one already recorded (by any daemon) is done; else

@@ -123,6 +123,10 @@ pub struct Worktrees {
     top: PathBuf,
     common_dir: PathBuf,
     base: PathBuf,
+    /// The main work tree as `git worktree list` printed it, when its layout is the plain
+    /// one (not bare, its git dir the common dir at `<path>/.git`): the list is then read
+    /// from `<common-dir>/worktrees/*/` (see [`Self::registered`]); `None`: ask git.
+    main: Option<PathBuf>,
 }
 
 /// One entry of `git worktree list --porcelain -z`.
@@ -151,15 +155,19 @@ impl Worktrees {
             top: top.clone(),
             common_dir: common_dir.clone(),
             base: PathBuf::new(),
+            main: None,
         };
         // The first entry of `worktree list` is the main work tree (unless the repository is bare).
-        let main = probe
+        let first = probe
             .registered()?
             .into_iter()
             .next()
-            .filter(|r| !r.bare && r.path.is_dir())
-            .map(|r| r.path)
-            .unwrap_or(top);
+            .filter(|r| !r.bare && r.path.is_dir());
+        let plain_main = first
+            .as_ref()
+            .filter(|r| is_plain_main(&r.path, &common_dir))
+            .map(|r| r.path.clone());
+        let main = first.map(|r| r.path).unwrap_or(top);
         let top = main.canonicalize().unwrap_or(main);
         let base = crate::fsutil::normalize(&top.join(base));
         let wt = Worktrees {
@@ -167,6 +175,7 @@ impl Worktrees {
             top,
             common_dir,
             base,
+            main: plain_main,
         };
         if let Ok(rel) = wt.base.strip_prefix(&wt.top)
             && !rel.as_os_str().is_empty()
@@ -542,13 +551,58 @@ impl Worktrees {
         (parent == base).then(|| p.file_name().map(|n| n.to_string_lossy().into_owned()))?
     }
 
+    /// What `git worktree list --porcelain -z` says, read from the administrative files
+    /// when their layout is plain (no git process), else from git.
     pub(crate) fn registered(&self) -> Result<Vec<Registered>, WorktreeError> {
         let _git = self.lock(GIT_WORKTREE_LOCK)?;
+        if let Some(all) = self.registered_from_files() {
+            return Ok(all);
+        }
+        self.registered_from_git()
+    }
+
+    fn registered_from_git(&self) -> Result<Vec<Registered>, WorktreeError> {
         let out = self
             .git
             .call(&["worktree", "list", "--porcelain", "-z"])
             .bytes()?;
         Ok(parse_worktree_list(&out))
+    }
+
+    /// The list as git makes it (the main work tree, then the linked ones sorted by
+    /// path), from `<common-dir>/worktrees/<id>/{gitdir,HEAD,locked}` and the ref files.
+    /// `None` (ask git) for anything unusual: a main work tree not known to be plain, an
+    /// entry without a readable `gitdir` (git skips it, or is still making it), a relative
+    /// or non-UTF-8 path, a HEAD the ref files cannot answer (see [`super::refs::head`]).
+    fn registered_from_files(&self) -> Option<Vec<Registered>> {
+        let main_path = self.main.clone()?;
+        let facts = self.git.facts().ok()?;
+        if facts.common_dir != self.common_dir || facts.git_dir != facts.common_dir {
+            return None;
+        }
+        let main = Registered {
+            path: main_path,
+            ..head_from_files(&facts)?
+        };
+        let admin_root = self.common_dir.join("worktrees");
+        let mut linked = Vec::new();
+        match std::fs::read_dir(&admin_root) {
+            Ok(entries) => {
+                for e in entries {
+                    let e = e.ok()?;
+                    linked.push(linked_from_files(&facts, &e.path())?);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(_) => return None,
+        }
+        linked.sort_by(|a, b| {
+            a.path
+                .as_os_str()
+                .as_encoded_bytes()
+                .cmp(b.path.as_os_str().as_encoded_bytes())
+        });
+        Some(std::iter::once(main).chain(linked).collect())
     }
 
     pub(crate) fn rev(&self, spec: &str) -> Result<Option<String>, WorktreeError> {
@@ -610,6 +664,52 @@ impl Worktrees {
             Err(WorktreeError::BadBranch(branch.to_string()))
         }
     }
+}
+
+/// Whether git's main work tree `main` is the plain layout: its `.git` is the common dir.
+fn is_plain_main(main: &Path, common_dir: &Path) -> bool {
+    let dot_git = main.join(".git");
+    dot_git.is_dir()
+        && dot_git.canonicalize().ok().as_deref() == Some(common_dir)
+        && common_dir.canonicalize().ok().as_deref() == Some(common_dir)
+}
+
+/// HEAD and its branch from a git dir's `HEAD` and the ref files (`facts.git_dir` is the
+/// git dir); `None`: ask git.
+fn head_from_files(facts: &super::refs::RepoFacts) -> Option<Registered> {
+    let branch = super::refs::head_branch(facts)?.map(|b| format!("refs/heads/{b}"));
+    let head = super::refs::head(facts)?;
+    Some(Registered {
+        head,
+        branch,
+        ..Registered::default()
+    })
+}
+
+/// One linked worktree from its administrative directory `admin`; `None`: ask git.
+fn linked_from_files(facts: &super::refs::RepoFacts, admin: &Path) -> Option<Registered> {
+    let gitdir = std::fs::read_to_string(admin.join("gitdir")).ok()?;
+    // git trims trailing white space, then drops `/.git`.
+    let gitdir = Path::new(gitdir.trim_end());
+    let path = gitdir.to_str()?.strip_suffix("/.git")?;
+    if !gitdir.is_absolute() || path.is_empty() {
+        return None;
+    }
+    let locked = match std::fs::read_to_string(admin.join("locked")) {
+        Ok(reason) => Some(reason.trim().to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(_) => return None,
+    };
+    let mut own = facts.clone();
+    own.git_dir = admin.to_path_buf();
+    Some(Registered {
+        path: PathBuf::from(path),
+        // `worktree list` (no `--expire`): a locked one is never prunable, else one whose
+        // `.git` file is gone is.
+        prunable: locked.is_none() && !gitdir.exists(),
+        locked,
+        ..head_from_files(&own)?
+    })
 }
 
 pub(crate) fn parse_worktree_list(out: &[u8]) -> Vec<Registered> {
@@ -1042,6 +1142,83 @@ mod tests {
         assert_eq!(names(&r.removed), ["dirty"]);
         assert_eq!(names(&r.kept), ["running"]);
         assert!(!dirty.exists());
+    }
+
+    /// The list read from the administrative files is git's, field by field, in every
+    /// shape `worktree list` shows; unusual layouts are left to git.
+    #[test]
+    fn the_list_from_files_is_gits() {
+        let (d, repo, wt) = repo();
+        let same = |when: &str| {
+            let files = wt.registered_from_files().expect(when);
+            let git = wt.registered_from_git().unwrap();
+            let show = |v: &[Registered]| format!("{v:?}");
+            assert_eq!(show(&files), show(&git), "{when}");
+        };
+        same("main only");
+        wt.ensure("b-branch", "td/b", "main").unwrap();
+        wt.detached("a-detached", "main").unwrap();
+        same("a branch and a detached one");
+        let unborn = d.path().canonicalize().unwrap().join("unborn");
+        git(
+            &repo,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                "-b",
+                "unborn",
+                "--orphan",
+                unborn.to_str().unwrap(),
+            ],
+        );
+        let outside = d.path().canonicalize().unwrap().join("out side");
+        git(
+            &repo,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                "-b",
+                "td/o",
+                outside.to_str().unwrap(),
+            ],
+        );
+        git(
+            &repo,
+            &[
+                "worktree",
+                "lock",
+                "--reason",
+                " two\nlines ",
+                outside.to_str().unwrap(),
+            ],
+        );
+        let locked_gone = wt.ensure("c-locked", "td/c", "main").unwrap();
+        git(&repo, &["worktree", "lock", locked_gone.to_str().unwrap()]);
+        std::fs::remove_dir_all(&locked_gone).unwrap();
+        std::fs::remove_dir_all(wt.ensure("d-gone", "td/d", "main").unwrap()).unwrap();
+        same("unborn, locked with and without a reason, gone");
+        git(&repo, &["pack-refs", "--all"]);
+        git(&repo, &["checkout", "-q", "--detach", "main"]);
+        same("packed refs, the main one detached");
+        // Unusual: a relative gitdir, an entry being made, a symbolic ref: git answers.
+        let admin = repo.join(".git/worktrees/b-branch");
+        let saved = std::fs::read_to_string(admin.join("gitdir")).unwrap();
+        std::fs::write(admin.join("gitdir"), "../x/.git\n").unwrap();
+        assert!(wt.registered_from_files().is_none());
+        std::fs::write(admin.join("gitdir"), &saved).unwrap();
+        std::fs::create_dir(repo.join(".git/worktrees/half-made")).unwrap();
+        assert!(wt.registered_from_files().is_none());
+        assert!(wt.registered().is_ok());
+        std::fs::remove_dir(repo.join(".git/worktrees/half-made")).unwrap();
+        git(
+            &repo,
+            &["symbolic-ref", "refs/heads/alias", "refs/heads/main"],
+        );
+        std::fs::write(admin.join("HEAD"), "ref: refs/heads/alias\n").unwrap();
+        assert!(wt.registered_from_files().is_none());
+        assert_eq!(wt.registered().unwrap().len(), 7);
     }
 
     #[test]

@@ -642,9 +642,59 @@ impl Records {
     /// read from the current version: if the stored one is newer than the `updated-at` it
     /// carries, someone else changed it meanwhile and the update is refused rather than
     /// silently undoing their change (within one millisecond this cannot be told).
-    pub fn update(&mut self, mut record: AnyRecord, now_ms: i64) -> Result<AnyRecord> {
+    pub fn update(&mut self, record: AnyRecord, now_ms: i64) -> Result<AnyRecord> {
         let lock = self.store.lock()?;
         self.catch_up()?;
+        let record = self.checked_update(record, now_ms)?;
+        let written = self.portable(record.clone());
+        let ch = match &written {
+            AnyRecord::Plan(p) => self.store.update_record(p),
+            AnyRecord::Spec(s) => self.store.update_record(s),
+            AnyRecord::Run(r) => self.store.update_record(r),
+        }?;
+        self.changes.extend(ch);
+        lock.commit()?;
+        Ok(record)
+    }
+
+    /// [`Self::update`] of several records at once: each checked as `update` checks it,
+    /// then written with one durable write per collection (JSONL: one append and one
+    /// fsync; Postgres: one transaction). All or nothing: when one is refused, none is
+    /// written. An id may appear once.
+    pub fn update_batch(&mut self, records: Vec<AnyRecord>, now_ms: i64) -> Result<Vec<AnyRecord>> {
+        let mut seen = HashSet::new();
+        if let Some(r) = records.iter().find(|r| !seen.insert(r.id().to_string())) {
+            return Err(StoreError::Invalid {
+                field: "id".into(),
+                reason: format!("{} appears twice in one batch", r.id()),
+                hint: "change a record once per batch".into(),
+            });
+        }
+        let lock = self.store.lock()?;
+        self.catch_up()?;
+        let mut checked = Vec::with_capacity(records.len());
+        let mut ops: BTreeMap<&'static str, Vec<Op>> = BTreeMap::new();
+        for record in records {
+            let record = self.checked_update(record, now_ms)?;
+            let (collection, op) = match self.portable(record.clone()) {
+                AnyRecord::Plan(p) => (Plan::COLLECTION, Op::update(&p)),
+                AnyRecord::Spec(s) => (Spec::COLLECTION, Op::update(&s)),
+                AnyRecord::Run(r) => (LoopRun::COLLECTION, Op::update(&r)),
+            };
+            ops.entry(collection).or_default().push(op?);
+            checked.push(record);
+        }
+        for (collection, ops) in ops {
+            let ch = self.store.apply(collection, ops)?;
+            self.changes.extend(ch);
+        }
+        lock.commit()?;
+        Ok(checked)
+    }
+
+    /// `record` checked against the stored version (under the write lock, caught up) and
+    /// stamped, ready to be written.
+    fn checked_update(&self, mut record: AnyRecord, now_ms: i64) -> Result<AnyRecord> {
         let stored = self.get(record.id())?.ok_or_else(|| StoreError::Missing {
             field: "id".into(),
             id: record.id().to_string(),
@@ -688,14 +738,6 @@ impl Records {
             return Err(StoreError::Cycle { cycle });
         }
         self.check_paths_inside(&record, Some(&stored))?;
-        let written = self.portable(record.clone());
-        let ch = match &written {
-            AnyRecord::Plan(p) => self.store.update_record(p),
-            AnyRecord::Spec(s) => self.store.update_record(s),
-            AnyRecord::Run(r) => self.store.update_record(r),
-        }?;
-        self.changes.extend(ch);
-        lock.commit()?;
         Ok(record)
     }
 
@@ -842,5 +884,76 @@ impl IdSource for Records {
                     .unwrap_or_default()
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: i64 = 1_763_726_400_000;
+
+    fn run(r: &mut Records, name: &str) -> LoopRun {
+        r.create_run(
+            NewRun {
+                loop_type: "ralph".into(),
+                name: Some(name.into()),
+                ..NewRun::default()
+            },
+            T0,
+        )
+        .unwrap()
+    }
+
+    /// Several runs changed in one batch: one durable write, each change checked as
+    /// `update` checks it, all or nothing.
+    #[test]
+    fn a_batch_is_one_write_and_all_or_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let mut r = Records::open(d.path()).unwrap();
+        let (a, b) = (run(&mut r, "a"), run(&mut r, "b"));
+        let fsyncs = |r: &Records| r.store().jsonl().unwrap().fsyncs();
+        let before = fsyncs(&r);
+        let mut a2 = a.clone();
+        a2.iteration = 3;
+        let mut b2 = b.clone();
+        b2.progress = "iteration 1: continue".into();
+        let done = r
+            .update_batch(vec![AnyRecord::Run(a2), AnyRecord::Run(b2)], T0 + 5)
+            .unwrap();
+        assert_eq!(done.len(), 2);
+        assert_eq!(fsyncs(&r), before + 1);
+        let got = |r: &Records, id: &str| match r.get(id).unwrap() {
+            Some(AnyRecord::Run(run)) => run,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(got(&r, &a.id).iteration, 3);
+        assert_eq!(got(&r, &a.id).updated_at, T0 + 5);
+        assert_eq!(got(&r, &b.id).progress, "iteration 1: continue");
+        // Another process sees both.
+        let other = Records::open(d.path()).unwrap();
+        assert_eq!(got(&other, &a.id).iteration, 3);
+        // A stale record refuses the whole batch: the other change is not written either.
+        let mut stale = a.clone();
+        stale.iteration = 9;
+        let mut fresh = got(&r, &b.id);
+        let was = fresh.iteration;
+        fresh.iteration = was + 7;
+        let e = r
+            .update_batch(
+                vec![AnyRecord::Run(fresh.clone()), AnyRecord::Run(stale)],
+                T0 + 9,
+            )
+            .unwrap_err();
+        assert!(matches!(e, StoreError::Changed { .. }), "{e}");
+        assert_eq!(got(&r, &b.id).iteration, was);
+        // One id twice is refused.
+        let e = r
+            .update_batch(
+                vec![AnyRecord::Run(fresh.clone()), AnyRecord::Run(fresh)],
+                T0 + 9,
+            )
+            .unwrap_err();
+        assert!(matches!(e, StoreError::Invalid { .. }), "{e}");
     }
 }
