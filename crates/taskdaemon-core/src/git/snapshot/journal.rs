@@ -72,6 +72,15 @@ pub(super) struct Journal {
     pub changed: TreeDiff,
 }
 
+/// What the rollback found before it changed anything: the tree diff from the captured
+/// work tree to the snapshot's, when that capture scanned the disk, and where the saved
+/// index differs from the saved work tree.
+struct Scanned {
+    raw: Vec<RawChange>,
+    at: SystemTime,
+    index_raw: Vec<RawChange>,
+}
+
 /// `index.lock` while a rollback holds it; removed when dropped.
 pub(super) struct IndexLock(PathBuf);
 
@@ -134,7 +143,15 @@ impl Snapshots {
         }
         // What is here now, and what the rollback would do to it.
         let mut cap = self.capture(&[])?;
-        let mut raw = self.raw_diff(&cap.work_tree, &work_tree)?;
+        // Both diffs the rollback needs from one process: what it changes in the work
+        // tree, and where the saved index differs from the saved work tree.
+        let mut diffs = self
+            .raw_diffs(&[(&cap.work_tree, &work_tree), (&work_tree, &index_tree)])?
+            .into_iter();
+        let (mut raw, index_raw) = (
+            diffs.next().unwrap_or_default(),
+            diffs.next().unwrap_or_default(),
+        );
         self.refuse_if_repository_in_the_way(&raw, &cap.skipped)?;
         // Ignored files where the snapshot has a file would be overwritten: they go into
         // the safety snapshot too.
@@ -174,8 +191,12 @@ impl Snapshots {
             self.remove_journal()?;
             return Err(e);
         }
-        self.finish(&journal, lock, Some((raw, cap.scanned)))
-            .map(|(r, _)| r)
+        let scanned = Scanned {
+            raw,
+            at: cap.scanned,
+            index_raw,
+        };
+        self.finish(&journal, lock, Some(scanned)).map(|(r, _)| r)
     }
 
     /// The steps before anything changes: refs checked, the safety snapshot, index.lock.
@@ -227,13 +248,13 @@ impl Snapshots {
     /// The destructive steps, then the journal goes. An error (not a kill) releases
     /// `index.lock` and drops the journal: the message names the safety snapshot. With
     /// the rollback, the snapshot recovery made of what it found, if any. `scanned`: the
-    /// tree diff from the captured work tree and when that capture scanned the disk;
-    /// `None` when recovering (the disk is scanned again).
+    /// diffs and the capture's scan time; `None` when recovering (the disk is scanned
+    /// again).
     fn finish(
         &self,
         j: &Journal,
         lock: IndexLock,
-        scanned: Option<(Vec<RawChange>, SystemTime)>,
+        scanned: Option<Scanned>,
     ) -> Result<(Rollback, Option<String>), SnapshotError> {
         let Some(saved) = j.saved.clone() else {
             return Err(SnapshotError::Journal {
@@ -267,12 +288,16 @@ impl Snapshots {
         &self,
         j: &Journal,
         lock: &IndexLock,
-        scanned: Option<(Vec<RawChange>, SystemTime)>,
+        scanned: Option<Scanned>,
     ) -> Result<Option<String>, SnapshotError> {
         let mut found = None;
         let mut from = j.old_work_tree.clone();
+        let mut index_raw = None;
         let (raw, at) = match scanned {
-            Some(s) => s,
+            Some(s) => {
+                index_raw = Some(s.index_raw);
+                (s.raw, s.at)
+            }
             None => {
                 // Recovering: the private index must match the work tree again (a
                 // checkout may have stopped in the middle); what only this mix holds is
@@ -304,7 +329,7 @@ impl Snapshots {
         self.pause("work-tree");
         self.move_refs(j)?;
         self.pause("refs");
-        self.install_index(j, lock)?;
+        self.install_index(j, lock, index_raw)?;
         self.pause("index");
         Ok(found)
     }
@@ -345,15 +370,21 @@ impl Snapshots {
     /// (fresh after the checkout, and holding the snapshot's work tree): only the entries
     /// where the saved index differs from that work tree are set (`update-index
     /// --index-info`, no walk of the whole tree). The user's index is written with its
-    /// checksum, synced, then renamed into place.
-    fn install_index(&self, j: &Journal, _lock: &IndexLock) -> Result<(), SnapshotError> {
+    /// checksum, synced, then renamed into place. `diff`: that difference when the
+    /// rollback already has it.
+    fn install_index(
+        &self,
+        j: &Journal,
+        _lock: &IndexLock,
+        diff: Option<Vec<RawChange>>,
+    ) -> Result<(), SnapshotError> {
         let (work_tree, index_tree) = (j.work_tree.as_str(), j.index_tree.as_str());
         let fresh = self.private_dir().join("index.new");
         copy_keeping_mtime(&self.work_index(), &self.work_index(), &fresh)?;
-        let info = if work_tree == index_tree {
-            Vec::new()
-        } else {
-            index_info(&self.raw_diff(work_tree, index_tree)?)
+        let info = match diff {
+            _ if work_tree == index_tree => Vec::new(),
+            Some(d) => index_info(&d),
+            None => index_info(&self.raw_diff(work_tree, index_tree)?),
         };
         self.git
             .call(&[
