@@ -115,10 +115,10 @@ fn a_save_and_a_rollback_start_only_the_pinned_git_processes() {
             "tag",
             "update-index",
             "checkout-index",
-            "update-ref",
             "update-index"
         ],
-        "one `diff-tree --stdin` for both tree diffs"
+        "one `diff-tree --stdin` for both tree diffs; one `update-ref --stdin` checks the \
+         refs and, later, moves them"
     );
     assert_eq!(
         std::fs::read_to_string(repo.join("README.md")).unwrap(),

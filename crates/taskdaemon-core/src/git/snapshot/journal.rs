@@ -27,6 +27,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use super::cache::{CachedIndex, IndexKey};
+use super::ref_session::{End, RefSession};
 use super::{
     Captured, Kind, Listing, RawChange, Rollback, SaveRequest, Snapshot, SnapshotError, Snapshots,
     TreeDiff, copy_keeping_mtime, io, tree_diff,
@@ -79,6 +80,8 @@ struct Scanned {
     raw: Vec<RawChange>,
     at: SystemTime,
     index_raw: Vec<RawChange>,
+    /// The `update-ref` session that checked the refs, for the move.
+    refs: Option<RefSession>,
 }
 
 /// `index.lock` while a rollback holds it; removed when dropped.
@@ -177,8 +180,8 @@ impl Snapshots {
             changed: tree_diff(&raw),
         };
         self.write_journal(&journal)?;
-        let lock = match self.prepare(&mut journal, &cap, time_ms, listed) {
-            Ok(lock) => lock,
+        let (lock, refs) = match self.prepare(&mut journal, &cap, time_ms, listed) {
+            Ok(prepared) => prepared,
             Err(e) => {
                 self.remove_journal()?;
                 return Err(e);
@@ -195,6 +198,7 @@ impl Snapshots {
             raw,
             at: cap.scanned,
             index_raw,
+            refs,
         };
         self.finish(&journal, lock, Some(scanned)).map(|(r, _)| r)
     }
@@ -206,8 +210,8 @@ impl Snapshots {
         cap: &Captured,
         time_ms: i64,
         listed: Listing,
-    ) -> Result<IndexLock, SnapshotError> {
-        self.check_refs(&j.target)?;
+    ) -> Result<(IndexLock, Option<RefSession>), SnapshotError> {
+        let refs = self.check_refs(&j.target, &reflog_message(j))?;
         self.pause("prepared");
         let keep = self.tips_a_rollback_moves(&j.target, cap)?;
         let trailers: Vec<String> = j
@@ -238,11 +242,13 @@ impl Snapshots {
         j.saved = Some(saved);
         self.write_journal(j)?;
         self.pause("tagged");
-        self.take_user_index(&j.nonce)
+        let lock = self
+            .take_user_index(&j.nonce)
             .map_err(|e| SnapshotError::HalfWay {
                 saved: tag,
                 source: Box::new(e),
-            })
+            })?;
+        Ok((lock, refs))
     }
 
     /// The destructive steps, then the journal goes. An error (not a kill) releases
@@ -292,10 +298,11 @@ impl Snapshots {
     ) -> Result<Option<String>, SnapshotError> {
         let mut found = None;
         let mut from = j.old_work_tree.clone();
-        let mut index_raw = None;
+        let (mut index_raw, mut refs) = (None, None);
         let (raw, at) = match scanned {
             Some(s) => {
                 index_raw = Some(s.index_raw);
+                refs = s.refs;
                 (s.raw, s.at)
             }
             None => {
@@ -327,32 +334,34 @@ impl Snapshots {
                 .bytes()?;
         }
         self.pause("work-tree");
-        self.move_refs(j)?;
+        self.move_refs(j, refs)?;
         self.pause("refs");
         self.install_index(j, lock, index_raw)?;
         self.pause("index");
         Ok(found)
     }
 
-    /// Branch and HEAD: one ref transaction, then HEAD's symbolic link.
-    fn move_refs(&self, j: &Journal) -> Result<(), SnapshotError> {
-        let why = format!("taskdaemon: rollback to {}", j.target.tag);
-        let mut input = String::from("start\n");
+    /// Branch and HEAD: one ref transaction (in the session that checked the refs, if
+    /// the rollback has it), then HEAD's symbolic link.
+    fn move_refs(&self, j: &Journal, session: Option<RefSession>) -> Result<(), SnapshotError> {
+        let why = reflog_message(j);
+        let mut body = String::new();
         for m in &j.moves {
             if m.name == "HEAD" {
-                input.push_str("option no-deref\n");
+                body.push_str("option no-deref\n");
             }
             match (&m.old, &m.new) {
-                (_, Some(new)) => input.push_str(&format!("update {} {new}\n", m.name)),
-                (Some(_), None) => input.push_str(&format!("delete {}\n", m.name)),
+                (_, Some(new)) => body.push_str(&format!("update {} {new}\n", m.name)),
+                (Some(_), None) => body.push_str(&format!("delete {}\n", m.name)),
                 (None, None) => {}
             }
         }
-        input.push_str("commit\n");
-        self.git
-            .call(&["update-ref", "-m", &why, "--stdin"])
-            .input(input.into_bytes())
-            .bytes()?;
+        let mut session = match session {
+            Some(s) => s,
+            None => RefSession::start(&self.git, &why)?,
+        };
+        session.transaction(&body, End::Commit)?;
+        drop(session);
         // HEAD already naming the branch (the usual case) needs no write.
         if let Some(branch) = j
             .target
@@ -550,6 +559,11 @@ pub(super) fn index_info(raw: &[RawChange]) -> Vec<u8> {
         out.push(0);
     }
     out
+}
+
+/// The reflog message of the refs a rollback moves.
+fn reflog_message(j: &Journal) -> String {
+    format!("taskdaemon: rollback to {}", j.target.tag)
 }
 
 fn marker(nonce: &str) -> String {

@@ -37,6 +37,7 @@ mod index_file;
 mod journal;
 mod locks;
 mod prune;
+mod ref_session;
 mod tags;
 mod trust;
 
@@ -1140,21 +1141,24 @@ impl Snapshots {
     }
 
     /// Lock and release the refs the rollback will move, so a ref it cannot write (a lock
-    /// left behind, a name conflict) stops it before anything changed.
-    fn check_refs(&self, target: &Snapshot) -> Result<(), SnapshotError> {
+    /// left behind, a name conflict) stops it before anything changed. The session stays
+    /// open for the move (`why`: its reflog message).
+    fn check_refs(
+        &self,
+        target: &Snapshot,
+        why: &str,
+    ) -> Result<Option<ref_session::RefSession>, SnapshotError> {
         let zero = "0".repeat(target.commit.len());
         let line = match (&target.branch, &target.head) {
             (Some(b), Some(h)) => format!("update {b} {h}\n"),
             (None, Some(h)) => format!("option no-deref\nupdate HEAD {h}\n"),
             (Some(b), None) if self.rev(b)?.is_some() => format!("delete {b}\n"),
             (Some(b), None) => format!("verify {b} {zero}\n"),
-            (None, None) => return Ok(()),
+            (None, None) => return Ok(None),
         };
-        self.git
-            .call(&["update-ref", "--stdin"])
-            .input(format!("start\n{line}prepare\nabort\n").into_bytes())
-            .bytes()?;
-        Ok(())
+        let mut session = ref_session::RefSession::start(&self.git, why)?;
+        session.transaction(&line, ref_session::End::Abort)?;
+        Ok(Some(session))
     }
 
     /// Branch tips that would become unreachable when the rollback moves or deletes the
