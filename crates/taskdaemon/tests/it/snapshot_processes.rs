@@ -60,7 +60,6 @@ fn a_save_and_a_rollback_start_only_the_pinned_git_processes() {
         first,
         [
             "rev-parse",
-            "write-tree",
             "status",
             "update-index",
             "write-tree",
@@ -69,7 +68,8 @@ fn a_save_and_a_rollback_start_only_the_pinned_git_processes() {
             "tag"
         ],
         "the first save seeds the private index from the user's (its flags read from the \
-         file, no ignored-file check: it tracks what the user's does); no tags yet"
+         file, no ignored-file check: it tracks what the user's does); the user's index tree \
+         is its valid cache-tree root (no write-tree); no tags yet"
     );
 
     // The user's index is unchanged: its tree and snapshot commit come from the cache.

@@ -29,6 +29,9 @@ pub(super) struct Entry {
 pub(super) struct Entries {
     names: Vec<u8>,
     entries: Vec<Entry>,
+    /// The tree of the whole index (hex), when its cache-tree extension has it valid:
+    /// what `write-tree` would answer without computing anything.
+    pub root_tree: Option<String>,
 }
 
 impl Entries {
@@ -83,6 +86,7 @@ pub(super) fn parse(bytes: &[u8], oid_len: usize) -> Option<Entries> {
     let mut out = Entries {
         names: Vec::with_capacity(body.len() / 4),
         entries: Vec::with_capacity(count.min(body.len() / 62)),
+        root_tree: None,
     };
     let mut at = 12;
     let mut prev: Range<usize> = 0..0;
@@ -99,7 +103,8 @@ pub(super) fn parse(bytes: &[u8], oid_len: usize) -> Option<Entries> {
         out.entries.push(entry);
         at = next;
     }
-    extensions_are_plain(body, at).then_some(out)
+    out.root_tree = plain_extensions(body, at, oid_len)?;
+    Some(out)
 }
 
 /// One entry starting at `at`; its name appended to `names`. With the offset after it.
@@ -146,22 +151,38 @@ fn parse_entry(
     (next <= body.len()).then_some((entry, next))
 }
 
-/// Whether the extensions from `at` to the end fill it exactly and none of them makes the
-/// entries incomplete (`link`: a split index) or stand for others (`sdir`: sparse).
-fn extensions_are_plain(body: &[u8], mut at: usize) -> bool {
+/// The extensions from `at` to the end, when they fill it exactly and none of them makes
+/// the entries incomplete (`link`: a split index) or stand for others (`sdir`: sparse):
+/// with the valid root tree of the cache-tree extension (`TREE`), if any.
+fn plain_extensions(body: &[u8], mut at: usize, oid_len: usize) -> Option<Option<String>> {
+    let mut root = None;
     while at < body.len() {
-        let (Some(sig), Some(size)) = (body.get(at..at + 4), be32(body, at + 4)) else {
-            return false;
-        };
+        let sig = body.get(at..at + 4)?;
+        let size = be32(body, at + 4)? as usize;
         if sig == b"link" || sig == b"sdir" {
-            return false;
+            return None;
         }
-        at = match (at + 8).checked_add(size as usize) {
-            Some(n) if n <= body.len() => n,
-            _ => return false,
-        };
+        let end = (at + 8).checked_add(size).filter(|n| *n <= body.len())?;
+        if sig == b"TREE" {
+            root = root_tree(&body[at + 8..end], oid_len);
+        }
+        at = end;
     }
-    at == body.len()
+    Some(root)
+}
+
+/// The root entry of a cache-tree extension: an empty path, NUL, the entry count (`-1`:
+/// invalid), a space, the number of subtrees, LF, then (when valid) the tree's id.
+fn root_tree(ext: &[u8], oid_len: usize) -> Option<String> {
+    let rest = ext.strip_prefix(b"\0")?;
+    let nl = rest.iter().position(|b| *b == b'\n')?;
+    let counts = std::str::from_utf8(&rest[..nl]).ok()?;
+    let (entries, _) = counts.split_once(' ')?;
+    if entries.parse::<i64>().ok()? < 0 {
+        return None;
+    }
+    let id = rest.get(nl + 1..nl + 1 + oid_len)?;
+    Some(id.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Git's offset varint (`decode_varint`), with the offset after it.
@@ -250,6 +271,16 @@ mod tests {
         let bytes = std::fs::read(d.path().join(".git/index")).unwrap();
         let e = parse(&bytes, 20).unwrap();
         assert!(e.contains(b"b/c d") && !e.contains(b"b"));
+        // Marking entries invalidated the cache-tree's root; `write-tree` makes it whole
+        // again, staging a change invalidates it.
+        assert_eq!(e.root_tree, None);
+        let tree = git(d.path(), &["write-tree"]);
+        let written = std::fs::read(d.path().join(".git/index")).unwrap();
+        assert_eq!(parse(&written, 20).unwrap().root_tree, Some(tree));
+        std::fs::write(d.path().join("b/c/e"), "changed").unwrap();
+        git(d.path(), &["add", "b/c/e"]);
+        let staged = std::fs::read(d.path().join(".git/index")).unwrap();
+        assert_eq!(parse(&staged, 20).unwrap().root_tree, None);
         let mut other = parse(&bytes, 20).unwrap();
         other.entries.retain(|x| x.mode != 0o120000);
         assert_eq!(e.missing_from(&other), [&b"link"[..]]);

@@ -48,6 +48,7 @@ pub use locks::Notice;
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
+use std::io::Read as _;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -615,8 +616,10 @@ impl Snapshots {
     }
 
     /// The tree of the user's index: from `index.cache` while that index and HEAD are
-    /// unchanged (with the snapshot commit made of it), else written from a copy (even
-    /// `write-tree` would rewrite its cache-tree extension in place).
+    /// unchanged (with the snapshot commit made of it), else from its cache-tree extension
+    /// when that has the whole tree (the snapshot's `commit-tree` fails if that tree is
+    /// not in the repository), else written from a copy (even `write-tree` would rewrite
+    /// its cache-tree extension in place).
     fn user_index(&self, head: Option<&str>) -> Result<UserIndex, SnapshotError> {
         let user_copy = self.private_dir().join("index.user");
         let mut f = match File::open(&self.index) {
@@ -638,8 +641,19 @@ impl Snapshots {
         }
         let exists = match f.as_mut() {
             Some(f) => {
-                let mut to = File::create(&user_copy).map_err(io(&user_copy))?;
-                std::io::copy(f, &mut to).map_err(io(&user_copy))?;
+                let mut bytes = Vec::new();
+                f.read_to_end(&mut bytes).map_err(io(&self.index))?;
+                // A valid cache-tree root is the tree `write-tree` would answer.
+                let parsed = index_file::parse(&bytes, self.oid_len);
+                if let Some(tree) = parsed.and_then(|e| e.root_tree) {
+                    return Ok(UserIndex {
+                        exists: true,
+                        tree,
+                        commit: None,
+                        key,
+                    });
+                }
+                fs::write(&user_copy, &bytes).map_err(io(&user_copy))?;
                 true
             }
             None => copy_if_exists(&self.index, &user_copy)?,
