@@ -104,7 +104,6 @@ fn a_save_and_a_rollback_start_only_the_pinned_git_processes() {
         rollback,
         [
             "rev-parse",
-            "cat-file",
             "ls-files",
             "status",
             "update-index",
@@ -117,8 +116,9 @@ fn a_save_and_a_rollback_start_only_the_pinned_git_processes() {
             "checkout-index",
             "update-index"
         ],
-        "one `diff-tree --stdin` for both tree diffs; one `update-ref --stdin` checks the \
-         refs and, later, moves them"
+        "the snapshot's trees and parents from `tags.cache` (its save made them, no \
+         `cat-file`); one `diff-tree --stdin` for both tree diffs; one `update-ref --stdin` \
+         checks the refs and, later, moves them"
     );
     assert_eq!(
         std::fs::read_to_string(repo.join("README.md")).unwrap(),

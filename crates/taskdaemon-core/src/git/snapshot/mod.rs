@@ -335,6 +335,8 @@ pub struct Snapshots {
     /// For the snapshot's own work: no filters, no line-ending conversion, no submodule
     /// recursion, so what is saved and restored is the bytes on disk.
     git: Git,
+    /// The repository's facts (shared with the rest of the process).
+    repo: std::sync::Arc<super::RepoFacts>,
     /// `git` for the private indexes only: no trailing checksum (it is ours alone, and
     /// hashing a 10 MB index costs more than writing it), and an untracked cache so a
     /// save looks only into directories that changed.
@@ -388,6 +390,7 @@ impl Snapshots {
             .clone()
             .with(&["index.skipHash=true", "core.untrackedCache=true"], &[]);
         Ok(Snapshots {
+            repo: facts.clone(),
             git,
             private,
             plain,
@@ -1065,7 +1068,12 @@ impl Snapshots {
                 .input(text.as_bytes().to_vec())
                 .output()?;
             if out.status.success() {
-                self.remember_tag(&name, &snap.commit, &text);
+                let made = tags::MadeCommit {
+                    tree: cap.work_tree.clone(),
+                    parents: parents.iter().map(|p| p.to_string()).collect(),
+                    index_tree: cap.index_tree.clone(),
+                };
+                self.remember_tag(&name, &text, (&snap.commit, made));
                 snap.tag = name;
                 return Ok(snap);
             }

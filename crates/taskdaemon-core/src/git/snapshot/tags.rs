@@ -32,6 +32,18 @@ fn in_namespace(name: &str) -> bool {
 pub(super) struct TagObject {
     pub peeled: String,
     pub contents: String,
+    /// For a snapshot commit this repository's saves made: its tree and parents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub made: Option<MadeCommit>,
+}
+
+/// What a save knows of the snapshot commit it made (objects never change).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct MadeCommit {
+    pub tree: String,
+    pub parents: Vec<String>,
+    /// The tree of its index parent.
+    pub index_tree: String,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -82,6 +94,7 @@ impl Snapshots {
                 let t = TagObject {
                     peeled: c[1].to_string(),
                     contents: c[2].to_string(),
+                    made: None,
                 };
                 (name, t)
             })
@@ -221,8 +234,8 @@ impl Snapshots {
         }
     }
 
-    /// Remember what the tag object `id` this save just made says.
-    pub(super) fn remember_tag(&self, name: &str, peeled: &str, contents: &str) {
+    /// Remember what the tag `name` this save just made says, and its commit.
+    pub(super) fn remember_tag(&self, name: &str, contents: &str, made: (&str, MadeCommit)) {
         let path = self.common_dir.join("refs/tags").join(name);
         let Some(id) = fs::read_to_string(path)
             .ok()
@@ -232,11 +245,21 @@ impl Snapshots {
         };
         let mut cache = self.read_tag_cache();
         let t = TagObject {
-            peeled: peeled.to_string(),
+            peeled: made.0.to_string(),
             contents: contents.to_string(),
+            made: Some(made.1),
         };
         cache.tags.insert(id, t);
         self.write_tag_cache(&cache);
+    }
+
+    /// What a save of this repository remembered of the snapshot commit `commit`.
+    pub(super) fn made_commit(&self, commit: &str) -> Option<MadeCommit> {
+        self.read_tag_cache()
+            .tags
+            .into_values()
+            .filter(|t| t.peeled == commit)
+            .find_map(|t| t.made)
     }
 }
 
@@ -255,6 +278,7 @@ fn tag_object(kind: &str, body: &[u8]) -> TagObject {
         return TagObject {
             peeled: String::new(),
             contents: String::new(),
+            made: None,
         };
     }
     let text = String::from_utf8_lossy(body);
@@ -266,6 +290,7 @@ fn tag_object(kind: &str, body: &[u8]) -> TagObject {
     TagObject {
         peeled: peeled.to_string(),
         contents: message.to_string(),
+        made: None,
     }
 }
 
