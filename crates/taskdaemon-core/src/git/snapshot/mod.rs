@@ -620,9 +620,8 @@ impl Snapshots {
 
     /// The tree of the user's index: from `index.cache` while that index and HEAD are
     /// unchanged (with the snapshot commit made of it), else from its cache-tree extension
-    /// when that has the whole tree (the snapshot's `commit-tree` fails if that tree is
-    /// not in the repository), else written from a copy (even `write-tree` would rewrite
-    /// its cache-tree extension in place).
+    /// when that has the whole tree as a loose object, else written from a copy (even
+    /// `write-tree` would rewrite its cache-tree extension in place).
     fn user_index(&self, head: Option<&str>) -> Result<UserIndex, SnapshotError> {
         let user_copy = self.private_dir().join("index.user");
         let mut f = match File::open(&self.index) {
@@ -646,9 +645,14 @@ impl Snapshots {
             Some(f) => {
                 let mut bytes = Vec::new();
                 f.read_to_end(&mut bytes).map_err(io(&self.index))?;
-                // A valid cache-tree root is the tree `write-tree` would answer.
+                // A valid cache-tree root is the tree `write-tree` would answer, when it
+                // is there (loose: just written by a commit; a packed one is left to
+                // `write-tree`, which writes it again if it is missing).
                 let parsed = index_file::parse(&bytes, self.oid_len);
-                if let Some(tree) = parsed.and_then(|e| e.root_tree) {
+                if let Some(tree) = parsed
+                    .and_then(|e| e.root_tree)
+                    .filter(|t| self.is_loose(t))
+                {
                     return Ok(UserIndex {
                         exists: true,
                         tree,
