@@ -313,6 +313,70 @@ mod tests {
         }
     }
 
+    /// The listing `for-each-ref` gives, parsed as `tags` parses it.
+    fn from_git(s: &Snapshots) -> Listing {
+        let mut names = BTreeSet::new();
+        let mut snaps: Vec<Snapshot> = s
+            .tags_from_git()
+            .unwrap()
+            .into_iter()
+            .filter_map(|(n, t)| {
+                let snap = parse_tag(&n, &t.peeled, &t.contents);
+                names.insert(n);
+                snap
+            })
+            .collect();
+        snaps.sort_by(|a, b| (a.seq, a.time_ms, &a.tag).cmp(&(b.seq, b.time_ms, &b.tag)));
+        (snaps, names)
+    }
+
+    #[test]
+    fn the_files_and_the_cache_list_what_for_each_ref_lists() {
+        use crate::git::testrepo::{commit_all, git, init};
+        let d = tempfile::tempdir().unwrap();
+        init(d.path());
+        std::fs::write(d.path().join("a"), "1").unwrap();
+        commit_all(d.path(), "one");
+        let s = Snapshots::open(d.path()).unwrap();
+        for (i, kind) in [super::super::Kind::Manual, super::super::Kind::TaskPre]
+            .into_iter()
+            .enumerate()
+        {
+            std::fs::write(d.path().join("a"), format!("{i}")).unwrap();
+            let req = super::super::SaveRequest {
+                kind,
+                task: Some(1),
+                message: "a save",
+                time_ms: 1_000 + i as i64,
+            };
+            s.save(&req).unwrap();
+        }
+        // Not snapshots, but names a new snapshot must avoid; and tags outside.
+        git(d.path(), &["tag", "-a", "-m", "someone's", "manual-5"]);
+        git(d.path(), &["tag", "task-9-pre"]);
+        git(d.path(), &["tag", "-a", "-m", "v", "v1"]);
+        let listed = s.tags().unwrap();
+        assert_eq!(listed.0.len(), 2);
+        assert!(listed.1.contains("manual-5") && listed.1.contains("task-9-pre"));
+        assert!(!listed.1.contains("v1"));
+        assert_eq!(listed, from_git(&s), "loose refs, cached objects");
+        git(d.path(), &["pack-refs", "--all"]);
+        assert_eq!(s.tags().unwrap(), from_git(&s), "packed refs");
+        std::fs::remove_file(s.tag_cache_path()).unwrap();
+        assert_eq!(s.tags().unwrap(), from_git(&s), "objects read by cat-file");
+        assert!(s.tag_cache_path().exists(), "and remembered");
+        // A save made from the cache takes the next sequence number and a free name.
+        let next = super::super::SaveRequest {
+            kind: super::super::Kind::Manual,
+            task: None,
+            message: "third",
+            time_ms: 5_000,
+        };
+        let third = s.save(&next).unwrap();
+        assert_eq!((third.seq, third.tag.as_str()), (3, "manual-5-2"));
+        assert_eq!(s.tags().unwrap(), from_git(&s));
+    }
+
     #[test]
     fn tag_objects_read_as_for_each_ref_gives_them() {
         let a = "a".repeat(40);
