@@ -60,32 +60,29 @@ fn a_save_and_a_rollback_start_only_the_pinned_git_processes() {
         first,
         [
             "rev-parse",
-            "write-tree",
-            "ls-files",
-            "ls-files",
-            "ls-files",
             "status",
             "update-index",
             "write-tree",
-            "for-each-ref",
             "commit-tree",
             "commit-tree",
             "tag"
         ],
-        "the first save seeds the private index from the user's (ls-files -v)"
+        "the first save seeds the private index from the user's (its flags read from the \
+         file, no ignored-file check: it tracks what the user's does); the user's index tree \
+         is its valid cache-tree root (no write-tree); no tags yet"
     );
 
     // The user's index is unchanged: its tree and snapshot commit come from the cache.
     change(&repo, "2");
     let save = traced(&env, &["snapshot", "save", "second"]);
+    // One `ls-files -i` (the private index's ignored files; the user's index is read from
+    // the file), and the tags from the ref files and `tags.cache`.
     let steady = [
         "rev-parse",
-        "ls-files",
         "ls-files",
         "status",
         "update-index",
         "write-tree",
-        "for-each-ref",
         "commit-tree",
         "tag",
     ];
@@ -107,9 +104,6 @@ fn a_save_and_a_rollback_start_only_the_pinned_git_processes() {
         rollback,
         [
             "rev-parse",
-            "for-each-ref",
-            "cat-file",
-            "ls-files",
             "ls-files",
             "status",
             "update-index",
@@ -120,10 +114,11 @@ fn a_save_and_a_rollback_start_only_the_pinned_git_processes() {
             "tag",
             "update-index",
             "checkout-index",
-            "update-ref",
-            "diff-tree",
             "update-index"
-        ]
+        ],
+        "the snapshot's trees and parents from `tags.cache` (its save made them, no \
+         `cat-file`); one `diff-tree --stdin` for both tree diffs; one `update-ref --stdin` \
+         checks the refs and, later, moves them"
     );
     assert_eq!(
         std::fs::read_to_string(repo.join("README.md")).unwrap(),

@@ -106,7 +106,7 @@ impl Snapshots {
         }
     }
 
-    fn is_loose(&self, oid: &str) -> bool {
+    pub(super) fn is_loose(&self, oid: &str) -> bool {
         let (dir, rest) = oid.split_at(2);
         self.common_dir
             .join("objects")

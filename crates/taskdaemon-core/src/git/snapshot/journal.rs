@@ -27,6 +27,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use super::cache::{CachedIndex, IndexKey};
+use super::ref_session::{End, RefSession};
 use super::{
     Captured, Kind, Listing, RawChange, Rollback, SaveRequest, Snapshot, SnapshotError, Snapshots,
     TreeDiff, copy_keeping_mtime, io, tree_diff,
@@ -70,6 +71,17 @@ pub(super) struct Journal {
     /// The `pre-rollback-*` snapshot, once made.
     pub saved: Option<Snapshot>,
     pub changed: TreeDiff,
+}
+
+/// What the rollback found before it changed anything: the tree diff from the captured
+/// work tree to the snapshot's, when that capture scanned the disk, and where the saved
+/// index differs from the saved work tree.
+struct Scanned {
+    raw: Vec<RawChange>,
+    at: SystemTime,
+    index_raw: Vec<RawChange>,
+    /// The `update-ref` session that checked the refs, for the move.
+    refs: Option<RefSession>,
 }
 
 /// `index.lock` while a rollback holds it; removed when dropped.
@@ -134,7 +146,15 @@ impl Snapshots {
         }
         // What is here now, and what the rollback would do to it.
         let mut cap = self.capture(&[])?;
-        let mut raw = self.raw_diff(&cap.work_tree, &work_tree)?;
+        // Both diffs the rollback needs from one process: what it changes in the work
+        // tree, and where the saved index differs from the saved work tree.
+        let mut diffs = self
+            .raw_diffs(&[(&cap.work_tree, &work_tree), (&work_tree, &index_tree)])?
+            .into_iter();
+        let (mut raw, index_raw) = (
+            diffs.next().unwrap_or_default(),
+            diffs.next().unwrap_or_default(),
+        );
         self.refuse_if_repository_in_the_way(&raw, &cap.skipped)?;
         // Ignored files where the snapshot has a file would be overwritten: they go into
         // the safety snapshot too.
@@ -160,8 +180,8 @@ impl Snapshots {
             changed: tree_diff(&raw),
         };
         self.write_journal(&journal)?;
-        let lock = match self.prepare(&mut journal, &cap, time_ms, listed) {
-            Ok(lock) => lock,
+        let (lock, refs) = match self.prepare(&mut journal, &cap, time_ms, listed) {
+            Ok(prepared) => prepared,
             Err(e) => {
                 self.remove_journal()?;
                 return Err(e);
@@ -174,8 +194,13 @@ impl Snapshots {
             self.remove_journal()?;
             return Err(e);
         }
-        self.finish(&journal, lock, Some((raw, cap.scanned)))
-            .map(|(r, _)| r)
+        let scanned = Scanned {
+            raw,
+            at: cap.scanned,
+            index_raw,
+            refs,
+        };
+        self.finish(&journal, lock, Some(scanned)).map(|(r, _)| r)
     }
 
     /// The steps before anything changes: refs checked, the safety snapshot, index.lock.
@@ -185,8 +210,8 @@ impl Snapshots {
         cap: &Captured,
         time_ms: i64,
         listed: Listing,
-    ) -> Result<IndexLock, SnapshotError> {
-        self.check_refs(&j.target)?;
+    ) -> Result<(IndexLock, Option<RefSession>), SnapshotError> {
+        let refs = self.check_refs(&j.target, &reflog_message(j))?;
         self.pause("prepared");
         let keep = self.tips_a_rollback_moves(&j.target, cap)?;
         let trailers: Vec<String> = j
@@ -217,23 +242,25 @@ impl Snapshots {
         j.saved = Some(saved);
         self.write_journal(j)?;
         self.pause("tagged");
-        self.take_user_index(&j.nonce)
+        let lock = self
+            .take_user_index(&j.nonce)
             .map_err(|e| SnapshotError::HalfWay {
                 saved: tag,
                 source: Box::new(e),
-            })
+            })?;
+        Ok((lock, refs))
     }
 
     /// The destructive steps, then the journal goes. An error (not a kill) releases
     /// `index.lock` and drops the journal: the message names the safety snapshot. With
     /// the rollback, the snapshot recovery made of what it found, if any. `scanned`: the
-    /// tree diff from the captured work tree and when that capture scanned the disk;
-    /// `None` when recovering (the disk is scanned again).
+    /// diffs and the capture's scan time; `None` when recovering (the disk is scanned
+    /// again).
     fn finish(
         &self,
         j: &Journal,
         lock: IndexLock,
-        scanned: Option<(Vec<RawChange>, SystemTime)>,
+        scanned: Option<Scanned>,
     ) -> Result<(Rollback, Option<String>), SnapshotError> {
         let Some(saved) = j.saved.clone() else {
             return Err(SnapshotError::Journal {
@@ -267,12 +294,17 @@ impl Snapshots {
         &self,
         j: &Journal,
         lock: &IndexLock,
-        scanned: Option<(Vec<RawChange>, SystemTime)>,
+        scanned: Option<Scanned>,
     ) -> Result<Option<String>, SnapshotError> {
         let mut found = None;
         let mut from = j.old_work_tree.clone();
+        let (mut index_raw, mut refs) = (None, None);
         let (raw, at) = match scanned {
-            Some(s) => s,
+            Some(s) => {
+                index_raw = Some(s.index_raw);
+                refs = s.refs;
+                (s.raw, s.at)
+            }
             None => {
                 // Recovering: the private index must match the work tree again (a
                 // checkout may have stopped in the middle); what only this mix holds is
@@ -302,32 +334,34 @@ impl Snapshots {
                 .bytes()?;
         }
         self.pause("work-tree");
-        self.move_refs(j)?;
+        self.move_refs(j, refs)?;
         self.pause("refs");
-        self.install_index(j, lock)?;
+        self.install_index(j, lock, index_raw)?;
         self.pause("index");
         Ok(found)
     }
 
-    /// Branch and HEAD: one ref transaction, then HEAD's symbolic link.
-    fn move_refs(&self, j: &Journal) -> Result<(), SnapshotError> {
-        let why = format!("taskdaemon: rollback to {}", j.target.tag);
-        let mut input = String::from("start\n");
+    /// Branch and HEAD: one ref transaction (in the session that checked the refs, if
+    /// the rollback has it), then HEAD's symbolic link.
+    fn move_refs(&self, j: &Journal, session: Option<RefSession>) -> Result<(), SnapshotError> {
+        let why = reflog_message(j);
+        let mut body = String::new();
         for m in &j.moves {
             if m.name == "HEAD" {
-                input.push_str("option no-deref\n");
+                body.push_str("option no-deref\n");
             }
             match (&m.old, &m.new) {
-                (_, Some(new)) => input.push_str(&format!("update {} {new}\n", m.name)),
-                (Some(_), None) => input.push_str(&format!("delete {}\n", m.name)),
+                (_, Some(new)) => body.push_str(&format!("update {} {new}\n", m.name)),
+                (Some(_), None) => body.push_str(&format!("delete {}\n", m.name)),
                 (None, None) => {}
             }
         }
-        input.push_str("commit\n");
-        self.git
-            .call(&["update-ref", "-m", &why, "--stdin"])
-            .input(input.into_bytes())
-            .bytes()?;
+        let mut session = match session {
+            Some(s) => s,
+            None => RefSession::start(&self.git, &why)?,
+        };
+        session.transaction(&body, End::Commit)?;
+        drop(session);
         // HEAD already naming the branch (the usual case) needs no write.
         if let Some(branch) = j
             .target
@@ -345,15 +379,21 @@ impl Snapshots {
     /// (fresh after the checkout, and holding the snapshot's work tree): only the entries
     /// where the saved index differs from that work tree are set (`update-index
     /// --index-info`, no walk of the whole tree). The user's index is written with its
-    /// checksum, synced, then renamed into place.
-    fn install_index(&self, j: &Journal, _lock: &IndexLock) -> Result<(), SnapshotError> {
+    /// checksum, synced, then renamed into place. `diff`: that difference when the
+    /// rollback already has it.
+    fn install_index(
+        &self,
+        j: &Journal,
+        _lock: &IndexLock,
+        diff: Option<Vec<RawChange>>,
+    ) -> Result<(), SnapshotError> {
         let (work_tree, index_tree) = (j.work_tree.as_str(), j.index_tree.as_str());
         let fresh = self.private_dir().join("index.new");
         copy_keeping_mtime(&self.work_index(), &self.work_index(), &fresh)?;
-        let info = if work_tree == index_tree {
-            Vec::new()
-        } else {
-            index_info(&self.raw_diff(work_tree, index_tree)?)
+        let info = match diff {
+            _ if work_tree == index_tree => Vec::new(),
+            Some(d) => index_info(&d),
+            None => index_info(&self.raw_diff(work_tree, index_tree)?),
         };
         self.git
             .call(&[
@@ -519,6 +559,11 @@ pub(super) fn index_info(raw: &[RawChange]) -> Vec<u8> {
         out.push(0);
     }
     out
+}
+
+/// The reflog message of the refs a rollback moves.
+fn reflog_message(j: &Journal) -> String {
+    format!("taskdaemon: rollback to {}", j.target.tag)
 }
 
 fn marker(nonce: &str) -> String {

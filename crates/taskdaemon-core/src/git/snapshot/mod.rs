@@ -32,9 +32,13 @@
 
 mod cache;
 mod checkout;
+mod diff;
+mod index_file;
 mod journal;
 mod locks;
 mod prune;
+mod ref_session;
+mod tags;
 mod trust;
 
 pub use prune::{Kept, PrunePlan, PrunePolicy, Pruned};
@@ -44,6 +48,7 @@ pub use locks::Notice;
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
+use std::io::Read as _;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -318,6 +323,9 @@ struct UserIndex {
     key: Option<cache::IndexKey>,
 }
 
+/// Paths marked assume-unchanged, and those marked skip-worktree, in an index.
+type Flagged = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
 /// Every snapshot, oldest first, and the names taken in the snapshot tag namespaces.
 type Listing = (Vec<Snapshot>, BTreeSet<String>);
 
@@ -327,6 +335,8 @@ pub struct Snapshots {
     /// For the snapshot's own work: no filters, no line-ending conversion, no submodule
     /// recursion, so what is saved and restored is the bytes on disk.
     git: Git,
+    /// The repository's facts (shared with the rest of the process).
+    repo: std::sync::Arc<super::RepoFacts>,
     /// `git` for the private indexes only: no trailing checksum (it is ours alone, and
     /// hashing a 10 MB index costs more than writing it), and an untracked cache so a
     /// save looks only into directories that changed.
@@ -337,6 +347,8 @@ pub struct Snapshots {
     git_dir: PathBuf,
     common_dir: PathBuf,
     index: PathBuf,
+    /// The length of an object id in bytes (20: SHA-1, 32: SHA-256).
+    oid_len: usize,
     /// Whether to wait for another snapshot command instead of reporting it.
     wait: bool,
     /// What recovery did (stale locks, an interrupted rollback), for the caller to show.
@@ -378,6 +390,7 @@ impl Snapshots {
             .clone()
             .with(&["index.skipHash=true", "core.untrackedCache=true"], &[]);
         Ok(Snapshots {
+            repo: facts.clone(),
             git,
             private,
             plain,
@@ -385,6 +398,7 @@ impl Snapshots {
             git_dir: PathBuf::from(git_dir),
             common_dir: PathBuf::from(common_dir),
             index: PathBuf::from(index),
+            oid_len: empty_tree.len() / 2,
             wait: true,
             notices: Default::default(),
         })
@@ -465,31 +479,6 @@ impl Snapshots {
     /// Every snapshot, oldest first.
     pub fn list(&self) -> Result<Vec<Snapshot>, SnapshotError> {
         Ok(self.tags()?.0)
-    }
-
-    /// Every snapshot (oldest first), and the names of all tags in the snapshot
-    /// namespaces (a de-duplicated name must avoid them, snapshots or not).
-    fn tags(&self) -> Result<Listing, SnapshotError> {
-        let mut args = vec![
-            "for-each-ref",
-            "--format=%(refname:lstrip=2)%00%(*objectname)%00%(contents)%00",
-        ];
-        args.extend_from_slice(TAG_PATTERNS);
-        let out = self.git.call(&args).bytes()?;
-        let text = String::from_utf8_lossy(&out);
-        let fields: Vec<&str> = text.split('\0').collect();
-        let mut names = BTreeSet::new();
-        let mut snaps: Vec<Snapshot> = fields
-            .chunks_exact(3)
-            .filter_map(|c| {
-                let tag = c[0].trim_start_matches('\n');
-                names.insert(tag.to_string());
-                parse_tag(tag, c[1], c[2])
-            })
-            .collect();
-        // The sequence number is taken under the save lock: it is the order of saving.
-        snaps.sort_by(|a, b| (a.seq, a.time_ms, &a.tag).cmp(&(b.seq, b.time_ms, &b.tag)));
-        Ok((snaps, names))
     }
 
     /// The snapshot task `n` started from (`task-N-pre`, or its de-duplicated name).
@@ -601,11 +590,15 @@ impl Snapshots {
 
         // The work tree, through the private index.
         let work_index = self.work_index();
-        if !work_index.exists() && has_index {
+        let fresh = !work_index.exists() && has_index;
+        if fresh {
             self.seed_work_index()?;
         }
         let seeded = work_index.exists();
-        self.track_as_the_user_does(has_index, force)?;
+        // Just seeded, the private index has the user's paths: it tracks what they track.
+        if !fresh || !force.is_empty() {
+            self.track_as_the_user_does(has_index, force)?;
+        }
         let scanned = std::time::SystemTime::now();
         let skipped = self.add_changes(seeded)?;
         let work_tree = self
@@ -626,7 +619,8 @@ impl Snapshots {
     }
 
     /// The tree of the user's index: from `index.cache` while that index and HEAD are
-    /// unchanged (with the snapshot commit made of it), else written from a copy (even
+    /// unchanged (with the snapshot commit made of it), else from its cache-tree extension
+    /// when that has the whole tree as a loose object, else written from a copy (even
     /// `write-tree` would rewrite its cache-tree extension in place).
     fn user_index(&self, head: Option<&str>) -> Result<UserIndex, SnapshotError> {
         let user_copy = self.private_dir().join("index.user");
@@ -649,8 +643,24 @@ impl Snapshots {
         }
         let exists = match f.as_mut() {
             Some(f) => {
-                let mut to = File::create(&user_copy).map_err(io(&user_copy))?;
-                std::io::copy(f, &mut to).map_err(io(&user_copy))?;
+                let mut bytes = Vec::new();
+                f.read_to_end(&mut bytes).map_err(io(&self.index))?;
+                // A valid cache-tree root is the tree `write-tree` would answer, when it
+                // is there (loose: just written by a commit; a packed one is left to
+                // `write-tree`, which writes it again if it is missing).
+                let parsed = index_file::parse(&bytes, self.oid_len);
+                if let Some(tree) = parsed
+                    .and_then(|e| e.root_tree)
+                    .filter(|t| self.is_loose(t))
+                {
+                    return Ok(UserIndex {
+                        exists: true,
+                        tree,
+                        commit: None,
+                        key,
+                    });
+                }
+                fs::write(&user_copy, &bytes).map_err(io(&user_copy))?;
                 true
             }
             None => copy_if_exists(&self.index, &user_copy)?,
@@ -830,25 +840,10 @@ impl Snapshots {
     fn seed_work_index(&self) -> Result<(), SnapshotError> {
         let work_index = self.work_index();
         copy_keeping_mtime(&self.index, &self.index, &work_index)?;
-        let out = self
-            .private
-            .call(&["ls-files", "-v", "-z"])
-            .env("GIT_INDEX_FILE", &work_index)
-            .bytes()?;
-        let (mut assumed, mut skipped) = (Vec::new(), Vec::new());
-        for e in split_z(&out) {
-            let (Some(tag), Some(path)) = (e.first(), e.get(2..)) else {
-                continue;
-            };
-            if tag.is_ascii_lowercase() {
-                assumed.push(path);
-            }
-            if tag.eq_ignore_ascii_case(&b'S')
-                && fs::symlink_metadata(self.top.join(OsStr::from_bytes(path))).is_ok()
-            {
-                skipped.push(path);
-            }
-        }
+        let (assumed, skipped) = self.flagged_entries(&work_index)?;
+        let on_disk =
+            |p: &Vec<u8>| fs::symlink_metadata(self.top.join(OsStr::from_bytes(p))).is_ok();
+        let skipped: Vec<Vec<u8>> = skipped.into_iter().filter(on_disk).collect();
         for (flag, paths) in [
             ("--no-assume-unchanged", assumed),
             ("--no-skip-worktree", skipped),
@@ -857,11 +852,46 @@ impl Snapshots {
                 self.private
                     .call(&["update-index", flag, "-z", "--stdin"])
                     .env("GIT_INDEX_FILE", &work_index)
-                    .input(join_z(paths.into_iter()))
+                    .input(join_z(paths.iter().map(Vec::as_slice)))
                     .bytes()?;
             }
         }
         Ok(())
+    }
+
+    /// The paths of `index` marked assume-unchanged, and those marked skip-worktree: read
+    /// from the file, or from `ls-files -v` when it does not read plainly.
+    fn flagged_entries(&self, index: &Path) -> Result<Flagged, SnapshotError> {
+        let (mut assumed, mut skipped) = (Vec::new(), Vec::new());
+        let bytes = fs::read(index).map_err(io(index))?;
+        if let Some(entries) = index_file::parse(&bytes, self.oid_len) {
+            for (path, e) in entries.iter() {
+                if e.assume_unchanged {
+                    assumed.push(path.to_vec());
+                }
+                if e.skip_worktree {
+                    skipped.push(path.to_vec());
+                }
+            }
+            return Ok((assumed, skipped));
+        }
+        let out = self
+            .private
+            .call(&["ls-files", "-v", "-z"])
+            .env("GIT_INDEX_FILE", index)
+            .bytes()?;
+        for e in split_z(&out) {
+            let (Some(tag), Some(path)) = (e.first(), e.get(2..)) else {
+                continue;
+            };
+            if tag.is_ascii_lowercase() {
+                assumed.push(path.to_vec());
+            }
+            if tag.eq_ignore_ascii_case(&b'S') {
+                skipped.push(path.to_vec());
+            }
+        }
+        Ok((assumed, skipped))
     }
 
     /// `add -A` skips ignored files unless the index tracks them, so the private index must
@@ -880,15 +910,17 @@ impl Snapshots {
                 .bytes()?;
             Ok(split_z(&out).map(<[u8]>::to_vec).collect())
         };
-        let user: BTreeSet<Vec<u8>> = if has_index {
-            ignored_tracked(&self.index)?
-        } else {
-            BTreeSet::new()
-        };
         let ours = if work_index.exists() {
             ignored_tracked(&work_index)?
         } else {
             BTreeSet::new()
+        };
+        let user: BTreeSet<Vec<u8>> = if !has_index {
+            BTreeSet::new()
+        } else if let Some(user) = self.user_tracks_of(&ours) {
+            user
+        } else {
+            ignored_tracked(&self.index)?
         };
         let drop: Vec<&Vec<u8>> = ours.difference(&user).collect();
         if !drop.is_empty() {
@@ -919,6 +951,25 @@ impl Snapshots {
                 .bytes()?;
         }
         Ok(())
+    }
+
+    /// The ignored files the user's index tracks, known without asking git when both
+    /// indexes read plainly and every path of the user's index that is on disk is in the
+    /// private one too: then they are exactly those of `ours` (the ignored files the private
+    /// index tracks) that the user's index has. `None`: ask git.
+    fn user_tracks_of(&self, ours: &BTreeSet<Vec<u8>>) -> Option<BTreeSet<Vec<u8>>> {
+        let read = |p: &Path| fs::read(p).ok();
+        let (user, private) = (read(&self.index)?, read(&self.work_index())?);
+        let user = index_file::parse(&user, self.oid_len)?;
+        let private = index_file::parse(&private, self.oid_len)?;
+        let unknown = user
+            .missing_from(&private)
+            .into_iter()
+            .any(|p| fs::symlink_metadata(self.top.join(OsStr::from_bytes(p))).is_ok());
+        if unknown {
+            return None;
+        }
+        Some(ours.iter().filter(|p| user.contains(p)).cloned().collect())
     }
 
     fn commit_and_tag(
@@ -1021,6 +1072,12 @@ impl Snapshots {
                 .input(text.as_bytes().to_vec())
                 .output()?;
             if out.status.success() {
+                let made = tags::MadeCommit {
+                    tree: cap.work_tree.clone(),
+                    parents: parents.iter().map(|p| p.to_string()).collect(),
+                    index_tree: cap.index_tree.clone(),
+                };
+                self.remember_tag(&name, &text, (&snap.commit, made));
                 snap.tag = name;
                 return Ok(snap);
             }
@@ -1047,33 +1104,6 @@ impl Snapshots {
             .status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string()))
-    }
-
-    /// `diff-tree --raw` between two trees: modes, status and path of each change.
-    fn raw_diff(&self, from: &str, to: &str) -> Result<Vec<RawChange>, SnapshotError> {
-        let out = self
-            .git
-            .call(&["diff-tree", "-r", "-z", "--no-renames", "--raw", from, to])
-            .bytes()?;
-        let mut changes = Vec::new();
-        let mut it = out.split(|b| *b == 0);
-        while let (Some(meta), Some(path)) = (it.next(), it.next()) {
-            let meta = String::from_utf8_lossy(meta);
-            let mut f = meta.trim_start_matches(':').split(' ');
-            let (Some(src_mode), Some(dst_mode), _, Some(dst_oid), Some(status)) =
-                (f.next(), f.next(), f.next(), f.next(), f.next())
-            else {
-                continue;
-            };
-            changes.push(RawChange {
-                src_mode: src_mode.to_string(),
-                dst_mode: dst_mode.to_string(),
-                dst_oid: dst_oid.to_string(),
-                status: status.chars().next().unwrap_or('M'),
-                path: path.to_vec(),
-            });
-        }
-        Ok(changes)
     }
 
     /// Paths the snapshot adds that exist on disk although the current state lacks them:
@@ -1137,21 +1167,24 @@ impl Snapshots {
     }
 
     /// Lock and release the refs the rollback will move, so a ref it cannot write (a lock
-    /// left behind, a name conflict) stops it before anything changed.
-    fn check_refs(&self, target: &Snapshot) -> Result<(), SnapshotError> {
+    /// left behind, a name conflict) stops it before anything changed. The session stays
+    /// open for the move (`why`: its reflog message).
+    fn check_refs(
+        &self,
+        target: &Snapshot,
+        why: &str,
+    ) -> Result<Option<ref_session::RefSession>, SnapshotError> {
         let zero = "0".repeat(target.commit.len());
         let line = match (&target.branch, &target.head) {
             (Some(b), Some(h)) => format!("update {b} {h}\n"),
             (None, Some(h)) => format!("option no-deref\nupdate HEAD {h}\n"),
             (Some(b), None) if self.rev(b)?.is_some() => format!("delete {b}\n"),
             (Some(b), None) => format!("verify {b} {zero}\n"),
-            (None, None) => return Ok(()),
+            (None, None) => return Ok(None),
         };
-        self.git
-            .call(&["update-ref", "--stdin"])
-            .input(format!("start\n{line}prepare\nabort\n").into_bytes())
-            .bytes()?;
-        Ok(())
+        let mut session = ref_session::RefSession::start(&self.git, why)?;
+        session.transaction(&line, ref_session::End::Abort)?;
+        Ok(Some(session))
     }
 
     /// Branch tips that would become unreachable when the rollback moves or deletes the

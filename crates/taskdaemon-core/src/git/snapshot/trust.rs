@@ -72,7 +72,10 @@ impl Snapshots {
         if let Some(b) = &t.branch {
             specs.push(format!("{b}^{{commit}}"));
         }
-        let got = self.resolve_all(&specs)?;
+        let got = match self.resolve_made(t, index_parent) {
+            Some(got) => got,
+            None => self.resolve_all(&specs)?,
+        };
         let (Some(work_tree), Some(index_tree)) = (got[0].clone(), got[1].clone()) else {
             return Err(damaged("its commit or its index parent is missing"));
         };
@@ -98,6 +101,31 @@ impl Snapshots {
             index_commit: got[2].clone(),
             tip,
         })
+    }
+
+    /// What `resolve_all` would answer for the specs of `trusted_trees`, without git: for a
+    /// snapshot commit a save of this repository made (`tags.cache`), whose first parent
+    /// is the recorded head (so that head is a commit), and a branch whose tip the ref
+    /// files say plainly. `None`: ask git.
+    fn resolve_made(&self, t: &Snapshot, index_parent: usize) -> Option<Vec<Option<String>>> {
+        let made = self.made_commit(&t.commit)?;
+        let index_commit = made.parents.get(index_parent - 1)?.clone();
+        let mut got = vec![
+            Some(made.tree.clone()),
+            Some(made.index_tree.clone()),
+            Some(index_commit),
+        ];
+        if let Some(h) = &t.head {
+            if made.parents.first() != Some(h) {
+                return None;
+            }
+            got.extend([Some(h.clone()), Some(h.clone())]);
+        }
+        if let Some(b) = &t.branch {
+            let short = b.strip_prefix("refs/heads/")?;
+            got.push(super::super::refs::branch_id(&self.repo, short)?);
+        }
+        Some(got)
     }
 
     /// Object ids of several revisions with one git process; `None` for what is missing.

@@ -1,0 +1,306 @@
+//! A git index file read without git (issue 16): the path, mode and the two flags a
+//! snapshot needs (assume-unchanged, skip-worktree) of each entry, from index versions 2,
+//! 3 and 4. Anything else answers `None` and the caller asks git as before: a split index
+//! (its entries live in another file), a sparse index (directory entries), another
+//! version, entries out of order, or a file that does not parse to its end.
+
+use std::ops::Range;
+
+/// `S_IFMT` and a directory's mode (a sparse index's directory entry).
+const S_IFMT: u32 = 0o170000;
+const S_IFDIR: u32 = 0o040000;
+/// The stat data before the object id: ctime, mtime, dev, ino, mode, uid, gid, size.
+const STAT_BYTES: usize = 40;
+const ASSUME_VALID: u16 = 0x8000;
+const EXTENDED: u16 = 0x4000;
+const SKIP_WORKTREE: u16 = 0x4000;
+
+/// One entry of an index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Entry {
+    name: Range<usize>,
+    pub mode: u32,
+    pub assume_unchanged: bool,
+    pub skip_worktree: bool,
+}
+
+/// The entries of an index, in its order (sorted by path, then stage).
+#[derive(Debug, Default)]
+pub(super) struct Entries {
+    names: Vec<u8>,
+    entries: Vec<Entry>,
+    /// The tree of the whole index (hex), when its cache-tree extension has it valid:
+    /// what `write-tree` would answer without computing anything.
+    pub root_tree: Option<String>,
+}
+
+impl Entries {
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
+        self.entries
+            .iter()
+            .map(|e| (&self.names[e.name.clone()], e))
+    }
+
+    /// The paths, each once, in order.
+    pub fn paths(&self) -> impl Iterator<Item = &[u8]> {
+        let mut last: Option<&[u8]> = None;
+        self.iter().map(|(p, _)| p).filter(move |p| {
+            let new = last != Some(*p);
+            last = Some(*p);
+            new
+        })
+    }
+
+    pub fn contains(&self, path: &[u8]) -> bool {
+        self.entries
+            .binary_search_by(|e| self.names[e.name.clone()].cmp(path))
+            .is_ok()
+    }
+
+    /// The paths of `self` that `other` lacks (both sorted: one merge walk).
+    pub fn missing_from<'a>(&'a self, other: &Entries) -> Vec<&'a [u8]> {
+        let mut theirs = other.paths().peekable();
+        let mut out = Vec::new();
+        for p in self.paths() {
+            while theirs.next_if(|t| *t < p).is_some() {}
+            if theirs.peek() != Some(&p) {
+                out.push(p);
+            }
+        }
+        out
+    }
+}
+
+/// The entries of the index file `bytes`, whose object ids are `oid_len` bytes long.
+pub(super) fn parse(bytes: &[u8], oid_len: usize) -> Option<Entries> {
+    if bytes.get(..4)? != b"DIRC" {
+        return None;
+    }
+    let version = be32(bytes, 4)?;
+    if !(2..=4).contains(&version) {
+        return None;
+    }
+    let count = be32(bytes, 8)? as usize;
+    let end = bytes.len().checked_sub(oid_len)?;
+    let body = bytes.get(..end)?;
+    let mut out = Entries {
+        names: Vec::with_capacity(body.len() / 4),
+        entries: Vec::with_capacity(count.min(body.len() / 62)),
+        root_tree: None,
+    };
+    let mut at = 12;
+    let mut prev: Range<usize> = 0..0;
+    for _ in 0..count {
+        let (entry, next) = parse_entry(body, at, oid_len, version, &mut out.names, &prev)?;
+        let name = &out.names[entry.name.clone()];
+        if name.is_empty() || (!prev.is_empty() && out.names[prev.clone()] > *name) {
+            return None;
+        }
+        if entry.mode & S_IFMT == S_IFDIR {
+            return None; // a sparse index: a directory stands for its files
+        }
+        prev = entry.name.clone();
+        out.entries.push(entry);
+        at = next;
+    }
+    out.root_tree = plain_extensions(body, at, oid_len)?;
+    Some(out)
+}
+
+/// One entry starting at `at`; its name appended to `names`. With the offset after it.
+fn parse_entry(
+    body: &[u8],
+    at: usize,
+    oid_len: usize,
+    version: u32,
+    names: &mut Vec<u8>,
+    prev: &Range<usize>,
+) -> Option<(Entry, usize)> {
+    let mode = be32(body, at + 24)?;
+    let flags_at = at + STAT_BYTES + oid_len;
+    let flags = be16(body, flags_at)?;
+    let mut name_at = flags_at + 2;
+    let mut skip_worktree = false;
+    if flags & EXTENDED != 0 {
+        if version < 3 {
+            return None;
+        }
+        skip_worktree = be16(body, name_at)? & SKIP_WORKTREE != 0;
+        name_at += 2;
+    }
+    let start = names.len();
+    let next = if version == 4 {
+        let (strip, suffix_at) = varint(body, name_at)?;
+        let keep = prev.len().checked_sub(strip)?;
+        names.extend_from_within(prev.start..prev.start + keep);
+        let len = body.get(suffix_at..)?.iter().position(|b| *b == 0)?;
+        names.extend_from_slice(&body[suffix_at..suffix_at + len]);
+        suffix_at + len + 1
+    } else {
+        let len = body.get(name_at..)?.iter().position(|b| *b == 0)?;
+        names.extend_from_slice(&body[name_at..name_at + len]);
+        // Padded with 1–8 NULs to a multiple of eight bytes.
+        at + ((name_at - at + len + 8) & !7)
+    };
+    let entry = Entry {
+        name: start..names.len(),
+        mode,
+        assume_unchanged: flags & ASSUME_VALID != 0,
+        skip_worktree,
+    };
+    (next <= body.len()).then_some((entry, next))
+}
+
+/// The extensions from `at` to the end, when they fill it exactly and none of them makes
+/// the entries incomplete (`link`: a split index) or stand for others (`sdir`: sparse):
+/// with the valid root tree of the cache-tree extension (`TREE`), if any.
+fn plain_extensions(body: &[u8], mut at: usize, oid_len: usize) -> Option<Option<String>> {
+    let mut root = None;
+    while at < body.len() {
+        let sig = body.get(at..at + 4)?;
+        let size = be32(body, at + 4)? as usize;
+        if sig == b"link" || sig == b"sdir" {
+            return None;
+        }
+        let end = (at + 8).checked_add(size).filter(|n| *n <= body.len())?;
+        if sig == b"TREE" {
+            root = root_tree(&body[at + 8..end], oid_len);
+        }
+        at = end;
+    }
+    Some(root)
+}
+
+/// The root entry of a cache-tree extension: an empty path, NUL, the entry count (`-1`:
+/// invalid), a space, the number of subtrees, LF, then (when valid) the tree's id.
+fn root_tree(ext: &[u8], oid_len: usize) -> Option<String> {
+    let rest = ext.strip_prefix(b"\0")?;
+    let nl = rest.iter().position(|b| *b == b'\n')?;
+    let counts = std::str::from_utf8(&rest[..nl]).ok()?;
+    let (entries, _) = counts.split_once(' ')?;
+    if entries.parse::<i64>().ok()? < 0 {
+        return None;
+    }
+    let id = rest.get(nl + 1..nl + 1 + oid_len)?;
+    Some(id.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Git's offset varint (`decode_varint`), with the offset after it.
+fn varint(b: &[u8], mut at: usize) -> Option<(usize, usize)> {
+    let mut c = *b.get(at)?;
+    at += 1;
+    let mut val = usize::from(c & 127);
+    while c & 128 != 0 {
+        c = *b.get(at)?;
+        at += 1;
+        val = val
+            .checked_add(1)?
+            .checked_mul(128)?
+            .checked_add(usize::from(c & 127))?;
+    }
+    Some((val, at))
+}
+
+fn be32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn be16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::git::testrepo::{commit_all, git, init};
+    use std::path::Path;
+
+    /// What `ls-files -s -v` says: (tag, mode, path) per entry.
+    fn git_view(dir: &Path) -> Vec<(String, u32, Vec<u8>)> {
+        let out = git(dir, &["ls-files", "-s", "-v", "-z"]);
+        out.split('\0')
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let (meta, path) = l.split_once('\t').unwrap();
+                let mut f = meta.split(' ');
+                let tag = f.next().unwrap().to_string();
+                let mode = u32::from_str_radix(f.next().unwrap(), 8).unwrap();
+                (tag, mode, path.as_bytes().to_vec())
+            })
+            .collect()
+    }
+
+    fn ours(dir: &Path) -> Option<Vec<(String, u32, Vec<u8>)>> {
+        let bytes = std::fs::read(dir.join(".git/index")).unwrap();
+        let e = parse(&bytes, 20)?;
+        Some(
+            e.iter()
+                .map(|(p, e)| {
+                    let tag = if e.skip_worktree { "S" } else { "H" };
+                    let tag = if e.assume_unchanged {
+                        tag.to_lowercase()
+                    } else {
+                        tag.to_string()
+                    };
+                    (tag, e.mode, p.to_vec())
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn every_version_reads_as_git_lists_it() {
+        let d = tempfile::tempdir().unwrap();
+        init(d.path());
+        for p in ["a", "b/c d", "b/c/e", "b/ca", "z/y/x/w", "zz", "é"] {
+            let f = d.path().join(p);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(&f, p).unwrap();
+        }
+        std::os::unix::fs::symlink("a", d.path().join("link")).unwrap();
+        commit_all(d.path(), "one");
+        git(d.path(), &["update-index", "--assume-unchanged", "a"]);
+        for v in ["4", "2", "3"] {
+            git(d.path(), &["update-index", "--index-version", v]);
+            if v == "3" {
+                git(d.path(), &["update-index", "--skip-worktree", "zz"]);
+            }
+            let view = ours(d.path()).unwrap_or_else(|| panic!("version {v}"));
+            assert_eq!(view, git_view(d.path()), "version {v}");
+        }
+        let bytes = std::fs::read(d.path().join(".git/index")).unwrap();
+        let e = parse(&bytes, 20).unwrap();
+        assert!(e.contains(b"b/c d") && !e.contains(b"b"));
+        // Marking entries invalidated the cache-tree's root; `write-tree` makes it whole
+        // again, staging a change invalidates it.
+        assert_eq!(e.root_tree, None);
+        let tree = git(d.path(), &["write-tree"]);
+        let written = std::fs::read(d.path().join(".git/index")).unwrap();
+        assert_eq!(parse(&written, 20).unwrap().root_tree, Some(tree));
+        std::fs::write(d.path().join("b/c/e"), "changed").unwrap();
+        git(d.path(), &["add", "b/c/e"]);
+        let staged = std::fs::read(d.path().join(".git/index")).unwrap();
+        assert_eq!(parse(&staged, 20).unwrap().root_tree, None);
+        let mut other = parse(&bytes, 20).unwrap();
+        other.entries.retain(|x| x.mode != 0o120000);
+        assert_eq!(e.missing_from(&other), [&b"link"[..]]);
+        assert!(other.missing_from(&e).is_empty());
+    }
+
+    #[test]
+    fn anything_unusual_is_left_to_git() {
+        let d = tempfile::tempdir().unwrap();
+        init(d.path());
+        std::fs::write(d.path().join("a"), "1").unwrap();
+        commit_all(d.path(), "one");
+        let bytes = std::fs::read(d.path().join(".git/index")).unwrap();
+        assert!(parse(&bytes, 20).is_some());
+        for cut in [0, 5, 12, 40, bytes.len() - 21] {
+            assert!(parse(&bytes[..cut], 20).is_none(), "cut at {cut}");
+        }
+        assert!(parse(&bytes, 32).is_none(), "another object format");
+        git(d.path(), &["update-index", "--split-index"]);
+        let split = std::fs::read(d.path().join(".git/index")).unwrap();
+        assert!(parse(&split, 20).is_none(), "a split index");
+    }
+}

@@ -1,0 +1,389 @@
+//! The snapshot tags, listed without a git process (issue 16): their names and ids come
+//! from the ref files (loose refs under `refs/tags/`, then `packed-refs`), and what each
+//! tag object says (the object it points at, its message) from `tags.cache` in the
+//! private directory, keyed by the tag object's id: an object never changes, so an entry
+//! is right as long as the object exists. Tag objects the cache lacks (tags made
+//! elsewhere, or before it existed) are read with one `cat-file --batch`; a save adds its
+//! own tag when it makes it. A reftable repository, a symbolic or unreadable ref file,
+//! or anything else unusual: `for-each-ref` as before.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Listing, Snapshot, SnapshotError, Snapshots, TAG_PATTERNS, parse_tag};
+
+/// Name prefixes of the snapshot tag namespaces (`TAG_PATTERNS` without `refs/tags/` and
+/// `*`; the patterns' `*` matches no `/`).
+fn in_namespace(name: &str) -> bool {
+    !name.contains('/')
+        && TAG_PATTERNS.iter().any(|p| {
+            p.strip_prefix("refs/tags/")
+                .and_then(|p| p.strip_suffix('*'))
+                .is_some_and(|prefix| name.starts_with(prefix))
+        })
+}
+
+/// What a tag object says, as `for-each-ref` gives it: `%(*objectname)` (empty when the
+/// ref names no tag object) and `%(contents)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct TagObject {
+    pub peeled: String,
+    pub contents: String,
+    /// For a snapshot commit this repository's saves made: its tree and parents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub made: Option<MadeCommit>,
+}
+
+/// What a save knows of the snapshot commit it made (objects never change).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct MadeCommit {
+    pub tree: String,
+    pub parents: Vec<String>,
+    /// The tree of its index parent.
+    pub index_tree: String,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct TagCache {
+    tags: BTreeMap<String, TagObject>,
+}
+
+impl Snapshots {
+    fn tag_cache_path(&self) -> PathBuf {
+        self.private_dir().join("tags.cache")
+    }
+
+    /// Every snapshot (oldest first), and the names of all tags in the snapshot
+    /// namespaces (a de-duplicated name must avoid them, snapshots or not).
+    pub(super) fn tags(&self) -> Result<Listing, SnapshotError> {
+        let listed = match self.tag_refs() {
+            Some(refs) => self.described(refs)?,
+            None => self.tags_from_git()?,
+        };
+        let mut names = BTreeSet::new();
+        let mut snaps: Vec<Snapshot> = listed
+            .into_iter()
+            .filter_map(|(name, t)| {
+                let s = parse_tag(&name, &t.peeled, &t.contents);
+                names.insert(name);
+                s
+            })
+            .collect();
+        // The sequence number is taken under the save lock: it is the order of saving.
+        snaps.sort_by(|a, b| (a.seq, a.time_ms, &a.tag).cmp(&(b.seq, b.time_ms, &b.tag)));
+        Ok((snaps, names))
+    }
+
+    /// `for-each-ref` over the snapshot namespaces: each tag's name and object.
+    fn tags_from_git(&self) -> Result<Vec<(String, TagObject)>, SnapshotError> {
+        let mut args = vec![
+            "for-each-ref",
+            "--format=%(refname:lstrip=2)%00%(*objectname)%00%(contents)%00",
+        ];
+        args.extend_from_slice(TAG_PATTERNS);
+        let out = self.git.call(&args).bytes()?;
+        let text = String::from_utf8_lossy(&out);
+        let fields: Vec<&str> = text.split('\0').collect();
+        Ok(fields
+            .chunks_exact(3)
+            .map(|c| {
+                let name = c[0].trim_start_matches('\n').to_string();
+                let t = TagObject {
+                    peeled: c[1].to_string(),
+                    contents: c[2].to_string(),
+                    made: None,
+                };
+                (name, t)
+            })
+            .collect())
+    }
+
+    /// The tags of the snapshot namespaces and their ids from the ref files, sorted by
+    /// name; `None` when git must be asked.
+    fn tag_refs(&self) -> Option<BTreeMap<String, String>> {
+        if self.common_dir.join("reftable").exists() {
+            return None;
+        }
+        let mut refs = BTreeMap::new();
+        match fs::read_to_string(self.common_dir.join("packed-refs")) {
+            Ok(packed) => {
+                for line in packed.lines() {
+                    if line.starts_with('#') || line.starts_with('^') {
+                        continue;
+                    }
+                    let (id, name) = line.split_once(' ')?;
+                    if let Some(name) = name.strip_prefix("refs/tags/")
+                        && in_namespace(name)
+                    {
+                        refs.insert(name.to_string(), self.object_id(id)?);
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(_) => return None,
+        }
+        let dir = self.common_dir.join("refs/tags");
+        let entries = match fs::read_dir(&dir) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(refs),
+            Err(_) => return None,
+        };
+        for e in entries {
+            let e = e.ok()?;
+            let name = e.file_name().into_string().ok()?;
+            if !in_namespace(&name) || name.ends_with(".lock") || name.starts_with('.') {
+                continue;
+            }
+            if !e.file_type().ok()?.is_file() {
+                return None; // a directory `task-x/` holds no ref the patterns match
+            }
+            match fs::read_to_string(e.path()) {
+                Ok(text) => refs.insert(name, self.object_id(text.trim_end())?),
+                // Deleted since it was listed: git would not list it either.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(_) => return None,
+            };
+        }
+        Some(refs)
+    }
+
+    /// `text` when it is a full object id of this repository (lowercase hex).
+    fn object_id(&self, text: &str) -> Option<String> {
+        (text.len() == self.oid_len * 2
+            && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .then(|| text.to_string())
+    }
+
+    /// Each tag with what its object says: from the cache, the rest from one `cat-file
+    /// --batch` (then remembered). The cache keeps only the objects still named.
+    fn described(
+        &self,
+        refs: BTreeMap<String, String>,
+    ) -> Result<Vec<(String, TagObject)>, SnapshotError> {
+        let mut cache = self.read_tag_cache();
+        let missing: BTreeSet<&String> = refs
+            .values()
+            .filter(|id| !cache.tags.contains_key(*id))
+            .collect();
+        let mut changed = cache.tags.len() != refs.len();
+        if !missing.is_empty() {
+            let read = self.read_tag_objects(&missing)?;
+            changed = true;
+            cache.tags.extend(read);
+        }
+        let ids: BTreeSet<&String> = refs.values().collect();
+        cache.tags.retain(|id, _| ids.contains(id));
+        let listed = refs
+            .iter()
+            .filter_map(|(name, id)| Some((name.clone(), cache.tags.get(id)?.clone())))
+            .collect();
+        if changed {
+            self.write_tag_cache(&cache);
+        }
+        Ok(listed)
+    }
+
+    /// What the objects `ids` say, from one `cat-file --batch`.
+    fn read_tag_objects(
+        &self,
+        ids: &BTreeSet<&String>,
+    ) -> Result<BTreeMap<String, TagObject>, SnapshotError> {
+        let input: String = ids.iter().map(|id| format!("{id}\n")).collect();
+        let out = self
+            .git
+            .call(&["cat-file", "--batch"])
+            .input(input.into_bytes())
+            .bytes()?;
+        let mut read = BTreeMap::new();
+        let mut rest = out.as_slice();
+        for id in ids {
+            let end = rest.iter().position(|b| *b == b'\n').unwrap_or(rest.len());
+            let header = String::from_utf8_lossy(&rest[..end]).into_owned();
+            rest = rest.get(end + 1..).unwrap_or_default();
+            let mut f = header.split(' ');
+            let (Some(_), Some(kind), Some(size)) = (f.next(), f.next(), f.next()) else {
+                continue; // `<id> missing`: a ref to nothing, which git lists with nothing
+            };
+            let size: usize = size.parse().map_err(|_| bad_batch(&header))?;
+            let body = rest.get(..size).ok_or_else(|| bad_batch(&header))?;
+            rest = rest.get(size + 1..).unwrap_or_default();
+            read.insert((*id).clone(), tag_object(kind, body));
+        }
+        Ok(read)
+    }
+
+    fn read_tag_cache(&self) -> TagCache {
+        fs::read(self.tag_cache_path())
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
+    /// Best effort, like `index.cache`: a cache entry lost is read again from git.
+    fn write_tag_cache(&self, cache: &TagCache) {
+        let path = self.tag_cache_path();
+        let tmp = path.with_extension("cache.tmp");
+        let ok = serde_json::to_vec(cache)
+            .ok()
+            .is_some_and(|text| fs::write(&tmp, text).is_ok() && fs::rename(&tmp, &path).is_ok());
+        if !ok {
+            let _ = fs::remove_file(&tmp);
+        }
+    }
+
+    /// Remember what the tag `name` this save just made says, and its commit.
+    pub(super) fn remember_tag(&self, name: &str, contents: &str, made: (&str, MadeCommit)) {
+        let path = self.common_dir.join("refs/tags").join(name);
+        let Some(id) = fs::read_to_string(path)
+            .ok()
+            .and_then(|t| self.object_id(t.trim_end()))
+        else {
+            return;
+        };
+        let mut cache = self.read_tag_cache();
+        let t = TagObject {
+            peeled: made.0.to_string(),
+            contents: contents.to_string(),
+            made: Some(made.1),
+        };
+        cache.tags.insert(id, t);
+        self.write_tag_cache(&cache);
+    }
+
+    /// What a save of this repository remembered of the snapshot commit `commit`.
+    pub(super) fn made_commit(&self, commit: &str) -> Option<MadeCommit> {
+        self.read_tag_cache()
+            .tags
+            .into_values()
+            .filter(|t| t.peeled == commit)
+            .find_map(|t| t.made)
+    }
+}
+
+fn bad_batch(header: &str) -> SnapshotError {
+    SnapshotError::Git(crate::git::GitError::Failed {
+        args: "cat-file --batch".into(),
+        dir: PathBuf::new(),
+        stderr: format!("unexpected output after `{header}`"),
+    })
+}
+
+/// What `for-each-ref` would say of an object of type `kind` with content `body`: a tag
+/// object's target (`object` header) and its message; nothing for another object.
+fn tag_object(kind: &str, body: &[u8]) -> TagObject {
+    if kind != "tag" {
+        return TagObject {
+            peeled: String::new(),
+            contents: String::new(),
+            made: None,
+        };
+    }
+    let text = String::from_utf8_lossy(body);
+    let (headers, message) = text.split_once("\n\n").unwrap_or((&text, ""));
+    let peeled = headers
+        .lines()
+        .find_map(|l| l.strip_prefix("object "))
+        .unwrap_or_default();
+    TagObject {
+        peeled: peeled.to_string(),
+        contents: message.to_string(),
+        made: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaces_match_as_the_patterns_do() {
+        for yes in [
+            "task-1-pre",
+            "manual-17",
+            "stall-2-recovery",
+            "pre-rollback-9",
+        ] {
+            assert!(in_namespace(yes), "{yes}");
+        }
+        for no in ["v1", "task", "task-1/x", "xmanual-1", "pre-rollbac"] {
+            assert!(!in_namespace(no), "{no}");
+        }
+    }
+
+    /// The listing `for-each-ref` gives, parsed as `tags` parses it.
+    fn from_git(s: &Snapshots) -> Listing {
+        let mut names = BTreeSet::new();
+        let mut snaps: Vec<Snapshot> = s
+            .tags_from_git()
+            .unwrap()
+            .into_iter()
+            .filter_map(|(n, t)| {
+                let snap = parse_tag(&n, &t.peeled, &t.contents);
+                names.insert(n);
+                snap
+            })
+            .collect();
+        snaps.sort_by(|a, b| (a.seq, a.time_ms, &a.tag).cmp(&(b.seq, b.time_ms, &b.tag)));
+        (snaps, names)
+    }
+
+    #[test]
+    fn the_files_and_the_cache_list_what_for_each_ref_lists() {
+        use crate::git::testrepo::{commit_all, git, init};
+        let d = tempfile::tempdir().unwrap();
+        init(d.path());
+        std::fs::write(d.path().join("a"), "1").unwrap();
+        commit_all(d.path(), "one");
+        let s = Snapshots::open(d.path()).unwrap();
+        for (i, kind) in [super::super::Kind::Manual, super::super::Kind::TaskPre]
+            .into_iter()
+            .enumerate()
+        {
+            std::fs::write(d.path().join("a"), format!("{i}")).unwrap();
+            let req = super::super::SaveRequest {
+                kind,
+                task: Some(1),
+                message: "a save",
+                time_ms: 1_000 + i as i64,
+            };
+            s.save(&req).unwrap();
+        }
+        // Not snapshots, but names a new snapshot must avoid; and tags outside.
+        git(d.path(), &["tag", "-a", "-m", "someone's", "manual-5"]);
+        git(d.path(), &["tag", "task-9-pre"]);
+        git(d.path(), &["tag", "-a", "-m", "v", "v1"]);
+        let listed = s.tags().unwrap();
+        assert_eq!(listed.0.len(), 2);
+        assert!(listed.1.contains("manual-5") && listed.1.contains("task-9-pre"));
+        assert!(!listed.1.contains("v1"));
+        assert_eq!(listed, from_git(&s), "loose refs, cached objects");
+        git(d.path(), &["pack-refs", "--all"]);
+        assert_eq!(s.tags().unwrap(), from_git(&s), "packed refs");
+        std::fs::remove_file(s.tag_cache_path()).unwrap();
+        assert_eq!(s.tags().unwrap(), from_git(&s), "objects read by cat-file");
+        assert!(s.tag_cache_path().exists(), "and remembered");
+        // A save made from the cache takes the next sequence number and a free name.
+        let next = super::super::SaveRequest {
+            kind: super::super::Kind::Manual,
+            task: None,
+            message: "third",
+            time_ms: 5_000,
+        };
+        let third = s.save(&next).unwrap();
+        assert_eq!((third.seq, third.tag.as_str()), (3, "manual-5-2"));
+        assert_eq!(s.tags().unwrap(), from_git(&s));
+    }
+
+    #[test]
+    fn tag_objects_read_as_for_each_ref_gives_them() {
+        let a = "a".repeat(40);
+        let body = format!("object {a}\ntype commit\ntag t\ntagger x <x> 1 +0000\n\nmsg\n\nX: y\n");
+        let t = tag_object("tag", body.as_bytes());
+        assert_eq!(t.peeled, a);
+        assert_eq!(t.contents, "msg\n\nX: y\n");
+        assert_eq!(tag_object("commit", b"tree x\n\nm").peeled, "");
+    }
+}
