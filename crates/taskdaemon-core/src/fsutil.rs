@@ -102,6 +102,18 @@ pub fn create_dir_confined(dir: &Path) -> io::Result<()> {
 /// a torn mix, and after a crash the new contents are on disk once this returned. An
 /// existing file keeps its mode; a new one gets `0666 & !umask`.
 pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
+    replace(path, contents, true)
+}
+
+/// [`write_atomic`] without the syncs: a reader, and a process killed at any moment, see
+/// the old file or the new one, but a crash of the machine may lose the new one. Only for
+/// files whose meaning ends with the processes that wrote them (the records of running
+/// process trees: after a reboot none of those processes exists).
+pub fn write_atomic_volatile(path: &Path, contents: &[u8]) -> io::Result<()> {
+    replace(path, contents, false)
+}
+
+fn replace(path: &Path, contents: &[u8], durable: bool) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -121,10 +133,12 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
             .set_permissions(fs::Permissions::from_mode(mode))?;
     }
     tmp.write_all(contents)?;
-    tmp.as_file().sync_all()?;
+    if durable {
+        tmp.as_file().sync_all()?;
+    }
     tmp.persist(path).map_err(|e| e.error)?;
     // Make the rename itself durable.
-    if let Ok(d) = File::open(dir) {
+    if durable && let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
     }
     Ok(())
