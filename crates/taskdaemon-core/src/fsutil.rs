@@ -98,6 +98,15 @@ pub fn create_dir_confined(dir: &Path) -> io::Result<()> {
     confine(&dir.join(".probe"))
 }
 
+/// The directory of a file [`confine`] has just passed: when it exists, that check has
+/// resolved it inside the work tree already; a missing one is created and checked.
+fn ensure_parent(dir: &Path) -> io::Result<()> {
+    if fs::metadata(dir).is_ok_and(|m| m.is_dir()) {
+        return Ok(());
+    }
+    create_dir_confined(dir)
+}
+
 /// Write `contents` to `path` atomically: a reader sees the old file or the new one, never
 /// a torn mix, and after a crash the new contents are on disk once this returned. An
 /// existing file keeps its mode; a new one gets `0666 & !umask`.
@@ -119,7 +128,7 @@ fn replace(path: &Path, contents: &[u8], durable: bool) -> io::Result<()> {
         _ => Path::new("."),
     };
     confine(path)?;
-    create_dir_confined(dir)?;
+    ensure_parent(dir)?;
     let existing_mode = fs::symlink_metadata(path)
         .ok()
         .filter(|m| m.is_file())
@@ -149,7 +158,7 @@ fn replace(path: &Path, contents: &[u8], durable: bool) -> io::Result<()> {
 pub fn open_append(path: &Path) -> io::Result<File> {
     confine(path)?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        create_dir_confined(dir)?;
+        ensure_parent(dir)?;
     }
     OpenOptions::new()
         .create(true)
@@ -164,7 +173,7 @@ pub fn open_append(path: &Path) -> io::Result<File> {
 pub fn open_lock_file(path: &Path) -> io::Result<File> {
     confine(path)?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        create_dir_confined(dir)?;
+        ensure_parent(dir)?;
     }
     OpenOptions::new()
         .create(true)
