@@ -151,7 +151,14 @@ pub async fn run_process(
     // Recorded before it exists: a harness killed at any later moment leaves a record.
     let _record = super::tracked::record(&token, &spec.env)?;
     // Read before the spawn: only then is every orphan of this tree re-parented to us.
-    let reaper = SUBREAPER.load(Ordering::SeqCst);
+    // A command line that names the token's variable hands the token on to processes
+    // outside the tree (a container runtime's `--env TASKDAEMON_GROUP`: the container's
+    // processes are children of its daemon): those are found only by the walk.
+    let names_token = spec
+        .args
+        .iter()
+        .any(|a| a.to_string_lossy().contains(super::tracked::GROUP_VAR));
+    let reaper = SUBREAPER.load(Ordering::SeqCst) && !names_token;
     let mut child = cmd.spawn()?;
     let pgid = child.id().map(|id| id as i32).unwrap_or(0);
     test_pause_after_spawn().await;
@@ -246,7 +253,8 @@ struct Tree<'a> {
     token: &'a str,
     pgid: i32,
     grace: Duration,
-    /// This process was the subreaper when the tree started.
+    /// This process was the subreaper when the tree started, and the token stays in the
+    /// tree (see [`Tree::surely_gone`]).
     reaper: bool,
 }
 
@@ -260,7 +268,8 @@ impl Tree<'_> {
     /// The group is checked first: once it is empty, its members have exited and their
     /// children are re-parented, and a child of ours only stops being one when we reap it.
     /// Not covered, as a `/proc` walk would: a process outside the tree given the token on
-    /// purpose (the token is fresh, never printed, and no service passes it on).
+    /// purpose by a command that does not name it (a container runtime's command line
+    /// names it, and always gets the walk).
     fn surely_gone(&self) -> bool {
         self.reaper && !group_exists(self.pgid) && !has_children()
     }
