@@ -98,16 +98,37 @@ pub fn create_dir_confined(dir: &Path) -> io::Result<()> {
     confine(&dir.join(".probe"))
 }
 
+/// The directory of a file [`confine`] has just passed: when it exists, that check has
+/// resolved it inside the work tree already; a missing one is created and checked.
+fn ensure_parent(dir: &Path) -> io::Result<()> {
+    if fs::metadata(dir).is_ok_and(|m| m.is_dir()) {
+        return Ok(());
+    }
+    create_dir_confined(dir)
+}
+
 /// Write `contents` to `path` atomically: a reader sees the old file or the new one, never
 /// a torn mix, and after a crash the new contents are on disk once this returned. An
 /// existing file keeps its mode; a new one gets `0666 & !umask`.
 pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
+    replace(path, contents, true)
+}
+
+/// [`write_atomic`] without the syncs: a reader, and a process killed at any moment, see
+/// the old file or the new one, but a crash of the machine may lose the new one. Only for
+/// files whose meaning ends with the processes that wrote them (the records of running
+/// process trees: after a reboot none of those processes exists).
+pub fn write_atomic_volatile(path: &Path, contents: &[u8]) -> io::Result<()> {
+    replace(path, contents, false)
+}
+
+fn replace(path: &Path, contents: &[u8], durable: bool) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
     confine(path)?;
-    create_dir_confined(dir)?;
+    ensure_parent(dir)?;
     let existing_mode = fs::symlink_metadata(path)
         .ok()
         .filter(|m| m.is_file())
@@ -121,10 +142,12 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
             .set_permissions(fs::Permissions::from_mode(mode))?;
     }
     tmp.write_all(contents)?;
-    tmp.as_file().sync_all()?;
+    if durable {
+        tmp.as_file().sync_all()?;
+    }
     tmp.persist(path).map_err(|e| e.error)?;
     // Make the rename itself durable.
-    if let Ok(d) = File::open(dir) {
+    if durable && let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
     }
     Ok(())
@@ -135,7 +158,7 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
 pub fn open_append(path: &Path) -> io::Result<File> {
     confine(path)?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        create_dir_confined(dir)?;
+        ensure_parent(dir)?;
     }
     OpenOptions::new()
         .create(true)
@@ -150,7 +173,7 @@ pub fn open_append(path: &Path) -> io::Result<File> {
 pub fn open_lock_file(path: &Path) -> io::Result<File> {
     confine(path)?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        create_dir_confined(dir)?;
+        ensure_parent(dir)?;
     }
     OpenOptions::new()
         .create(true)

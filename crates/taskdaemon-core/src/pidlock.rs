@@ -4,7 +4,7 @@
 //! loop's `.ralph/run.lock` and a work list's `.implement.lock`.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::Path;
 
 /// A held pid lock.
@@ -23,7 +23,7 @@ pub enum LockError {
 
 /// Take the lock at `path` (never through a link) and write this process's pid into it.
 pub fn acquire(path: &Path) -> Result<PidLock, LockError> {
-    let mut f = crate::fsutil::open_lock_file(path).map_err(LockError::Io)?;
+    let f = crate::fsutil::open_lock_file(path).map_err(LockError::Io)?;
     match f.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
@@ -31,11 +31,26 @@ pub fn acquire(path: &Path) -> Result<PidLock, LockError> {
         }
         Err(std::fs::TryLockError::Error(e)) => return Err(LockError::Io(e)),
     }
-    let _ = f.set_len(0);
-    let _ = writeln!(f, "{}", std::process::id());
-    let _ = f.sync_data();
+    write_pid(&f);
     Ok(PidLock { _file: f })
 }
+
+/// The pid, padded to a fixed width, written over the start of the file. Not synced: it
+/// is read only while its writer holds the lock (the page cache serves it), and a crash
+/// of the machine ends the holder with it, so a pid that did not reach the disk is never
+/// wanted. The file is cut only when it has another length (no truncate-and-rewrite of
+/// the same bytes, which costs ext4 a journal transaction per start).
+fn write_pid(f: &File) {
+    use std::os::unix::fs::FileExt;
+    let text = format!("{:<width$}\n", std::process::id(), width = PID_WIDTH - 1);
+    let _ = f.write_all_at(text.as_bytes(), 0);
+    if f.metadata().is_ok_and(|m| m.len() != PID_WIDTH as u64) {
+        let _ = f.set_len(PID_WIDTH as u64);
+    }
+}
+
+/// Bytes of the pid text: `i32::MAX` has 10 digits, then the newline.
+const PID_WIDTH: usize = 11;
 
 /// `Some(pid)` while a process holds the lock at `path` (`Some(None)`: held, pid
 /// unreadable); `None` when none does.
@@ -67,6 +82,20 @@ mod tests {
         drop(l);
         assert!(holder(&p).is_none());
         drop(acquire(&p).unwrap());
+    }
+
+    #[test]
+    fn a_longer_or_shorter_old_text_leaves_only_the_pid() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("run.lock");
+        for old in ["1234567890123456789\n", "7\n", ""] {
+            std::fs::write(&p, old).unwrap();
+            let l = acquire(&p).unwrap();
+            let text = std::fs::read_to_string(&p).unwrap();
+            assert_eq!(text.trim(), std::process::id().to_string(), "{old:?}");
+            assert!(text.ends_with('\n'), "{text:?}");
+            drop(l);
+        }
     }
 
     #[test]

@@ -15,7 +15,9 @@
 //! min–max and the ratio. With `RALPH_BIN=/path/to/ralph` (a release build of
 //! ralph-orchestrator's `ralph`), the same rounds also start `ralph run --autonomous
 //! --max-iterations 1` with a custom backend `true` in an identical copy of the
-//! repository, and print taskdaemon / ralph-orchestrator per round.
+//! repository, and print taskdaemon / ralph-orchestrator per round. With
+//! `BENCH_BEFORE=/path/to/taskdaemon` (an older build), that binary's start runs in the
+//! same rounds too, and taskdaemon / it is printed per round.
 
 use std::path::Path;
 use std::process::Command;
@@ -119,10 +121,8 @@ fn startup(repo: &Path, home: &Path, ralph: Option<&(std::path::PathBuf, std::pa
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
     };
-    let (mut ours, mut floor, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut theirs, mut vs_ralph) = (Vec::new(), Vec::new());
-    for _ in 0..starts {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_taskdaemon"));
+    let run_once = |bin: &Path| {
+        let mut c = Command::new(bin);
         c.args([
             "run",
             "benchmark task",
@@ -136,7 +136,21 @@ fn startup(repo: &Path, home: &Path, ralph: Option<&(std::path::PathBuf, std::pa
         env(&mut c);
         let t = Instant::now();
         let _ = c.status().expect("run taskdaemon");
-        let a = t.elapsed().as_secs_f64() * 1000.0;
+        t.elapsed().as_secs_f64() * 1000.0
+    };
+    // BENCH_BEFORE=/path/to/an/older/taskdaemon: the same start in the same rounds.
+    let before_bin = std::env::var_os("BENCH_BEFORE").map(std::path::PathBuf::from);
+    let (mut before, mut vs_before) = (Vec::new(), Vec::new());
+    let (mut ours, mut floor, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut theirs, mut vs_ralph) = (Vec::new(), Vec::new());
+    for _ in 0..starts {
+        if let Some(bin) = &before_bin {
+            before.push(run_once(bin));
+        }
+        let a = run_once(Path::new(env!("CARGO_BIN_EXE_taskdaemon")));
+        if let Some(b) = before.last() {
+            vs_before.push(a / b);
+        }
         let mut b = Command::new("bash");
         b.args(["-c", floor_script]);
         env(&mut b);
@@ -156,6 +170,14 @@ fn startup(repo: &Path, home: &Path, ralph: Option<&(std::path::PathBuf, std::pa
         "start-up + one iteration, {starts} rounds (taskdaemon vs the bash floor, same rounds):"
     );
     report("taskdaemon run --max-iterations 1", &mut ours);
+    if before_bin.is_some() {
+        report("BENCH_BEFORE run --max-iterations 1", &mut before);
+        report_in(
+            "ratio taskdaemon / BENCH_BEFORE, per round",
+            &mut vs_before,
+            "x",
+        );
+    }
     report("bash floor (git top level, HEAD x2, true x2)", &mut floor);
     report_in("ratio taskdaemon / floor, per round", &mut ratio, "x");
     if ralph.is_some() {

@@ -393,10 +393,26 @@ pub fn class_of_text(text: &str) -> Option<FailureClass> {
 /// Classify one run of the agent. `exit_code` is the shell's (128 + signal); `now` carries
 /// the local time zone the CLI printed its clock times in.
 pub fn classify(exit_code: i32, timed_out: bool, ev: &Evidence, now: &Zoned) -> AgentResult {
+    classify_at(exit_code, timed_out, ev, || now.clone())
+}
+
+/// [`classify`] at the current time in the local time zone, which is looked up only when
+/// the run failed (jiff reads the system's zone database for it: a directory scan).
+pub fn classify_now(exit_code: i32, timed_out: bool, ev: &Evidence) -> AgentResult {
+    classify_at(exit_code, timed_out, ev, Zoned::now)
+}
+
+fn classify_at(
+    exit_code: i32,
+    timed_out: bool,
+    ev: &Evidence,
+    now: impl FnOnce() -> Zoned,
+) -> AgentResult {
     let failed = exit_code != 0 || ev.is_error || ev.turn_failed.is_some();
     if !failed && !timed_out {
         return AgentResult::ok();
     }
+    let now = &now();
     // The agent's own line: its fatal error, else its last retry, else its last words.
     let line = ev
         .turn_failed

@@ -20,6 +20,7 @@ use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -83,11 +84,16 @@ pub struct ProcessResult {
     pub leftovers_ended: bool,
 }
 
+/// Whether [`become_subreaper`] succeeded: every orphaned descendant is then our child.
+static SUBREAPER: AtomicBool = AtomicBool::new(false);
+
 /// Make this process the reaper of its orphaned descendants (Linux). Call once at start.
 pub fn become_subreaper() {
     #[cfg(target_os = "linux")]
     {
-        let _ = nix::sys::prctl::set_child_subreaper(true);
+        if nix::sys::prctl::set_child_subreaper(true).is_ok() {
+            SUBREAPER.store(true, Ordering::SeqCst);
+        }
     }
 }
 
@@ -144,6 +150,15 @@ pub async fn run_process(
     }
     // Recorded before it exists: a harness killed at any later moment leaves a record.
     let _record = super::tracked::record(&token, &spec.env)?;
+    // Read before the spawn: only then is every orphan of this tree re-parented to us.
+    // A command line that names the token's variable hands the token on to processes
+    // outside the tree (a container runtime's `--env TASKDAEMON_GROUP`: the container's
+    // processes are children of its daemon): those are found only by the walk.
+    let names_token = spec
+        .args
+        .iter()
+        .any(|a| a.to_string_lossy().contains(super::tracked::GROUP_VAR));
+    let reaper = SUBREAPER.load(Ordering::SeqCst) && !names_token;
     let mut child = cmd.spawn()?;
     let pgid = child.id().map(|id| id as i32).unwrap_or(0);
     test_pause_after_spawn().await;
@@ -151,6 +166,7 @@ pub async fn run_process(
         token: &token,
         pgid,
         grace: spec.grace,
+        reaper,
     };
 
     if let (Some(mut stdin), Some(data)) = (child.stdin.take(), spec.stdin.clone()) {
@@ -237,9 +253,27 @@ struct Tree<'a> {
     token: &'a str,
     pgid: i32,
     grace: Duration,
+    /// This process was the subreaper when the tree started, and the token stays in the
+    /// tree (see [`Tree::surely_gone`]).
+    reaper: bool,
 }
 
 impl Tree<'_> {
+    /// Whether nothing of the tree can be left, known without walking `/proc`: its group is
+    /// empty and this process, the subreaper since before the spawn, has no child at all.
+    ///
+    /// Why that suffices: a descendant's parent is either alive (and a descendant itself) or
+    /// the nearest subreaper above it, which is a descendant or this process. So every live
+    /// or unreaped descendant hangs below a member of the group or below a child of ours.
+    /// The group is checked first: once it is empty, its members have exited and their
+    /// children are re-parented, and a child of ours only stops being one when we reap it.
+    /// Not covered, as a `/proc` walk would: a process outside the tree given the token on
+    /// purpose by a command that does not name it (a container runtime's command line
+    /// names it, and always gets the walk).
+    fn surely_gone(&self) -> bool {
+        self.reaper && !group_exists(self.pgid) && !has_children()
+    }
+
     /// The live processes of the tree; zombies among them that are our children (orphans
     /// re-parented to the subreaper) are reaped on the way. The group is reaped as a whole
     /// only once the leader is (`leader_reaped`): before, that would take the leader's
@@ -299,6 +333,10 @@ async fn end_leftovers(
     rx: &mut mpsc::Receiver<(Stream, Vec<u8>)>,
     on_line: &mut impl FnMut(Stream, &[u8]),
 ) -> bool {
+    reap_group(tree.pgid);
+    if tree.surely_gone() {
+        return false;
+    }
     let live = tree.live(true);
     if live.is_empty() && !group_exists(tree.pgid) {
         return false;
@@ -355,6 +393,24 @@ fn signal_group(pgid: i32, sig: Signal) {
 /// Whether any process (zombies included) is still in the group.
 fn group_exists(pgid: i32) -> bool {
     pgid > 0 && !matches!(killpg(Pid::from_raw(pgid), None), Err(Errno::ESRCH))
+}
+
+/// Whether this process has any child, running or exited and not yet reaped, of any of
+/// its threads. `WNOWAIT`: nothing is reaped, so no exit status is taken from its owner.
+fn has_children() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        use nix::sys::wait::{Id, waitid};
+        let flags = WaitPidFlag::WEXITED
+            | WaitPidFlag::WNOHANG
+            | WaitPidFlag::WNOWAIT
+            | WaitPidFlag::__WALL;
+        !matches!(waitid(Id::All, flags), Err(Errno::ECHILD))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        true
+    }
 }
 
 /// Reap exited members of the group that were re-parented to us (subreaper).
@@ -557,6 +613,28 @@ mod tests {
                     .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
             })
             .unwrap_or(true)
+    }
+
+    #[tokio::test]
+    async fn an_escapee_is_ended_when_the_group_it_left_is_empty() {
+        // The group is empty once the leader exits: only the escapee, re-parented to the
+        // subreaper, says that something is left (the check before any `/proc` walk).
+        become_subreaper();
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a").display().to_string();
+        let script = format!(
+            "setsid sh -c 'trap \"\" TERM; echo $$ > {a}; exec sleep 600' & \
+             while [ ! -s {a} ]; do sleep 0.05; done"
+        );
+        let mut spec = sh(&script, None);
+        spec.grace = Duration::from_millis(200);
+        let r = run_process(&spec, &CancellationToken::new(), |_, _| {})
+            .await
+            .unwrap();
+        assert_eq!(r.status, ExitStatus::Code(0));
+        assert!(r.leftovers_ended);
+        let pid: i32 = std::fs::read_to_string(&a).unwrap().trim().parse().unwrap();
+        assert!(gone(pid), "the escapee ({pid}) survived the iteration");
     }
 
     #[tokio::test]

@@ -5,7 +5,7 @@
 //! every output line to the iteration log as it is printed (the log flushes each line, so
 //! an interrupted or `kill -9`ed harness leaves what was printed; the log is synced when
 //! the caller finishes it), parses the structured output ([`OutputParser`]) and classifies
-//! a failure ([`classify`]). A direct model API agent (not a process) gets its own arm in
+//! a failure ([`classify_now`](super::failure::classify_now)). A direct model API agent (not a process) gets its own arm in
 //! [`run_step`] and returns the same [`StepResult`].
 
 use std::ffi::OsString;
@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Activity, AgentResult, AgentSpec, OutputFormat, OutputParser, ParsedOutput, ProcessResult,
-    ProcessSpec, Stream, classify, run_process,
+    ProcessSpec, Stream, run_process,
 };
 use crate::fsutil::write_atomic;
 use crate::telemetry::IterationLog;
@@ -175,12 +175,7 @@ fn finish(req: &StepRequest<'_>, process: ProcessResult, parsed: ParsedOutput) -
         _ => parsed.words.clone(),
     };
     let failure = (!process.interrupted).then(|| {
-        classify(
-            process.status.code(),
-            process.timed_out,
-            &parsed.evidence,
-            &jiff::Zoned::now(),
-        )
+        super::failure::classify_now(process.status.code(), process.timed_out, &parsed.evidence)
     });
     StepResult {
         process,

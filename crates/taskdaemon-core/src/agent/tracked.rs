@@ -105,15 +105,19 @@ pub(crate) fn record(token: &str, env: &[(OsString, OsString)]) -> std::io::Resu
         .map(|(_, v)| v.to_string_lossy().into_owned())
         .unwrap_or_default();
     let path = dir.join(token);
-    crate::fsutil::write_atomic(&path, format!("{token}\n{run}\n").as_bytes()).map_err(|e| {
-        std::io::Error::new(
-            e.kind(),
-            format!(
-                "recording the process before it starts ({}): {e}",
-                path.display()
-            ),
-        )
-    })?;
+    // Not synced: a record matters only while its processes may run, and a crash of the
+    // machine ends them all; a harness killed at any moment leaves it (the page cache).
+    crate::fsutil::write_atomic_volatile(&path, format!("{token}\n{run}\n").as_bytes()).map_err(
+        |e| {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "recording the process before it starts ({}): {e}",
+                    path.display()
+                ),
+            )
+        },
+    )?;
     Ok(Record(Some(path)))
 }
 

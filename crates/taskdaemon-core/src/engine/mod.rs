@@ -1152,16 +1152,15 @@ fn judge_agent(
     if agent.interrupted {
         return failures::Verdict::Proceed;
     }
-    let now = jiff::Zoned::now();
     let result =
-        crate::agent::classify(agent.status.code(), agent.timed_out, &parsed.evidence, &now);
+        crate::agent::failure::classify_now(agent.status.code(), agent.timed_out, &parsed.evidence);
     let verdict = failures::decide(
         st,
         cfg,
         &result,
         parsed.tool_calls,
         new_commit,
-        now.timestamp(),
+        jiff::Timestamp::now(),
     );
     if result.class != crate::agent::FailureClass::Ok {
         log.note(&format!(

@@ -86,7 +86,9 @@ impl Registry {
         let mut r = Registry::default();
         for (file, text) in BUILTIN {
             // Built-ins are tested to parse; a failure here is a build defect.
-            if let Ok(defs) = parse_file(Path::new(file), text) {
+            // Their templates are not compiled here (several per start, for one loop):
+            // `every_builtin_parses` compiles them all, and the engine compiles the one used.
+            if let Ok(defs) = parse_checked(Path::new(file), text, false) {
                 for (name, def) in defs {
                     r.insert(name, def, LoopSource::Builtin);
                 }
@@ -173,6 +175,15 @@ impl Registry {
 
 /// Parse one loop file: a map from loop name to definition, every template compiled.
 pub fn parse_file(path: &Path, text: &str) -> Result<BTreeMap<String, LoopType>, LoopError> {
+    parse_checked(path, text, true)
+}
+
+/// [`parse_file`]; the templates are compiled only with `compile`.
+fn parse_checked(
+    path: &Path,
+    text: &str,
+    compile: bool,
+) -> Result<BTreeMap<String, LoopType>, LoopError> {
     let defs = yaml::parse::<BTreeMap<String, LoopType>>(path, text)
         .map_err(LoopError::Yaml)?
         .unwrap_or_default();
@@ -206,12 +217,14 @@ pub fn parse_file(path: &Path, text: &str) -> Result<BTreeMap<String, LoopType>,
                 message: "field `iteration-timeout-ms` is longer than a year (366d); write a shorter timeout".into(),
             });
         }
-        PromptTemplate::compile(name, &def.prompt_template).map_err(|source| {
-            LoopError::Template {
-                file: file.clone(),
-                source,
-            }
-        })?;
+        if compile {
+            PromptTemplate::compile(name, &def.prompt_template).map_err(|source| {
+                LoopError::Template {
+                    file: file.clone(),
+                    source,
+                }
+            })?;
+        }
     }
     Ok(defs)
 }

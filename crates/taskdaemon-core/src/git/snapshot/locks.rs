@@ -13,7 +13,7 @@
 //! - a rollback journal: finished or dropped by [`super::journal`].
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, Write};
+use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -126,10 +126,7 @@ impl Snapshots {
             Err(fs::TryLockError::Error(e)) => return Err(io(&path)(e)),
         }
         let previous = read_pid(&mut f).filter(|p| *p != std::process::id() as i32);
-        f.set_len(0)
-            .and_then(|()| f.rewind())
-            .and_then(|()| writeln!(f, "{}", std::process::id()))
-            .map_err(io(&path))?;
+        write_pid_text(&f, &std::process::id().to_string()).map_err(io(&path))?;
         let lock = SnapshotLock(f);
         self.recover_locked(previous)?;
         Ok(lock)
@@ -251,8 +248,26 @@ pub(super) struct SnapshotLock(File);
 
 impl Drop for SnapshotLock {
     fn drop(&mut self) {
-        let _ = self.0.set_len(0);
+        let _ = write_pid_text(&self.0, "");
     }
+}
+
+/// Bytes of the lock's text: `i32::MAX` has 10 digits, then the newline.
+const PID_WIDTH: usize = 11;
+
+/// `pid` (or blanks: no holder) padded to a fixed width over the start of the lock file,
+/// which is cut only when it has another length: the same bytes rewritten in place, with
+/// no truncate (a journal transaction each on ext4). Not synced: the pid is read by the
+/// next holder of the `flock`, through the page cache; after a crash of the machine its
+/// holder and every git it started are gone with it.
+fn write_pid_text(f: &File, pid: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let text = format!("{pid:<width$}\n", width = PID_WIDTH - 1);
+    f.write_all_at(text.as_bytes(), 0)?;
+    if f.metadata()?.len() != PID_WIDTH as u64 {
+        f.set_len(PID_WIDTH as u64)?;
+    }
+    Ok(())
 }
 
 fn read_pid(f: &mut File) -> Option<i32> {
