@@ -183,7 +183,30 @@ fn fifty_sigkills_of_run_each_resumed_leave_no_process_no_repeated_row_and_never
     }
     // Every commit made is on the branch.
     let log = git(&env.repo(), &["log", "--format=%s"]);
-    assert!(log.contains(&format!("iteration {}", its.len())), "{log}");
+    // (When it is not, say why: a stale `index.lock` of a killed git, or the agent's log.)
+    assert!(
+        log.contains(&format!("iteration {}", its.len())),
+        "{log}\nindex.lock left: {}\n{}",
+        env.repo().join(".git/index.lock").exists(),
+        last_log(&ralph.join("logs"))
+    );
+}
+
+/// The newest iteration log in `dir`, for a failure message.
+fn last_log(dir: &Path) -> String {
+    let mut logs: Vec<_> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    logs.sort();
+    logs.last()
+        .map(|p| {
+            format!(
+                "{}:\n{}",
+                p.display(),
+                std::fs::read_to_string(p).unwrap_or_default()
+            )
+        })
+        .unwrap_or_default()
 }
 
 fn rss_kb(pid: i32) -> u64 {
