@@ -117,7 +117,9 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
 /// [`write_atomic`] without the syncs: a reader, and a process killed at any moment, see
 /// the old file or the new one, but a crash of the machine may lose the new one. Only for
 /// files whose meaning ends with the processes that wrote them (the records of running
-/// process trees: after a reboot none of those processes exists).
+/// process trees: after a reboot none of those processes exists), or that are written
+/// again before they are used again (an iteration's prompt: a run the crash interrupted
+/// does that iteration again and writes its prompt anew).
 pub fn write_atomic_volatile(path: &Path, contents: &[u8]) -> io::Result<()> {
     replace(path, contents, false)
 }

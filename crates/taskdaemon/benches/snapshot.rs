@@ -74,7 +74,9 @@ fn build(root: &Path) -> PathBuf {
     std::fs::create_dir_all(&home).expect("home");
     std::fs::write(
         home.join(".gitconfig"),
-        "[user]\n\tname = bench\n\temail = bench@example.com\n",
+        // No automatic gc: one started in the background by a commit packs objects while
+        // the rounds copy the repository (`cp` then fails) and while they are timed.
+        "[user]\n\tname = bench\n\temail = bench@example.com\n[gc]\n\tauto = 0\n[maintenance]\n\tauto = false\n",
     )
     .expect("gitconfig");
     let repo = root.join("repo");

@@ -18,7 +18,7 @@ use super::{
     Activity, AgentResult, AgentSpec, OutputFormat, OutputParser, ParsedOutput, ProcessResult,
     ProcessSpec, Stream, run_process,
 };
-use crate::fsutil::write_atomic;
+use crate::fsutil::write_atomic_volatile;
 use crate::telemetry::IterationLog;
 
 /// What one agent invocation needs.
@@ -147,9 +147,13 @@ pub async fn run_step(
     cancel: &CancellationToken,
     mut on_line: impl FnMut(&mut IterationLog, Stream, &str, Vec<Activity>),
 ) -> Result<StepResult, StepError> {
-    write_atomic(req.prompt_file, req.prompt.as_bytes()).map_err(|source| StepError::Prompt {
-        path: req.prompt_file.to_path_buf(),
-        source,
+    // Not synced: the agent reads it in this iteration, and an iteration a crash of the
+    // machine interrupts is done again, with its prompt written again.
+    write_atomic_volatile(req.prompt_file, req.prompt.as_bytes()).map_err(|source| {
+        StepError::Prompt {
+            path: req.prompt_file.to_path_buf(),
+            source,
+        }
     })?;
     let spec = process_spec(req);
     let mut parser = OutputParser::new(req.format);

@@ -148,28 +148,25 @@ pub async fn run_loop(
             break Outcome::Interrupted;
         }
         let elapsed = earlier + session.elapsed();
-        if let Some(limit) = guards::limit_reached(
-            st.iterations_done,
-            cfg.max_iterations,
-            elapsed,
-            cfg.max_runtime(),
-            st.cost_usd,
-            cfg.max_cost,
-        ) {
-            break Outcome::LimitReached { limit };
+        if let Some(o) = at_limit(&st, &cfg, elapsed) {
+            break o;
         }
         let n = st.iterations_done + 1;
         let remaining = cfg.max_runtime().map(|m| m.saturating_sub(elapsed));
+        // An iteration that ends the run, or leaves it at a limit, is saved once, below,
+        // with the outcome: nothing happens between the two saves that a crash could split.
         if let Some(o) = iteration(
             &mut st, &cfg, n, remaining, &template, ws, &git, ctx, cancel,
         )
         .await?
         {
-            st.elapsed_ms = (earlier + session.elapsed()).as_millis() as u64;
-            st.save(ws)?;
             break o;
         }
-        st.elapsed_ms = (earlier + session.elapsed()).as_millis() as u64;
+        let elapsed = earlier + session.elapsed();
+        if let Some(o) = at_limit(&st, &cfg, elapsed) {
+            break o;
+        }
+        st.elapsed_ms = elapsed.as_millis() as u64;
         st.save(ws)?;
     };
 
@@ -182,6 +179,19 @@ pub async fn run_loop(
         summary: summary.clone(),
     });
     Ok((outcome, summary))
+}
+
+/// The outcome of a run that has reached one of its limits (iterations, runtime, cost).
+fn at_limit(st: &RunState, cfg: &RunConfig, elapsed: Duration) -> Option<Outcome> {
+    guards::limit_reached(
+        st.iterations_done,
+        cfg.max_iterations,
+        elapsed,
+        cfg.max_runtime(),
+        st.cost_usd,
+        cfg.max_cost,
+    )
+    .map(|limit| Outcome::LimitReached { limit })
 }
 
 fn warn(ctx: &EngineContext, message: &str) {
