@@ -75,7 +75,8 @@ fn build(root: &Path) -> PathBuf {
     std::fs::write(
         home.join(".gitconfig"),
         // No automatic gc: one started in the background by a commit packs objects while
-        // the rounds copy the repository (`cp` then fails) and while they are timed.
+        // the rounds copy the repository (`cp` then fails) and while they are timed; the
+        // repository is packed once when it is made.
         "[user]\n\tname = bench\n\temail = bench@example.com\n[gc]\n\tauto = 0\n[maintenance]\n\tauto = false\n",
     )
     .expect("gitconfig");
@@ -92,6 +93,8 @@ fn build(root: &Path) -> PathBuf {
     git(&repo, &["init", "-q", "-b", "main"]);
     git(&repo, &["add", "-A"]);
     git(&repo, &["commit", "-qm", "initial"]);
+    // Packed, as a clone is; then no gc runs while the rounds are timed (see the config).
+    git(&repo, &["gc", "--quiet"]);
     eprintln!(
         "repository: {} files, {:.1} MB",
         files(),
