@@ -1,6 +1,8 @@
 //! Durable file writes. Every file the harness writes goes through here: whole files are
-//! written to a temp file in the same directory, fsynced and renamed over the target;
-//! append-only logs append one complete record per `write` call and sync it.
+//! written to a temp file in the same directory, fsynced and renamed over the target
+//! (`write_atomic_volatile`: the same without the syncs, only for records whose meaning
+//! ends with the processes that wrote them); append-only logs append one complete record
+//! per `write` call and sync it.
 //!
 //! **Symbolic links.** A repository is untrusted input: a committed `.ralph/run.lock ->
 //! ~/somefile` must not make the harness write into the user's files. Every function here
@@ -117,9 +119,7 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
 /// [`write_atomic`] without the syncs: a reader, and a process killed at any moment, see
 /// the old file or the new one, but a crash of the machine may lose the new one. Only for
 /// files whose meaning ends with the processes that wrote them (the records of running
-/// process trees: after a reboot none of those processes exists), or that are written
-/// again before they are used again (an iteration's prompt: a run the crash interrupted
-/// does that iteration again and writes its prompt anew).
+/// process trees: after a reboot none of those processes exists).
 pub fn write_atomic_volatile(path: &Path, contents: &[u8]) -> io::Result<()> {
     replace(path, contents, false)
 }

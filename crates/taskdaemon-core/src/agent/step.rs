@@ -18,7 +18,7 @@ use super::{
     Activity, AgentResult, AgentSpec, OutputFormat, OutputParser, ParsedOutput, ProcessResult,
     ProcessSpec, Stream, run_process,
 };
-use crate::fsutil::write_atomic_volatile;
+use crate::fsutil::write_atomic;
 use crate::telemetry::IterationLog;
 
 /// What one agent invocation needs.
@@ -147,13 +147,11 @@ pub async fn run_step(
     cancel: &CancellationToken,
     mut on_line: impl FnMut(&mut IterationLog, Stream, &str, Vec<Activity>),
 ) -> Result<StepResult, StepError> {
-    // Not synced: the agent reads it in this iteration, and an iteration a crash of the
-    // machine interrupts is done again, with its prompt written again.
-    write_atomic_volatile(req.prompt_file, req.prompt.as_bytes()).map_err(|source| {
-        StepError::Prompt {
-            path: req.prompt_file.to_path_buf(),
-            source,
-        }
+    // Synced: once the iteration is done, this file is the record of what the agent was
+    // asked (the report reads it back), and nothing writes it again.
+    write_atomic(req.prompt_file, req.prompt.as_bytes()).map_err(|source| StepError::Prompt {
+        path: req.prompt_file.to_path_buf(),
+        source,
     })?;
     let spec = process_spec(req);
     let mut parser = OutputParser::new(req.format);

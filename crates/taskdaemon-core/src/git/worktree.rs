@@ -706,7 +706,8 @@ fn linked_from_files(facts: &super::refs::RepoFacts, admin: &Path) -> Option<Reg
         path: PathBuf::from(path),
         // `worktree list` (no `--expire`): a locked one is never prunable, else one whose
         // `.git` file is gone is.
-        prunable: locked.is_none() && !gitdir.exists(),
+        // (`lstat`, as git's `file_exists`: a dangling link still counts.)
+        prunable: locked.is_none() && std::fs::symlink_metadata(gitdir).is_err(),
         locked,
         ..head_from_files(&own)?
     })

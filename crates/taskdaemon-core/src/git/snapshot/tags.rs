@@ -102,12 +102,14 @@ impl Snapshots {
     }
 
     /// The tags of the snapshot namespaces and their ids from the ref files, sorted by
-    /// name; `None` when git must be asked.
+    /// name; `None` when git must be asked. Loose refs are read first and win, as git reads
+    /// them: `pack-refs` writes the new `packed-refs` before it deletes the loose files, so
+    /// a tag being packed meanwhile is in one or the other.
     fn tag_refs(&self) -> Option<BTreeMap<String, String>> {
         if self.common_dir.join("reftable").exists() {
             return None;
         }
-        let mut refs = BTreeMap::new();
+        let mut refs = self.loose_tags()?;
         match fs::read_to_string(self.common_dir.join("packed-refs")) {
             Ok(packed) => {
                 for line in packed.lines() {
@@ -117,6 +119,7 @@ impl Snapshots {
                     let (id, name) = line.split_once(' ')?;
                     if let Some(name) = name.strip_prefix("refs/tags/")
                         && in_namespace(name)
+                        && !refs.contains_key(name)
                     {
                         refs.insert(name.to_string(), self.object_id(id)?);
                     }
@@ -125,6 +128,12 @@ impl Snapshots {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(_) => return None,
         }
+        Some(refs)
+    }
+
+    /// The loose tag refs of the snapshot namespaces; `None` when git must be asked.
+    fn loose_tags(&self) -> Option<BTreeMap<String, String>> {
+        let mut refs = BTreeMap::new();
         let dir = self.common_dir.join("refs/tags");
         let entries = match fs::read_dir(&dir) {
             Ok(d) => d,
@@ -142,7 +151,8 @@ impl Snapshots {
             }
             match fs::read_to_string(e.path()) {
                 Ok(text) => refs.insert(name, self.object_id(text.trim_end())?),
-                // Deleted since it was listed: git would not list it either.
+                // Deleted since it was listed (packed meanwhile: then `packed-refs`,
+                // read after this, has it).
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
                 Err(_) => return None,
             };
