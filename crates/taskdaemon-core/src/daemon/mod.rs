@@ -669,17 +669,24 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// Shared queue, at start: this machine's worktrees of work that finished meanwhile
-    /// (here or elsewhere: a run taken over while this daemon was dead) go, after what only
-    /// they hold is kept.
+    /// At start: the worktrees of work that finished go, their `.ralph/` kept first (a
+    /// daemon stopped while it removed one left it, and its kept copy maybe half made).
+    /// Shared queue: also work finished elsewhere (a run taken over while this daemon was
+    /// dead), after what only they hold is kept.
     fn remove_stale_worktrees(&mut self) {
-        let Some(q) = &self.queue else { return };
-        let (names, lines) = shared_queue::stale_worktrees(
-            &self.records,
-            &q.remote,
-            &self.shared.worktrees,
-            &self.opts.default_target,
-        );
+        let (names, lines) = match &self.queue {
+            Some(q) => shared_queue::stale_worktrees(
+                &self.records,
+                &q.remote,
+                &self.shared.worktrees,
+                &self.opts.default_target,
+            ),
+            None => {
+                let finished =
+                    shared_queue::finished_worktrees(&self.records, &self.shared.worktrees, false);
+                (finished.into_iter().map(|w| w.name).collect(), Vec::new())
+            }
+        };
         for l in lines {
             self.note(l);
         }

@@ -552,23 +552,8 @@ pub fn stale_worktrees(
     worktrees: &Worktrees,
     default_target: &str,
 ) -> (Vec<String>, Vec<String>) {
-    use crate::store::{AnyRecord, PlanStatus, SpecStatus};
     let (mut names, mut lines) = (Vec::new(), Vec::new());
-    let Ok(list) = worktrees.list() else {
-        return (names, lines);
-    };
-    for w in list {
-        let finished = match records.get(&w.name) {
-            Ok(Some(AnyRecord::Spec(s))) => s.status == SpecStatus::Complete,
-            Ok(Some(AnyRecord::Plan(p))) => {
-                matches!(p.status, PlanStatus::Complete | PlanStatus::Failed)
-            }
-            Ok(Some(AnyRecord::Run(r))) => r.status == RunStatus::Complete,
-            _ => false,
-        };
-        if !finished {
-            continue;
-        }
+    for w in finished_worktrees(records, worktrees, true) {
         match remote.keep_unpushed(&branch_for(&w.name), default_target, &w.path) {
             Ok(kept) => {
                 for k in kept {
@@ -583,6 +568,30 @@ pub fn stale_worktrees(
         }
     }
     (names, lines)
+}
+
+/// This machine's worktrees whose work is finished: a complete spec or run, a complete
+/// plan (and a failed one with `failed_plans`). Their branches are merged, or, for a
+/// failed plan, hold nothing a spec was made from.
+pub fn finished_worktrees(
+    records: &Records,
+    worktrees: &Worktrees,
+    failed_plans: bool,
+) -> Vec<crate::git::worktree::WorktreeInfo> {
+    use crate::store::{AnyRecord, PlanStatus, SpecStatus};
+    let Ok(list) = worktrees.list() else {
+        return Vec::new();
+    };
+    list.into_iter()
+        .filter(|w| match records.get(&w.name) {
+            Ok(Some(AnyRecord::Spec(s))) => s.status == SpecStatus::Complete,
+            Ok(Some(AnyRecord::Plan(p))) => {
+                p.status == PlanStatus::Complete || (failed_plans && p.status == PlanStatus::Failed)
+            }
+            Ok(Some(AnyRecord::Run(r))) => r.status == RunStatus::Complete,
+            _ => false,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -980,3 +980,75 @@ fn a_daemon_killed_right_after_a_spawn_leaves_no_orphan_and_loses_no_commit() {
         marked_processes(&env)
     );
 }
+
+#[test]
+fn a_finished_runs_worktree_left_by_a_stopped_daemon_is_removed_at_the_next_start_and_its_ralph_kept()
+ {
+    let env = Env::new();
+    let d = Daemon::new(&env, "", &[]);
+    let id = submit_ralph(&d, "true");
+    d.start(1);
+    d.wait_until(Duration::from_secs(60), "the run merged", |s| {
+        s["runs"][0]["status"] == "complete"
+    });
+    let t = Instant::now();
+    while !d.log().contains("removed (its .ralph/ is kept in") {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no removal:\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    d.stop();
+    // A daemon stopped while it removed the worktree: the worktree is still there.
+    let log = d.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("removed (its .ralph/ is kept in"))
+        .unwrap();
+    let path = line
+        .split("worktree ")
+        .nth(1)
+        .unwrap()
+        .split(" removed")
+        .next()
+        .unwrap();
+    let keep = line
+        .rsplit("kept in ")
+        .next()
+        .unwrap()
+        .trim_end_matches(')');
+    std::fs::remove_dir_all(keep).unwrap();
+    git(
+        &env.repo(),
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            &format!("taskdaemon/{id}"),
+            path,
+        ],
+    );
+    std::fs::create_dir_all(Path::new(path).join(".ralph")).unwrap();
+    std::fs::write(Path::new(path).join(".ralph/left.txt"), "kept").unwrap();
+    d.start(1);
+    let t = Instant::now();
+    while Path::new(path).exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "still there:\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    d.stop();
+    assert_eq!(
+        std::fs::read_to_string(Path::new(keep).join("left.txt")).unwrap(),
+        "kept"
+    );
+    let branch = format!("taskdaemon/{id}");
+    let branches = git(&env.repo(), &["branch", "--list", &branch]);
+    assert!(branches.trim().is_empty(), "{branches}");
+}
