@@ -99,11 +99,7 @@ impl Snapshots {
             c.tree,
             c.commit
         );
-        let path = self.index_cache_path();
-        let tmp = path.with_extension("cache.tmp");
-        if fs::write(&tmp, text).is_err() || fs::rename(&tmp, &path).is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
+        write_cache(&self.index_cache_path(), text.as_bytes());
     }
 
     pub(super) fn is_loose(&self, oid: &str) -> bool {
@@ -161,6 +157,21 @@ fn read_ref(common_dir: &Path, name: &str) -> Option<Option<String>> {
         }
     }
     Some(None)
+}
+
+/// Replace the cache file `path` with `bytes`, best effort: a temp file of its own (two
+/// writers never share one, so neither can rename the other's half-written text into
+/// place), renamed over it; on any failure the old file stays or none is left.
+pub(super) fn write_cache(path: &std::path::Path, bytes: &[u8]) {
+    use std::io::Write;
+    let Some(dir) = path.parent() else { return };
+    let made = tempfile::Builder::new()
+        .prefix(".cache-")
+        .tempfile_in(dir)
+        .and_then(|mut tmp| tmp.write_all(bytes).map(|()| tmp));
+    if let Ok(tmp) = made {
+        let _ = tmp.persist(path);
+    }
 }
 
 #[cfg(test)]

@@ -107,6 +107,9 @@ pub(super) fn parse(bytes: &[u8], oid_len: usize) -> Option<Entries> {
     Some(out)
 }
 
+/// The longest entry name read here (`PATH_MAX` is 4096 on Linux).
+const MAX_NAME: usize = 4096;
+
 /// One entry starting at `at`; its name appended to `names`. With the offset after it.
 fn parse_entry(
     body: &[u8],
@@ -142,6 +145,12 @@ fn parse_entry(
         // Padded with 1–8 NULs to a multiple of eight bytes.
         at + ((name_at - at + len + 8) & !7)
     };
+    // The name length the flags carry (capped at 0xFFF) must agree; and a name longer
+    // than any path here is left to git (a v4 prefix could otherwise grow without bound).
+    let len = names.len() - start;
+    if usize::from(flags & 0xFFF) != len.min(0xFFF) || len > MAX_NAME {
+        return None;
+    }
     let entry = Entry {
         name: start..names.len(),
         mode,
@@ -159,7 +168,10 @@ fn plain_extensions(body: &[u8], mut at: usize, oid_len: usize) -> Option<Option
     while at < body.len() {
         let sig = body.get(at..at + 4)?;
         let size = be32(body, at + 4)? as usize;
-        if sig == b"link" || sig == b"sdir" {
+        // A signature not starting with `A`–`Z` is one a reader must understand (git
+        // refuses an index with one it does not know): `link` (a split index), `sdir`
+        // (sparse), or a newer one.
+        if !sig[0].is_ascii_uppercase() {
             return None;
         }
         let end = (at + 8).checked_add(size).filter(|n| *n <= body.len())?;
@@ -298,6 +310,19 @@ mod tests {
         for cut in [0, 5, 12, 40, bytes.len() - 21] {
             assert!(parse(&bytes[..cut], 20).is_none(), "cut at {cut}");
         }
+        // The first entry's flags say a name length other than its name's ("a": 1).
+        let flags = 12 + STAT_BYTES + 20;
+        let mut wrong = bytes.clone();
+        wrong[flags + 1] = 2;
+        assert!(parse(&wrong, 20).is_none(), "name length");
+        // An extension a reader must understand (lowercase), before the checksum.
+        let mut ext = bytes[..bytes.len() - 20].to_vec();
+        ext.extend_from_slice(b"abcd\0\0\0\0");
+        ext.extend_from_slice(&bytes[bytes.len() - 20..]);
+        assert!(parse(&ext, 20).is_none(), "mandatory extension");
+        let mut optional = ext.clone();
+        optional[bytes.len() - 20] = b'A';
+        assert!(parse(&optional, 20).is_some(), "optional extension");
         assert!(parse(&bytes, 32).is_none(), "another object format");
         git(d.path(), &["update-index", "--split-index"]);
         let split = std::fs::read(d.path().join(".git/index")).unwrap();

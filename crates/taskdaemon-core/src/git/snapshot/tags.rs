@@ -234,13 +234,8 @@ impl Snapshots {
 
     /// Best effort, like `index.cache`: a cache entry lost is read again from git.
     fn write_tag_cache(&self, cache: &TagCache) {
-        let path = self.tag_cache_path();
-        let tmp = path.with_extension("cache.tmp");
-        let ok = serde_json::to_vec(cache)
-            .ok()
-            .is_some_and(|text| fs::write(&tmp, text).is_ok() && fs::rename(&tmp, &path).is_ok());
-        if !ok {
-            let _ = fs::remove_file(&tmp);
+        if let Ok(text) = serde_json::to_vec(cache) {
+            super::cache::write_cache(&self.tag_cache_path(), &text);
         }
     }
 
