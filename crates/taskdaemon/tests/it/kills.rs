@@ -183,30 +183,38 @@ fn fifty_sigkills_of_run_each_resumed_leave_no_process_no_repeated_row_and_never
     }
     // Every commit made is on the branch.
     let log = git(&env.repo(), &["log", "--format=%s"]);
-    // (When it is not, say why: a stale `index.lock` of a killed git, or the agent's log.)
+    // (When it is not, say why: lock files a killed git left, and the agent's log of the
+    // first iteration that committed nothing.)
+    let first_without = rows
+        .iter()
+        .find(|r| r["commit_hash"].is_empty())
+        .map(|r| r["iteration"].parse::<u32>().unwrap_or(0))
+        .unwrap_or(0);
     assert!(
         log.contains(&format!("iteration {}", its.len())),
-        "{log}\nindex.lock left: {}\n{}",
-        env.repo().join(".git/index.lock").exists(),
-        last_log(&ralph.join("logs"))
+        "{log}\nlock files in .git: {:?}\n{}",
+        lock_files(&env.repo().join(".git")),
+        std::fs::read_to_string(
+            ralph
+                .join("logs")
+                .join(format!("iteration-{first_without:03}.log"))
+        )
+        .unwrap_or_default()
     );
 }
 
-/// The newest iteration log in `dir`, for a failure message.
-fn last_log(dir: &Path) -> String {
-    let mut logs: Vec<_> = std::fs::read_dir(dir)
-        .map(|d| d.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
-    logs.sort();
-    logs.last()
-        .map(|p| {
-            format!(
-                "{}:\n{}",
-                p.display(),
-                std::fs::read_to_string(p).unwrap_or_default()
-            )
-        })
-        .unwrap_or_default()
+/// Every `*.lock` file under `dir`, for a failure message.
+fn lock_files(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(lock_files(&p));
+        } else if p.extension().is_some_and(|x| x == "lock") {
+            out.push(p.display().to_string());
+        }
+    }
+    out
 }
 
 fn rss_kb(pid: i32) -> u64 {
