@@ -255,6 +255,26 @@ fn daemon_run(
             return Ok(0);
         }
     };
+    // Subscribed: a run that ended before this (between reading it and subscribing) sends
+    // no event any more, so look once more before waiting for one.
+    let _ = records.sync();
+    let latest = records
+        .find(&reference)
+        .ok()
+        .map(|r| latest_run(&records, r));
+    if let Some(Ok(now)) = latest
+        && now.id == run.id
+        && !is_active(now.status)
+    {
+        if let Some(d) = dir(&now) {
+            p.catch_up(&d)?;
+        }
+        p.end(
+            now.status.as_str(),
+            &format!("-- run {} is {} --", now.id, now.status.as_str()),
+        )?;
+        return Ok(0);
+    }
     for e in sub {
         let e = e?;
         if matches!(e, DaemonEvent::DaemonStopped { .. }) {
