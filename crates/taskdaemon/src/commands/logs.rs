@@ -255,29 +255,24 @@ fn daemon_run(
             return Ok(0);
         }
     };
-    // Subscribed: a run that ended before this (between reading it and subscribing) sends
-    // no event any more, so look once more before waiting for one.
-    let _ = records.sync();
-    let latest = records
-        .find(&reference)
-        .ok()
-        .map(|r| latest_run(&records, r));
-    if let Some(Ok(now)) = latest
-        && now.id == run.id
-        && !is_active(now.status)
-    {
-        if let Some(d) = dir(&now) {
-            p.catch_up(&d)?;
+    // The events are read on a thread; every second without one, the record is read again:
+    // a run that ended while this subscribed (its end events sent before the follower was
+    // listening) is then seen without waiting for an event that will not come.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for e in sub {
+            if tx.send(e).is_err() {
+                return;
+            }
         }
-        p.end(
-            now.status.as_str(),
-            &format!("-- run {} is {} --", now.id, now.status.as_str()),
-        )?;
-        return Ok(0);
-    }
-    for e in sub {
-        let e = e?;
-        if matches!(e, DaemonEvent::DaemonStopped { .. }) {
+    });
+    loop {
+        let e = match rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(e) => Some(e?),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        if matches!(e, Some(DaemonEvent::DaemonStopped { .. })) {
             p.end(
                 "interrupted",
                 &format!(
@@ -287,13 +282,15 @@ fn daemon_run(
             )?;
             return Ok(0);
         }
-        let about = e.subject().is_some_and(|s| {
-            s.run == run.id
-                || s.spec.as_deref() == Some(reference.as_str())
-                || s.plan.as_deref() == Some(reference.as_str())
-        });
-        if !about && !matches!(e, DaemonEvent::Snapshot(_) | DaemonEvent::Lagged { .. }) {
-            continue;
+        if let Some(e) = &e {
+            let about = e.subject().is_some_and(|s| {
+                s.run == run.id
+                    || s.spec.as_deref() == Some(reference.as_str())
+                    || s.plan.as_deref() == Some(reference.as_str())
+            });
+            if !about && !matches!(e, DaemonEvent::Snapshot(_) | DaemonEvent::Lagged { .. }) {
+                continue;
+            }
         }
         let _ = records.sync();
         if let Ok(rec) = records.find(&reference) {
