@@ -1,6 +1,7 @@
 //! One wrapper over the `git` CLI. Always `LC_ALL=C`, never prompts, never takes optional
 //! locks (a status from the harness must not fight the agent's own git for `index.lock`).
 
+mod discover;
 pub mod integrate;
 mod refs;
 pub mod remote;

@@ -28,8 +28,9 @@ pub struct RepoFacts {
 }
 
 impl RepoFacts {
-    /// The facts of the repository containing `dir`, asked of git once per directory and
-    /// process. Failures are not remembered.
+    /// The facts of the repository containing `dir`, read from its files when they say
+    /// them plainly ([`discover`](super::discover)) and asked of git otherwise, once per
+    /// directory and process. Failures are not remembered.
     pub fn of(dir: &Path) -> Result<Arc<RepoFacts>, GitError> {
         type Known = Mutex<HashMap<PathBuf, Arc<RepoFacts>>>;
         static KNOWN: OnceLock<Known> = OnceLock::new();
@@ -39,7 +40,10 @@ impl RepoFacts {
         {
             return Ok(f);
         }
-        let f = Arc::new(Self::ask(dir)?);
+        let f = match super::discover::discover(dir) {
+            Some(f) => Arc::new(f),
+            None => Arc::new(Self::ask(dir)?),
+        };
         if let Ok(mut m) = known.lock() {
             m.insert(dir.to_path_buf(), f.clone());
         }
@@ -62,7 +66,7 @@ impl RepoFacts {
         }
     }
 
-    fn ask(dir: &Path) -> Result<RepoFacts, GitError> {
+    pub(super) fn ask(dir: &Path) -> Result<RepoFacts, GitError> {
         // A plain wrapper: the caller's `-c`/environment (a private index) must not leak
         // into facts shared by the whole process.
         let git = Git::new(dir);
