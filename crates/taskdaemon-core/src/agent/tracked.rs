@@ -5,11 +5,12 @@
 //! including processes that leave the process group (`setsid`, a double fork), so the
 //! harness can end a whole tree, not only a process group ([`tree`]). Once
 //! [`track_process_groups`] is called (the daemon, `run`, `task`), the token and run id are
-//! written to `<dir>/<token>` *before* the process is spawned, so there is no moment in
+//! written to a record in `<dir>` *before* the process is spawned, so there is no moment in
 //! which a process runs unrecorded: a harness restarted after a `kill -9` ends whatever
 //! still carries a recorded token ([`end_leftover_groups`]) before it resumes anything.
-//! Records are removed when the tree is gone. Only processes that carry the token are ever
-//! signalled after a restart, so a recycled pid is safe.
+//! A record is a slot file (`slot-N`) written in place by one `pwrite` and emptied when
+//! the tree is gone, then used again: a spawn makes and removes no file. Only processes
+//! that carry the token are ever signalled after a restart, so a recycled pid is safe.
 //!
 //! Not covered (documented in ARCHITECTURE.md): a process that both empties its
 //! environment (`env -i`) and leaves the tree by a double fork while the harness is dead.
@@ -17,6 +18,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -90,8 +92,29 @@ pub(crate) fn token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
-/// The record of one tree; removed on drop.
-pub(crate) struct Record(Option<PathBuf>);
+/// The record of one tree; emptied (a slot) or removed on drop.
+pub(crate) struct Record(Option<Held>);
+
+enum Held {
+    /// A slot of this process, given back once emptied.
+    Slot(std::fs::File, u32),
+    /// A file of its own (when no slot could be written).
+    File(PathBuf),
+}
+
+/// The name prefix of record slots.
+const SLOT: &str = "slot-";
+
+/// Slots this process emptied, to use again, and the next slot number never used.
+static FREE: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+fn take_slot() -> u32 {
+    FREE.lock()
+        .ok()
+        .and_then(|mut f| f.pop())
+        .unwrap_or_else(|| NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+}
 
 /// Record `token` (with the run id from `env`) before its process is spawned. Without
 /// tracking, nothing is written.
@@ -104,28 +127,78 @@ pub(crate) fn record(token: &str, env: &[(OsString, OsString)]) -> std::io::Resu
         .find(|(k, _)| k == "TASKDAEMON_RUN_ID")
         .map(|(_, v)| v.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let text = format!("{token}\n{run}\n");
+    // A slot left full (a tree that survived KILL at a restart) or not a plain file of
+    // its own is skipped for good; after a few, the record gets a file of its own.
+    for _ in 0..4 {
+        let slot = take_slot();
+        if let Ok(file) = write_slot(&dir.join(format!("{SLOT}{slot}")), text.as_bytes()) {
+            return Ok(Record(Some(Held::Slot(file, slot))));
+        }
+    }
     let path = dir.join(token);
     // Not synced: a record matters only while its processes may run, and a crash of the
     // machine ends them all; a harness killed at any moment leaves it (the page cache).
-    crate::fsutil::write_atomic_volatile(&path, format!("{token}\n{run}\n").as_bytes()).map_err(
-        |e| {
-            std::io::Error::new(
-                e.kind(),
-                format!(
-                    "recording the process before it starts ({}): {e}",
-                    path.display()
-                ),
-            )
-        },
-    )?;
-    Ok(Record(Some(path)))
+    crate::fsutil::write_atomic_volatile(&path, text.as_bytes()).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "recording the process before it starts ({}): {e}",
+                path.display()
+            ),
+        )
+    })?;
+    Ok(Record(Some(Held::File(path))))
+}
+
+/// Write `text` into the empty slot file at `path` (made when missing) with one `pwrite`,
+/// so a kill leaves the whole record or none. Never through a link: the file must be a
+/// regular file with no other name (a hard link to a file elsewhere would be written).
+fn write_slot(path: &Path, text: &[u8]) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let f = crate::fsutil::open_lock_file(path)?;
+    let m = f.metadata()?;
+    if !m.is_file() || m.nlink() != 1 || m.len() != 0 {
+        return Err(std::io::Error::other(
+            "the slot is in use or not a plain file",
+        ));
+    }
+    f.write_all_at(text, 0)?;
+    Ok(f)
 }
 
 impl Drop for Record {
     fn drop(&mut self) {
-        if let Some(p) = self.0.take() {
-            let _ = std::fs::remove_file(p);
+        match self.0.take() {
+            Some(Held::Slot(file, slot)) => {
+                if file.set_len(0).is_ok()
+                    && let Ok(mut free) = FREE.lock()
+                {
+                    free.push(slot);
+                }
+            }
+            Some(Held::File(p)) => {
+                let _ = std::fs::remove_file(p);
+            }
+            None => {}
         }
+    }
+}
+
+/// A record that says nothing more: a slot is emptied (to be used again), a file removed.
+fn clear(path: &Path) {
+    let is_slot = path
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with(SLOT));
+    let emptied = is_slot
+        && std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(path)
+            .and_then(|f| f.set_len(0))
+            .is_ok();
+    if !emptied {
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -160,13 +233,17 @@ pub fn end_leftover_groups(dir: &Path, grace: Duration) -> Vec<Leftover> {
         let mut lines = text.lines();
         let token = lines.next().unwrap_or("").trim().to_string();
         let run_id = lines.next().unwrap_or("").trim().to_string();
+        if text.is_empty() && name.starts_with(SLOT) {
+            // A free slot.
+            continue;
+        }
         let n = if token.is_empty() {
             0
         } else {
             carriers(&token).len()
         };
         if n == 0 {
-            let _ = std::fs::remove_file(&path);
+            clear(&path);
             continue;
         }
         found.push((path, token, run_id, n));
@@ -193,7 +270,7 @@ pub fn end_leftover_groups(dir: &Path, grace: Duration) -> Vec<Leftover> {
             let survived = !carriers(&token).is_empty();
             if !survived {
                 // A survivor's record stays: the next start tries again.
-                let _ = std::fs::remove_file(path);
+                clear(&path);
             }
             Leftover {
                 token,
@@ -308,6 +385,7 @@ pub(crate) fn tree(token: &str, pgid: i32) -> Vec<Proc> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     fn spawn(token: &str, script: &str) -> std::process::Child {
         use std::os::unix::process::CommandExt;
@@ -344,6 +422,34 @@ mod tests {
         signal_all(&carriers("t-b"), Signal::SIGKILL);
         let _ = other.wait();
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn slots_are_written_in_place_emptied_and_never_written_through_a_link() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("slot-7");
+        let f = write_slot(&path, b"tok\nrun\n").unwrap();
+        let ino = f.metadata().unwrap().ino();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "tok\nrun\n");
+        // In use: not written again.
+        assert!(write_slot(&path, b"other\n").is_err());
+        // An ended tree's slot is emptied, not removed, and an empty slot is left alone.
+        clear(&path);
+        assert_eq!(std::fs::read(&path).unwrap(), b"");
+        assert!(end_leftover_groups(d.path(), Duration::ZERO).is_empty());
+        let again = write_slot(&path, b"tok2\nrun\n").unwrap();
+        assert_eq!(again.metadata().unwrap().ino(), ino, "the same file");
+        again.set_len(0).unwrap();
+        // A slot that is a hard link to a file elsewhere, or a symbolic link, is refused.
+        let outside = d.path().join("outside");
+        std::fs::write(&outside, "").unwrap();
+        let linked = d.path().join("slot-8");
+        std::fs::hard_link(&outside, &linked).unwrap();
+        assert!(write_slot(&linked, b"tok\n").is_err());
+        let sym = d.path().join("slot-9");
+        std::os::unix::fs::symlink(&outside, &sym).unwrap();
+        assert!(write_slot(&sym, b"tok\n").is_err());
+        assert_eq!(std::fs::read(&outside).unwrap(), b"");
     }
 
     #[test]

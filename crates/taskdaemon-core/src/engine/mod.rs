@@ -131,7 +131,7 @@ pub async fn run_loop(
     if st.iterations_done == 0 && st.start_head.is_none() {
         st.start_head = git.head()?;
     }
-    st.save(ws)?;
+    st.save_start(ws)?;
     let mut refused = preflight(&cfg, ctx);
 
     let outcome = loop {

@@ -10,7 +10,7 @@ use super::outcome::Outcome;
 use crate::agent::script::{Script, ScriptError, ScriptFormat};
 use crate::agent::{AgentError, AgentSpec, OutputFormat};
 use crate::config::Settings;
-use crate::fsutil::write_atomic;
+use crate::fsutil::{write_atomic, write_atomic_volatile};
 use crate::loops::{LoopError, LoopType, PromptTemplate, Registry, TemplateError};
 use crate::telemetry::{DEFAULT_LOG_CAP, MIN_LOG_CAP, parse_size};
 use crate::workspace::Workspace;
@@ -442,13 +442,30 @@ impl RunState {
             })
     }
 
+    /// Save the state durably: after a crash of the machine it is on disk.
     pub fn save(&self, ws: &Workspace) -> Result<(), StateError> {
+        self.write(ws, write_atomic)
+    }
+
+    /// Save the state a run starts from without the syncs. A process killed at any moment
+    /// leaves it whole (`run --resume` goes on from it); a crash of the machine before the
+    /// first iteration's end may leave the record before it, and this run then has done
+    /// nothing a resume would need: its agent's work is in the work tree and git.
+    pub fn save_start(&self, ws: &Workspace) -> Result<(), StateError> {
+        self.write(ws, write_atomic_volatile)
+    }
+
+    fn write(
+        &self,
+        ws: &Workspace,
+        how: fn(&std::path::Path, &[u8]) -> std::io::Result<()>,
+    ) -> Result<(), StateError> {
         let path = ws.run_state();
         let json = serde_json::to_vec_pretty(self).map_err(|e| StateError::Write {
             path: path.clone(),
             source: std::io::Error::other(e),
         })?;
-        write_atomic(&path, &json).map_err(|source| StateError::Write { path, source })
+        how(&path, &json).map_err(|source| StateError::Write { path, source })
     }
 }
 

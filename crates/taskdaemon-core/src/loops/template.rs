@@ -93,7 +93,7 @@ pub enum TemplateError {
 }
 
 /// A compiled prompt template and the set of variables it names.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PromptTemplate {
     loop_name: String,
     registry: Handlebars<'static>,
@@ -101,8 +101,30 @@ pub struct PromptTemplate {
 }
 
 impl PromptTemplate {
-    /// Compile `source`, rejecting names outside `VARIABLES`.
+    /// Compile `source`, rejecting names outside `VARIABLES`. A template compiled before in
+    /// this process (a run checks its template when it resolves its settings, then
+    /// renders with it) is not parsed and tried again.
     pub fn compile(loop_name: &str, source: &str) -> Result<Self, TemplateError> {
+        type Compiled = std::sync::Mutex<Vec<(String, String, PromptTemplate)>>;
+        static COMPILED: Compiled = std::sync::Mutex::new(Vec::new());
+        let same = |(n, s, _): &&(String, String, PromptTemplate)| n == loop_name && s == source;
+        if let Some(t) = COMPILED
+            .lock()
+            .ok()
+            .and_then(|c| c.iter().find(same).map(|e| e.2.clone()))
+        {
+            return Ok(t);
+        }
+        let t = Self::compile_new(loop_name, source)?;
+        if let Ok(mut c) = COMPILED.lock()
+            && c.len() < 16
+        {
+            c.push((loop_name.to_string(), source.to_string(), t.clone()));
+        }
+        Ok(t)
+    }
+
+    fn compile_new(loop_name: &str, source: &str) -> Result<Self, TemplateError> {
         check_shape(source).map_err(|why| TemplateError::TooComplex {
             loop_name: loop_name.to_string(),
             why,

@@ -54,14 +54,19 @@ pub struct SummaryRow {
     pub waited_seconds: String,
 }
 
+/// The end of a long file that is searched for a row to replace: such a row is the last
+/// one a run wrote (its iteration done again after a kill), so the whole file, which grows
+/// by a row per iteration of every run, is not read at each iteration.
+const TAIL: u64 = 16 * 1024;
+
 /// Write `row`: replace the row of the same (run id, iteration), else append.
 pub fn write_row(path: &Path, row: &SummaryRow) -> std::io::Result<()> {
-    let existing = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+    let (window, offset) = match read_window(path) {
+        Ok(w) => w,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Vec::new(), 0),
         Err(e) => return Err(e),
     };
-    let needs_header = existing.is_empty();
+    let needs_header = window.is_empty();
     let mut w = csv::WriterBuilder::new()
         .has_headers(false)
         .from_writer(Vec::new());
@@ -72,16 +77,56 @@ pub fn write_row(path: &Path, row: &SummaryRow) -> std::io::Result<()> {
     let bytes = w
         .into_inner()
         .map_err(|e| std::io::Error::other(e.to_string()))?;
-    match find_row(&existing, &row.run_id, row.iteration) {
+    match find_row(&window, &row.run_id, row.iteration) {
         Some(range) => {
+            // Rare (a kill between the row and the run state): the whole file, rewritten.
+            let existing = std::fs::read(path)?;
+            let (start, end) = (range.start + offset, range.end + offset);
+            if end > existing.len() {
+                return Err(std::io::Error::other(
+                    "summary.csv changed while being read",
+                ));
+            }
             let mut out = Vec::with_capacity(existing.len() + bytes.len());
-            out.extend_from_slice(&existing[..range.start]);
+            out.extend_from_slice(&existing[..start]);
             out.extend_from_slice(&bytes);
-            out.extend_from_slice(&existing[range.end..]);
+            out.extend_from_slice(&existing[end..]);
             write_atomic(path, &out)
         }
         None => append_record(path, &bytes, true),
     }
+}
+
+/// The file as [`find_row`] reads it: all of a short file; of a long one, its header line
+/// followed by the whole rows of its last [`TAIL`] bytes. With the number to add to a
+/// position after the header to get the file's position there.
+fn read_window(path: &Path) -> std::io::Result<(Vec<u8>, usize)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    if len <= 2 * TAIL {
+        let mut all = Vec::new();
+        f.read_to_end(&mut all)?;
+        return Ok((all, 0));
+    }
+    let mut head = vec![0; 4096];
+    let n = f.read(&mut head)?;
+    head.truncate(n);
+    let Some(eol) = head.iter().position(|&b| b == b'\n') else {
+        return Ok((head, 0));
+    };
+    head.truncate(eol + 1);
+    let from = len - TAIL;
+    f.seek(SeekFrom::Start(from))?;
+    let mut tail = Vec::new();
+    f.take(TAIL).read_to_end(&mut tail)?;
+    let skip = tail
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(tail.len(), |i| i + 1);
+    let offset = (from as usize + skip) - head.len();
+    head.extend_from_slice(&tail[skip..]);
+    Ok((head, offset))
 }
 
 /// The byte range (newline included) of the first row of `run_id` and `iteration`, by
@@ -183,6 +228,28 @@ mod tests {
             waited_seconds: "0.000".into(),
         };
         use IterationOutcome::*;
+        // A long file: only its end is searched, and its rows still come out right.
+        let long = d.path().join("long.csv");
+        for n in 1..=400 {
+            write_row(&long, &row("before", n, Continue)).unwrap();
+        }
+        write_row(&long, &row("r", 1, Continue)).unwrap();
+        write_row(&long, &row("r", 2, Interrupted)).unwrap();
+        assert!(std::fs::metadata(&long).unwrap().len() > 2 * TAIL);
+        write_row(&long, &row("r", 2, Continue)).unwrap();
+        write_row(&long, &row("r", 3, Complete)).unwrap();
+        let text = std::fs::read_to_string(&long).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], CSV_COLUMNS.join(","));
+        assert_eq!(lines.len(), 1 + 400 + 3);
+        assert!(lines[402].starts_with("2,") && lines[402].contains(",r,continue,"));
+        assert!(lines[403].starts_with("3,") && lines[403].contains(",r,complete,"));
+        assert!(
+            lines[1..=400]
+                .iter()
+                .all(|l| l.contains(",before,continue,"))
+        );
+
         write_row(&p, &row("old", 1, Continue)).unwrap();
         write_row(&p, &row("r", 1, Continue)).unwrap();
         write_row(&p, &row("r", 2, Interrupted)).unwrap();

@@ -296,16 +296,18 @@ pub(crate) fn render_leftovers(left: &[Leftover], workdir: &Path) {
     }
 }
 
-/// Run `body` on a runtime of two workers, as the reaper of orphaned descendants, with
-/// SIGINT, SIGTERM and SIGHUP cancelling the token it gets.
+/// Run `body` on a runtime on this thread, as the reaper of orphaned descendants, with
+/// SIGINT, SIGTERM and SIGHUP cancelling the token it gets. One loop waits on its agent
+/// and validation: a thread of its own serves it best (no worker threads to start, no
+/// hand-over between threads on each of the children's events); the engine's blocking
+/// steps are short, and a signal is acted on at the next await either way.
 pub(crate) fn with_signals<T, F, Fut>(body: F) -> anyhow::Result<T>
 where
     F: FnOnce(CancellationToken) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<T>>,
 {
     agent::become_subreaper();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
