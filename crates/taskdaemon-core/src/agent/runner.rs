@@ -284,7 +284,7 @@ impl Tree<'_> {
         }
         let me = nix::unistd::getpid().as_raw();
         let mut live = Vec::new();
-        for p in super::tracked::tree(self.token, self.pgid) {
+        for p in super::tracked::tree(self.token, self.pgid, self.reaper) {
             if p.zombie {
                 if p.ppid == me && p.pid != self.pgid {
                     // Not the leader (tokio reaps it): an orphan only we can reap.

@@ -353,11 +353,58 @@ pub(crate) fn carriers(token: &str) -> Vec<i32> {
         .collect()
 }
 
+/// This process's descendants, and whether each carries `token`: followed down the
+/// `children` files of every thread (`/proc/PID/task/TID/children`), so only our own
+/// processes are read, not every process of the machine. `None` when the kernel has no
+/// `children` files.
+fn scan_below_us(token: &str) -> Option<Vec<(Proc, bool)>> {
+    let want = format!("{GROUP_VAR}={token}");
+    let me = std::process::id() as i32;
+    let mut found = Vec::new();
+    let mut seen = HashSet::new();
+    let mut todo = vec![me];
+    while let Some(pid) = todo.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let kids = match std::fs::read_to_string(t.path().join("children")) {
+                Ok(k) => k,
+                Err(_) if pid == me => return None,
+                Err(_) => continue,
+            };
+            for child in kids
+                .split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok())
+            {
+                let dir = PathBuf::from(format!("/proc/{child}"));
+                if !seen.insert(child) {
+                    continue;
+                }
+                if let Some(p) = read_stat(&dir, child) {
+                    let marked = !p.zombie && has_token(&dir, want.as_bytes());
+                    found.push((p, marked));
+                    todo.push(child);
+                }
+            }
+        }
+    }
+    Some(found)
+}
+
 /// The tree of one spawn: processes that carry `token`, members of process group `pgid`,
 /// and every descendant of those (a child that emptied its environment is still found
 /// while its parent lives). Zombies are included (to be reaped), marked as such.
-pub(crate) fn tree(token: &str, pgid: i32) -> Vec<Proc> {
-    let all = scan(token);
+///
+/// `below_us`: this process has been the subreaper since before the spawn and the token
+/// was given to no process outside the tree, so every member is a descendant of ours (a
+/// member whose parent exits is re-parented to a subreaper above it, at worst to us): only
+/// our descendants are read. Otherwise every process of the machine is.
+pub(crate) fn tree(token: &str, pgid: i32, below_us: bool) -> Vec<Proc> {
+    let all = below_us
+        .then(|| scan_below_us(token))
+        .flatten()
+        .unwrap_or_else(|| scan(token));
     let me = std::process::id() as i32;
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
     for (p, _) in &all {
@@ -453,6 +500,31 @@ mod tests {
     }
 
     #[test]
+    fn our_descendants_are_found_as_a_walk_of_every_process_finds_them() {
+        let Some(_) = scan_below_us("t-none") else {
+            return; // No `children` files in this kernel: the walk is used.
+        };
+        let mut c = spawn(
+            "t-below",
+            "setsid sleep 30 & env -u TASKDAEMON_GROUP sleep 30 & wait",
+        );
+        let t = Instant::now();
+        let pids = |below: bool| {
+            let mut v: Vec<i32> = tree("t-below", 0, below).iter().map(|p| p.pid).collect();
+            v.sort();
+            v
+        };
+        while pids(false).len() < 3 && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let everywhere = pids(false);
+        assert_eq!(everywhere.len(), 3, "{everywhere:?}");
+        assert_eq!(pids(true), everywhere);
+        signal_all(&everywhere, Signal::SIGKILL);
+        let _ = c.wait();
+    }
+
+    #[test]
     fn the_tree_holds_descendants_without_the_token() {
         let mut c = spawn("t-tree", "env -u TASKDAEMON_GROUP sleep 30 & wait");
         let leader = c.id() as i32;
@@ -460,7 +532,7 @@ mod tests {
         let mut found = Vec::new();
         while found.len() < 2 && t.elapsed() < Duration::from_secs(5) {
             // Not by its group: only by token and parentage.
-            found = tree("t-tree", 0);
+            found = tree("t-tree", 0, false);
             std::thread::sleep(Duration::from_millis(20));
         }
         assert!(found.iter().any(|p| p.pid == leader), "{found:?}");

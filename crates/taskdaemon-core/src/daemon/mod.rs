@@ -1510,9 +1510,9 @@ fn remove_worktree(shared: &Shared, name: &str) -> String {
     let path = shared.worktrees.path_for(name);
     let ralph = path.join(".ralph");
     let keep = shared.paths.kept_logs(name);
-    if ralph.is_dir()
-        && let Err(e) = copy_dir(&ralph, &keep)
-    {
+    // A real directory only: a link is removed with the worktree, its target untouched.
+    let real_dir = std::fs::symlink_metadata(&ralph).is_ok_and(|m| m.is_dir());
+    if real_dir && let Err(e) = move_dir(&ralph, &keep) {
         return format!(
             "worktree {} kept: saving its .ralph/ to {} failed: {e}",
             path.display(),
@@ -1527,6 +1527,19 @@ fn remove_worktree(shared: &Shared, name: &str) -> String {
         ),
         Err(e) => format!("worktree {} kept: {e}", path.display()),
     }
+}
+
+/// Move `from` to `to`: renamed when `to` does not exist yet and both are on one file
+/// system (one step: the directory is in one place or the other at any moment), copied
+/// into `to` otherwise (the worktree's removal then deletes `from`).
+fn move_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    if std::fs::symlink_metadata(to).is_err() && std::fs::rename(from, to).is_ok() {
+        return Ok(());
+    }
+    copy_dir(from, to)
 }
 
 fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
