@@ -157,6 +157,9 @@ struct Dispatcher {
     /// Shared queue: when the cascade last found nothing to do with the records as they
     /// were then (no change since: the next pass skips it, and its lock across machines).
     cascade_idle: Option<Instant>,
+    /// When held work was last looked for in its targets: a person's merge, looked for
+    /// every [`HOLDS_EVERY`] (each look reads every spec and run record).
+    holds_checked: Option<Instant>,
     shutting_down: bool,
     started_at: String,
     events: Publisher,
@@ -242,6 +245,7 @@ pub async fn run(
         merging: BTreeMap::new(),
         queue,
         cascade_idle: None,
+        holds_checked: None,
         shutting_down: false,
         started_at,
         events: events.clone(),
@@ -369,6 +373,9 @@ impl Dispatcher {
         }
     }
 }
+
+/// How often a pass looks for held work a person has taken into its target.
+const HOLDS_EVERY: Duration = Duration::from_secs(2);
 
 /// Run `f` (store reads and writes with their fsyncs, git) where it blocks no async worker:
 /// the other tasks of this worker move to another thread meanwhile. On a single-threaded
@@ -738,8 +745,14 @@ impl Dispatcher {
         for n in step.notes {
             self.note(n);
         }
-        for n in status::clear_taken_holds(&mut self.records, &self.paths.project, now_ms())? {
-            self.note(n);
+        if self
+            .holds_checked
+            .is_none_or(|t| t.elapsed() >= HOLDS_EVERY)
+        {
+            self.holds_checked = Some(Instant::now());
+            for n in status::clear_taken_holds(&mut self.records, &self.paths.project, now_ms())? {
+                self.note(n);
+            }
         }
         drop(cascade_lock);
         if self.queue.is_some() && step.actions.is_empty() && self.records.take_changes().is_empty()
