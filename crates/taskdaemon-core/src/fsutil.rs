@@ -119,7 +119,8 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
 /// [`write_atomic`] without the syncs: a reader, and a process killed at any moment, see
 /// the old file or the new one, but a crash of the machine may lose the new one. Only for
 /// files whose meaning ends with the processes that wrote them (the records of running
-/// process trees: after a reboot none of those processes exists).
+/// process trees: after a reboot none of those processes exists), or that nothing is
+/// decided on after such a crash (a run's start record, an iteration's prompt copy).
 pub fn write_atomic_volatile(path: &Path, contents: &[u8]) -> io::Result<()> {
     replace(path, contents, false)
 }

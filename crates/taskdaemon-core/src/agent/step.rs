@@ -18,7 +18,7 @@ use super::{
     Activity, AgentResult, AgentSpec, OutputFormat, OutputParser, ParsedOutput, ProcessResult,
     ProcessSpec, Stream, run_process,
 };
-use crate::fsutil::write_atomic;
+use crate::fsutil::write_atomic_volatile;
 use crate::telemetry::IterationLog;
 
 /// What one agent invocation needs.
@@ -147,11 +147,15 @@ pub async fn run_step(
     cancel: &CancellationToken,
     mut on_line: impl FnMut(&mut IterationLog, Stream, &str, Vec<Activity>),
 ) -> Result<StepResult, StepError> {
-    // Synced: once the iteration is done, this file is the record of what the agent was
-    // asked (the report reads it back), and nothing writes it again.
-    write_atomic(req.prompt_file, req.prompt.as_bytes()).map_err(|source| StepError::Prompt {
-        path: req.prompt_file.to_path_buf(),
-        source,
+    // Atomic, not synced: a killed harness leaves it whole (the page cache), and the agent
+    // reads it from there. It is what the report shows as the prompt; the records a resume
+    // goes on from (run.json, the CSV row, the iteration log) are synced, and a crash of
+    // the machine before the kernel writes this file back loses only this copy.
+    write_atomic_volatile(req.prompt_file, req.prompt.as_bytes()).map_err(|source| {
+        StepError::Prompt {
+            path: req.prompt_file.to_path_buf(),
+            source,
+        }
     })?;
     let spec = process_spec(req);
     let mut parser = OutputParser::new(req.format);
