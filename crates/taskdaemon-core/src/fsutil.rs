@@ -62,12 +62,12 @@ pub fn confine(path: &Path) -> io::Result<()> {
     let Some(root) = work_tree_of(&path) else {
         return Ok(());
     };
-    let Ok(root_real) = fs::canonicalize(&root) else {
+    let Ok(root_real) = real_path(&root) else {
         return Ok(());
     };
     let mut dir = path.parent();
     while let Some(d) = dir {
-        if let Ok(real) = fs::canonicalize(d) {
+        if let Ok(real) = real_path(d) {
             if !real.starts_with(&root_real) {
                 return Err(refused(
                     &path,
@@ -90,6 +90,25 @@ pub fn confine(path: &Path) -> io::Result<()> {
         dir = d.parent();
     }
     Ok(())
+}
+
+/// What an existing directory resolves to, every link followed (`realpath`): the path the
+/// kernel gives the directory it opened (`/proc/self/fd/N`), one open instead of a
+/// `readlink` per component; `fs::canonicalize` when that answer is not a plain path.
+fn real_path(dir: &Path) -> io::Result<PathBuf> {
+    use std::os::fd::AsRawFd;
+    let opened = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_PATH | nix::libc::O_DIRECTORY)
+        .open(dir);
+    if let Ok(f) = opened
+        && let Ok(p) = fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd()))
+        && p.is_absolute()
+        && !p.as_os_str().as_encoded_bytes().ends_with(b" (deleted)")
+    {
+        return Ok(p);
+    }
+    fs::canonicalize(dir)
 }
 
 /// Create `dir` (and its parents) after checking that it stays inside its work tree.
@@ -272,6 +291,33 @@ pub fn normalize(p: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_real_path_is_what_canonicalize_says() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("a/b");
+        fs::create_dir_all(&a).unwrap();
+        std::os::unix::fs::symlink(d.path().join("a"), d.path().join("link")).unwrap();
+        std::os::unix::fs::symlink("b", d.path().join("a/rel")).unwrap();
+        for p in [
+            a.clone(),
+            d.path().join("link/b"),
+            d.path().join("link/rel"),
+            d.path().join("a/./b/.."),
+        ] {
+            assert_eq!(
+                real_path(&p).unwrap(),
+                fs::canonicalize(&p).unwrap(),
+                "{p:?}"
+            );
+        }
+        assert!(real_path(&d.path().join("missing")).is_err());
+        fs::write(d.path().join("file"), "").unwrap();
+        assert_eq!(
+            real_path(&d.path().join("file")).unwrap(),
+            fs::canonicalize(d.path().join("file")).unwrap()
+        );
+    }
 
     #[test]
     fn atomic_write_replaces_and_leaves_no_temp() {
