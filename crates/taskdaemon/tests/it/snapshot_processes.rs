@@ -16,7 +16,8 @@ fn traced(env: &Env, args: &[&str]) -> Vec<String> {
     let vars = [("GIT_TRACE2_EVENT".to_string(), trace.display().to_string())];
     env.ok_with(&vars, args);
     let text = std::fs::read_to_string(&trace).unwrap();
-    text.lines()
+    let steps = text
+        .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| e["event"] == "start")
         .filter_map(|e| {
@@ -29,7 +30,18 @@ fn traced(env: &Env, args: &[&str]) -> Vec<String> {
                 || argv.iter().any(|a| a == "--show-object-format");
             ours.then(|| subcommand(&argv))
         })
-        .collect()
+        .collect();
+    in_order(steps)
+}
+
+/// `ls-files -i` runs while `git status` scans (two threads): either may start first.
+fn in_order(mut steps: Vec<String>) -> Vec<String> {
+    for i in 1..steps.len() {
+        if steps[i - 1] == "status" && steps[i] == "ls-files" {
+            steps.swap(i - 1, i);
+        }
+    }
+    steps
 }
 
 /// The git subcommand in `argv` (after `-C dir` and `-c k=v` options).
@@ -138,4 +150,53 @@ fn a_save_and_a_rollback_start_only_the_pinned_git_processes() {
     // for neither its tree nor its commit.
     change(&repo, "4");
     assert_eq!(traced(&env, &["snapshot", "save", "after"]), steady);
+}
+
+#[test]
+fn a_first_save_of_a_clean_packed_repository_writes_no_tree() {
+    let env = Env::new();
+    let repo = env.repo();
+    // Packed, as a clone is: the index's cache-tree root is found in the pack's index.
+    git(&repo, &["gc", "-q"]);
+    let first = traced(&env, &["snapshot", "save", "clean"]);
+    assert_eq!(
+        first,
+        ["rev-parse", "status", "commit-tree", "commit-tree", "tag"],
+        "nothing changed since the private index was seeded: the work tree is the user's \
+         index tree, read from its cache-tree (no write-tree of either index)"
+    );
+    let listed = git(&repo, &["tag", "--list", "manual-*"]);
+    let tag = listed.lines().next().expect("a snapshot tag").to_string();
+    let tree = |rev: &str| git(&repo, &["rev-parse", rev]).trim().to_string();
+    assert_eq!(
+        tree(&format!("{tag}^{{tree}}")),
+        tree("HEAD^{tree}"),
+        "the saved work tree is the committed one"
+    );
+    assert_eq!(
+        tree(&format!("{tag}^2^{{tree}}")),
+        tree("HEAD^{tree}"),
+        "the saved index too"
+    );
+    // The next save after a change finds it (the private index is the seeded one).
+    change(&repo, "1");
+    let next = traced(&env, &["snapshot", "save", "next"]);
+    assert_eq!(
+        next,
+        [
+            "rev-parse",
+            "ls-files",
+            "status",
+            "update-index",
+            "write-tree",
+            "commit-tree",
+            "tag"
+        ]
+    );
+    let listed = git(&repo, &["tag", "--list", "manual-*"]);
+    let tag = listed
+        .lines()
+        .find(|t| t.ends_with("-2"))
+        .expect("the second save's tag");
+    assert_eq!(git(&repo, &["show", &format!("{tag}:new-1.txt")]), "new\n");
 }

@@ -323,6 +323,13 @@ struct UserIndex {
     key: Option<cache::IndexKey>,
 }
 
+/// The ignored files the private index must stop tracking (the user's index does not),
+/// and those it must add (the user's index tracks them, or a rollback asks for them).
+struct Plan {
+    drop: Vec<Vec<u8>>,
+    add: Vec<Vec<u8>>,
+}
+
 /// Paths marked assume-unchanged, and those marked skip-worktree, in an index.
 type Flagged = (Vec<Vec<u8>>, Vec<Vec<u8>>);
 
@@ -595,17 +602,43 @@ impl Snapshots {
             self.seed_work_index()?;
         }
         let seeded = work_index.exists();
-        // Just seeded, the private index has the user's paths: it tracks what they track.
-        if !fresh || !force.is_empty() {
-            self.track_as_the_user_does(has_index, force)?;
-        }
         let scanned = std::time::SystemTime::now();
-        let skipped = self.add_changes(seeded)?;
-        let work_tree = self
-            .private
-            .call(&["write-tree"])
-            .env("GIT_INDEX_FILE", &work_index)
-            .text()?;
+        // Which ignored files the private index must track or drop (`ls-files -i`) is
+        // looked up while `git status` scans: neither changes what the other reads (the
+        // status only refreshes stat data). Just seeded, the private index has the user's
+        // paths: it tracks what they track.
+        let check = !fresh || !force.is_empty();
+        let (plan, changes) = std::thread::scope(|s| {
+            let plan = check.then(|| s.spawn(|| self.ignored_plan(has_index, force)));
+            let changes = seeded.then(|| self.changed_paths()).transpose();
+            let plan = plan.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+            (plan.transpose(), changes)
+        });
+        let (plan, mut changes) = (plan?, changes?);
+        if let Some(plan) = &plan {
+            // A path dropped now is not recorded again from what the status said of it.
+            let dropped: BTreeSet<&[u8]> = plan.drop.iter().map(Vec::as_slice).collect();
+            if let Some(c) = changes.as_mut() {
+                c.paths.retain(|p| !dropped.contains(p.as_slice()));
+            }
+            self.apply_plan(plan)?;
+        }
+        let (skipped, changed) = self.add_changes(changes)?;
+        // Nothing changed since the private index was made from the user's (still the
+        // same file): the work tree is the index's tree, no `write-tree`.
+        let same_as_seeded = fresh
+            && !changed
+            && plan.is_none()
+            && user.key.is_some()
+            && self.user_index_key()? == user.key;
+        let work_tree = if same_as_seeded {
+            index_tree.clone()
+        } else {
+            self.private
+                .call(&["write-tree"])
+                .env("GIT_INDEX_FILE", &work_index)
+                .text()?
+        };
         Ok(Captured {
             head,
             branch,
@@ -620,7 +653,7 @@ impl Snapshots {
 
     /// The tree of the user's index: from `index.cache` while that index and HEAD are
     /// unchanged (with the snapshot commit made of it), else from its cache-tree extension
-    /// when that has the whole tree as a loose object, else written from a copy (even
+    /// when that has the whole tree and it is stored, else written from a copy (even
     /// `write-tree` would rewrite its cache-tree extension in place).
     fn user_index(&self, head: Option<&str>) -> Result<UserIndex, SnapshotError> {
         let user_copy = self.private_dir().join("index.user");
@@ -646,12 +679,12 @@ impl Snapshots {
                 let mut bytes = Vec::new();
                 f.read_to_end(&mut bytes).map_err(io(&self.index))?;
                 // A valid cache-tree root is the tree `write-tree` would answer, when it
-                // is there (loose: just written by a commit; a packed one is left to
-                // `write-tree`, which writes it again if it is missing).
+                // is there (loose, or listed by a pack's index; a missing one is left to
+                // `write-tree`, which writes it again).
                 let parsed = index_file::parse(&bytes, self.oid_len);
                 if let Some(tree) = parsed
                     .and_then(|e| e.root_tree)
-                    .filter(|t| self.is_loose(t))
+                    .filter(|t| self.is_stored(t))
                 {
                     return Ok(UserIndex {
                         exists: true,
@@ -714,22 +747,22 @@ impl Snapshots {
     }
 
     /// Bring the private index in line with the work tree; the embedded repositories left
-    /// out (no commit to record). `git status` (with the untracked cache, looking only into
-    /// directories that changed) names what changed, and only that is added: files alone
-    /// by one `update-index` (no pathspec matching, no directory scan), an untracked
-    /// directory among them by `add` with those paths. Without a seeded index, with many
-    /// changes or if that fails (a path vanished in between), everything is (`add -A`).
-    fn add_changes(&self, seeded: bool) -> Result<Vec<String>, SnapshotError> {
+    /// out (no commit to record), and whether anything was recorded. `changes`: what
+    /// `git status` (with the untracked cache, looking only into directories that changed)
+    /// named, and only that is added: files alone by one `update-index` (no pathspec
+    /// matching, no directory scan), an untracked directory among them by `add` with
+    /// those paths. Without a seeded index (`None`), with many changes or if that fails (a
+    /// path vanished in between), everything is (`add -A`).
+    fn add_changes(&self, changes: Option<Changes>) -> Result<(Vec<String>, bool), SnapshotError> {
         const FEW: usize = 2000;
-        if seeded {
-            let changed = self.changed_paths()?;
+        if let Some(changed) = changes {
             if changed.paths.is_empty() {
-                return Ok(Vec::new());
+                return Ok((Vec::new(), false));
             }
             if changed.paths.len() <= FEW {
                 let paths = join_z(changed.paths.iter().map(Vec::as_slice));
                 if !changed.dirs && self.update_files(&changed.paths, paths.clone())? {
-                    return Ok(Vec::new());
+                    return Ok((Vec::new(), true));
                 }
                 let add = self
                     .private
@@ -745,7 +778,7 @@ impl Snapshots {
                     .input(paths)
                     .output()?;
                 if let Ok(skipped) = self.added(&add) {
-                    return Ok(skipped);
+                    return Ok((skipped, true));
                 }
             }
         }
@@ -754,7 +787,7 @@ impl Snapshots {
             .call(&["add", "-A", "--ignore-errors"])
             .env("GIT_INDEX_FILE", self.work_index())
             .output()?;
-        self.added(&add)
+        Ok((self.added(&add)?, true))
     }
 
     /// Record the files `paths` (`joined`: NUL-terminated) as they are on disk, dropping
@@ -895,12 +928,9 @@ impl Snapshots {
     }
 
     /// `add -A` skips ignored files unless the index tracks them, so the private index must
-    /// track the same ignored files as the user's index (plus `force`).
-    fn track_as_the_user_does(
-        &self,
-        has_index: bool,
-        force: &[PathBuf],
-    ) -> Result<(), SnapshotError> {
+    /// track the same ignored files as the user's index (plus `force`): what to drop and
+    /// what to add (nothing is changed here).
+    fn ignored_plan(&self, has_index: bool, force: &[PathBuf]) -> Result<Plan, SnapshotError> {
         let work_index = self.work_index();
         let ignored_tracked = |index: &Path| -> Result<BTreeSet<Vec<u8>>, SnapshotError> {
             let out = self
@@ -922,21 +952,27 @@ impl Snapshots {
         } else {
             ignored_tracked(&self.index)?
         };
-        let drop: Vec<&Vec<u8>> = ours.difference(&user).collect();
-        if !drop.is_empty() {
-            self.private
-                .call(&["update-index", "--force-remove", "-z", "--stdin"])
-                .env("GIT_INDEX_FILE", &work_index)
-                .input(join_z(drop.iter().map(|p| p.as_slice())))
-                .bytes()?;
-        }
-        let add: Vec<Vec<u8>> = user
+        let drop = ours.difference(&user).cloned().collect();
+        let add = user
             .difference(&ours)
             .cloned()
             .chain(force.iter().map(|p| p.as_os_str().as_bytes().to_vec()))
             .filter(|p| fs::symlink_metadata(self.top.join(OsStr::from_bytes(p))).is_ok())
             .collect();
-        if !add.is_empty() {
+        Ok(Plan { drop, add })
+    }
+
+    /// Drop from the private index and add to it what `plan` says.
+    fn apply_plan(&self, plan: &Plan) -> Result<(), SnapshotError> {
+        let work_index = self.work_index();
+        if !plan.drop.is_empty() {
+            self.private
+                .call(&["update-index", "--force-remove", "-z", "--stdin"])
+                .env("GIT_INDEX_FILE", &work_index)
+                .input(join_z(plan.drop.iter().map(Vec::as_slice)))
+                .bytes()?;
+        }
+        if !plan.add.is_empty() {
             self.private
                 .call(&[
                     "add",
@@ -947,10 +983,19 @@ impl Snapshots {
                 ])
                 .env("GIT_INDEX_FILE", &work_index)
                 .env("GIT_LITERAL_PATHSPECS", "1")
-                .input(join_z(add.iter().map(Vec::as_slice)))
+                .input(join_z(plan.add.iter().map(Vec::as_slice)))
                 .bytes()?;
         }
         Ok(())
+    }
+
+    /// The key of the user's index file as it is now (`None`: no file, or no checksum).
+    fn user_index_key(&self) -> Result<Option<cache::IndexKey>, SnapshotError> {
+        match File::open(&self.index) {
+            Ok(mut f) => cache::IndexKey::of(&mut f).map_err(io(&self.index)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io(&self.index)(e)),
+        }
     }
 
     /// The ignored files the user's index tracks, known without asking git when both
