@@ -305,7 +305,8 @@ struct Captured {
     branch: Option<String>,
     index_tree: String,
     work_tree: String,
-    /// The snapshot commit of `index_tree` (parent: `head`), when `index.cache` had it.
+    /// The snapshot commit of `index_tree` (parent: `head`), when `index.cache` had it or
+    /// it was made alongside the scan.
     index_commit: Option<String>,
     /// The user's index file the index tree was made of, to remember it by.
     index_key: Option<cache::IndexKey>,
@@ -479,7 +480,7 @@ impl Snapshots {
     /// Save the current state under a new tag.
     pub fn save(&self, req: &SaveRequest<'_>) -> Result<Snapshot, SnapshotError> {
         let _lock = self.lock()?;
-        let cap = self.capture(&[])?;
+        let cap = self.capture_at(&[], Some(req.time_ms))?;
         self.commit_and_tag(req, &cap, &[], &[], None)
     }
 
@@ -572,7 +573,18 @@ impl Snapshots {
     /// `force` names ignored paths to include anyway. If objects the private index names
     /// were pruned (`git gc` only keeps what refs and real indexes reach), it is rebuilt.
     fn capture(&self, force: &[PathBuf]) -> Result<Captured, SnapshotError> {
-        match self.capture_once(force) {
+        self.capture_at(force, None)
+    }
+
+    /// [`Snapshots::capture`] for a snapshot dated `time_ms`: the commit of the user's
+    /// index it needs, when `index.cache` does not have it, is made while the work tree
+    /// is scanned.
+    fn capture_at(
+        &self,
+        force: &[PathBuf],
+        time_ms: Option<i64>,
+    ) -> Result<Captured, SnapshotError> {
+        match self.capture_once(force, time_ms) {
             Err(SnapshotError::Git(GitError::Failed { stderr, .. }))
                 if stderr.contains("invalid object")
                     || stderr.contains("unable to read")
@@ -581,13 +593,17 @@ impl Snapshots {
                 let p = self.work_index();
                 fs::remove_file(&p).map_err(io(&p))?;
                 let _ = fs::remove_file(self.private_dir().join("index.cache"));
-                self.capture_once(force)
+                self.capture_once(force, time_ms)
             }
             other => other,
         }
     }
 
-    fn capture_once(&self, force: &[PathBuf]) -> Result<Captured, SnapshotError> {
+    fn capture_once(
+        &self,
+        force: &[PathBuf],
+        time_ms: Option<i64>,
+    ) -> Result<Captured, SnapshotError> {
         let (head, branch) = self.head_and_branch()?;
         let dir = self.private_dir();
         fs::create_dir_all(&dir).map_err(io(&dir))?;
@@ -607,14 +623,24 @@ impl Snapshots {
         // looked up while `git status` scans: neither changes what the other reads (the
         // status only refreshes stat data). Just seeded, the private index has the user's
         // paths: it tracks what they track.
+        // So is the commit of the user's index, which needs nothing the scan changes.
         let check = !fresh || !force.is_empty();
-        let (plan, changes) = std::thread::scope(|s| {
+        let index_at = time_ms.filter(|_| user.commit.is_none());
+        let (plan, changes, index_commit) = std::thread::scope(|s| {
             let plan = check.then(|| s.spawn(|| self.ignored_plan(has_index, force)));
+            let commit = index_at.map(|t| {
+                let (tree, head, key) = (&index_tree, head.as_deref(), user.key.as_ref());
+                s.spawn(move || self.index_commit(tree, head, key, t))
+            });
             let changes = seeded.then(|| self.changed_paths()).transpose();
-            let plan = plan.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-            (plan.transpose(), changes)
+            (
+                plan.map(joined).transpose(),
+                changes,
+                commit.map(joined).transpose(),
+            )
         });
         let (plan, mut changes) = (plan?, changes?);
+        let index_commit = index_commit?.or(user.commit);
         if let Some(plan) = &plan {
             // A path dropped now is not recorded again from what the status said of it.
             let dropped: BTreeSet<&[u8]> = plan.drop.iter().map(Vec::as_slice).collect();
@@ -643,7 +669,7 @@ impl Snapshots {
             head,
             branch,
             index_tree,
-            index_commit: user.commit,
+            index_commit,
             index_key: user.key,
             scanned,
             work_tree,
@@ -1027,23 +1053,6 @@ impl Snapshots {
     ) -> Result<Snapshot, SnapshotError> {
         let secs = req.time_ms.div_euclid(1000);
         let date = format!("@{secs} +0000");
-        let commit = |tree: &str, parents: &[&str], msg: &str| -> Result<String, SnapshotError> {
-            let mut args = vec!["commit-tree", "--no-gpg-sign", tree];
-            for p in parents {
-                args.extend(["-p", p]);
-            }
-            Ok(self
-                .git
-                .call(&args)
-                .env("GIT_AUTHOR_NAME", IDENT_NAME)
-                .env("GIT_AUTHOR_EMAIL", IDENT_EMAIL)
-                .env("GIT_COMMITTER_NAME", IDENT_NAME)
-                .env("GIT_COMMITTER_EMAIL", IDENT_EMAIL)
-                .env("GIT_AUTHOR_DATE", &date)
-                .env("GIT_COMMITTER_DATE", &date)
-                .input(msg.as_bytes().to_vec())
-                .text()?)
-        };
         let (existing, taken) = match listed {
             Some(l) => l,
             None => self.tags()?,
@@ -1070,23 +1079,17 @@ impl Snapshots {
         let head: Vec<&str> = cap.head.iter().map(String::as_str).collect();
         let index_commit = match &cap.index_commit {
             Some(c) => c.clone(),
-            None => {
-                let c = commit(&cap.index_tree, &head, "taskdaemon snapshot: the index\n")?;
-                if let Some(key) = &cap.index_key {
-                    self.remember_index(&cache::CachedIndex {
-                        key: key.clone(),
-                        head: cap.head.clone(),
-                        tree: cap.index_tree.clone(),
-                        commit: c.clone(),
-                    });
-                }
-                c
-            }
+            None => self.index_commit(
+                &cap.index_tree,
+                cap.head.as_deref(),
+                cap.index_key.as_ref(),
+                req.time_ms,
+            )?,
         };
         let mut parents = head.clone();
         parents.push(&index_commit);
         parents.extend(keep.iter().map(String::as_str));
-        snap.commit = commit(&cap.work_tree, &parents, &text)?;
+        snap.commit = self.commit_tree(&cap.work_tree, &parents, &text, req.time_ms)?;
 
         let base = req.kind.base_name(req.task, secs);
         for n in 1.. {
@@ -1138,6 +1141,54 @@ impl Snapshots {
             }
         }
         unreachable!("the loop above returns")
+    }
+
+    /// A snapshot commit of `tree` with `parents` and message `msg`, dated `time_ms`.
+    fn commit_tree(
+        &self,
+        tree: &str,
+        parents: &[&str],
+        msg: &str,
+        time_ms: i64,
+    ) -> Result<String, SnapshotError> {
+        let date = format!("@{} +0000", time_ms.div_euclid(1000));
+        let mut args = vec!["commit-tree", "--no-gpg-sign", tree];
+        for p in parents {
+            args.extend(["-p", p]);
+        }
+        Ok(self
+            .git
+            .call(&args)
+            .env("GIT_AUTHOR_NAME", IDENT_NAME)
+            .env("GIT_AUTHOR_EMAIL", IDENT_EMAIL)
+            .env("GIT_COMMITTER_NAME", IDENT_NAME)
+            .env("GIT_COMMITTER_EMAIL", IDENT_EMAIL)
+            .env("GIT_AUTHOR_DATE", &date)
+            .env("GIT_COMMITTER_DATE", &date)
+            .input(msg.as_bytes().to_vec())
+            .text()?)
+    }
+
+    /// The snapshot's commit of the user's index (tree `tree`, parent `head`), remembered
+    /// in `index.cache` for that index file (`key`).
+    fn index_commit(
+        &self,
+        tree: &str,
+        head: Option<&str>,
+        key: Option<&cache::IndexKey>,
+        time_ms: i64,
+    ) -> Result<String, SnapshotError> {
+        let parents: Vec<&str> = head.into_iter().collect();
+        let c = self.commit_tree(tree, &parents, "taskdaemon snapshot: the index\n", time_ms)?;
+        if let Some(key) = key {
+            self.remember_index(&cache::CachedIndex {
+                key: key.clone(),
+                head: head.map(str::to_string),
+                tree: tree.to_string(),
+                commit: c.clone(),
+            });
+        }
+        Ok(c)
     }
 
     fn rev(&self, spec: &str) -> Result<Option<String>, SnapshotError> {
@@ -1350,6 +1401,11 @@ fn copy_keeping_mtime(from: &Path, time_of: &Path, to: &Path) -> Result<(), Snap
         .open(to)
         .and_then(|f| f.set_modified(mtime))
         .map_err(io(to))
+}
+
+/// What a scoped thread returned (its panic, if it panicked, goes on in this one).
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
 fn copy_if_exists(from: &Path, to: &Path) -> Result<bool, SnapshotError> {
