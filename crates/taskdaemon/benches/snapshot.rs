@@ -9,7 +9,9 @@
 //!   git reset --hard <the tag saved before>`.
 //!
 //! Ratios are taken round by round (same load); printed as median and min–max.
-//! `cargo bench -p taskdaemon --bench snapshot` (ROUNDS=N, FILES=N).
+//! `cargo bench -p taskdaemon --bench snapshot` (ROUNDS=N, FILES=N). `TASKDAEMON_BEFORE=
+//! /path/to/an/older/taskdaemon` runs that build too, on a third identical copy in the
+//! same rounds, and prints this build's ratios to it.
 //! Goals (issue 16): save ≤ 0.8× naive, rollback ≤ 1.0× naive and < 1 s at 100k files;
 //! the first save (private index seeded from the user's) next to one `git status`.
 
@@ -125,7 +127,11 @@ fn timed(mut c: Command) -> Duration {
 }
 
 fn td(repo: &Path, args: &[&str]) -> Command {
-    let mut c = hermetic(Command::new(env!("CARGO_BIN_EXE_taskdaemon")), repo);
+    td_with(env!("CARGO_BIN_EXE_taskdaemon"), repo, args)
+}
+
+fn td_with(bin: &str, repo: &Path, args: &[&str]) -> Command {
+    let mut c = hermetic(Command::new(bin), repo);
     c.current_dir(repo).args(args);
     c
 }
@@ -167,6 +173,68 @@ fn naive(dir: &Path, script: &str) -> Command {
     c
 }
 
+/// The newest snapshot saved with message `tag`, by `bin`.
+fn saved_tag(bin: &str, repo: &Path, tag: &str) -> String {
+    let listed = td_with(bin, repo, &["snapshot", "list", "--json"])
+        .output()
+        .expect("list");
+    let list: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("json");
+    list.as_array()
+        .and_then(|a| a.iter().rev().find(|s| s["message"] == tag))
+        .and_then(|s| s["tag"].as_str())
+        .expect("saved tag")
+        .to_string()
+}
+
+/// A copy of the repository `from` whose index stat data is valid (a copy's files are
+/// new inodes: without the refresh, the first command there would hash every file).
+fn copy(from: &Path, to: &Path) {
+    let s = Command::new("cp")
+        .args(["-a"])
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("cp");
+    assert!(s.success());
+    git(to, &["update-index", "-q", "--refresh"]);
+}
+
+/// Remove what the snapshots of `repo` left (the private directory, the tags), so the
+/// next save is a first one again.
+fn forget_snapshots(repo: &Path) {
+    let dir = repo.join(".git/taskdaemon");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).expect("remove the private directory");
+    }
+    let out = hermetic(Command::new("git"), repo)
+        .arg("-C")
+        .arg(repo)
+        .args(["tag", "--list", "manual-*"])
+        .output()
+        .expect("git tag");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let tags: Vec<&str> = text.lines().collect();
+    if !tags.is_empty() {
+        let out = hermetic(Command::new("git"), repo)
+            .arg("-C")
+            .arg(repo)
+            .args(["tag", "-d"])
+            .args(tags)
+            .output()
+            .expect("git tag -d");
+        assert!(out.status.success(), "git tag -d");
+    }
+}
+
+/// An older build run in the same rounds (`TASKDAEMON_BEFORE`), on its own copy.
+struct Before {
+    bin: String,
+    repo: PathBuf,
+    rng: Rng,
+    save: Vec<Duration>,
+    rollback: Vec<Duration>,
+}
+
 fn main() {
     let rounds: usize = std::env::var("ROUNDS")
         .ok()
@@ -175,25 +243,55 @@ fn main() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let repo = build(tmp.path());
     let plain = tmp.path().join("naive");
-    let s = Command::new("cp")
-        .args(["-a"])
-        .arg(&repo)
-        .arg(&plain)
-        .status()
-        .expect("cp");
-    assert!(s.success());
+    copy(&repo, &plain);
+    let mut before = std::env::var("TASKDAEMON_BEFORE").ok().map(|bin| {
+        let b = tmp.path().join("before");
+        copy(&repo, &b);
+        Before {
+            bin,
+            repo: b,
+            rng: Rng(fastrand::Rng::with_seed(42)),
+            save: Vec::new(),
+            rollback: Vec::new(),
+        }
+    });
     let (mut rng, mut rng2) = (
         Rng(fastrand::Rng::with_seed(42)),
         Rng(fastrand::Rng::with_seed(42)),
     );
+    if let Ok(l) = std::fs::read_to_string("/proc/loadavg") {
+        println!("load average at the start: {}", l.trim());
+    }
 
     // The first save seeds its private index from the user's: about a `git status` (in
-    // the same repository, whose index stat data is valid; it writes nothing).
-    let status = timed(naive(
-        &repo,
-        "GIT_OPTIONAL_LOCKS=0 git status --porcelain >/dev/null",
-    ));
-    let first = timed(td(&repo, &["snapshot", "save", "first"]));
+    // the same repository, whose index stat data is valid; it writes nothing). FIRSTS
+    // times (default 5), each after its private directory and tag were removed.
+    let firsts: usize = std::env::var("FIRSTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5)
+        .max(1);
+    let (mut status, mut first, mut before_first) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..firsts {
+        if i > 0 {
+            forget_snapshots(&repo);
+            if let Some(b) = before.as_ref() {
+                forget_snapshots(&b.repo);
+            }
+        }
+        status.push(timed(naive(
+            &repo,
+            "GIT_OPTIONAL_LOCKS=0 git status --porcelain >/dev/null",
+        )));
+        first.push(timed(td(&repo, &["snapshot", "save", "first"])));
+        if let Some(b) = before.as_ref() {
+            before_first.push(timed(td_with(
+                &b.bin,
+                &b.repo,
+                &["snapshot", "save", "first"],
+            )));
+        }
+    }
     let (mut save, mut rollback) = (Vec::new(), Vec::new());
     let (mut naive_save, mut naive_rollback) = (Vec::new(), Vec::new());
     for r in 0..rounds {
@@ -205,16 +303,12 @@ fn main() {
             &plain,
             &format!("git add -A && git commit -qm r{r} && git tag naive-{r}"),
         )));
-        let listed = td(&repo, &["snapshot", "list", "--json"])
-            .output()
-            .expect("list");
-        let list: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("json");
-        let saved = list
-            .as_array()
-            .and_then(|a| a.iter().rev().find(|s| s["message"] == tag.as_str()))
-            .and_then(|s| s["tag"].as_str())
-            .expect("saved tag")
-            .to_string();
+        if let Some(b) = before.as_mut() {
+            churn(&b.repo, r, &mut b.rng);
+            b.save
+                .push(timed(td_with(&b.bin, &b.repo, &["snapshot", "save", &tag])));
+        }
+        let saved = saved_tag(env!("CARGO_BIN_EXE_taskdaemon"), &repo, &tag);
         churn(&repo, r + 1000, &mut rng);
         churn(&plain, r + 1000, &mut rng2);
         rollback.push(timed(td(&repo, &["snapshot", "rollback", &saved])));
@@ -224,13 +318,19 @@ fn main() {
                 "git add -A && git commit -qm pre{r} && git tag naive-pre-{r} && git reset -q --hard naive-{r}"
             ),
         )));
+        if let Some(b) = before.as_mut() {
+            let saved = saved_tag(&b.bin, &b.repo, &tag);
+            churn(&b.repo, r + 1000, &mut b.rng);
+            b.rollback.push(timed(td_with(
+                &b.bin,
+                &b.repo,
+                &["snapshot", "rollback", &saved],
+            )));
+        }
     }
-    println!(
-        "first save (private index seeded)        {:7.1} ms   git status {:7.1} ms   ratio {:5.2}x",
-        ms(first),
-        ms(status),
-        first.as_secs_f64() / status.as_secs_f64()
-    );
+    report("first save (private index seeded)", first.clone());
+    report("git status", status.clone());
+    ratio("first save / git status", &first, &status);
     report("taskdaemon snapshot save", save.clone());
     report("git add -A && git commit && git tag", naive_save.clone());
     ratio("save / naive", &save, &naive_save);
@@ -240,4 +340,18 @@ fn main() {
         naive_rollback.clone(),
     );
     ratio("rollback / naive", &rollback, &naive_rollback);
+    if let Some(b) = before {
+        report("before: first save", before_first.clone());
+        ratio("first save / before", &first, &before_first);
+        ratio("before: first save / git status", &before_first, &status);
+        report("before: snapshot save", b.save.clone());
+        ratio("save / before", &save, &b.save);
+        ratio("before: save / naive", &b.save, &naive_save);
+        report("before: snapshot rollback", b.rollback.clone());
+        ratio("rollback / before", &rollback, &b.rollback);
+        ratio("before: rollback / naive", &b.rollback, &naive_rollback);
+    }
+    if let Ok(l) = std::fs::read_to_string("/proc/loadavg") {
+        println!("load average at the end: {}", l.trim());
+    }
 }

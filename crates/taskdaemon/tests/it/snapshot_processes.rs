@@ -16,7 +16,8 @@ fn traced(env: &Env, args: &[&str]) -> Vec<String> {
     let vars = [("GIT_TRACE2_EVENT".to_string(), trace.display().to_string())];
     env.ok_with(&vars, args);
     let text = std::fs::read_to_string(&trace).unwrap();
-    text.lines()
+    let steps = text
+        .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| e["event"] == "start")
         .filter_map(|e| {
@@ -29,7 +30,25 @@ fn traced(env: &Env, args: &[&str]) -> Vec<String> {
                 || argv.iter().any(|a| a == "--show-object-format");
             ours.then(|| subcommand(&argv))
         })
-        .collect()
+        .collect();
+    in_order(steps)
+}
+
+/// `ls-files -i` runs while `git status` scans (two threads): either may start first.
+fn in_order(mut steps: Vec<String>) -> Vec<String> {
+    for i in 1..steps.len() {
+        if steps[i - 1] == "status" && steps[i] == "ls-files" {
+            steps.swap(i - 1, i);
+        }
+    }
+    steps
+}
+
+/// The steps as a sorted list: the commit of the user's index is made while the work
+/// tree is scanned (and recorded), so its place among them varies.
+fn sorted(mut steps: Vec<String>) -> Vec<String> {
+    steps.sort();
+    steps
 }
 
 /// The git subcommand in `argv` (after `-C dir` and `-c k=v` options).
@@ -57,19 +76,21 @@ fn a_save_and_a_rollback_start_only_the_pinned_git_processes() {
     change(&repo, "1");
     let first = traced(&env, &["snapshot", "save", "first"]);
     assert_eq!(
-        first,
+        sorted(first.clone()),
         [
+            "commit-tree",
+            "commit-tree",
             "status",
+            "tag",
             "update-index",
             "write-tree",
-            "commit-tree",
-            "commit-tree",
-            "tag"
         ],
         "the first save seeds the private index from the user's (its flags read from the \
          file, no ignored-file check: it tracks what the user's does); the user's index tree \
-         is its valid cache-tree root (no write-tree); no tags yet"
+         is its valid cache-tree root (no write-tree); its commit is made while the work \
+         tree is scanned; no tags yet"
     );
+    assert_eq!(first.last().map(String::as_str), Some("tag"));
 
     // The user's index is unchanged: its tree and snapshot commit come from the cache.
     change(&repo, "2");
@@ -135,4 +156,52 @@ fn a_save_and_a_rollback_start_only_the_pinned_git_processes() {
     // for neither its tree nor its commit.
     change(&repo, "4");
     assert_eq!(traced(&env, &["snapshot", "save", "after"]), steady);
+}
+
+#[test]
+fn a_first_save_of_a_clean_packed_repository_writes_no_tree() {
+    let env = Env::new();
+    let repo = env.repo();
+    // Packed, as a clone is: the index's cache-tree root is found in the pack's index.
+    git(&repo, &["gc", "-q"]);
+    let first = traced(&env, &["snapshot", "save", "clean"]);
+    assert_eq!(
+        sorted(first),
+        ["commit-tree", "commit-tree", "status", "tag"],
+        "nothing changed since the private index was seeded: the work tree is the user's \
+         index tree, read from its cache-tree (no write-tree of either index)"
+    );
+    let listed = git(&repo, &["tag", "--list", "manual-*"]);
+    let tag = listed.lines().next().expect("a snapshot tag").to_string();
+    let tree = |rev: &str| git(&repo, &["rev-parse", rev]).trim().to_string();
+    assert_eq!(
+        tree(&format!("{tag}^{{tree}}")),
+        tree("HEAD^{tree}"),
+        "the saved work tree is the committed one"
+    );
+    assert_eq!(
+        tree(&format!("{tag}^2^{{tree}}")),
+        tree("HEAD^{tree}"),
+        "the saved index too"
+    );
+    // The next save after a change finds it (the private index is the seeded one).
+    change(&repo, "1");
+    let next = traced(&env, &["snapshot", "save", "next"]);
+    assert_eq!(
+        next,
+        [
+            "ls-files",
+            "status",
+            "update-index",
+            "write-tree",
+            "commit-tree",
+            "tag"
+        ]
+    );
+    let listed = git(&repo, &["tag", "--list", "manual-*"]);
+    let tag = listed
+        .lines()
+        .find(|t| t.ends_with("-2"))
+        .expect("the second save's tag");
+    assert_eq!(git(&repo, &["show", &format!("{tag}:new-1.txt")]), "new\n");
 }

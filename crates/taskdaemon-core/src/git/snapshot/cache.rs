@@ -111,6 +111,32 @@ impl Snapshots {
             .is_file()
     }
 
+    /// Whether the object `oid` is stored here: loose, or in a pack whose index (version
+    /// 2) lists it and whose pack file is there. Anything this does not read plainly (an
+    /// alternate object store, an index of another version) is simply not found, and the
+    /// caller asks git.
+    pub(super) fn is_stored(&self, oid: &str) -> bool {
+        if !is_oid(oid) {
+            return false;
+        }
+        if self.is_loose(oid) {
+            return true;
+        }
+        let Some(id) = hex_bytes(oid) else {
+            return false;
+        };
+        let packs = self.common_dir.join("objects").join("pack");
+        let Ok(dir) = fs::read_dir(&packs) else {
+            return false;
+        };
+        dir.filter_map(Result::ok).any(|e| {
+            let path = e.path();
+            path.extension().is_some_and(|x| x == "idx")
+                && path.with_extension("pack").is_file()
+                && pack_index_lists(&path, &id).unwrap_or(false)
+        })
+    }
+
     /// HEAD's branch (`refs/heads/…`, `None` when detached) and commit (`None` on an
     /// unborn branch), from the files when they say it plainly, else from git.
     pub(super) fn head_and_branch(
@@ -159,6 +185,55 @@ fn read_ref(common_dir: &Path, name: &str) -> Option<Option<String>> {
     Some(None)
 }
 
+/// The bytes of the hex object id `hex`.
+fn hex_bytes(hex: &str) -> Option<Vec<u8>> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Whether the pack index `idx` (version 2: magic, version, a fan-out table of 256
+/// cumulative counts, then the sorted ids) lists the object `id`. Read with positioned
+/// reads: the fan-out table, then only the ids that start with `id`'s first byte. `None`:
+/// not a version 2 index, or one whose counts do not fit its size.
+fn pack_index_lists(idx: &Path, id: &[u8]) -> Option<bool> {
+    use std::os::unix::fs::FileExt;
+    const HEADER: u64 = 8;
+    const FANOUT: u64 = 256 * 4;
+    let f = File::open(idx).ok()?;
+    let len = f.metadata().ok()?.len();
+    let mut head = [0u8; (HEADER + FANOUT) as usize];
+    f.read_exact_at(&mut head, 0).ok()?;
+    if head[..8] != [0xff, b't', b'O', b'c', 0, 0, 0, 2] {
+        return None;
+    }
+    let count = |i: usize| -> u64 {
+        let at = HEADER as usize + i * 4;
+        u64::from(u32::from_be_bytes([
+            head[at],
+            head[at + 1],
+            head[at + 2],
+            head[at + 3],
+        ]))
+    };
+    let first = usize::from(*id.first()?);
+    let (lo, hi, total) = (
+        if first == 0 { 0 } else { count(first - 1) },
+        count(first),
+        count(255),
+    );
+    let width = id.len() as u64;
+    if lo > hi || hi > total || HEADER + FANOUT + total * width > len {
+        return None;
+    }
+    let mut ids = vec![0u8; usize::try_from((hi - lo) * width).ok()?];
+    f.read_exact_at(&mut ids, HEADER + FANOUT + lo * width)
+        .ok()?;
+    let ids: Vec<&[u8]> = ids.chunks_exact(id.len()).collect();
+    Some(ids.binary_search(&id).is_ok())
+}
+
 /// Replace the cache file `path` with `bytes`, best effort: a temp file of its own (two
 /// writers never share one, so neither can rename the other's half-written text into
 /// place), renamed over it; on any failure the old file stays or none is left.
@@ -177,6 +252,52 @@ pub(super) fn write_cache(path: &std::path::Path, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::git::testrepo::{commit_all, git, init};
+
+    #[test]
+    fn objects_are_found_loose_and_in_packs() {
+        let d = tempfile::tempdir().unwrap();
+        init(d.path());
+        for i in 0..40 {
+            fs::write(d.path().join(format!("f{i}")), format!("{i}\n")).unwrap();
+        }
+        commit_all(d.path(), "one");
+        let snaps = Snapshots::open(d.path()).unwrap();
+        let tree = git(d.path(), &["rev-parse", "HEAD^{tree}"]);
+        let blobs: Vec<String> = git(d.path(), &["ls-files", "-s"])
+            .lines()
+            .map(|l| l.split(' ').nth(1).unwrap().to_string())
+            .collect();
+        assert!(snaps.is_loose(&tree) && snaps.is_stored(&tree));
+        git(d.path(), &["gc", "-q"]);
+        assert!(!snaps.is_loose(&tree), "packed by gc");
+        assert!(snaps.is_stored(&tree), "found in the pack's index");
+        assert!(blobs.iter().all(|b| snaps.is_stored(b)));
+        for absent in ["0".repeat(40), "f".repeat(40), format!("{}0", &tree[..39])] {
+            if absent != tree {
+                assert!(!snaps.is_stored(&absent), "{absent}");
+            }
+        }
+        assert!(!snaps.is_stored("not an id"));
+        // A pack index cut short, or without its pack, lists nothing.
+        let packs = d.path().join(".git/objects/pack");
+        let idx = fs::read_dir(&packs)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|x| x == "idx"))
+            .unwrap();
+        let bytes = fs::read(&idx).unwrap();
+        let mut perms = fs::metadata(&idx).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        perms.set_readonly(false);
+        fs::set_permissions(&idx, perms).unwrap();
+        fs::write(&idx, &bytes[..1100]).unwrap();
+        assert!(!snaps.is_stored(&tree), "a truncated index");
+        fs::write(&idx, &bytes).unwrap();
+        assert!(snaps.is_stored(&tree));
+        fs::rename(idx.with_extension("pack"), packs.join("moved")).unwrap();
+        assert!(!snaps.is_stored(&tree), "an index without its pack");
+    }
 
     #[test]
     fn refs_are_read_from_loose_files_and_packed_refs() {

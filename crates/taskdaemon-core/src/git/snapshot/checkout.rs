@@ -21,9 +21,27 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{RawChange, SnapshotError, Snapshots, join_z};
 
-/// File times come from the kernel's coarse clock, up to a tick (10 ms at HZ=100) behind
-/// the real one.
-const CLOCK_TICK: Duration = Duration::from_millis(10);
+/// File times come from the kernel's coarse clock, up to a tick behind the real one: the
+/// tick is that clock's resolution (`clock_getres`: 4 ms at HZ=250, 1 ms at HZ=1000), or
+/// 10 ms (HZ=100, the longest) when the kernel does not say it plainly.
+fn clock_tick() -> Duration {
+    const LONGEST: Duration = Duration::from_millis(10);
+    let mut ts = nix::libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `clock_getres` writes one `timespec` through a valid pointer to ours.
+    let rc = unsafe { nix::libc::clock_getres(nix::libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    let (Ok(secs), Ok(nanos)) = (u64::try_from(ts.tv_sec), u32::try_from(ts.tv_nsec)) else {
+        return LONGEST;
+    };
+    let tick = Duration::new(secs, nanos);
+    if rc != 0 || tick.is_zero() || tick > LONGEST {
+        LONGEST
+    } else {
+        tick
+    }
+}
 
 const NONE: &str = "000000";
 const GITLINK: &str = "160000";
@@ -38,7 +56,7 @@ impl Snapshots {
         scanned: SystemTime,
     ) -> Result<bool, SnapshotError> {
         let Some(limit) = scanned
-            .checked_sub(CLOCK_TICK)
+            .checked_sub(clock_tick())
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         else {
             return Ok(false);
@@ -127,5 +145,14 @@ impl Snapshots {
             }
             dir = d.parent();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_clock_tick_is_the_coarse_clocks_resolution_at_most_ten_ms() {
+        let tick = super::clock_tick();
+        assert!(!tick.is_zero() && tick <= super::Duration::from_millis(10));
     }
 }

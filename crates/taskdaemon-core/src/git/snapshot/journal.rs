@@ -145,7 +145,7 @@ impl Snapshots {
             self.refuse_if_checked_out_elsewhere(b)?;
         }
         // What is here now, and what the rollback would do to it.
-        let mut cap = self.capture(&[])?;
+        let mut cap = self.capture_at(&[], Some(time_ms))?;
         // Both diffs the rollback needs from one process: what it changes in the work
         // tree, and where the saved index differs from the saved work tree.
         let mut diffs = self

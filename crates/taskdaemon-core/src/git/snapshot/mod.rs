@@ -305,7 +305,8 @@ struct Captured {
     branch: Option<String>,
     index_tree: String,
     work_tree: String,
-    /// The snapshot commit of `index_tree` (parent: `head`), when `index.cache` had it.
+    /// The snapshot commit of `index_tree` (parent: `head`), when `index.cache` had it or
+    /// it was made alongside the scan.
     index_commit: Option<String>,
     /// The user's index file the index tree was made of, to remember it by.
     index_key: Option<cache::IndexKey>,
@@ -321,6 +322,13 @@ struct UserIndex {
     tree: String,
     commit: Option<String>,
     key: Option<cache::IndexKey>,
+}
+
+/// The ignored files the private index must stop tracking (the user's index does not),
+/// and those it must add (the user's index tracks them, or a rollback asks for them).
+struct Plan {
+    drop: Vec<Vec<u8>>,
+    add: Vec<Vec<u8>>,
 }
 
 /// Paths marked assume-unchanged, and those marked skip-worktree, in an index.
@@ -472,7 +480,7 @@ impl Snapshots {
     /// Save the current state under a new tag.
     pub fn save(&self, req: &SaveRequest<'_>) -> Result<Snapshot, SnapshotError> {
         let _lock = self.lock()?;
-        let cap = self.capture(&[])?;
+        let cap = self.capture_at(&[], Some(req.time_ms))?;
         self.commit_and_tag(req, &cap, &[], &[], None)
     }
 
@@ -565,7 +573,18 @@ impl Snapshots {
     /// `force` names ignored paths to include anyway. If objects the private index names
     /// were pruned (`git gc` only keeps what refs and real indexes reach), it is rebuilt.
     fn capture(&self, force: &[PathBuf]) -> Result<Captured, SnapshotError> {
-        match self.capture_once(force) {
+        self.capture_at(force, None)
+    }
+
+    /// [`Snapshots::capture`] for a snapshot dated `time_ms`: the commit of the user's
+    /// index it needs, when `index.cache` does not have it, is made while the work tree
+    /// is scanned.
+    fn capture_at(
+        &self,
+        force: &[PathBuf],
+        time_ms: Option<i64>,
+    ) -> Result<Captured, SnapshotError> {
+        match self.capture_once(force, time_ms) {
             Err(SnapshotError::Git(GitError::Failed { stderr, .. }))
                 if stderr.contains("invalid object")
                     || stderr.contains("unable to read")
@@ -574,13 +593,17 @@ impl Snapshots {
                 let p = self.work_index();
                 fs::remove_file(&p).map_err(io(&p))?;
                 let _ = fs::remove_file(self.private_dir().join("index.cache"));
-                self.capture_once(force)
+                self.capture_once(force, time_ms)
             }
             other => other,
         }
     }
 
-    fn capture_once(&self, force: &[PathBuf]) -> Result<Captured, SnapshotError> {
+    fn capture_once(
+        &self,
+        force: &[PathBuf],
+        time_ms: Option<i64>,
+    ) -> Result<Captured, SnapshotError> {
         let (head, branch) = self.head_and_branch()?;
         let dir = self.private_dir();
         fs::create_dir_all(&dir).map_err(io(&dir))?;
@@ -595,22 +618,58 @@ impl Snapshots {
             self.seed_work_index()?;
         }
         let seeded = work_index.exists();
-        // Just seeded, the private index has the user's paths: it tracks what they track.
-        if !fresh || !force.is_empty() {
-            self.track_as_the_user_does(has_index, force)?;
-        }
         let scanned = std::time::SystemTime::now();
-        let skipped = self.add_changes(seeded)?;
-        let work_tree = self
-            .private
-            .call(&["write-tree"])
-            .env("GIT_INDEX_FILE", &work_index)
-            .text()?;
+        // Which ignored files the private index must track or drop (`ls-files -i`) is
+        // looked up while `git status` scans: neither changes what the other reads (the
+        // status only refreshes stat data). Just seeded, the private index has the user's
+        // paths: it tracks what they track.
+        // So is the commit of the user's index, which needs nothing the scan changes.
+        let check = !fresh || !force.is_empty();
+        let index_at = time_ms.filter(|_| user.commit.is_none());
+        let (plan, changes, index_commit) = std::thread::scope(|s| {
+            let plan = check.then(|| s.spawn(|| self.ignored_plan(has_index, force)));
+            let commit = index_at.map(|t| {
+                let (tree, head, key) = (&index_tree, head.as_deref(), user.key.as_ref());
+                s.spawn(move || self.index_commit(tree, head, key, t))
+            });
+            let changes = seeded.then(|| self.changed_paths()).transpose();
+            (
+                plan.map(joined).transpose(),
+                changes,
+                commit.map(joined).transpose(),
+            )
+        });
+        let (plan, mut changes) = (plan?, changes?);
+        let index_commit = index_commit?.or(user.commit);
+        if let Some(plan) = &plan {
+            // A path dropped now is not recorded again from what the status said of it.
+            let dropped: BTreeSet<&[u8]> = plan.drop.iter().map(Vec::as_slice).collect();
+            if let Some(c) = changes.as_mut() {
+                c.paths.retain(|p| !dropped.contains(p.as_slice()));
+            }
+            self.apply_plan(plan)?;
+        }
+        let (skipped, changed) = self.add_changes(changes)?;
+        // Nothing changed since the private index was made from the user's (still the
+        // same file): the work tree is the index's tree, no `write-tree`.
+        let same_as_seeded = fresh
+            && !changed
+            && plan.is_none()
+            && user.key.is_some()
+            && self.user_index_key()? == user.key;
+        let work_tree = if same_as_seeded {
+            index_tree.clone()
+        } else {
+            self.private
+                .call(&["write-tree"])
+                .env("GIT_INDEX_FILE", &work_index)
+                .text()?
+        };
         Ok(Captured {
             head,
             branch,
             index_tree,
-            index_commit: user.commit,
+            index_commit,
             index_key: user.key,
             scanned,
             work_tree,
@@ -620,7 +679,7 @@ impl Snapshots {
 
     /// The tree of the user's index: from `index.cache` while that index and HEAD are
     /// unchanged (with the snapshot commit made of it), else from its cache-tree extension
-    /// when that has the whole tree as a loose object, else written from a copy (even
+    /// when that has the whole tree and it is stored, else written from a copy (even
     /// `write-tree` would rewrite its cache-tree extension in place).
     fn user_index(&self, head: Option<&str>) -> Result<UserIndex, SnapshotError> {
         let user_copy = self.private_dir().join("index.user");
@@ -646,12 +705,12 @@ impl Snapshots {
                 let mut bytes = Vec::new();
                 f.read_to_end(&mut bytes).map_err(io(&self.index))?;
                 // A valid cache-tree root is the tree `write-tree` would answer, when it
-                // is there (loose: just written by a commit; a packed one is left to
-                // `write-tree`, which writes it again if it is missing).
+                // is there (loose, or listed by a pack's index; a missing one is left to
+                // `write-tree`, which writes it again).
                 let parsed = index_file::parse(&bytes, self.oid_len);
                 if let Some(tree) = parsed
                     .and_then(|e| e.root_tree)
-                    .filter(|t| self.is_loose(t))
+                    .filter(|t| self.is_stored(t))
                 {
                     return Ok(UserIndex {
                         exists: true,
@@ -714,22 +773,22 @@ impl Snapshots {
     }
 
     /// Bring the private index in line with the work tree; the embedded repositories left
-    /// out (no commit to record). `git status` (with the untracked cache, looking only into
-    /// directories that changed) names what changed, and only that is added: files alone
-    /// by one `update-index` (no pathspec matching, no directory scan), an untracked
-    /// directory among them by `add` with those paths. Without a seeded index, with many
-    /// changes or if that fails (a path vanished in between), everything is (`add -A`).
-    fn add_changes(&self, seeded: bool) -> Result<Vec<String>, SnapshotError> {
+    /// out (no commit to record), and whether anything was recorded. `changes`: what
+    /// `git status` (with the untracked cache, looking only into directories that changed)
+    /// named, and only that is added: files alone by one `update-index` (no pathspec
+    /// matching, no directory scan), an untracked directory among them by `add` with
+    /// those paths. Without a seeded index (`None`), with many changes or if that fails (a
+    /// path vanished in between), everything is (`add -A`).
+    fn add_changes(&self, changes: Option<Changes>) -> Result<(Vec<String>, bool), SnapshotError> {
         const FEW: usize = 2000;
-        if seeded {
-            let changed = self.changed_paths()?;
+        if let Some(changed) = changes {
             if changed.paths.is_empty() {
-                return Ok(Vec::new());
+                return Ok((Vec::new(), false));
             }
             if changed.paths.len() <= FEW {
                 let paths = join_z(changed.paths.iter().map(Vec::as_slice));
                 if !changed.dirs && self.update_files(&changed.paths, paths.clone())? {
-                    return Ok(Vec::new());
+                    return Ok((Vec::new(), true));
                 }
                 let add = self
                     .private
@@ -745,7 +804,7 @@ impl Snapshots {
                     .input(paths)
                     .output()?;
                 if let Ok(skipped) = self.added(&add) {
-                    return Ok(skipped);
+                    return Ok((skipped, true));
                 }
             }
         }
@@ -754,7 +813,7 @@ impl Snapshots {
             .call(&["add", "-A", "--ignore-errors"])
             .env("GIT_INDEX_FILE", self.work_index())
             .output()?;
-        self.added(&add)
+        Ok((self.added(&add)?, true))
     }
 
     /// Record the files `paths` (`joined`: NUL-terminated) as they are on disk, dropping
@@ -895,12 +954,9 @@ impl Snapshots {
     }
 
     /// `add -A` skips ignored files unless the index tracks them, so the private index must
-    /// track the same ignored files as the user's index (plus `force`).
-    fn track_as_the_user_does(
-        &self,
-        has_index: bool,
-        force: &[PathBuf],
-    ) -> Result<(), SnapshotError> {
+    /// track the same ignored files as the user's index (plus `force`): what to drop and
+    /// what to add (nothing is changed here).
+    fn ignored_plan(&self, has_index: bool, force: &[PathBuf]) -> Result<Plan, SnapshotError> {
         let work_index = self.work_index();
         let ignored_tracked = |index: &Path| -> Result<BTreeSet<Vec<u8>>, SnapshotError> {
             let out = self
@@ -922,21 +978,27 @@ impl Snapshots {
         } else {
             ignored_tracked(&self.index)?
         };
-        let drop: Vec<&Vec<u8>> = ours.difference(&user).collect();
-        if !drop.is_empty() {
-            self.private
-                .call(&["update-index", "--force-remove", "-z", "--stdin"])
-                .env("GIT_INDEX_FILE", &work_index)
-                .input(join_z(drop.iter().map(|p| p.as_slice())))
-                .bytes()?;
-        }
-        let add: Vec<Vec<u8>> = user
+        let drop = ours.difference(&user).cloned().collect();
+        let add = user
             .difference(&ours)
             .cloned()
             .chain(force.iter().map(|p| p.as_os_str().as_bytes().to_vec()))
             .filter(|p| fs::symlink_metadata(self.top.join(OsStr::from_bytes(p))).is_ok())
             .collect();
-        if !add.is_empty() {
+        Ok(Plan { drop, add })
+    }
+
+    /// Drop from the private index and add to it what `plan` says.
+    fn apply_plan(&self, plan: &Plan) -> Result<(), SnapshotError> {
+        let work_index = self.work_index();
+        if !plan.drop.is_empty() {
+            self.private
+                .call(&["update-index", "--force-remove", "-z", "--stdin"])
+                .env("GIT_INDEX_FILE", &work_index)
+                .input(join_z(plan.drop.iter().map(Vec::as_slice)))
+                .bytes()?;
+        }
+        if !plan.add.is_empty() {
             self.private
                 .call(&[
                     "add",
@@ -947,10 +1009,19 @@ impl Snapshots {
                 ])
                 .env("GIT_INDEX_FILE", &work_index)
                 .env("GIT_LITERAL_PATHSPECS", "1")
-                .input(join_z(add.iter().map(Vec::as_slice)))
+                .input(join_z(plan.add.iter().map(Vec::as_slice)))
                 .bytes()?;
         }
         Ok(())
+    }
+
+    /// The key of the user's index file as it is now (`None`: no file, or no checksum).
+    fn user_index_key(&self) -> Result<Option<cache::IndexKey>, SnapshotError> {
+        match File::open(&self.index) {
+            Ok(mut f) => cache::IndexKey::of(&mut f).map_err(io(&self.index)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io(&self.index)(e)),
+        }
     }
 
     /// The ignored files the user's index tracks, known without asking git when both
@@ -982,23 +1053,6 @@ impl Snapshots {
     ) -> Result<Snapshot, SnapshotError> {
         let secs = req.time_ms.div_euclid(1000);
         let date = format!("@{secs} +0000");
-        let commit = |tree: &str, parents: &[&str], msg: &str| -> Result<String, SnapshotError> {
-            let mut args = vec!["commit-tree", "--no-gpg-sign", tree];
-            for p in parents {
-                args.extend(["-p", p]);
-            }
-            Ok(self
-                .git
-                .call(&args)
-                .env("GIT_AUTHOR_NAME", IDENT_NAME)
-                .env("GIT_AUTHOR_EMAIL", IDENT_EMAIL)
-                .env("GIT_COMMITTER_NAME", IDENT_NAME)
-                .env("GIT_COMMITTER_EMAIL", IDENT_EMAIL)
-                .env("GIT_AUTHOR_DATE", &date)
-                .env("GIT_COMMITTER_DATE", &date)
-                .input(msg.as_bytes().to_vec())
-                .text()?)
-        };
         let (existing, taken) = match listed {
             Some(l) => l,
             None => self.tags()?,
@@ -1025,23 +1079,17 @@ impl Snapshots {
         let head: Vec<&str> = cap.head.iter().map(String::as_str).collect();
         let index_commit = match &cap.index_commit {
             Some(c) => c.clone(),
-            None => {
-                let c = commit(&cap.index_tree, &head, "taskdaemon snapshot: the index\n")?;
-                if let Some(key) = &cap.index_key {
-                    self.remember_index(&cache::CachedIndex {
-                        key: key.clone(),
-                        head: cap.head.clone(),
-                        tree: cap.index_tree.clone(),
-                        commit: c.clone(),
-                    });
-                }
-                c
-            }
+            None => self.index_commit(
+                &cap.index_tree,
+                cap.head.as_deref(),
+                cap.index_key.as_ref(),
+                req.time_ms,
+            )?,
         };
         let mut parents = head.clone();
         parents.push(&index_commit);
         parents.extend(keep.iter().map(String::as_str));
-        snap.commit = commit(&cap.work_tree, &parents, &text)?;
+        snap.commit = self.commit_tree(&cap.work_tree, &parents, &text, req.time_ms)?;
 
         let base = req.kind.base_name(req.task, secs);
         for n in 1.. {
@@ -1093,6 +1141,54 @@ impl Snapshots {
             }
         }
         unreachable!("the loop above returns")
+    }
+
+    /// A snapshot commit of `tree` with `parents` and message `msg`, dated `time_ms`.
+    fn commit_tree(
+        &self,
+        tree: &str,
+        parents: &[&str],
+        msg: &str,
+        time_ms: i64,
+    ) -> Result<String, SnapshotError> {
+        let date = format!("@{} +0000", time_ms.div_euclid(1000));
+        let mut args = vec!["commit-tree", "--no-gpg-sign", tree];
+        for p in parents {
+            args.extend(["-p", p]);
+        }
+        Ok(self
+            .git
+            .call(&args)
+            .env("GIT_AUTHOR_NAME", IDENT_NAME)
+            .env("GIT_AUTHOR_EMAIL", IDENT_EMAIL)
+            .env("GIT_COMMITTER_NAME", IDENT_NAME)
+            .env("GIT_COMMITTER_EMAIL", IDENT_EMAIL)
+            .env("GIT_AUTHOR_DATE", &date)
+            .env("GIT_COMMITTER_DATE", &date)
+            .input(msg.as_bytes().to_vec())
+            .text()?)
+    }
+
+    /// The snapshot's commit of the user's index (tree `tree`, parent `head`), remembered
+    /// in `index.cache` for that index file (`key`).
+    fn index_commit(
+        &self,
+        tree: &str,
+        head: Option<&str>,
+        key: Option<&cache::IndexKey>,
+        time_ms: i64,
+    ) -> Result<String, SnapshotError> {
+        let parents: Vec<&str> = head.into_iter().collect();
+        let c = self.commit_tree(tree, &parents, "taskdaemon snapshot: the index\n", time_ms)?;
+        if let Some(key) = key {
+            self.remember_index(&cache::CachedIndex {
+                key: key.clone(),
+                head: head.map(str::to_string),
+                tree: tree.to_string(),
+                commit: c.clone(),
+            });
+        }
+        Ok(c)
     }
 
     fn rev(&self, spec: &str) -> Result<Option<String>, SnapshotError> {
@@ -1305,6 +1401,11 @@ fn copy_keeping_mtime(from: &Path, time_of: &Path, to: &Path) -> Result<(), Snap
         .open(to)
         .and_then(|f| f.set_modified(mtime))
         .map_err(io(to))
+}
+
+/// What a scoped thread returned (its panic, if it panicked, goes on in this one).
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
 fn copy_if_exists(from: &Path, to: &Path) -> Result<bool, SnapshotError> {
