@@ -62,7 +62,7 @@ pub fn confine(path: &Path) -> io::Result<()> {
     let Some(root) = work_tree_of(&path) else {
         return Ok(());
     };
-    let Ok(root_real) = real_path(&root) else {
+    let Ok(root_real) = root_real_path(&root) else {
         return Ok(());
     };
     let mut dir = path.parent();
@@ -109,6 +109,28 @@ fn real_path(dir: &Path) -> io::Result<PathBuf> {
         return Ok(p);
     }
     fs::canonicalize(dir)
+}
+
+/// [`real_path`] of a work tree's top, remembered for the process: the directories below
+/// it are resolved at each check, so a top moved or replaced since (by a link) only makes
+/// them fail to resolve inside it, a refusal.
+fn root_real_path(root: &Path) -> io::Result<PathBuf> {
+    type Known = std::sync::Mutex<Vec<(PathBuf, PathBuf)>>;
+    static KNOWN: Known = std::sync::Mutex::new(Vec::new());
+    if let Some(real) = KNOWN.lock().ok().and_then(|k| {
+        k.iter()
+            .find(|(r, _)| r == root)
+            .map(|(_, real)| real.clone())
+    }) {
+        return Ok(real);
+    }
+    let real = real_path(root)?;
+    if let Ok(mut k) = KNOWN.lock()
+        && k.len() < 64
+    {
+        k.push((root.to_path_buf(), real.clone()));
+    }
+    Ok(real)
 }
 
 /// Create `dir` (and its parents) after checking that it stays inside its work tree.
