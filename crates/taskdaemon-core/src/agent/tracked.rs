@@ -154,9 +154,13 @@ pub(crate) fn record(token: &str, env: &[(OsString, OsString)]) -> std::io::Resu
 /// Write `text` into the empty slot file at `path` (made when missing) with one `pwrite`,
 /// so a kill leaves the whole record or none. Never through a link: the file must be a
 /// regular file with no other name (a hard link to a file elsewhere would be written).
+/// The slot stays locked (`flock`) while its record is held: two processes never take the
+/// same slot, even were they to share a directory.
 fn write_slot(path: &Path, text: &[u8]) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::{FileExt, MetadataExt};
     let f = crate::fsutil::open_lock_file(path)?;
+    f.try_lock()
+        .map_err(|_| std::io::Error::other("the slot is held by another process"))?;
     let m = f.metadata()?;
     if !m.is_file() || m.nlink() != 1 || m.len() != 0 {
         return Err(std::io::Error::other(
@@ -480,6 +484,10 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "tok\nrun\n");
         // In use: not written again.
         assert!(write_slot(&path, b"other\n").is_err());
+        // Held (locked) by another holder while empty: not taken either.
+        f.set_len(0).unwrap();
+        assert!(write_slot(&path, b"other\n").is_err());
+        drop(f);
         // An ended tree's slot is emptied, not removed, and an empty slot is left alone.
         clear(&path);
         assert_eq!(std::fs::read(&path).unwrap(), b"");
