@@ -128,6 +128,17 @@ pub async fn run_loop(
             &format!("removed {cleaned} temporary file(s) of writes a stopped run left unfinished"),
         );
     }
+    // No agent of this run has started: a git lock nobody holds is one a killed git left.
+    for m in crate::git::stale_locks::clear(&*git.facts()?, std::time::SystemTime::now()) {
+        warn(
+            ctx,
+            &format!(
+                "moved {} to {}: a git process that was killed left this lock, and while it was there no commit could be made",
+                m.from.display(),
+                m.to.display()
+            ),
+        );
+    }
     if st.iterations_done == 0 && st.start_head.is_none() {
         st.start_head = git.head()?;
     }

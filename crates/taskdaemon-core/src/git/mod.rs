@@ -6,6 +6,7 @@ pub mod integrate;
 mod refs;
 pub mod remote;
 pub mod snapshot;
+pub mod stale_locks;
 pub mod worktree;
 
 pub use integrate::{IntegrateError, MergeResult, merge_into};

@@ -354,3 +354,40 @@ fn a_second_interrupt_forces_run_to_stop_at_once() {
     }
     assert_eq!(ours_alive(&env, &agent_pids), Vec::<i32>::new());
 }
+
+#[test]
+fn a_git_lock_a_killed_git_left_is_moved_aside_so_the_agent_can_commit() {
+    let env = Env::new();
+    let repo = env.repo();
+    let lock = repo.join(".git/index.lock");
+    std::fs::write(&lock, "half an index of a killed git").unwrap();
+    let r = env.run(&[
+        "run",
+        "commit once",
+        "--agent",
+        "cmd:git commit -q --allow-empty -m 'after the lock'",
+        "--validate",
+        "true",
+        "--max-iterations",
+        "1",
+    ]);
+    let out = format!("{}{}", r.stdout, r.stderr);
+    assert!(!lock.exists(), "{out}");
+    assert!(
+        out.contains("a git process that was killed left this lock"),
+        "{out}"
+    );
+    let kept: Vec<_> = std::fs::read_dir(repo.join(".git/taskdaemon/stale-locks"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(kept[0].path()).unwrap(),
+        "half an index of a killed git"
+    );
+    assert_eq!(
+        git(&repo, &["log", "-1", "--format=%s"]).trim(),
+        "after the lock"
+    );
+}

@@ -1,0 +1,143 @@
+//! Git lock files that a git process left when it was killed (an agent's `git commit`
+//! ended by `SIGKILL` with its harness, or after its grace time): while one is there, every
+//! later `git commit` of the agents fails ("Unable to create '.git/index.lock': File
+//! exists") and the loop stops making progress. At a loop's start, the locks every commit
+//! needs (the index, HEAD, the checked-out branch's ref) that no process holds open (looked
+//! at twice, 20 ms apart) and that are older than the start are moved into `<git-dir>/taskdaemon/stale-locks/`
+//! (kept, not deleted), so git can take them again. A git process holds its lock file
+//! open while it holds the lock, so one that nobody has open is left over.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use super::RepoFacts;
+
+/// A lock file moved aside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MovedLock {
+    pub from: PathBuf,
+    pub to: PathBuf,
+}
+
+/// Move aside the left-over locks of the work tree `facts` describes, older than
+/// `before`. Nothing is moved while any process holds the file open.
+pub fn clear(facts: &RepoFacts, before: SystemTime) -> Vec<MovedLock> {
+    let mut candidates = vec![
+        facts.git_dir.join("index.lock"),
+        facts.git_dir.join("HEAD.lock"),
+    ];
+    if let Some(Some(branch)) = super::refs::head_branch(facts) {
+        candidates.push(facts.common_dir.join(format!("refs/heads/{branch}.lock")));
+    }
+    let stale: Vec<(PathBuf, u64, u64)> = candidates
+        .into_iter()
+        .filter_map(|p| {
+            let m = fs::symlink_metadata(&p).ok()?;
+            let old = m.modified().is_ok_and(|t| t < before);
+            (m.is_file() && old).then(|| (p, m.dev(), m.ino()))
+        })
+        .collect();
+    if stale.is_empty() {
+        return Vec::new();
+    }
+    // Seen twice, 20 ms apart, with nobody holding it: a git that has just closed its
+    // lock file to rename it into place has done so by the second look.
+    let unheld = |stale: Vec<(PathBuf, u64, u64)>| -> Vec<(PathBuf, u64, u64)> {
+        let open = open_files();
+        stale
+            .into_iter()
+            .filter(|(p, dev, ino)| {
+                !open.contains(&(*dev, *ino))
+                    && fs::symlink_metadata(p).is_ok_and(|m| m.dev() == *dev && m.ino() == *ino)
+            })
+            .collect()
+    };
+    let stale = unheld(stale);
+    if stale.is_empty() {
+        return Vec::new();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let stale = unheld(stale);
+    let keep = facts.git_dir.join("taskdaemon").join("stale-locks");
+    let stamp = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    stale
+        .into_iter()
+        .filter_map(|(from, _, _)| {
+            let name = from.file_name()?.to_string_lossy().into_owned();
+            let to = keep.join(format!("{stamp}-{name}"));
+            crate::fsutil::create_dir_confined(&keep).ok()?;
+            fs::rename(&from, &to).ok()?;
+            Some(MovedLock { from, to })
+        })
+        .collect()
+}
+
+/// Every file some process has open, as (device, inode); what cannot be read (another
+/// user's processes) is not there, and a lock such a process holds is then moved only if
+/// it is also older than the start: git's own processes run as the user.
+fn open_files() -> std::collections::HashSet<(u64, u64)> {
+    let mut open = std::collections::HashSet::new();
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return open;
+    };
+    for p in procs.flatten() {
+        if !p
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        let Ok(fds) = fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if let Ok(m) = fs::metadata(fd.path()) {
+                open.insert((m.dev(), m.ino()));
+            }
+        }
+    }
+    open
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::git::testrepo::{commit_all, init};
+
+    #[test]
+    fn a_left_over_lock_is_moved_aside_and_a_held_or_new_one_is_left() {
+        let d = tempfile::tempdir().unwrap();
+        init(d.path());
+        fs::write(d.path().join("a"), "1").unwrap();
+        commit_all(d.path(), "one");
+        let facts = RepoFacts::ask(d.path()).unwrap();
+        let index_lock = facts.git_dir.join("index.lock");
+        let branch_lock = facts.common_dir.join("refs/heads/main.lock");
+        fs::write(&index_lock, "half an index").unwrap();
+        fs::write(&branch_lock, "").unwrap();
+        // Made after the start: left alone.
+        let long_ago = SystemTime::UNIX_EPOCH;
+        assert!(clear(&facts, long_ago).is_empty());
+        // Held open by a process: left alone; the other one is moved, its bytes kept.
+        let held = fs::File::open(&branch_lock).unwrap();
+        let later = SystemTime::now() + std::time::Duration::from_secs(1);
+        let moved = clear(&facts, later);
+        assert_eq!(moved.len(), 1, "{moved:?}");
+        assert_eq!(moved[0].from, index_lock);
+        assert!(!index_lock.exists());
+        assert_eq!(fs::read_to_string(&moved[0].to).unwrap(), "half an index");
+        assert!(branch_lock.exists());
+        drop(held);
+        assert_eq!(clear(&facts, later).len(), 1);
+        assert!(!branch_lock.exists());
+        // Git takes the index lock again.
+        fs::write(d.path().join("a"), "2").unwrap();
+        commit_all(d.path(), "two");
+    }
+}
