@@ -1,11 +1,12 @@
 //! Git lock files that a git process left when it was killed (an agent's `git commit`
 //! ended by `SIGKILL` with its harness, or after its grace time): while one is there, every
 //! later `git commit` of the agents fails ("Unable to create '.git/index.lock': File
-//! exists") and the loop stops making progress. At a loop's start, the locks every commit
-//! needs (the index, HEAD, the checked-out branch's ref) that no process holds open (looked
-//! at twice, 20 ms apart) and that are older than the start are moved into `<git-dir>/taskdaemon/stale-locks/`
-//! (kept, not deleted), so git can take them again. A git process holds its lock file
-//! open while it holds the lock, so one that nobody has open is left over.
+//! exists") and the loop stops making progress. At a loop's start, before any agent of the
+//! run, the locks every commit needs (the index, HEAD, the checked-out branch's ref) that
+//! are older than the start, that no process holds open (looked at twice, 20 ms apart),
+//! while no `git` process works in the work tree (a `git commit` waiting for its editor
+//! holds `index.lock` with the file closed), are moved into
+//! `<git-dir>/taskdaemon/stale-locks/` (kept, not deleted), so git can take them again.
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -45,7 +46,12 @@ pub fn clear(facts: &RepoFacts, before: SystemTime) -> Vec<MovedLock> {
     // Seen twice, 20 ms apart, with nobody holding it: a git that has just closed its
     // lock file to rename it into place has done so by the second look.
     let unheld = |stale: Vec<(PathBuf, u64, u64)>| -> Vec<(PathBuf, u64, u64)> {
-        let open = open_files();
+        let (open, git_here) = open_files(&facts.toplevel);
+        if git_here {
+            // A git working here (`git commit` waiting for its editor holds `index.lock`
+            // with the file closed): nothing is stale.
+            return Vec::new();
+        }
         stale
             .into_iter()
             .filter(|(p, dev, ino)| {
@@ -76,22 +82,24 @@ pub fn clear(facts: &RepoFacts, before: SystemTime) -> Vec<MovedLock> {
         .collect()
 }
 
-/// Every file some process has open, as (device, inode); what cannot be read (another
-/// user's processes) is not there, and a lock such a process holds is then moved only if
-/// it is also older than the start: git's own processes run as the user.
-fn open_files() -> std::collections::HashSet<(u64, u64)> {
+/// Every file some process has open, as (device, inode), and whether a `git` process
+/// runs with its working directory in the work tree `top`. What cannot be read (another
+/// user's processes) is not there: git's own processes here run as the user.
+fn open_files(top: &std::path::Path) -> (std::collections::HashSet<(u64, u64)>, bool) {
     let mut open = std::collections::HashSet::new();
+    let mut git_here = false;
     let Ok(procs) = fs::read_dir("/proc") else {
-        return open;
+        return (open, git_here);
     };
+    let me = std::process::id().to_string();
     for p in procs.flatten() {
-        if !p
-            .file_name()
-            .to_string_lossy()
-            .bytes()
-            .all(|b| b.is_ascii_digit())
-        {
+        let name = p.file_name().to_string_lossy().into_owned();
+        if name == me || !name.bytes().all(|b| b.is_ascii_digit()) {
             continue;
+        }
+        let is_git = fs::read_to_string(p.path().join("comm")).is_ok_and(|c| c.trim_end() == "git");
+        if is_git && fs::read_link(p.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(top)) {
+            git_here = true;
         }
         let Ok(fds) = fs::read_dir(p.path().join("fd")) else {
             continue;
@@ -102,7 +110,7 @@ fn open_files() -> std::collections::HashSet<(u64, u64)> {
             }
         }
     }
-    open
+    (open, git_here)
 }
 
 #[cfg(test)]
@@ -125,7 +133,19 @@ mod tests {
         let long_ago = SystemTime::UNIX_EPOCH;
         assert!(clear(&facts, long_ago).is_empty());
         // Held open by a process: left alone; the other one is moved, its bytes kept.
-        let held = fs::File::open(&branch_lock).unwrap();
+        let mut held = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("exec sleep 30 < '{}'", branch_lock.display()))
+            .spawn()
+            .unwrap();
+        let t = std::time::Instant::now();
+        while !open_files(&facts.toplevel).0.contains(&{
+            let m = fs::metadata(&branch_lock).unwrap();
+            (m.dev(), m.ino())
+        }) && t.elapsed() < std::time::Duration::from_secs(5)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let later = SystemTime::now() + std::time::Duration::from_secs(1);
         let moved = clear(&facts, later);
         assert_eq!(moved.len(), 1, "{moved:?}");
@@ -133,9 +153,30 @@ mod tests {
         assert!(!index_lock.exists());
         assert_eq!(fs::read_to_string(&moved[0].to).unwrap(), "half an index");
         assert!(branch_lock.exists());
-        drop(held);
+        let _ = held.kill();
+        let _ = held.wait();
         assert_eq!(clear(&facts, later).len(), 1);
         assert!(!branch_lock.exists());
+        // A git working in the work tree (here a `sleep` named git, as `git commit` waits
+        // for its editor): nothing is moved.
+        fs::write(&index_lock, "").unwrap();
+        let later = SystemTime::now() + std::time::Duration::from_secs(60);
+        let bin = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/bin/sleep", bin.path().join("git")).unwrap();
+        let mut editing = std::process::Command::new(bin.path().join("git"))
+            .arg("30")
+            .current_dir(d.path())
+            .spawn()
+            .unwrap();
+        let t = std::time::Instant::now();
+        while !open_files(&facts.toplevel).1 && t.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(clear(&facts, later).is_empty());
+        assert!(index_lock.exists());
+        let _ = editing.kill();
+        let _ = editing.wait();
+        assert_eq!(clear(&facts, later).len(), 1);
         // Git takes the index lock again.
         fs::write(d.path().join("a"), "2").unwrap();
         commit_all(d.path(), "two");
