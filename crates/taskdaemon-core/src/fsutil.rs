@@ -1,8 +1,8 @@
 //! Durable file writes. Every file the harness writes goes through here: whole files are
 //! written to a temp file in the same directory, fsynced and renamed over the target
-//! (`write_atomic_volatile`: the same without the syncs, only for records whose meaning
-//! ends with the processes that wrote them); append-only logs append one complete record
-//! per `write` call and sync it.
+//! (`write_atomic_volatile`: the same without the syncs, only for files whose meaning ends
+//! with the processes that wrote them or that nothing is decided on after a crash of the
+//! machine); append-only logs append one complete record per `write` call and sync it.
 //!
 //! **Symbolic links.** A repository is untrusted input: a committed `.ralph/run.lock ->
 //! ~/somefile` must not make the harness write into the user's files. Every function here

@@ -326,23 +326,27 @@ fn has_token(dir: &Path, want: &[u8]) -> bool {
         .unwrap_or(false)
 }
 
+/// Every process of the machine but this one: its pid and its `/proc/PID` directory.
+pub(crate) fn other_processes() -> impl Iterator<Item = (i32, PathBuf)> {
+    let me = std::process::id() as i32;
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(move |e| {
+            let pid = e.file_name().to_str()?.parse::<i32>().ok()?;
+            (pid != me).then(|| (pid, e.path()))
+        })
+}
+
 /// Every process on the system, and whether it carries `token` (zombies have no
 /// environment to read).
 fn scan(token: &str) -> Vec<(Proc, bool)> {
     let want = format!("{GROUP_VAR}={token}");
-    let me = std::process::id() as i32;
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    procs
-        .flatten()
-        .filter_map(|e| {
-            let pid = e.file_name().to_str()?.parse::<i32>().ok()?;
-            if pid == me {
-                return None;
-            }
-            let p = read_stat(&e.path(), pid)?;
-            let marked = !p.zombie && has_token(&e.path(), want.as_bytes());
+    other_processes()
+        .filter_map(|(pid, dir)| {
+            let p = read_stat(&dir, pid)?;
+            let marked = !p.zombie && has_token(&dir, want.as_bytes());
             Some((p, marked))
         })
         .collect()

@@ -88,20 +88,12 @@ pub fn clear(facts: &RepoFacts, before: SystemTime) -> Vec<MovedLock> {
 fn open_files(top: &std::path::Path) -> (std::collections::HashSet<(u64, u64)>, bool) {
     let mut open = std::collections::HashSet::new();
     let mut git_here = false;
-    let Ok(procs) = fs::read_dir("/proc") else {
-        return (open, git_here);
-    };
-    let me = std::process::id().to_string();
-    for p in procs.flatten() {
-        let name = p.file_name().to_string_lossy().into_owned();
-        if name == me || !name.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let is_git = fs::read_to_string(p.path().join("comm")).is_ok_and(|c| c.trim_end() == "git");
-        if is_git && fs::read_link(p.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(top)) {
+    for (_, dir) in crate::agent::tracked::other_processes() {
+        let is_git = fs::read_to_string(dir.join("comm")).is_ok_and(|c| c.trim_end() == "git");
+        if is_git && fs::read_link(dir.join("cwd")).is_ok_and(|cwd| cwd.starts_with(top)) {
             git_here = true;
         }
-        let Ok(fds) = fs::read_dir(p.path().join("fd")) else {
+        let Ok(fds) = fs::read_dir(dir.join("fd")) else {
             continue;
         };
         for fd in fds.flatten() {

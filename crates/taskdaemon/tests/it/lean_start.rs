@@ -48,7 +48,7 @@ fn run_to_its_first_iteration_runs_no_git() {
             "run",
             "lean start",
             "--agent",
-            "cmd:true",
+            "cmd:git --version",
             "--validate",
             "true",
             "--completion-promise",
@@ -64,8 +64,10 @@ fn run_to_its_first_iteration_runs_no_git() {
     assert!(out.contains("iteration_finished"), "{out}");
     // The bash floor of such a run is 3 (top level, HEAD before and after); every fact
     // (top level, git dirs, index, info/exclude) comes from the repository's files and
-    // HEAD from the ref files.
-    lean("run", &calls, 0);
+    // HEAD from the ref files. The one git traced is the agent's, which shows the trace
+    // works.
+    assert_eq!(calls, ["git version"], "{out}");
+    lean("run", &calls, 1);
 }
 
 #[test]

@@ -14,7 +14,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::journal::Journal;
@@ -280,14 +280,11 @@ fn read_pid(f: &mut File) -> Option<i32> {
 /// Live processes whose environment marks them as git started by `owner`.
 fn children_of(owner: i32) -> Vec<i32> {
     let needle = format!("{OWNER_ENV}={owner}\0");
-    let Ok(rd) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    rd.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            fs::read(Path::new("/proc").join(pid.to_string()).join("environ"))
+    crate::agent::tracked::other_processes()
+        .filter(|(_, dir)| {
+            fs::read(dir.join("environ"))
                 .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_bytes()))
         })
+        .map(|(pid, _)| pid)
         .collect()
 }
