@@ -120,6 +120,7 @@ fn facts(top: &Path, git_dir: PathBuf, common_dir: PathBuf) -> Option<RepoFacts>
         object_format,
         index: git_dir.join("index"),
         info_exclude: common_dir.join("info").join("exclude"),
+        plain: !common_dir.join("reftable").exists(),
         git_dir,
         common_dir,
     })

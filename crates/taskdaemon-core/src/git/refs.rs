@@ -25,6 +25,10 @@ pub struct RepoFacts {
     pub index: PathBuf,
     /// The `info/exclude` file.
     pub info_exclude: PathBuf,
+    /// Read from the repository's own files in a plain shape, refs in files (not
+    /// reftable); `false` when git was asked. Only then may a private git directory stand
+    /// in for this one (the snapshot scan's, `snapshot/scan.rs`).
+    pub plain: bool,
 }
 
 impl RepoFacts {
@@ -97,6 +101,7 @@ impl RepoFacts {
                     common_dir: common.into(),
                     index: index.into(),
                     info_exclude: exclude.into(),
+                    plain: false,
                 })
             }
             _ => Err(GitError::Failed {

@@ -205,3 +205,62 @@ fn a_first_save_of_a_clean_packed_repository_writes_no_tree() {
         .expect("the second save's tag");
     assert_eq!(git(&repo, &["show", &format!("{tag}:new-1.txt")]), "new\n");
 }
+
+/// The `GIT_DIR` each `git status` of a snapshot command ran with (`None`: discovered).
+fn status_git_dirs(env: &Env, args: &[&str]) -> Vec<Option<String>> {
+    let trace = env.root().join("trace-dirs.json");
+    let _ = std::fs::remove_file(&trace);
+    let vars = [
+        ("GIT_TRACE2_EVENT".to_string(), trace.display().to_string()),
+        ("GIT_TRACE2_ENV_VARS".to_string(), "GIT_DIR".to_string()),
+    ];
+    env.ok_with(&vars, args);
+    let events: Vec<Value> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let status_sids = events.iter().filter(|e| {
+        e["event"] == "cmd_name" && e["name"] == "status" && e["sid"].as_str().is_some()
+    });
+    status_sids
+        .map(|s| {
+            events
+                .iter()
+                .find(|e| {
+                    e["sid"] == s["sid"] && e["event"] == "def_param" && e["param"] == "GIT_DIR"
+                })
+                .and_then(|e| e["value"].as_str().map(str::to_string))
+        })
+        .collect()
+}
+
+#[test]
+fn a_save_after_a_save_scans_in_the_private_git_directory() {
+    let env = Env::new();
+    let repo = env.repo();
+    change(&repo, "1");
+    assert_eq!(
+        status_git_dirs(&env, &["snapshot", "save", "first"]),
+        [None],
+        "the first save scans in the repository's own git directory"
+    );
+    change(&repo, "2");
+    let dirs = status_git_dirs(&env, &["snapshot", "save", "second"]);
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let dir = dirs[0].clone().expect("GIT_DIR set for the status");
+    assert!(
+        dir.ends_with("/.git/taskdaemon/scan"),
+        "the scan's own HEAD (the last snapshot): {dir}"
+    );
+    let listed = git(&repo, &["tag", "--list", "manual-*"]);
+    let tag = listed
+        .lines()
+        .find(|t| t.ends_with("-2"))
+        .expect("second tag");
+    assert_eq!(git(&repo, &["show", &format!("{tag}:new-2.txt")]), "new\n");
+    assert_eq!(
+        git(&repo, &["show", &format!("{tag}:README.md")]),
+        "hello 2\n"
+    );
+}

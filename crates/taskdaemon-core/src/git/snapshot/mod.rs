@@ -38,6 +38,7 @@ mod journal;
 mod locks;
 mod prune;
 mod ref_session;
+mod scan;
 mod tags;
 mod trust;
 
@@ -386,6 +387,11 @@ impl Snapshots {
                 "core.fsmonitor=false",
                 // Internal plumbing fires none of the user's hooks.
                 "core.hooksPath=/dev/null",
+                // The objects a save writes are stored loose without compression: zlib's
+                // set-up per object was a third of `update-index` (21 files: 12 -> 7.5 ms
+                // here). A `gc` packs them compressed as usual; until then they take the
+                // files' own size on disk.
+                "core.looseCompression=0",
             ],
             // No attributes: no clean/smudge filters, no eol conversion. The owner mark
             // lets the next command find git children a killed taskdaemon left running.
@@ -845,21 +851,33 @@ impl Snapshots {
     /// Paths where the work tree differs from the private index (modified, deleted, of
     /// another type) and untracked files or directories (not ignored), from `git status`.
     /// Its refresh of the stat data and untracked cache is written back (optional locks).
+    /// It runs in the scan's git directory when it can ([`scan`]: HEAD the last snapshot,
+    /// so its comparison of the index with HEAD, which is not read, costs next to nothing).
     fn changed_paths(&self) -> Result<Changes, SnapshotError> {
-        let out = self
-            .private
-            .call(&[
-                "status",
-                "--porcelain",
-                "-z",
-                "--untracked-files=normal",
-                "--ignore-submodules=dirty",
-                "--no-renames",
-            ])
-            .env("GIT_INDEX_FILE", self.work_index())
-            .env("GIT_OPTIONAL_LOCKS", "1")
-            .bytes()?;
-        Ok(status_changes(&out))
+        let status = || {
+            self.private
+                .call(&[
+                    "status",
+                    "--porcelain",
+                    "-z",
+                    "--untracked-files=normal",
+                    "--ignore-submodules=dirty",
+                    "--no-renames",
+                ])
+                .env("GIT_INDEX_FILE", self.work_index())
+                .env("GIT_OPTIONAL_LOCKS", "1")
+        };
+        if let Some(dir) = self.scan_git_dir() {
+            let out = status()
+                .env("GIT_DIR", &dir)
+                .env("GIT_WORK_TREE", &self.top)
+                .output()?;
+            if out.status.success() {
+                return Ok(status_changes(&out.stdout));
+            }
+            self.forget_scan_head();
+        }
+        Ok(status_changes(&status().bytes()?))
     }
 
     /// The embedded repositories `add` left out; any other error stops.
@@ -1126,6 +1144,7 @@ impl Snapshots {
                     index_tree: cap.index_tree.clone(),
                 };
                 self.remember_tag(&name, &text, (&snap.commit, made));
+                self.remember_scan_head(&snap.commit);
                 snap.tag = name;
                 return Ok(snap);
             }

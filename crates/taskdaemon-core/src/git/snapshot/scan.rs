@@ -1,0 +1,204 @@
+//! The git directory a save's `git status` runs in (issue 16).
+//!
+//! `git status` compares the index with HEAD as well as with the work tree. A save reads
+//! only the work-tree column, and the private index it scans holds the last snapshot's
+//! tree, not the user's HEAD's: against the user's HEAD that comparison walks every tree
+//! that differs (a third of the status at 10k files). So the status runs in
+//! `<git-dir>/taskdaemon/scan/`, a git directory shaped like a linked worktree's: its
+//! `commondir` names the repository's common directory (objects, refs, config,
+//! `info/exclude` are the repository's own) and its `HEAD` is the last snapshot's commit,
+//! whose tree the private index's cache-tree matches nearly everywhere. It is nobody's
+//! worktree (`git worktree` lists only `worktrees/`), it holds no ref, and nothing but
+//! that status reads it.
+//!
+//! Used only for a repository read plainly from its files ([`RepoFacts::plain`]: no
+//! discovery variables, no `core.worktree`, no extension but the object format, refs in
+//! files), and only while its `HEAD` names a commit that is still stored; anything else,
+//! or a status that fails there, is the plain status as before.
+//!
+//! [`RepoFacts::plain`]: crate::git::refs::RepoFacts::plain
+
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use super::Snapshots;
+
+impl Snapshots {
+    fn scan_dir(&self) -> PathBuf {
+        self.private_dir().join("scan")
+    }
+
+    /// The scan's git directory, when it can stand in for this one: a plain repository,
+    /// and a `HEAD` naming a stored object (the commit of the last save).
+    pub(super) fn scan_git_dir(&self) -> Option<PathBuf> {
+        if !self.repo.plain {
+            return None;
+        }
+        let dir = self.scan_dir();
+        let head = fs::read_to_string(dir.join("HEAD")).ok()?;
+        let head = head.strip_suffix('\n')?;
+        let common = fs::read(dir.join("commondir")).ok()?;
+        let names_ours =
+            common.strip_suffix(b"\n") == Some(self.common_dir.as_os_str().as_encoded_bytes());
+        (names_ours && self.is_stored(head)).then_some(dir)
+    }
+
+    /// Point the scan's `HEAD` at `commit` (a snapshot commit just made, whose tree is what
+    /// the private index holds). Best effort: a scan directory that cannot be written is
+    /// simply not used. Written in place (no new inode per save); a torn `HEAD` reads as
+    /// no scan directory.
+    pub(super) fn remember_scan_head(&self, commit: &str) {
+        if !self.repo.plain {
+            return;
+        }
+        let dir = self.scan_dir();
+        if fs::create_dir_all(&dir).is_err() {
+            return;
+        }
+        let mut common = self.common_dir.as_os_str().as_encoded_bytes().to_vec();
+        common.push(b'\n');
+        if fs::read(dir.join("commondir")).ok().as_deref() != Some(&common)
+            && write_in_place(&dir.join("commondir"), &common).is_err()
+        {
+            return;
+        }
+        let _ = write_in_place(&dir.join("HEAD"), format!("{commit}\n").as_bytes());
+    }
+
+    /// Forget the scan's `HEAD` (its status failed): the next saves scan plainly until a
+    /// save points it at a new snapshot.
+    pub(super) fn forget_scan_head(&self) {
+        let _ = fs::remove_file(self.scan_dir().join("HEAD"));
+    }
+}
+
+/// Write `bytes` as the whole of `path`, in place, never through a symbolic link.
+fn write_in_place(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)?;
+    f.write_all_at(bytes, 0)?;
+    f.set_len(bytes.len() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Kind, SaveRequest, Snapshots};
+    use crate::git::testrepo::{commit_all, git, init};
+    use std::fs;
+    use std::path::Path;
+
+    fn save(s: &Snapshots, n: i64) -> String {
+        let req = SaveRequest {
+            kind: Kind::Manual,
+            task: None,
+            message: "a save",
+            time_ms: n * 1_000,
+        };
+        s.save(&req).unwrap().commit
+    }
+
+    fn saved_paths(dir: &Path, commit: &str) -> String {
+        git(dir, &["ls-tree", "-r", "--name-only", commit]).replace('\n', " ")
+    }
+
+    #[test]
+    fn a_save_scans_against_the_last_snapshot_and_finds_what_a_plain_status_finds() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path();
+        init(repo);
+        fs::write(repo.join("a"), "1").unwrap();
+        fs::write(repo.join(".gitignore"), "*.log\n").unwrap();
+        commit_all(repo, "one");
+        fs::write(repo.join(".git/info/exclude"), "*.cfg\n").unwrap();
+        let s = Snapshots::open(repo).unwrap();
+        let scan = repo.join(".git/taskdaemon/scan");
+
+        let first = save(&s, 1);
+        assert_eq!(
+            fs::read_to_string(scan.join("HEAD")).unwrap(),
+            format!("{first}\n")
+        );
+        let common = s.common_dir.display().to_string() + "\n";
+        assert_eq!(fs::read_to_string(scan.join("commondir")).unwrap(), common);
+        assert!(s.scan_git_dir().is_some());
+
+        // The next save's status runs there: ignore rules are the repository's own.
+        fs::write(repo.join("a"), "2").unwrap();
+        fs::write(repo.join("b.txt"), "new").unwrap();
+        fs::write(repo.join("x.log"), "ignored").unwrap();
+        fs::write(repo.join("y.cfg"), "excluded").unwrap();
+        let second = save(&s, 2);
+        assert_eq!(saved_paths(repo, &second), ".gitignore a b.txt");
+        assert_eq!(git(repo, &["show", &format!("{second}:a")]), "2");
+        assert_eq!(
+            fs::read_to_string(scan.join("HEAD")).unwrap(),
+            format!("{second}\n")
+        );
+        assert_eq!(
+            git(repo, &["status", "--porcelain"]),
+            " M a\n?? b.txt",
+            "the user's index and HEAD are untouched"
+        );
+
+        // A HEAD naming nothing stored: not used, the save scans plainly.
+        fs::write(scan.join("HEAD"), format!("{}\n", "0".repeat(40))).unwrap();
+        assert!(s.scan_git_dir().is_none());
+        fs::write(repo.join("c.txt"), "c").unwrap();
+        let third = save(&s, 3);
+        assert_eq!(saved_paths(repo, &third), ".gitignore a b.txt c.txt");
+        assert_eq!(
+            fs::read_to_string(scan.join("HEAD")).unwrap(),
+            format!("{third}\n")
+        );
+
+        // A HEAD naming a stored object that is no commit: the status there fails, the
+        // save scans plainly and the HEAD is forgotten until the save points it anew.
+        let blob = git(repo, &["rev-parse", &format!("{third}:c.txt")]);
+        fs::write(scan.join("HEAD"), format!("{blob}\n")).unwrap();
+        assert!(s.scan_git_dir().is_some());
+        fs::remove_file(repo.join("b.txt")).unwrap();
+        let fourth = save(&s, 4);
+        assert_eq!(saved_paths(repo, &fourth), ".gitignore a c.txt");
+        assert_eq!(
+            fs::read_to_string(scan.join("HEAD")).unwrap(),
+            format!("{fourth}\n")
+        );
+
+        // A scan directory naming another common directory is not used.
+        fs::write(scan.join("commondir"), "/elsewhere\n").unwrap();
+        assert!(s.scan_git_dir().is_none());
+    }
+
+    #[test]
+    fn a_reftable_repository_scans_plainly() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path().join("t");
+        // reftable needs git 2.45; older gits refuse the option and there is nothing to test.
+        let ok = std::process::Command::new("git")
+            .args(["init", "-q", "-b", "main", "--ref-format=reftable"])
+            .arg(&repo)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .status()
+            .unwrap()
+            .success();
+        if !ok {
+            return;
+        }
+        git(&repo, &["config", "user.name", "t"]);
+        git(&repo, &["config", "user.email", "t@example.com"]);
+        fs::write(repo.join("a"), "1").unwrap();
+        commit_all(&repo, "one");
+        let s = Snapshots::open(&repo).unwrap();
+        save(&s, 1);
+        fs::write(repo.join("a"), "2").unwrap();
+        let second = save(&s, 2);
+        assert_eq!(git(&repo, &["show", &format!("{second}:a")]), "2");
+        assert!(!repo.join(".git/taskdaemon/scan").exists());
+    }
+}
