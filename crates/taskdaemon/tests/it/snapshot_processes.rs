@@ -246,7 +246,13 @@ fn a_save_after_a_save_scans_in_the_private_git_directory() {
         "the first save scans in the repository's own git directory"
     );
     change(&repo, "2");
-    let dirs = status_git_dirs(&env, &["snapshot", "save", "second"]);
+    assert_eq!(
+        status_git_dirs(&env, &["snapshot", "save", "second"]),
+        [None],
+        "nor the second: the first made no scan directory, the second makes it"
+    );
+    change(&repo, "3");
+    let dirs = status_git_dirs(&env, &["snapshot", "save", "third"]);
     assert_eq!(dirs.len(), 1, "{dirs:?}");
     let dir = dirs[0].clone().expect("GIT_DIR set for the status");
     assert!(
@@ -256,11 +262,11 @@ fn a_save_after_a_save_scans_in_the_private_git_directory() {
     let listed = git(&repo, &["tag", "--list", "manual-*"]);
     let tag = listed
         .lines()
-        .find(|t| t.ends_with("-2"))
-        .expect("second tag");
-    assert_eq!(git(&repo, &["show", &format!("{tag}:new-2.txt")]), "new\n");
+        .find(|t| t.ends_with("-3"))
+        .expect("third tag");
+    assert_eq!(git(&repo, &["show", &format!("{tag}:new-3.txt")]), "new\n");
     assert_eq!(
         git(&repo, &["show", &format!("{tag}:README.md")]),
-        "hello 2\n"
+        "hello 3\n"
     );
 }

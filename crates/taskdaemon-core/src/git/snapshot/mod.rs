@@ -315,6 +315,8 @@ struct Captured {
     scanned: std::time::SystemTime,
     /// Embedded repositories without a commit: not in the snapshot.
     skipped: Vec<String>,
+    /// The private index was seeded from the user's for this capture (a first save).
+    seeded_now: bool,
 }
 
 /// The user's index as a save sees it.
@@ -680,6 +682,7 @@ impl Snapshots {
             scanned,
             work_tree,
             skipped,
+            seeded_now: fresh,
         })
     }
 
@@ -1144,7 +1147,11 @@ impl Snapshots {
                     index_tree: cap.index_tree.clone(),
                 };
                 self.remember_tag(&name, &text, (&snap.commit, made));
-                self.remember_scan_head(&snap.commit);
+                // Not at a first save, which scanned the user's HEAD and should cost
+                // little more than a `git status`: the next one makes the directory.
+                if !cap.seeded_now {
+                    self.remember_scan_head(&snap.commit);
+                }
                 snap.tag = name;
                 return Ok(snap);
             }

@@ -7,7 +7,9 @@
 //! `<git-dir>/taskdaemon/scan/`, a git directory shaped like a linked worktree's: its
 //! `commondir` names the repository's common directory (objects, refs, config,
 //! `info/exclude` are the repository's own) and its `HEAD` is the last snapshot's commit,
-//! whose tree the private index's cache-tree matches nearly everywhere. It is nobody's
+//! whose tree the private index's cache-tree matches nearly everywhere (written after
+//! each save but a first one, which seeds the private index and scans against the user's
+//! HEAD anyway). It is nobody's
 //! worktree (`git worktree` lists only `worktrees/`), it holds no ref, and nothing but
 //! that status reads it.
 //!
@@ -118,7 +120,13 @@ mod tests {
         let s = Snapshots::open(repo).unwrap();
         let scan = repo.join(".git/taskdaemon/scan");
 
-        let first = save(&s, 1);
+        // The first save (the private index seeded) makes no scan directory: it should
+        // cost little more than a `git status`. The next one does.
+        save(&s, 1);
+        assert!(!scan.exists());
+        fs::write(repo.join("z"), "z").unwrap();
+        let first = save(&s, 2);
+        fs::remove_file(repo.join("z")).unwrap();
         assert_eq!(
             fs::read_to_string(scan.join("HEAD")).unwrap(),
             format!("{first}\n")
@@ -132,7 +140,7 @@ mod tests {
         fs::write(repo.join("b.txt"), "new").unwrap();
         fs::write(repo.join("x.log"), "ignored").unwrap();
         fs::write(repo.join("y.cfg"), "excluded").unwrap();
-        let second = save(&s, 2);
+        let second = save(&s, 3);
         assert_eq!(saved_paths(repo, &second), ".gitignore a b.txt");
         assert_eq!(git(repo, &["show", &format!("{second}:a")]), "2");
         assert_eq!(
@@ -149,7 +157,7 @@ mod tests {
         fs::write(scan.join("HEAD"), format!("{}\n", "0".repeat(40))).unwrap();
         assert!(s.scan_git_dir().is_none());
         fs::write(repo.join("c.txt"), "c").unwrap();
-        let third = save(&s, 3);
+        let third = save(&s, 4);
         assert_eq!(saved_paths(repo, &third), ".gitignore a b.txt c.txt");
         assert_eq!(
             fs::read_to_string(scan.join("HEAD")).unwrap(),
@@ -162,7 +170,7 @@ mod tests {
         fs::write(scan.join("HEAD"), format!("{blob}\n")).unwrap();
         assert!(s.scan_git_dir().is_some());
         fs::remove_file(repo.join("b.txt")).unwrap();
-        let fourth = save(&s, 4);
+        let fourth = save(&s, 5);
         assert_eq!(saved_paths(repo, &fourth), ".gitignore a c.txt");
         assert_eq!(
             fs::read_to_string(scan.join("HEAD")).unwrap(),
@@ -196,9 +204,11 @@ mod tests {
         commit_all(&repo, "one");
         let s = Snapshots::open(&repo).unwrap();
         save(&s, 1);
-        fs::write(repo.join("a"), "2").unwrap();
-        let second = save(&s, 2);
-        assert_eq!(git(&repo, &["show", &format!("{second}:a")]), "2");
+        for n in 2..4 {
+            fs::write(repo.join("a"), n.to_string()).unwrap();
+            let saved = save(&s, n);
+            assert_eq!(git(&repo, &["show", &format!("{saved}:a")]), n.to_string());
+        }
         assert!(!repo.join(".git/taskdaemon/scan").exists());
     }
 }
