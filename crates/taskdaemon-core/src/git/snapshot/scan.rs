@@ -38,6 +38,9 @@ impl Snapshots {
             return None;
         }
         let dir = self.scan_dir();
+        if !is_real_dir(&dir) {
+            return None;
+        }
         let head = fs::read_to_string(dir.join("HEAD")).ok()?;
         let head = head.strip_suffix('\n')?;
         let common = fs::read(dir.join("commondir")).ok()?;
@@ -55,7 +58,7 @@ impl Snapshots {
             return;
         }
         let dir = self.scan_dir();
-        if fs::create_dir_all(&dir).is_err() {
+        if fs::create_dir_all(&dir).is_err() || !is_real_dir(&dir) {
             return;
         }
         let mut common = self.common_dir.as_os_str().as_encoded_bytes().to_vec();
@@ -73,6 +76,11 @@ impl Snapshots {
     pub(super) fn forget_scan_head(&self) {
         let _ = fs::remove_file(self.scan_dir().join("HEAD"));
     }
+}
+
+/// A directory, not a symbolic link to one (which could lead out of the repository).
+fn is_real_dir(dir: &Path) -> bool {
+    fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
 }
 
 /// Write `bytes` as the whole of `path`, in place, never through a symbolic link.
@@ -179,6 +187,17 @@ mod tests {
 
         // A scan directory naming another common directory is not used.
         fs::write(scan.join("commondir"), "/elsewhere\n").unwrap();
+        assert!(s.scan_git_dir().is_none());
+
+        // Nor one that is a link (it could lead out of the repository): a save neither
+        // scans there nor writes through it.
+        let outside = tempfile::tempdir().unwrap();
+        fs::remove_dir_all(&scan).unwrap();
+        std::os::unix::fs::symlink(outside.path(), &scan).unwrap();
+        fs::write(repo.join("d.txt"), "d").unwrap();
+        let fifth = save(&s, 6);
+        assert!(saved_paths(repo, &fifth).contains("d.txt"));
+        assert_eq!(fs::read_dir(outside.path()).unwrap().count(), 0);
         assert!(s.scan_git_dir().is_none());
     }
 
