@@ -7,11 +7,10 @@
 //! `<git-dir>/taskdaemon/scan/`, a git directory shaped like a linked worktree's: its
 //! `commondir` names the repository's common directory (objects, refs, config,
 //! `info/exclude` are the repository's own) and its `HEAD` is the last snapshot's commit,
-//! whose tree the private index's cache-tree matches nearly everywhere (written after
-//! each save but a first one, which seeds the private index and scans against the user's
-//! HEAD anyway). It is nobody's
-//! worktree (`git worktree` lists only `worktrees/`), it holds no ref, and nothing but
-//! that status reads it.
+//! whose tree the private index's cache-tree matches nearly everywhere. `HEAD` is written
+//! after each save but a first one, which seeds the private index and scans against the
+//! user's HEAD anyway. The directory is nobody's worktree (`git worktree` lists only
+//! `worktrees/`), it holds no ref, and nothing but that status reads it.
 //!
 //! Used only for a repository read plainly from its files ([`RepoFacts::plain`]: no
 //! discovery variables, no `core.worktree`, no extension but the object format, refs in
@@ -129,15 +128,15 @@ mod tests {
         let scan = repo.join(".git/taskdaemon/scan");
 
         // The first save (the private index seeded) makes no scan directory: it should
-        // cost little more than a `git status`. The next one does.
+        // cost little more than a `git status`. The second one does.
         save(&s, 1);
         assert!(!scan.exists());
         fs::write(repo.join("z"), "z").unwrap();
-        let first = save(&s, 2);
+        let made = save(&s, 2);
         fs::remove_file(repo.join("z")).unwrap();
         assert_eq!(
             fs::read_to_string(scan.join("HEAD")).unwrap(),
-            format!("{first}\n")
+            format!("{made}\n")
         );
         let common = s.common_dir.display().to_string() + "\n";
         assert_eq!(fs::read_to_string(scan.join("commondir")).unwrap(), common);
