@@ -51,6 +51,16 @@ struct TagCache {
     tags: BTreeMap<String, TagObject>,
 }
 
+/// One line of `tags.cache`: what the tag object `id` says. A save appends its own tag's
+/// line (no rewrite of the others: the file grows by one line per snapshot, and a save's
+/// cost must not grow with the number of snapshots); a listing that finds the file naming
+/// tags that are gone, or lacking some, writes it again with one line per tag it lists.
+#[derive(Debug, Serialize, Deserialize)]
+struct CacheLine {
+    id: String,
+    tag: TagObject,
+}
+
 impl Snapshots {
     fn tag_cache_path(&self) -> PathBuf {
         self.private_dir().join("tags.cache")
@@ -225,17 +235,54 @@ impl Snapshots {
         Ok(read)
     }
 
+    /// The cache's lines, later ones over earlier ones; a line that does not read (torn
+    /// by a kill) is skipped. A whole-file map (the format before lines) reads too.
     fn read_tag_cache(&self) -> TagCache {
-        fs::read(self.tag_cache_path())
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default()
+        let Ok(bytes) = fs::read(self.tag_cache_path()) else {
+            return TagCache::default();
+        };
+        let mut cache = TagCache::default();
+        for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            if let Ok(l) = serde_json::from_slice::<CacheLine>(line) {
+                cache.tags.insert(l.id, l.tag);
+            } else if let Ok(old) = serde_json::from_slice::<TagCache>(line) {
+                cache.tags.extend(old.tags);
+            }
+        }
+        cache
     }
 
     /// Best effort, like `index.cache`: a cache entry lost is read again from git.
     fn write_tag_cache(&self, cache: &TagCache) {
-        if let Ok(text) = serde_json::to_vec(cache) {
-            super::cache::write_cache(&self.tag_cache_path(), &text);
+        let mut text = Vec::new();
+        for (id, tag) in &cache.tags {
+            if let Ok(line) = serde_json::to_vec(&CacheLine {
+                id: id.clone(),
+                tag: tag.clone(),
+            }) {
+                text.extend_from_slice(&line);
+                text.push(b'\n');
+            }
+        }
+        super::cache::write_cache(&self.tag_cache_path(), &text);
+    }
+
+    /// Add one line to the cache (one `write` in append mode, never through a link).
+    fn append_tag_cache(&self, line: &CacheLine) {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let Ok(mut text) = serde_json::to_vec(line) else {
+            return;
+        };
+        text.push(b'\n');
+        let file = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(self.tag_cache_path());
+        if let Ok(mut f) = file {
+            let _ = f.write_all(&text);
         }
     }
 
@@ -248,14 +295,12 @@ impl Snapshots {
         else {
             return;
         };
-        let mut cache = self.read_tag_cache();
-        let t = TagObject {
+        let tag = TagObject {
             peeled: made.0.to_string(),
             contents: contents.to_string(),
             made: Some(made.1),
         };
-        cache.tags.insert(id, t);
-        self.write_tag_cache(&cache);
+        self.append_tag_cache(&CacheLine { id, tag });
     }
 
     /// What a save of this repository remembered of the snapshot commit `commit`.
@@ -379,6 +424,48 @@ mod tests {
         };
         let third = s.save(&next).unwrap();
         assert_eq!((third.seq, third.tag.as_str()), (3, "manual-5-2"));
+        assert_eq!(s.tags().unwrap(), from_git(&s));
+    }
+
+    #[test]
+    fn a_save_appends_its_line_and_a_torn_or_old_cache_still_reads() {
+        use crate::git::testrepo::{commit_all, init};
+        let d = tempfile::tempdir().unwrap();
+        init(d.path());
+        std::fs::write(d.path().join("a"), "0").unwrap();
+        commit_all(d.path(), "one");
+        let s = Snapshots::open(d.path()).unwrap();
+        for i in 1..=3 {
+            std::fs::write(d.path().join("a"), format!("{i}")).unwrap();
+            let req = super::super::SaveRequest {
+                kind: super::super::Kind::Manual,
+                task: None,
+                message: "a save",
+                time_ms: i * 1_000,
+            };
+            s.save(&req).unwrap();
+        }
+        let path = s.tag_cache_path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 3, "one line per save: {text}");
+        assert_eq!(s.tags().unwrap(), from_git(&s));
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            text,
+            "nothing rewritten"
+        );
+
+        // A line torn by a kill is skipped; its tag is read from git and the file written
+        // again whole.
+        let torn = &text[..text.len() - 20];
+        std::fs::write(&path, torn).unwrap();
+        assert_eq!(s.tags().unwrap(), from_git(&s));
+        assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 3);
+
+        // The format before lines: one map of every tag.
+        let cache = s.read_tag_cache();
+        std::fs::write(&path, serde_json::to_vec(&cache).unwrap()).unwrap();
+        assert_eq!(s.read_tag_cache().tags, cache.tags);
         assert_eq!(s.tags().unwrap(), from_git(&s));
     }
 
