@@ -9,16 +9,25 @@ use std::path::Path;
 use crate::harness::{Env, git};
 use serde_json::Value;
 
-/// The subcommands of the snapshot's git processes of one taskdaemon run, in order.
-fn traced(env: &Env, args: &[&str]) -> Vec<String> {
+/// The events of git's trace (`GIT_TRACE2_EVENT`) of one taskdaemon run, with `more`
+/// environment for it.
+fn trace_events(env: &Env, args: &[&str], more: &[(&str, &str)]) -> Vec<Value> {
     let trace = env.root().join("trace.json");
     let _ = std::fs::remove_file(&trace);
-    let vars = [("GIT_TRACE2_EVENT".to_string(), trace.display().to_string())];
+    let mut vars = vec![("GIT_TRACE2_EVENT".to_string(), trace.display().to_string())];
+    vars.extend(more.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     env.ok_with(&vars, args);
-    let text = std::fs::read_to_string(&trace).unwrap();
-    let steps = text
+    std::fs::read_to_string(&trace)
+        .unwrap()
         .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The subcommands of the snapshot's git processes of one taskdaemon run, in order.
+fn traced(env: &Env, args: &[&str]) -> Vec<String> {
+    let steps = trace_events(env, args, &[])
+        .into_iter()
         .filter(|e| e["event"] == "start")
         .filter_map(|e| {
             let argv: Vec<String> = e["argv"]
@@ -208,18 +217,7 @@ fn a_first_save_of_a_clean_packed_repository_writes_no_tree() {
 
 /// The `GIT_DIR` each `git status` of a snapshot command ran with (`None`: discovered).
 fn status_git_dirs(env: &Env, args: &[&str]) -> Vec<Option<String>> {
-    let trace = env.root().join("trace-dirs.json");
-    let _ = std::fs::remove_file(&trace);
-    let vars = [
-        ("GIT_TRACE2_EVENT".to_string(), trace.display().to_string()),
-        ("GIT_TRACE2_ENV_VARS".to_string(), "GIT_DIR".to_string()),
-    ];
-    env.ok_with(&vars, args);
-    let events: Vec<Value> = std::fs::read_to_string(&trace)
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let events = trace_events(env, args, &[("GIT_TRACE2_ENV_VARS", "GIT_DIR")]);
     let status_sids = events.iter().filter(|e| {
         e["event"] == "cmd_name" && e["name"] == "status" && e["sid"].as_str().is_some()
     });

@@ -1578,6 +1578,18 @@ fn nearest_tags(tag: &str, all: &[Snapshot]) -> Vec<String> {
         .collect()
 }
 
+/// A manual save dated `time_ms`, for tests.
+#[cfg(test)]
+fn manual_save(s: &Snapshots, time_ms: i64) -> Snapshot {
+    let req = SaveRequest {
+        kind: Kind::Manual,
+        task: None,
+        message: "a save",
+        time_ms,
+    };
+    s.save(&req).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

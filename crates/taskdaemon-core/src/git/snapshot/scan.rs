@@ -19,8 +19,8 @@
 //!
 //! [`RepoFacts::plain`]: crate::git::refs::RepoFacts::plain
 
-use std::fs::{self, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::fs;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::Snapshots;
@@ -57,7 +57,7 @@ impl Snapshots {
             return;
         }
         let dir = self.scan_dir();
-        if fs::create_dir_all(&dir).is_err() || !is_real_dir(&dir) {
+        if crate::fsutil::create_dir_confined(&dir).is_err() || !is_real_dir(&dir) {
             return;
         }
         let mut common = self.common_dir.as_os_str().as_encoded_bytes().to_vec();
@@ -82,33 +82,23 @@ fn is_real_dir(dir: &Path) -> bool {
     fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
 }
 
-/// Write `bytes` as the whole of `path`, in place, never through a symbolic link.
+/// Write `bytes` as the whole of `path`, in place (no new inode), never through a
+/// symbolic link nor out of the work tree.
 fn write_in_place(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(path)?;
+    let f = crate::fsutil::open_lock_file(path)?;
     f.write_all_at(bytes, 0)?;
     f.set_len(bytes.len() as u64)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Kind, SaveRequest, Snapshots};
+    use super::super::Snapshots;
     use crate::git::testrepo::{commit_all, git, init};
     use std::fs;
     use std::path::Path;
 
     fn save(s: &Snapshots, n: i64) -> String {
-        let req = SaveRequest {
-            kind: Kind::Manual,
-            task: None,
-            message: "a save",
-            time_ms: n * 1_000,
-        };
-        s.save(&req).unwrap().commit
+        super::super::manual_save(s, n * 1_000).commit
     }
 
     fn saved_paths(dir: &Path, commit: &str) -> String {
@@ -176,6 +166,19 @@ mod tests {
         let blob = git(repo, &["rev-parse", &format!("{third}:c.txt")]);
         fs::write(scan.join("HEAD"), format!("{blob}\n")).unwrap();
         assert!(s.scan_git_dir().is_some());
+        let there = std::process::Command::new("git")
+            .args(["status", "--porcelain"])
+            .current_dir(repo)
+            .env("GIT_DIR", &scan)
+            .env("GIT_WORK_TREE", repo)
+            .env(
+                "GIT_INDEX_FILE",
+                repo.join(".git/taskdaemon/snapshot.index"),
+            )
+            .env("GIT_OPTIONAL_LOCKS", "0")
+            .output()
+            .unwrap();
+        assert!(!there.status.success(), "git refuses a HEAD that is a blob");
         fs::remove_file(repo.join("b.txt")).unwrap();
         let fourth = save(&s, 5);
         assert_eq!(saved_paths(repo, &fourth), ".gitignore a c.txt");

@@ -269,21 +269,11 @@ impl Snapshots {
 
     /// Add one line to the cache (one `write` in append mode, never through a link).
     fn append_tag_cache(&self, line: &CacheLine) {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         let Ok(mut text) = serde_json::to_vec(line) else {
             return;
         };
         text.push(b'\n');
-        let file = fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(self.tag_cache_path());
-        if let Ok(mut f) = file {
-            let _ = f.write_all(&text);
-        }
+        let _ = crate::fsutil::append_record(&self.tag_cache_path(), &text, false);
     }
 
     /// Remember what the tag `name` this save just made says, and its commit.
@@ -430,29 +420,28 @@ mod tests {
     #[test]
     fn a_save_appends_its_line_and_a_torn_or_old_cache_still_reads() {
         use crate::git::testrepo::{commit_all, init};
+        use std::os::unix::fs::MetadataExt;
         let d = tempfile::tempdir().unwrap();
         init(d.path());
         std::fs::write(d.path().join("a"), "0").unwrap();
         commit_all(d.path(), "one");
         let s = Snapshots::open(d.path()).unwrap();
+        let path = s.tag_cache_path();
+        let mut inode = None;
         for i in 1..=3 {
             std::fs::write(d.path().join("a"), format!("{i}")).unwrap();
-            let req = super::super::SaveRequest {
-                kind: super::super::Kind::Manual,
-                task: None,
-                message: "a save",
-                time_ms: i * 1_000,
-            };
-            s.save(&req).unwrap();
+            super::super::manual_save(&s, i * 1_000);
+            let ino = std::fs::metadata(&path).unwrap().ino();
+            assert_eq!(*inode.get_or_insert(ino), ino, "appended to, not replaced");
         }
-        let path = s.tag_cache_path();
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 3, "one line per save: {text}");
         assert_eq!(s.tags().unwrap(), from_git(&s));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
         assert_eq!(
-            std::fs::read_to_string(&path).unwrap(),
-            text,
-            "nothing rewritten"
+            std::fs::metadata(&path).unwrap().ino(),
+            inode.unwrap(),
+            "a listing that finds every tag rewrites nothing"
         );
 
         // A line torn by a kill is skipped; its tag is read from git and the file written
