@@ -279,12 +279,9 @@ fn read_pid(f: &mut File) -> Option<i32> {
 
 /// Live processes whose environment marks them as git started by `owner`.
 fn children_of(owner: i32) -> Vec<i32> {
-    let needle = format!("{OWNER_ENV}={owner}\0");
+    let mark = format!("{OWNER_ENV}={owner}");
     crate::agent::tracked::other_processes()
-        .filter(|(_, dir)| {
-            fs::read(dir.join("environ"))
-                .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_bytes()))
-        })
+        .filter(|(_, dir)| crate::agent::tracked::has_token(dir, mark.as_bytes()))
         .map(|(pid, _)| pid)
         .collect()
 }
