@@ -1087,8 +1087,22 @@ fn flags_in_the_users_index_and_submodule_recursion_do_not_hide_or_lose_edits() 
     git(&repo, &["update-index", "--assume-unchanged", "other"]);
     std::fs::write(repo.join("cfg"), "v2 local\n").unwrap();
     std::fs::write(repo.join("other"), "o2 local\n").unwrap();
+    // The private index is seeded beside it and renamed into place once its flags are
+    // cleared: a link where the seed is made is replaced, not written through.
+    let private = repo.join(".git/taskdaemon");
+    std::fs::create_dir_all(&private).unwrap();
+    let outside = env.root().join("outside");
+    std::fs::write(&outside, "mine\n").unwrap();
+    std::os::unix::fs::symlink(&outside, private.join("snapshot.index.seed")).unwrap();
     let s = json(&env, &["snapshot", "save", "--json"]);
     let tag = s["tag"].as_str().unwrap();
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "mine\n");
+    assert!(!private.join("snapshot.index.seed").exists());
+    assert!(
+        std::fs::symlink_metadata(private.join("snapshot.index"))
+            .unwrap()
+            .is_file()
+    );
     assert_eq!(
         git(&repo, &["show", &format!("{tag}^{{commit}}:cfg")]),
         "v2 local\n"

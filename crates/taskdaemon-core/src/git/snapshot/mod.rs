@@ -917,10 +917,14 @@ impl Snapshots {
     /// the first save. The copy keeps the index's time (so git still re-checks entries
     /// written in the same second, "racy git"), and drops assume-unchanged, and
     /// skip-worktree where the file is on disk: a snapshot must see every edit.
+    ///
+    /// Made beside it and renamed into place once its flags are cleared: a save killed
+    /// meanwhile leaves no private index (the next one seeds again), never one that still
+    /// skips files or is torn.
     fn seed_work_index(&self) -> Result<(), SnapshotError> {
-        let work_index = self.work_index();
-        copy_keeping_mtime(&self.index, &self.index, &work_index)?;
-        let (assumed, skipped) = self.flagged_entries(&work_index)?;
+        let seed = self.private_dir().join("snapshot.index.seed");
+        copy_keeping_mtime(&self.index, &self.index, &seed)?;
+        let (assumed, skipped) = self.flagged_entries(&seed)?;
         let on_disk =
             |p: &Vec<u8>| fs::symlink_metadata(self.top.join(OsStr::from_bytes(p))).is_ok();
         let skipped: Vec<Vec<u8>> = skipped.into_iter().filter(on_disk).collect();
@@ -931,12 +935,13 @@ impl Snapshots {
             if !paths.is_empty() {
                 self.private
                     .call(&["update-index", flag, "-z", "--stdin"])
-                    .env("GIT_INDEX_FILE", &work_index)
+                    .env("GIT_INDEX_FILE", &seed)
                     .input(join_z(paths.iter().map(Vec::as_slice)))
                     .bytes()?;
             }
         }
-        Ok(())
+        let work_index = self.work_index();
+        fs::rename(&seed, &work_index).map_err(io(&work_index))
     }
 
     /// The paths of `index` marked assume-unchanged, and those marked skip-worktree: read
@@ -1416,17 +1421,25 @@ fn tree_diff(raw: &[RawChange]) -> TreeDiff {
 const EMPTY_TREE_SHA1: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 const EMPTY_TREE_SHA256: &str = "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321";
 
-/// Copy `from` to `to`, giving the copy the modification time of `time_of`.
+/// Copy `from` to `to` (and its mode), giving the copy the modification time of `time_of`: written
+/// beside `to` and renamed onto it, so `to` is never torn and a symbolic link there is
+/// replaced, not written through.
 fn copy_keeping_mtime(from: &Path, time_of: &Path, to: &Path) -> Result<(), SnapshotError> {
-    fs::copy(from, to).map_err(io(to))?;
+    let dir = to.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tmp-")
+        .tempfile_in(dir)
+        .map_err(io(dir))?;
+    let mut source = File::open(from).map_err(io(from))?;
+    let mode = source.metadata().map_err(io(from))?.permissions();
+    std::io::copy(&mut source, tmp.as_file_mut()).map_err(io(to))?;
+    tmp.as_file().set_permissions(mode).map_err(io(to))?;
     let mtime = fs::metadata(time_of)
         .and_then(|m| m.modified())
         .map_err(io(time_of))?;
-    File::options()
-        .write(true)
-        .open(to)
-        .and_then(|f| f.set_modified(mtime))
-        .map_err(io(to))
+    tmp.as_file().set_modified(mtime).map_err(io(to))?;
+    tmp.persist(to).map_err(|e| io(to)(e.error))?;
+    Ok(())
 }
 
 /// What a scoped thread returned (its panic, if it panicked, goes on in this one).
