@@ -95,17 +95,9 @@ impl QueueSide {
         records: &mut Records,
         picked: Vec<LoopRun>,
     ) -> Result<Vec<(LoopRun, bool)>, String> {
-        let mut picked = picked;
-        if let Some(max) = self.opts.max_loops {
-            let running =
-                crate::scheduler::runs(records, &[taskstore::Filter::eq("status", "running")])
-                    .map_err(|e| e.to_string())?
-                    .len();
-            picked.truncate(max.saturating_sub(running));
-        }
         let ids: Vec<String> = picked.iter().map(|r| r.id.clone()).collect();
         let got = records
-            .claim(&ids, &self.holder, self.opts.lease)
+            .claim_within(&ids, &self.holder, self.opts.lease, self.opts.max_loops)
             .map_err(|e| format!("claiming runs: {e}"))?;
         let mut out = Vec::with_capacity(got.len());
         for run in picked {

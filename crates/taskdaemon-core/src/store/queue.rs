@@ -139,11 +139,31 @@ impl Records {
         holder: &Holder,
         ttl: Duration,
     ) -> Result<Vec<String>> {
+        self.claim_within(candidates, holder, ttl, None)
+    }
+
+    /// [`Records::claim`], leaving at most `limit` runs `running` in the project (all
+    /// machines: `queue-max-loops`): the running ones are counted under the project's write
+    /// lock, so two daemons claiming at once cannot both take the last free place.
+    pub fn claim_within(
+        &mut self,
+        candidates: &[String],
+        holder: &Holder,
+        ttl: Duration,
+        limit: Option<usize>,
+    ) -> Result<Vec<String>> {
         if candidates.is_empty() {
             return Ok(Vec::new());
         }
         let lock = self.store.lock()?;
         self.catch_up()?;
+        let room = match limit {
+            Some(max) => {
+                let running = [taskstore::Filter::eq("status", "running")];
+                max.saturating_sub(self.store.list_ids(LoopRun::COLLECTION, &running)?.len())
+            }
+            None => candidates.len(),
+        };
         let free: Vec<String> = match self.store.postgres() {
             Some(p) => p
                 .rows(
@@ -165,6 +185,9 @@ impl Records {
         let mut ops = Vec::new();
         let mut got = Vec::new();
         for id in candidates.iter().filter(|c| free.contains(c)) {
+            if got.len() == room {
+                break;
+            }
             if got.contains(id) {
                 continue;
             }

@@ -95,6 +95,47 @@ fn two_claimers_never_get_the_same_run() {
 }
 
 #[test]
+fn two_claimers_at_once_never_run_more_than_the_projects_limit() {
+    // `queue-max-loops`: the running runs are counted under the project's lock, so two
+    // machines claiming at the same moment cannot both take the last free places.
+    let Some(db) = pg::database() else { return };
+    let env = Env::new();
+    let q = queue(&db, "claim-limit");
+    let ids = pending_runs(&mut open(&env, &q), 12);
+    let barrier = Arc::new(Barrier::new(2));
+    let handles: Vec<_> = (0..2)
+        .map(|n| {
+            let (ids, q, repo, barrier) = (ids.clone(), q.clone(), env.repo(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut r = Records::open_queue(&repo, q).expect("open");
+                let me = Holder::new(&format!("m{n}"), 200 + n, NOW);
+                barrier.wait();
+                let mut mine = Vec::new();
+                for chunk in ids.chunks(2) {
+                    let ttl = Duration::from_secs(60);
+                    mine.extend(r.claim_within(chunk, &me, ttl, Some(5)).expect("claim"));
+                }
+                mine
+            })
+        })
+        .collect();
+    let got: Vec<Vec<String>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(got.concat().len(), 5, "{got:?}");
+    let mut r = open(&env, &q);
+    r.sync().unwrap();
+    let running = ids
+        .iter()
+        .filter(|id| {
+            r.store()
+                .get_as::<taskdaemon_core::store::LoopRun>(id)
+                .unwrap()
+                .is_some_and(|run| run.status == RunStatus::Running)
+        })
+        .count();
+    assert_eq!(running, 5);
+}
+
+#[test]
 fn an_expired_lease_is_taken_over_once_and_the_old_holder_cannot_renew() {
     let Some(db) = pg::database() else { return };
     let env = Env::new();
