@@ -361,7 +361,12 @@ impl Merger<'_> {
             ],
             &[],
         );
-        // It is taskdaemon's own: whatever a crash left there can go.
+        // It is taskdaemon's own: whatever a crash left there can go. First the lock files
+        // of a git killed with its daemon (kept in `stale-locks/`): under `merge.lock` no
+        // git of ours works here, and while `index.lock` is there every merge fails.
+        if let Ok(facts) = g.facts() {
+            super::stale_locks::clear(&facts, std::time::SystemTime::now());
+        }
         let _ = g.call(&["merge", "--abort"]).output()?;
         g.run(&["checkout", "-q", "--detach", "-f", base])?;
         g.run(&["clean", "-q", "-ffdx"])?;
@@ -565,7 +570,14 @@ mod tests {
         let integ = f.wt.path_for(INTEGRATION);
         assert_eq!(git(&integ, &["status", "--porcelain"]), "");
         assert!(git(&integ, &["branch", "--show-current"]).is_empty());
-        // A second merge (a branch started before the first merge) reuses it.
+        // A second merge (a branch started before the first merge) reuses it, also after
+        // a merge there was killed and left git's locks.
+        let admin = PathBuf::from(git(&integ, &["rev-parse", "--absolute-git-dir"]));
+        for lock in ["index.lock", "HEAD.lock"] {
+            let f = std::fs::File::create(admin.join(lock)).unwrap();
+            f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(60))
+                .unwrap();
+        }
         let s2 = f.wt.ensure("s2", "td/s2", "main~1").unwrap();
         std::fs::write(s2.join("d.txt"), "two\n").unwrap();
         commit_all(&s2, "s2");
@@ -581,6 +593,7 @@ mod tests {
             "{r:?}"
         );
         assert_eq!(user_state(&f.repo), before);
+        assert!(!admin.join("index.lock").exists() && !admin.join("HEAD.lock").exists());
     }
 
     #[test]
