@@ -1,6 +1,7 @@
 //! One wrapper over the `git` CLI. Always `LC_ALL=C`, never prompts, never takes optional
 //! locks (a status from the harness must not fight the agent's own git for `index.lock`).
 
+mod deadline;
 mod discover;
 pub mod integrate;
 mod refs;
@@ -31,6 +32,14 @@ pub enum GitError {
         args: String,
         dir: PathBuf,
         stderr: String,
+    },
+    #[error(
+        "`git {args}` in {dir} did not finish within {after} and was ended (a remote that does not answer, or a prompt nobody can see)\n  hint: run it by hand to see where it waits; `TASKDAEMON_REMOTE_TIMEOUT` (e.g. 15m) allows longer"
+    )]
+    TimedOut {
+        args: String,
+        dir: PathBuf,
+        after: String,
     },
 }
 
@@ -102,6 +111,7 @@ impl Git {
             args: args.iter().map(|a| a.as_ref().to_os_string()).collect(),
             env: Vec::new(),
             input: None,
+            deadline: None,
         }
     }
 
@@ -231,6 +241,7 @@ pub struct Call<'a> {
     args: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
     input: Option<Vec<u8>>,
+    deadline: Option<std::time::Duration>,
 }
 
 impl Call<'_> {
@@ -242,6 +253,13 @@ impl Call<'_> {
 
     pub fn input(mut self, bytes: Vec<u8>) -> Self {
         self.input = Some(bytes);
+        self
+    }
+
+    /// End it (with everything it started: its own process group) when it has not
+    /// finished after `limit`: [`GitError::TimedOut`]. For git talking to a remote.
+    pub fn deadline(mut self, limit: std::time::Duration) -> Self {
+        self.deadline = Some(limit);
         self
     }
 
@@ -259,6 +277,17 @@ impl Call<'_> {
         c.args(&self.args);
         for (k, v) in &self.env {
             c.env(k, v);
+        }
+        if let Some(limit) = self.deadline {
+            let args = self.describe();
+            return deadline::output_within(c, self.input, limit).map_err(|e| match e {
+                deadline::Ended::Io(e) => GitError::Spawn(e),
+                deadline::Ended::TimedOut => GitError::TimedOut {
+                    args,
+                    dir: self.git.dir.clone(),
+                    after: crate::duration::format_duration(limit),
+                },
+            });
         }
         let Some(input) = self.input else {
             return c.output().map_err(GitError::Spawn);

@@ -51,6 +51,10 @@ pub enum RemoteError {
         what: String,
         reason: String,
     },
+    #[error(
+        "TASKDAEMON_REMOTE_TIMEOUT: {reason}\n  hint: set it to how long one fetch or push may take (default 5m), or unset it"
+    )]
+    BadTimeout { reason: String },
     #[error(transparent)]
     Git(#[from] GitError),
     #[error(transparent)]
@@ -117,6 +121,8 @@ pub enum RemoteMerge {
 pub struct Remote {
     wt: Worktrees,
     name: String,
+    /// How long one git command talking to the remote may take ([`remote_timeout`]).
+    timeout: std::time::Duration,
 }
 
 impl Remote {
@@ -126,6 +132,7 @@ impl Remote {
         let r = Remote {
             wt: worktrees.clone(),
             name: name.to_string(),
+            timeout: remote_timeout()?,
         };
         let known = r.git().run(&["remote"])?;
         if !known.lines().any(|l| l.trim() == name) {
@@ -145,6 +152,18 @@ impl Remote {
         self.wt.git()
     }
 
+    /// A git command that talks to the remote: ended after [`remote_timeout`].
+    fn net(&self, args: &[&str]) -> super::Call<'_> {
+        self.git().call(args).deadline(self.timeout)
+    }
+
+    /// This remote with another time limit for its git commands (tests).
+    #[cfg(test)]
+    pub(crate) fn with_timeout(mut self, timeout: std::time::Duration) -> Remote {
+        self.timeout = timeout;
+        self
+    }
+
     fn tracking(&self, branch: &str) -> String {
         format!("refs/remotes/{}/{branch}", self.name)
     }
@@ -154,7 +173,7 @@ impl Remote {
     pub fn fetch(&self, branch: &str) -> Result<Option<String>, RemoteError> {
         self.wt.check_branch(branch)?;
         let head = format!("refs/heads/{branch}");
-        let listed = self.git().run(&["ls-remote", "--", &self.name, &head])?;
+        let listed = self.net(&["ls-remote", "--", &self.name, &head]).text()?;
         let tip = listed
             .lines()
             .filter_map(|l| l.split_once('\t'))
@@ -175,7 +194,7 @@ impl Remote {
             .success();
         if !have {
             let spec = format!("+{head}:{tracking}");
-            self.git().run(&[
+            self.net(&[
                 "fetch",
                 "-q",
                 "--no-tags",
@@ -183,7 +202,8 @@ impl Remote {
                 "--",
                 &self.name,
                 &spec,
-            ])?;
+            ])
+            .bytes()?;
         }
         // The tracking ref is the remote's tip as seen now (what a lease compares with).
         self.git().run(&["update-ref", &tracking, &tip])?;
@@ -225,8 +245,7 @@ impl Remote {
         let lease = format!("--force-with-lease={dst}:{expected}");
         let spec = format!("{commit}:{dst}");
         let out = self
-            .git()
-            .call(&[
+            .net(&[
                 "push",
                 "--porcelain",
                 "--no-verify",
@@ -564,8 +583,7 @@ impl Remote {
             .text()?;
         let spec = format!("+{commit}:{full}");
         let out = self
-            .git()
-            .call(&["push", "-q", "--no-verify", "--", &self.name, &spec])
+            .net(&["push", "-q", "--no-verify", "--", &self.name, &spec])
             .output()?;
         if !out.status.success() {
             return Err(RemoteError::Refused {
@@ -583,7 +601,7 @@ impl Remote {
     pub fn fetch_files(&self, name: &str) -> Result<Option<Vec<File>>, RemoteError> {
         let full = format!("refs/taskdaemon/{name}");
         self.wt.check_branch(&format!("taskdaemon/{name}"))?;
-        let listed = self.git().run(&["ls-remote", "--", &self.name, &full])?;
+        let listed = self.net(&["ls-remote", "--", &self.name, &full]).text()?;
         let Some(tip) = listed
             .lines()
             .filter_map(|l| l.split_once('\t'))
@@ -594,7 +612,7 @@ impl Remote {
         };
         if self.wt.rev(&full)?.as_deref() != Some(tip.as_str()) {
             let spec = format!("+{full}:{full}");
-            self.git().run(&[
+            self.net(&[
                 "fetch",
                 "-q",
                 "--no-tags",
@@ -602,7 +620,8 @@ impl Remote {
                 "--",
                 &self.name,
                 &spec,
-            ])?;
+            ])
+            .bytes()?;
         }
         let listing = self.git().call(&["ls-tree", "-r", "-z", &tip]).bytes()?;
         let mut files = Vec::new();
@@ -631,3 +650,18 @@ impl Remote {
 #[cfg(test)]
 #[path = "remote_tests.rs"]
 mod tests;
+
+/// How long one git command talking to the remote may take: `TASKDAEMON_REMOTE_TIMEOUT`
+/// (`90s`, `15m`, a bare number of seconds), else 5 minutes.
+fn remote_timeout() -> Result<std::time::Duration, RemoteError> {
+    match std::env::var("TASKDAEMON_REMOTE_TIMEOUT") {
+        Ok(v) if !v.trim().is_empty() => match crate::duration::parse_duration(&v) {
+            Ok(d) if !d.is_zero() => Ok(d),
+            Ok(_) => Err(RemoteError::BadTimeout {
+                reason: format!("`{v}` is no time at all"),
+            }),
+            Err(reason) => Err(RemoteError::BadTimeout { reason }),
+        },
+        _ => Ok(std::time::Duration::from_secs(300)),
+    }
+}

@@ -66,6 +66,51 @@ fn a_missing_remote_is_an_error_with_a_hint() {
 }
 
 #[test]
+fn a_remote_that_never_answers_is_given_up_on_and_its_transport_ended() {
+    let f = fx();
+    let (wt, _) = remote(&f.a);
+    work(&wt, "s1", "x.txt", "x\n");
+    // An ssh that connects and then waits forever (as one asking for a host key does).
+    let pid_file = f.a.join(".git/ssh.pid");
+    let ssh = format!("sh -c 'echo $$ > {}; exec sleep 600'", pid_file.display());
+    git(
+        &f.a,
+        &["remote", "add", "slow", "ssh://taskdaemon.invalid/repo.git"],
+    );
+    git(&f.a, &["config", "core.sshCommand", &ssh]);
+    let r = Remote::open(&wt, "slow")
+        .unwrap()
+        .with_timeout(std::time::Duration::from_millis(300));
+    let t = std::time::Instant::now();
+    let e = r.push_branch("taskdaemon/s1").unwrap_err();
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(
+        matches!(e, RemoteError::Git(GitError::TimedOut { .. })),
+        "{e:?}"
+    );
+    let msg = e.to_string();
+    assert!(msg.contains("did not finish within 300ms"), "{msg}");
+    assert!(msg.contains("TASKDAEMON_REMOTE_TIMEOUT"), "{msg}");
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    let state = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+    assert!(
+        state.is_empty()
+            || state
+                .rsplit_once(')')
+                .is_some_and(|(_, s)| s.trim_start().starts_with('Z')),
+        "the transport survived: {state}"
+    );
+    assert!(matches!(
+        r.fetch("main"),
+        Err(RemoteError::Git(GitError::TimedOut { .. }))
+    ));
+}
+
+#[test]
 fn a_pushed_branch_is_on_the_remote_and_a_second_push_sends_nothing() {
     let f = fx();
     let (wt, r) = remote(&f.a);
