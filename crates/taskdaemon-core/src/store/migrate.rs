@@ -99,32 +99,6 @@ pub fn to_postgres(
         replaced: 0,
         saved: None,
     };
-    let existing = target.all_lines();
-    if !existing.is_empty() {
-        if !force {
-            return Err(refused(
-                format!(
-                    "{} already holds {} record(s) of project `{}`",
-                    queue.shown(),
-                    existing.len(),
-                    queue.project
-                ),
-                "migrate into an empty project (set `queue-project`), or pass --force to replace them (they are saved to a file first)",
-            ));
-        }
-        let dir = save_dir(project, now_ms);
-        for k in Kind::ALL {
-            let text: String = existing
-                .iter()
-                .filter(|(c, _, _, _)| *c == k.collection())
-                .map(|(_, _, _, l)| format!("{}\n", String::from_utf8_lossy(l)))
-                .collect();
-            let path = dir.join(format!("{}.jsonl", k.collection()));
-            crate::fsutil::write_atomic(&path, text.as_bytes()).map_err(io_err(&path))?;
-        }
-        report.replaced = existing.len();
-        report.saved = Some(dir);
-    }
     let mut rows: Vec<(Kind, String)> = Vec::new();
     for k in Kind::ALL {
         for (_, line) in jsonl.list_raw(k.collection(), &[])? {
@@ -141,6 +115,21 @@ pub fn to_postgres(
     let mut tx = c.transaction().map_err(sql("beginning the copy"))?;
     tx.execute(PROJECT_LOCK_SQL, &[&queue.project])
         .map_err(sql("taking the project's lock"))?;
+    // What the project holds is read under its lock: a record another machine writes
+    // meanwhile is either saved here or written after the copy, never deleted unsaved.
+    let existing: Vec<(String, String)> = tx
+        .query(
+            "select collection, body::text from records where project = $1 order by first_seq",
+            &[&queue.project],
+        )
+        .map_err(sql("reading the project's records"))?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    if !existing.is_empty() {
+        report.saved = Some(save_replaced(project, queue, &existing, force, now_ms)?);
+        report.replaced = existing.len();
+    }
     // The project is replaced whole: its leases, logs and merge records went with the runs
     // they were about (left, an old lease would block a claim and an old merge record
     // would answer for a run id the copy reuses).
@@ -169,6 +158,39 @@ pub fn to_postgres(
         .map_err(sql("notifying"))?;
     tx.commit().map_err(sql("committing the copy"))?;
     Ok(report)
+}
+
+/// Save the records `existing` (collection, line) that a forced copy replaces, one JSONL
+/// file per collection in a new directory (returned); refused without `force`.
+fn save_replaced(
+    project: &Path,
+    queue: &QueueConfig,
+    existing: &[(String, String)],
+    force: bool,
+    now_ms: i64,
+) -> Result<PathBuf> {
+    if !force {
+        return Err(refused(
+            format!(
+                "{} already holds {} record(s) of project `{}`",
+                queue.shown(),
+                existing.len(),
+                queue.project
+            ),
+            "migrate into an empty project (set `queue-project`), or pass --force to replace them (they are saved to a file first)",
+        ));
+    }
+    let dir = save_dir(project, now_ms);
+    for k in Kind::ALL {
+        let text: String = existing
+            .iter()
+            .filter(|(c, _)| c == k.collection())
+            .map(|(_, l)| format!("{l}\n"))
+            .collect();
+        let path = dir.join(format!("{}.jsonl", k.collection()));
+        crate::fsutil::write_atomic(&path, text.as_bytes()).map_err(io_err(&path))?;
+    }
+    Ok(dir)
 }
 
 /// Write the queue's records of the project into its JSONL store.
