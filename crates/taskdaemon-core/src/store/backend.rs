@@ -85,9 +85,12 @@ impl Backend {
         self.jsonl().map(Store::warnings).unwrap_or_default()
     }
 
-    /// Unreadable lines of the JSONL files (none for Postgres).
+    /// Unreadable lines of the JSONL files, or rows of the queue (skipped; the rest loads).
     pub fn issues(&self) -> Vec<&taskstore::LineIssue> {
-        self.jsonl().map(Store::issues).unwrap_or_default()
+        match self {
+            Backend::Jsonl(s) => s.issues(),
+            Backend::Postgres(p) => p.issues(),
+        }
     }
 
     /// Figures of the JSONL files (none for Postgres).

@@ -70,6 +70,10 @@ pub struct PgStore {
     shared: Arc<Shared>,
     cols: BTreeMap<String, Col>,
     last_seq: i64,
+    /// Rows that do not read as records (collection, id): skipped, as the JSONL store
+    /// skips a bad line, and reported ([`PgStore::issues`]) until the record is written
+    /// again.
+    unreadable: BTreeMap<(String, String), taskstore::LineIssue>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -152,6 +156,7 @@ impl PgStore {
             }),
             cols,
             last_seq: 0,
+            unreadable: BTreeMap::new(),
         };
         s.sync()?;
         Ok(s)
@@ -194,6 +199,7 @@ impl PgStore {
             for c in self.cols.values_mut() {
                 c.by_id.clear();
             }
+            self.unreadable.clear();
             self.last_seq = 0;
         }
         let rows = self
@@ -214,13 +220,25 @@ impl PgStore {
                 continue;
             };
             let line: String = row.get(6);
-            let meta = parse_meta(line.as_bytes(), &col.indexed).map_err(|reason| {
-                QueueError::BadRecord {
-                    collection: collection.clone(),
-                    reason,
-                }
-            })?;
             let id: String = row.get(1);
+            let key = (collection.clone(), id.clone());
+            let meta = match parse_meta(line.as_bytes(), &col.indexed) {
+                Ok(meta) => meta,
+                Err(reason) => {
+                    col.by_id.remove(&id);
+                    let issue = taskstore::LineIssue {
+                        file: format!("{} {collection}", self.cfg.shown()).into(),
+                        line: u64::try_from(seq).unwrap_or(0),
+                        kind: taskstore::IssueKind::Corrupt,
+                        message: format!("record `{id}` is unreadable: {reason}"),
+                        excerpt: taskstore::line::excerpt(line.as_bytes()),
+                        raw: line.into_bytes(),
+                    };
+                    self.unreadable.insert(key, issue);
+                    continue;
+                }
+            };
+            self.unreadable.remove(&key);
             let deleted: bool = row.get(3);
             let kind = match (col.by_id.get(&id), deleted) {
                 (_, true) => ChangeKind::Deleted,
@@ -244,6 +262,13 @@ impl PgStore {
             });
         }
         Ok(changes)
+    }
+
+    /// The rows that do not read as records, by sequence number (skipped: the rest loads).
+    pub fn issues(&self) -> Vec<&taskstore::LineIssue> {
+        let mut v: Vec<_> = self.unreadable.values().collect();
+        v.sort_by_key(|i| i.line);
+        v
     }
 
     fn col(&self, name: &str) -> Result<&Col> {

@@ -276,6 +276,16 @@ fn check(a: CheckArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     outln!(out, "{}", report.merge_driver.describe());
     if report.ok {
         outln!(out, "ok");
+    } else if !report.bad_lines.is_empty() && store.postgres().is_some() {
+        outln!(
+            out,
+            "hint: the rows above are skipped; fix their `body` in the queue's `records` table (project `{}`), \
+or delete them there",
+            records
+                .queue()
+                .map(|q| q.project.as_str())
+                .unwrap_or_default()
+        );
     } else if !report.bad_lines.is_empty() {
         outln!(
             out,

@@ -416,6 +416,58 @@ fn the_record_commands_work_unchanged_on_postgres() {
 }
 
 #[test]
+fn an_unreadable_row_is_skipped_and_reported_not_fatal() {
+    // As a bad line of a JSONL file: the rest of the queue loads, `store check` names it.
+    let Some(db) = pg::database() else { return };
+    let env = Env::new();
+    let vars = with_queue(&db, "bad-row");
+    let plan = id_of(&env.ok_with(&vars, &["plan", "new", "Kept plan", "--json"]));
+    let doomed = id_of(&env.ok_with(&vars, &["plan", "new", "Broken plan", "--json"]));
+    let mut admin = postgres::Client::connect(&db.url(), postgres::NoTls).unwrap();
+    admin
+        .execute(
+            "update records set body = '{\"id\": 7}'::json where project = 'bad-row' and id = $1",
+            &[&doomed],
+        )
+        .unwrap();
+    let r = env.run_with(&vars, &["list"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains(&plan) && !r.stdout.contains(&doomed),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stderr.contains("skipped 1 unreadable"), "{}", r.stderr);
+    let r = env.run_with(&vars, &["store", "check"]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains(&format!("record `{doomed}` is unreadable")),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("`records` table (project `bad-row`)"),
+        "{}",
+        r.stdout
+    );
+    // Written again, it reads and the report is gone.
+    admin
+        .execute(
+            "update records
+                set body = (select jsonb_set(body::jsonb, '{id}', to_jsonb($1::text))::json
+                              from records where project = 'bad-row' and id = $2),
+                    seq = nextval('taskdaemon_seq')
+              where project = 'bad-row' and id = $1",
+            &[&doomed, &plan],
+        )
+        .unwrap();
+    let r = env.run_with(&vars, &["store", "check"]);
+    assert!(!r.stdout.contains("unreadable"), "{}", r.stdout);
+    assert!(env.ok_with(&vars, &["list"]).contains(&doomed));
+}
+
+#[test]
 fn an_unreachable_or_malformed_queue_says_what_to_do_and_exits_64() {
     let env = Env::new();
     let gone = env.root().join("no-server-here");
