@@ -1,9 +1,9 @@
 //! A git process with a time limit, for git talking to a remote: a remote that accepts the
 //! connection and never answers, or an `ssh` waiting for a host-key answer nobody can give,
 //! would otherwise hold a run (and the lease it keeps renewing) forever. The process runs
-//! in its own process group (so its `ssh` or `git-remote-https` is ended with it), its
-//! output is read beside it, and when the limit passes the whole group is killed and the
-//! leader reaped.
+//! in its own process group (so its `ssh` or `git-remote-https` is ended with it) and dies
+//! with the harness (parent-death signal), its output is read beside it, and when the
+//! limit passes the whole group is killed and the leader reaped.
 
 use std::io::{Read, Write};
 use std::process::{Command, Output, Stdio};
@@ -30,6 +30,23 @@ pub(super) fn output_within(
     limit: Duration,
 ) -> Result<Output, Ended> {
     use std::os::unix::process::CommandExt;
+    // Its own group is out of reach of a terminal's Ctrl-C to the harness: it is ended by
+    // a parent-death signal instead, so it never outlives the harness that would end it.
+    #[cfg(target_os = "linux")]
+    {
+        let parent = nix::unistd::getpid();
+        // SAFETY: prctl and getppid are async-signal-safe and touch no memory of the parent.
+        unsafe {
+            c.pre_exec(move || {
+                nix::sys::prctl::set_pdeathsig(Some(Signal::SIGKILL))
+                    .map_err(std::io::Error::from)?;
+                if nix::unistd::getppid() != parent {
+                    return Err(std::io::Error::other("the harness is gone"));
+                }
+                Ok(())
+            });
+        }
+    }
     c.process_group(0)
         .stdin(if input.is_some() {
             Stdio::piped()
