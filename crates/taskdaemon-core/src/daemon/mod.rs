@@ -810,6 +810,14 @@ impl Dispatcher {
     /// Renew the leases of the runs this daemon runs; stop at once those whose lease is
     /// lost (they write nothing more).
     fn renew_leases(&mut self) {
+        let pushed = self
+            .queue
+            .as_mut()
+            .map(|q| q.finished_pushes())
+            .unwrap_or_default();
+        for w in pushed {
+            self.note(w);
+        }
         let ids: Vec<String> = self
             .active
             .iter()
@@ -1140,8 +1148,9 @@ impl Dispatcher {
     /// An iteration finished: its branch to the remote (a failure is a warning: the next
     /// iteration pushes again), its log into the queue.
     fn after_iteration_shared(&mut self, run_id: &str, worktree: &str, iteration: u32) {
-        let Some(q) = self.queue.as_ref() else { return };
-        let mut lines: Vec<String> = q.push(worktree).into_iter().collect();
+        let Some(q) = self.queue.as_mut() else { return };
+        // On a thread of its own: a slow remote must not hold this loop.
+        let mut lines = q.push_in_background(worktree);
         lines.extend(self.publish_documents(run_id));
         let log = crate::workspace::Workspace::new(&self.shared.worktrees.path_for(worktree))
             .iteration_log(iteration);
@@ -1163,7 +1172,10 @@ impl Dispatcher {
     /// Push a run's branch before its end is recorded (three tries): the reason when its
     /// work could not be put on the remote (a completed run is then recorded blocked: the
     /// next phase must not start elsewhere without it).
-    fn push_at_end(&self, run_id: &str, worktree: &str) -> Option<String> {
+    fn push_at_end(&mut self, run_id: &str, worktree: &str) -> Option<String> {
+        // The last iteration's push, if still under way, first: then the tries below see
+        // what it left on the remote.
+        let _superseded = self.queue.as_mut()?.wait_push(worktree);
         let q = self.queue.as_ref()?;
         if let Some(w) = self.publish_documents(run_id) {
             return Some(format!(

@@ -64,6 +64,9 @@ pub struct QueueSide {
     /// The complete spec runs (id, last change) whose documents this daemon has taken:
     /// they do not change after.
     docs_taken: std::collections::HashSet<(String, i64)>,
+    /// Pushes of runs' branches after an iteration, by worktree, each on a thread of its
+    /// own: a slow remote must not hold the daemon's loop (its lease renewals above all).
+    pushes: HashMap<String, std::thread::JoinHandle<Option<String>>>,
 }
 
 impl QueueSide {
@@ -84,6 +87,7 @@ impl QueueSide {
             remote,
             renewed: HashMap::new(),
             docs_taken: Default::default(),
+            pushes: HashMap::new(),
         }))
     }
 
@@ -189,19 +193,49 @@ impl QueueSide {
     /// Push the branch of worktree `name`; a warning when it did not go (retried after the
     /// next iteration).
     pub fn push(&self, name: &str) -> Option<String> {
-        let branch = branch_for(name);
-        match self.remote.push_branch(&branch) {
-            Ok(Pushed::Pushed { .. } | Pushed::UpToDate) => None,
-            Ok(Pushed::Rejected { reason }) => Some(format!(
-                "pushing {branch} to {}: rejected ({reason}); the remote holds commits this machine has not seen — retried after the next iteration",
-                self.remote.name()
-            )),
-            Err(crate::git::remote::RemoteError::NoBranch(_)) => None,
-            Err(e) => Some(format!(
-                "pushing {branch} to {}: {e}; retried after the next iteration",
-                self.remote.name()
-            )),
+        push_warning(&self.remote, name)
+    }
+
+    /// [`QueueSide::push`] on a thread of its own; none while the last push of `name` is
+    /// still under way (the next iteration, or the run's end, pushes again). Returns the
+    /// warnings of the pushes that have finished.
+    pub fn push_in_background(&mut self, name: &str) -> Vec<String> {
+        let mut notes = self.finished_pushes();
+        if self.pushes.contains_key(name) {
+            return notes;
         }
+        let (remote, owned) = (self.remote.clone(), name.to_string());
+        match std::thread::Builder::new()
+            .name(format!("push {name}"))
+            .spawn(move || push_warning(&remote, &owned))
+        {
+            Ok(h) => {
+                self.pushes.insert(name.to_string(), h);
+            }
+            Err(_) => notes.extend(self.push(name)),
+        }
+        notes
+    }
+
+    /// The warnings of the background pushes that have finished.
+    pub fn finished_pushes(&mut self) -> Vec<String> {
+        let done: Vec<String> = self
+            .pushes
+            .iter()
+            .filter(|(_, h)| h.is_finished())
+            .map(|(name, _)| name.clone())
+            .collect();
+        done.iter()
+            .filter_map(|name| self.pushes.remove(name))
+            .filter_map(|h| h.join().ok().flatten())
+            .collect()
+    }
+
+    /// Wait for the background push of worktree `name`, if one is under way; its warning.
+    pub fn wait_push(&mut self, name: &str) -> Option<String> {
+        self.pushes
+            .remove(name)
+            .and_then(|h| h.join().ok().flatten())
     }
 
     /// Plans whose spec run is complete (another machine may have run it): the documents
@@ -254,6 +288,23 @@ impl QueueSide {
             .put_log(run_id, iteration, &text)
             .err()
             .map(|e| format!("storing the log of run {run_id} iteration {iteration}: {e}"))
+    }
+}
+
+/// Push the branch of worktree `name` to `remote`; a warning when it did not go.
+fn push_warning(remote: &Remote, name: &str) -> Option<String> {
+    let branch = branch_for(name);
+    match remote.push_branch(&branch) {
+        Ok(Pushed::Pushed { .. } | Pushed::UpToDate) => None,
+        Ok(Pushed::Rejected { reason }) => Some(format!(
+            "pushing {branch} to {}: rejected ({reason}); the remote holds commits this machine has not seen — retried after the next iteration",
+            remote.name()
+        )),
+        Err(crate::git::remote::RemoteError::NoBranch(_)) => None,
+        Err(e) => Some(format!(
+            "pushing {branch} to {}: {e}; retried after the next iteration",
+            remote.name()
+        )),
     }
 }
 
