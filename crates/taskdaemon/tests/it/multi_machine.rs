@@ -432,3 +432,94 @@ fn spec_worktree(m: &Machines, run_id: &str) -> String {
     }
     panic!("run {run_id} has no spec: {s:#}")
 }
+
+#[test]
+fn a_remote_that_holds_a_push_does_not_hold_the_daemon() {
+    // The remote takes no push until `release` exists. The run's iterations go on and are
+    // recorded meanwhile: the push after an iteration runs beside the daemon's loop (which
+    // also renews the leases), not in it.
+    let Some(m) = Machines::new("", &[]) else {
+        return;
+    };
+    let root = m.env.root().to_path_buf();
+    let hook = m.bare.join("hooks/pre-receive");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\ntouch {held}\nwhile [ ! -f {release} ]; do sleep 0.1; done\ncat >/dev/null\n",
+            held = root.join("held").display(),
+            release = root.join("release").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let agent = root.join("ralph.sh");
+    std::fs::write(
+        &agent,
+        "#!/bin/sh\necho \"$TASKDAEMON_ITERATION\" >> work.txt\ngit add -A && git commit -qm \"iteration $TASKDAEMON_ITERATION\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = m.ok(
+        &m.a,
+        &[
+            "submit",
+            "ralph",
+            "count",
+            "--validate",
+            "false",
+            "--agent",
+            &format!("cmd:{}", agent.display()),
+            "--json",
+        ],
+    );
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let run = v["created"][0]["id"].as_str().unwrap().to_string();
+    m.start(&m.a);
+    let iteration = || -> u64 {
+        let out = m.ok(&m.a, &["show", &run, "--json"]);
+        serde_json::from_str::<Value>(&out).unwrap()["iteration"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let t = Instant::now();
+    while !(root.join("held").exists() && iteration() >= 4) {
+        if t.elapsed() > Duration::from_secs(60) {
+            // Let the held push (and the daemon) go before failing.
+            std::fs::write(root.join("release"), "").unwrap();
+            m.stop(&m.a);
+            panic!(
+                "held: {}, iteration {}\n{}",
+                root.join("held").exists(),
+                iteration(),
+                m.logs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!root.join("release").exists());
+    std::fs::write(root.join("release"), "").unwrap();
+    let t = Instant::now();
+    let status = loop {
+        let out = m.ok(&m.a, &["show", &run, "--json"]);
+        let s = serde_json::from_str::<Value>(&out).unwrap()["status"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        if s != "running" && s != "pending" {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "{}", m.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    m.stop(&m.a);
+    // Its last commit reached the remote before its end (here: its iteration limit) was
+    // recorded.
+    let branch = format!("refs/heads/taskdaemon/{run}");
+    assert_eq!(
+        git(&m.bare, &["rev-parse", &branch]),
+        git(&m.a, &["rev-parse", &branch]),
+        "{status}\n{}",
+        m.logs()
+    );
+}
