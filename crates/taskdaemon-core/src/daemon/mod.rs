@@ -165,6 +165,8 @@ struct Dispatcher {
     events: Publisher,
     reports: mpsc::UnboundedSender<Report>,
     merges: mpsc::UnboundedSender<MergeDone>,
+    /// Shared queue: runs' ends whose work was put on the remote (off the loop), to record.
+    ends: mpsc::UnboundedSender<EndPushed>,
     /// Time in scheduling passes and in recording what runs report, for the stop line.
     pass_time: Duration,
     passes: u64,
@@ -176,6 +178,10 @@ struct Dispatcher {
 
 /// A merge's end: the record, how it ended, and (shared queue) what to record.
 type MergeDone = (String, MergeEnd, Option<shared_queue::QueueMerge>);
+
+/// A run's end on the shared queue once its work was pushed: its id, its `Finished`
+/// report, and why its work is not on the remote (if so).
+type EndPushed = (String, Report, Option<String>);
 
 fn now_ms() -> i64 {
     crate::clock::now().as_millisecond()
@@ -233,6 +239,7 @@ pub async fn run(
     });
     let (rtx, rrx) = mpsc::unbounded_channel();
     let (mtx, mrx) = mpsc::unbounded_channel();
+    let (etx, erx) = mpsc::unbounded_channel();
     let (itx, irx) = mpsc::channel::<(Request, oneshot::Sender<Response>)>(64);
     let server = tokio::spawn(serve(listener, itx, events.clone()));
 
@@ -251,6 +258,7 @@ pub async fn run(
         events: events.clone(),
         reports: rtx,
         merges: mtx,
+        ends: etx,
         pass_time: Duration::ZERO,
         passes: 0,
         removals: Vec::new(),
@@ -265,7 +273,7 @@ pub async fn run(
     });
     off_the_workers(|| d.resume_running())?;
     off_the_workers(|| d.remove_stale_worktrees());
-    d.serve_until_stopped(rrx, mrx, irx, shutdown).await;
+    d.serve_until_stopped(rrx, mrx, erx, irx, shutdown).await;
     server.abort();
     for h in std::mem::take(&mut d.removals) {
         let _ = h.await;
@@ -293,6 +301,7 @@ impl Dispatcher {
         &mut self,
         mut rrx: mpsc::UnboundedReceiver<Report>,
         mut mrx: mpsc::UnboundedReceiver<MergeDone>,
+        mut erx: mpsc::UnboundedReceiver<EndPushed>,
         mut irx: mpsc::Receiver<(Request, oneshot::Sender<Response>)>,
         shutdown: CancellationToken,
     ) {
@@ -344,6 +353,11 @@ impl Dispatcher {
                         }
                         dirty |= d.on_reports(batch);
                     });
+                    d.record_time += t.elapsed();
+                }
+                Some((id, report, unpushed)) = erx.recv() => {
+                    let t = Instant::now();
+                    off_the_workers(|| dirty |= d.record_end_shared(id, report, unpushed));
                     d.record_time += t.elapsed();
                 }
                 Some((id, end, commit)) = mrx.recv() => {
@@ -1121,24 +1135,72 @@ impl Dispatcher {
             } => Some(*iteration),
             _ => None,
         };
-        let finished = matches!(r, Report::Finished { .. });
-        let mut r = r;
-        if finished
-            && let Some(w) = self.push_at_end(&run_id, &worktree)
-            && let Report::Finished { result, .. } = &mut r
-            && matches!(result, Ok(Outcome::Complete { .. }))
-        {
-            *result = Ok(Outcome::Blocked { reason: w });
+        if matches!(r, Report::Finished { .. }) {
+            self.push_end_then_record(run_id, worktree, r);
+            return false;
         }
         let more = self.apply_report(r, now);
         if let Some(n) = iteration_done {
             self.after_iteration_shared(&run_id, &worktree, n);
         }
-        if finished
-            && let Some(w) = self
-                .queue
-                .as_mut()
-                .and_then(|q| q.release(&mut self.records, &run_id))
+        more
+    }
+
+    /// A run's end on the shared queue: its work is put on the remote off the loop (a slow
+    /// remote must not hold it), then [`Self::record_end_shared`] records the end. The run
+    /// stays active (its lease renewed) meanwhile.
+    fn push_end_then_record(&mut self, run_id: String, worktree: String, r: Report) {
+        let Some(q) = self.queue.as_mut() else { return };
+        let earlier = q.take_push(&worktree);
+        let remote = q.remote.clone();
+        let plan = match self.records.get(&run_id) {
+            Ok(Some(AnyRecord::Run(run)))
+                if matches!(run.loop_type, LoopKind::Plan | LoopKind::Spec) =>
+            {
+                shared_queue::plan_of(&self.records, &run)
+            }
+            _ => None,
+        };
+        let (project, tx) = (self.paths.project.clone(), self.ends.clone());
+        let work = move || {
+            let unpushed =
+                shared_queue::push_at_end(&remote, &project, &worktree, plan.as_ref(), earlier);
+            let _ = tx.send((run_id, r, unpushed));
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn_blocking(work);
+            }
+            Err(_) => work(),
+        }
+    }
+
+    /// Record a run's end once its work was pushed (`unpushed`: why it is not on the
+    /// remote: a completed run is recorded blocked), then give up its lease. Nothing is
+    /// written when the lease was lost meanwhile.
+    fn record_end_shared(&mut self, run_id: String, r: Report, unpushed: Option<String>) -> bool {
+        if self.active.get(&run_id).is_some_and(|a| !a.lost) {
+            self.renew_for(std::slice::from_ref(&run_id));
+        }
+        if self.active.get(&run_id).is_none_or(|a| a.lost) {
+            self.active.remove(&run_id);
+            self.note(format!(
+                "run {run_id} stopped here without writing anything more (its lease was lost)"
+            ));
+            return true;
+        }
+        let mut r = r;
+        if let Some(w) = unpushed
+            && let Report::Finished { result, .. } = &mut r
+            && matches!(result, Ok(Outcome::Complete { .. }))
+        {
+            *result = Ok(Outcome::Blocked { reason: w });
+        }
+        let more = self.apply_report(r, now_ms());
+        if let Some(w) = self
+            .queue
+            .as_mut()
+            .and_then(|q| q.release(&mut self.records, &run_id))
         {
             self.note(w);
         }
@@ -1167,26 +1229,6 @@ impl Dispatcher {
                 message: l,
             });
         }
-    }
-
-    /// Push a run's branch before its end is recorded (three tries): the reason when its
-    /// work could not be put on the remote (a completed run is then recorded blocked: the
-    /// next phase must not start elsewhere without it).
-    fn push_at_end(&mut self, run_id: &str, worktree: &str) -> Option<String> {
-        // The last iteration's push, if still under way, first: then the tries below see
-        // what it left on the remote.
-        let _superseded = self.queue.as_mut()?.wait_push(worktree);
-        let q = self.queue.as_ref()?;
-        if let Some(w) = self.publish_documents(run_id) {
-            return Some(format!(
-                "its documents are not on the shared remote: {w}; `taskdaemon resume` the run once the remote takes pushes"
-            ));
-        }
-        let mut last = None;
-        for _ in 0..3 {
-            last = Some(q.push(worktree)?);
-        }
-        last.map(|w| format!("its work is not on the shared remote: {w}; `taskdaemon resume` the run once the remote takes pushes"))
     }
 
     /// A plan or spec run's documents (written outside git) to the remote.

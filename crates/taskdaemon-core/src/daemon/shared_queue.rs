@@ -231,11 +231,10 @@ impl QueueSide {
             .collect()
     }
 
-    /// Wait for the background push of worktree `name`, if one is under way; its warning.
-    pub fn wait_push(&mut self, name: &str) -> Option<String> {
-        self.pushes
-            .remove(name)
-            .and_then(|h| h.join().ok().flatten())
+    /// The background push of worktree `name`, if one was started and not collected: for
+    /// [`push_at_end`] to wait for.
+    pub fn take_push(&mut self, name: &str) -> Option<std::thread::JoinHandle<Option<String>>> {
+        self.pushes.remove(name)
     }
 
     /// Plans whose spec run is complete (another machine may have run it): the documents
@@ -289,6 +288,33 @@ impl QueueSide {
             .err()
             .map(|e| format!("storing the log of run {run_id} iteration {iteration}: {e}"))
     }
+}
+
+/// Put a finished run's work on the remote before its end is recorded: the push of its
+/// last iteration (`earlier`, if under way) waited for, its plan's documents (`plan`: plan
+/// and spec runs), then its branch, three tries. The reason when its work is not there (a
+/// completed run is then recorded blocked: the next phase must not start elsewhere
+/// without it).
+pub fn push_at_end(
+    remote: &Remote,
+    project: &Path,
+    worktree: &str,
+    plan: Option<&crate::store::Plan>,
+    earlier: Option<std::thread::JoinHandle<Option<String>>>,
+) -> Option<String> {
+    if let Some(h) = earlier {
+        let _superseded = h.join();
+    }
+    if let Some(w) = plan.and_then(|p| publish_documents(remote, project, p)) {
+        return Some(format!(
+            "its documents are not on the shared remote: {w}; `taskdaemon resume` the run once the remote takes pushes"
+        ));
+    }
+    let mut last = None;
+    for _ in 0..3 {
+        last = Some(push_warning(remote, worktree)?);
+    }
+    last.map(|w| format!("its work is not on the shared remote: {w}; `taskdaemon resume` the run once the remote takes pushes"))
 }
 
 /// Push the branch of worktree `name` to `remote`; a warning when it did not go.

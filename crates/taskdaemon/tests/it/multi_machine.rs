@@ -497,8 +497,34 @@ fn a_remote_that_holds_a_push_does_not_hold_the_daemon() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Its last iteration done (the iteration limit, 20), its end waits for the held push:
+    // the daemon still answers meanwhile.
+    let branch = format!("refs/heads/taskdaemon/{run}");
+    let t = Instant::now();
+    while git(&m.a, &["log", "-1", "--format=%s", &branch]).trim() != "iteration 20" {
+        assert!(t.elapsed() < Duration::from_secs(60), "{}", m.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut ask = m.env.cmd();
+    ask.current_dir(&m.a)
+        .envs(m.vars.iter().map(|(k, v)| (k, v)))
+        .args(["daemon", "status"])
+        .stdout(std::process::Stdio::piped());
+    let mut ask = ask.spawn().unwrap();
+    let t = Instant::now();
+    while ask.try_wait().unwrap().is_none() && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let answered = ask.try_wait().unwrap().is_some_and(|s| s.success());
+    let _ = ask.kill();
+    let mut said = String::new();
+    if let Some(mut out) = ask.stdout.take() {
+        let _ = std::io::Read::read_to_string(&mut out, &mut said);
+    }
+    let _ = ask.wait();
     assert!(!root.join("release").exists());
     std::fs::write(root.join("release"), "").unwrap();
+    assert!(answered && said.contains(&run), "{said}\n{}", m.logs());
     let t = Instant::now();
     let status = loop {
         let out = m.ok(&m.a, &["show", &run, "--json"]);
@@ -515,7 +541,6 @@ fn a_remote_that_holds_a_push_does_not_hold_the_daemon() {
     m.stop(&m.a);
     // Its last commit reached the remote before its end (here: its iteration limit) was
     // recorded.
-    let branch = format!("refs/heads/taskdaemon/{run}");
     assert_eq!(
         git(&m.bare, &["rev-parse", &branch]),
         git(&m.a, &["rev-parse", &branch]),
