@@ -97,6 +97,23 @@ pub fn become_subreaper() {
     }
 }
 
+/// In a child between fork and exec (async-signal-safe, touches no memory of the
+/// parent): it gets a parent-death signal (KILL) so it dies with the harness `parent`, and
+/// fails to start when the harness died before that was set. Linux sends the signal when
+/// the spawning *thread* exits: spawn from a thread that waits for the child.
+pub(crate) fn die_with(parent: Pid) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        nix::sys::prctl::set_pdeathsig(Some(Signal::SIGKILL)).map_err(std::io::Error::from)?;
+        if nix::unistd::getppid() != parent {
+            return Err(std::io::Error::other("the harness is gone"));
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = parent;
+    Ok(())
+}
+
 /// Run `spec`; call `on_line` for every line of output. Returns when the child and every
 /// process of its group are gone.
 pub async fn run_process(
@@ -124,15 +141,7 @@ pub async fn run_process(
             nix::unistd::setsid()
                 .map(|_| ())
                 .map_err(std::io::Error::from)?;
-            #[cfg(target_os = "linux")]
-            {
-                nix::sys::prctl::set_pdeathsig(Some(Signal::SIGKILL))
-                    .map_err(std::io::Error::from)?;
-                if nix::unistd::getppid() != parent {
-                    return Err(std::io::Error::other("the harness is gone"));
-                }
-            }
-            Ok(())
+            die_with(parent)
         });
     }
     cmd.stdin(if spec.stdin.is_some() {

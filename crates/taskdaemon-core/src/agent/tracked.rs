@@ -307,16 +307,22 @@ pub(crate) struct Proc {
     pub zombie: bool,
 }
 
-fn read_stat(dir: &Path, pid: i32) -> Option<Proc> {
+/// `f` of the fields of `/proc/PID/stat` from the third on (the state; proc(5) counts
+/// from 1), after the command, which may hold spaces and parentheses.
+fn with_stat<T>(dir: &Path, f: impl FnOnce(&[&str]) -> Option<T>) -> Option<T> {
     let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
-    // Fields after the command (which may hold spaces) start after the last ')'.
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(Proc {
-        pid,
-        zombie: *f.first()? == "Z",
-        ppid: f.get(1)?.parse().ok()?,
-        pgid: f.get(2)?.parse().ok()?,
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    f(&fields)
+}
+
+fn read_stat(dir: &Path, pid: i32) -> Option<Proc> {
+    with_stat(dir, |f| {
+        Some(Proc {
+            pid,
+            zombie: *f.first()? == "Z",
+            ppid: f.get(1)?.parse().ok()?,
+            pgid: f.get(2)?.parse().ok()?,
+        })
     })
 }
 
@@ -369,13 +375,13 @@ pub(crate) fn has_token(dir: &Path, want: &[u8]) -> bool {
 /// `env_end` of `stat`: 0 while an `exec` sets up new memory or when it has none); `None`
 /// when it is gone or a zombie.
 fn env_span(dir: &Path) -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
-    let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    // Fields 3 (state), 50 and 51 (env_start, env_end) of proc(5), counted from 1.
-    if *f.first()? == "Z" {
-        return None;
-    }
-    Some((f.get(47)?.parse().ok()?, f.get(48)?.parse().ok()?))
+    // Fields 3 (state), 50 and 51 (env_start, env_end).
+    with_stat(dir, |f| {
+        if *f.first()? == "Z" {
+            return None;
+        }
+        Some((f.get(47)?.parse().ok()?, f.get(48)?.parse().ok()?))
+    })
 }
 
 /// A `/proc/PID` file read from offset 0 in one `read` (the kernel holds the process's

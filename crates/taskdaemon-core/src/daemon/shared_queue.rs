@@ -190,13 +190,7 @@ impl QueueSide {
             .map(|e| format!("releasing the lease of run {id}: {e}"))
     }
 
-    /// Push the branch of worktree `name`; a warning when it did not go (retried after the
-    /// next iteration).
-    pub fn push(&self, name: &str) -> Option<String> {
-        push_warning(&self.remote, name)
-    }
-
-    /// [`QueueSide::push`] on a thread of its own; none while the last push of `name` is
+    /// Push the branch of worktree `name` ([`push_warning`]) on a thread of its own; none while the last push of `name` is
     /// still under way (the next iteration, or the run's end, pushes again). Returns the
     /// warnings of the pushes that have finished.
     pub fn push_in_background(&mut self, name: &str) -> Vec<String> {
@@ -212,7 +206,7 @@ impl QueueSide {
             Ok(h) => {
                 self.pushes.insert(name.to_string(), h);
             }
-            Err(_) => notes.extend(self.push(name)),
+            Err(_) => notes.extend(push_warning(&self.remote, name)),
         }
         notes
     }
@@ -317,7 +311,8 @@ pub fn push_at_end(
     last.map(|w| format!("its work is not on the shared remote: {w}; `taskdaemon resume` the run once the remote takes pushes"))
 }
 
-/// Push the branch of worktree `name` to `remote`; a warning when it did not go.
+/// Push the branch of worktree `name` to `remote`; a warning when it did not go (retried
+/// after the next iteration).
 fn push_warning(remote: &Remote, name: &str) -> Option<String> {
     let branch = branch_for(name);
     match remote.push_branch(&branch) {

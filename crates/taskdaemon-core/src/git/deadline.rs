@@ -31,21 +31,12 @@ pub(super) fn output_within(
 ) -> Result<Output, Ended> {
     use std::os::unix::process::CommandExt;
     // Its own group is out of reach of a terminal's Ctrl-C to the harness: it is ended by
-    // a parent-death signal instead, so it never outlives the harness that would end it.
-    #[cfg(target_os = "linux")]
-    {
-        let parent = nix::unistd::getpid();
-        // SAFETY: prctl and getppid are async-signal-safe and touch no memory of the parent.
-        unsafe {
-            c.pre_exec(move || {
-                nix::sys::prctl::set_pdeathsig(Some(Signal::SIGKILL))
-                    .map_err(std::io::Error::from)?;
-                if nix::unistd::getppid() != parent {
-                    return Err(std::io::Error::other("the harness is gone"));
-                }
-                Ok(())
-            });
-        }
+    // a parent-death signal instead, so it never outlives the harness that would end it
+    // (this thread waits for it).
+    let parent = nix::unistd::getpid();
+    // SAFETY: `die_with` is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        c.pre_exec(move || crate::agent::die_with(parent));
     }
     c.process_group(0)
         .stdin(if input.is_some() {

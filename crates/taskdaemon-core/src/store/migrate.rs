@@ -14,7 +14,7 @@ use taskstore::StoreOptions;
 use taskstore::line::parse_meta;
 
 use super::pg::{CHANNEL, PROJECT_LOCK_SQL, PgStore};
-use super::pg_conn::{QueueConfig, QueueError};
+use super::pg_conn::{QueueConfig, QueueError, connect};
 use super::{Kind, Records, Result, StoreError, store_dir};
 
 /// What a migration did.
@@ -87,7 +87,9 @@ pub fn to_postgres(
         },
     )?;
     let jsonl = src.store().jsonl().ok_or(StoreError::Stopped)?;
-    let target = PgStore::open(queue.clone(), Kind::ALL.iter().map(|k| k.def()).collect())?;
+    // A connection only (the schema made or checked): what the project holds is read
+    // below, under its lock.
+    let mut c = connect(queue)?;
     let mut report = MigrateReport {
         from: store_dir(project).display().to_string(),
         to: queue.shown(),
@@ -110,7 +112,6 @@ pub fn to_postgres(
             .filter(|(_, deleted)| *deleted)
             .count();
     }
-    let mut c = target.shared().client();
     let sql = |what: &'static str| move |e| StoreError::from(QueueError::sql(queue, what, e));
     let mut tx = c.transaction().map_err(sql("beginning the copy"))?;
     tx.execute(PROJECT_LOCK_SQL, &[&queue.project])

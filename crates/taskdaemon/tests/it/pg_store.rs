@@ -44,30 +44,42 @@ fn pending_runs(r: &mut Records, n: usize) -> Vec<String> {
         .collect()
 }
 
+/// Two machines (threads, each with its own connection) claiming `ids` at the same moment
+/// in batches of `chunk` (small, so the two interleave), within `limit`: what each got.
+fn claim_from_two_machines(
+    env: &Env,
+    q: &QueueConfig,
+    ids: &[String],
+    chunk: usize,
+    limit: Option<usize>,
+) -> Vec<Vec<String>> {
+    let barrier = Arc::new(Barrier::new(2));
+    let handles: Vec<_> = (0..2)
+        .map(|n| {
+            let (ids, q, repo, barrier) = (ids.to_vec(), q.clone(), env.repo(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut r = Records::open_queue(&repo, q).expect("open");
+                let me = Holder::new(&format!("m{n}"), 100 + n, NOW);
+                barrier.wait();
+                let mut mine = Vec::new();
+                for batch in ids.chunks(chunk) {
+                    let ttl = Duration::from_secs(60);
+                    mine.extend(r.claim_within(batch, &me, ttl, limit).expect("claim"));
+                }
+                mine
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
 #[test]
 fn two_claimers_never_get_the_same_run() {
     let Some(db) = pg::database() else { return };
     let env = Env::new();
     let q = queue(&db, "claims");
     let ids = pending_runs(&mut open(&env, &q), 40);
-    let barrier = Arc::new(Barrier::new(2));
-    let handles: Vec<_> = (0..2)
-        .map(|n| {
-            let (ids, q, repo, barrier) = (ids.clone(), q.clone(), env.repo(), barrier.clone());
-            std::thread::spawn(move || {
-                let mut r = Records::open_queue(&repo, q).expect("open");
-                let me = Holder::new(&format!("m{n}"), 100 + n, NOW);
-                barrier.wait();
-                let mut mine = Vec::new();
-                // Small batches, so the two interleave.
-                for chunk in ids.chunks(3) {
-                    mine.extend(r.claim(chunk, &me, Duration::from_secs(60)).expect("claim"));
-                }
-                mine
-            })
-        })
-        .collect();
-    let got: Vec<Vec<String>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let got = claim_from_two_machines(&env, &q, &ids, 3, None);
     let mut all: Vec<String> = got.concat();
     all.sort();
     let mut want = ids.clone();
@@ -102,24 +114,7 @@ fn two_claimers_at_once_never_run_more_than_the_projects_limit() {
     let env = Env::new();
     let q = queue(&db, "claim-limit");
     let ids = pending_runs(&mut open(&env, &q), 12);
-    let barrier = Arc::new(Barrier::new(2));
-    let handles: Vec<_> = (0..2)
-        .map(|n| {
-            let (ids, q, repo, barrier) = (ids.clone(), q.clone(), env.repo(), barrier.clone());
-            std::thread::spawn(move || {
-                let mut r = Records::open_queue(&repo, q).expect("open");
-                let me = Holder::new(&format!("m{n}"), 200 + n, NOW);
-                barrier.wait();
-                let mut mine = Vec::new();
-                for chunk in ids.chunks(2) {
-                    let ttl = Duration::from_secs(60);
-                    mine.extend(r.claim_within(chunk, &me, ttl, Some(5)).expect("claim"));
-                }
-                mine
-            })
-        })
-        .collect();
-    let got: Vec<Vec<String>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let got = claim_from_two_machines(&env, &q, &ids, 2, Some(5));
     assert_eq!(got.concat().len(), 5, "{got:?}");
     let mut r = open(&env, &q);
     r.sync().unwrap();

@@ -1421,9 +1421,9 @@ fn tree_diff(raw: &[RawChange]) -> TreeDiff {
 const EMPTY_TREE_SHA1: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 const EMPTY_TREE_SHA256: &str = "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321";
 
-/// Copy `from` to `to` (and its mode), giving the copy the modification time of `time_of`: written
-/// beside `to` and renamed onto it, so `to` is never torn and a symbolic link there is
-/// replaced, not written through.
+/// Copy `from` to `to` (and its mode), giving the copy the modification time of
+/// `time_of`: written beside `to` and renamed onto it, so `to` is never torn and a
+/// symbolic link there is replaced, not written through.
 fn copy_keeping_mtime(from: &Path, time_of: &Path, to: &Path) -> Result<(), SnapshotError> {
     let dir = to.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::Builder::new()
