@@ -8,6 +8,7 @@ pub mod failure;
 mod parse;
 pub mod preflight;
 mod presets;
+pub(crate) mod proctree;
 mod runner;
 pub mod script;
 mod spec;

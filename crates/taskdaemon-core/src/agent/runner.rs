@@ -16,6 +16,7 @@
 //! - Output is split into lines (long lines are cut at [`MAX_LINE`]) and handed to a
 //!   callback in the order read, stdout and stderr interleaved.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -176,6 +177,7 @@ pub async fn run_process(
         pgid,
         grace: spec.grace,
         reaper,
+        seen: std::sync::Mutex::default(),
     };
 
     if let (Some(mut stdin), Some(data)) = (child.stdin.take(), spec.stdin.clone()) {
@@ -265,6 +267,9 @@ struct Tree<'a> {
     /// This process was the subreaper when the tree started, and the token stays in the
     /// tree (see [`Tree::surely_gone`]).
     reaper: bool,
+    /// Every member seen alive, by pid and start time: one that exited is a zombie with no
+    /// token left to be found by, and still ours to reap.
+    seen: std::sync::Mutex<HashMap<i32, u64>>,
 }
 
 impl Tree<'_> {
@@ -292,14 +297,30 @@ impl Tree<'_> {
             reap_group(self.pgid);
         }
         let me = nix::unistd::getpid().as_raw();
+        let mut procs = super::proctree::tree(self.token, self.pgid, self.reaper);
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.retain(|&pid, &mut start| {
+            if procs.iter().any(|p| p.pid == pid) {
+                return true;
+            }
+            // Not found by its token (an exited member) or its place: the same process?
+            match super::proctree::read_proc(pid) {
+                Some(p) if p.start == start => {
+                    procs.push(p);
+                    true
+                }
+                _ => false,
+            }
+        });
         let mut live = Vec::new();
-        for p in super::tracked::tree(self.token, self.pgid, self.reaper) {
+        for p in procs {
             if p.zombie {
                 if p.ppid == me && p.pid != self.pgid {
                     // Not the leader (tokio reaps it): an orphan only we can reap.
                     let _ = waitpid(Pid::from_raw(p.pid), Some(WaitPidFlag::WNOHANG));
                 }
             } else {
+                seen.insert(p.pid, p.start);
                 live.push(p.pid);
             }
         }
@@ -615,13 +636,9 @@ mod tests {
         assert!(r.leftovers_ended);
     }
 
+    /// Ended and reaped: not even a zombie is left.
     fn gone(pid: i32) -> bool {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| {
-                s.rsplit_once(')')
-                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
-            })
-            .unwrap_or(true)
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
     }
 
     #[tokio::test]

@@ -88,7 +88,7 @@ pub fn clear(facts: &RepoFacts, before: SystemTime) -> Vec<MovedLock> {
 fn open_files(top: &std::path::Path) -> (std::collections::HashSet<(u64, u64)>, bool) {
     let mut open = std::collections::HashSet::new();
     let mut git_here = false;
-    for (_, dir) in crate::agent::tracked::other_processes() {
+    for (_, dir) in crate::agent::proctree::other_processes() {
         let is_git = fs::read_to_string(dir.join("comm")).is_ok_and(|c| c.trim_end() == "git");
         if is_git && fs::read_link(dir.join("cwd")).is_ok_and(|cwd| cwd.starts_with(top)) {
             git_here = true;

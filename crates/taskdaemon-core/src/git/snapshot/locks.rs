@@ -280,8 +280,8 @@ fn read_pid(f: &mut File) -> Option<i32> {
 /// Live processes whose environment marks them as git started by `owner`.
 fn children_of(owner: i32) -> Vec<i32> {
     let mark = format!("{OWNER_ENV}={owner}");
-    crate::agent::tracked::other_processes()
-        .filter(|(_, dir)| crate::agent::tracked::has_token(dir, mark.as_bytes()))
+    crate::agent::proctree::other_processes()
+        .filter(|(_, dir)| crate::agent::proctree::has_token(dir, mark.as_bytes()))
         .map(|(pid, _)| pid)
         .collect()
 }
