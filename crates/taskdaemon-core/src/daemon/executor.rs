@@ -56,6 +56,17 @@ pub struct Launch {
     /// It ran elsewhere until its lease expired (shared queue): it goes on at the record's
     /// counters, whatever this machine's copy of its state says.
     pub from_elsewhere: bool,
+    /// Shared queue, a plan, spec or phase run: its plan's documents to take from the
+    /// remote before it starts.
+    pub documents: Option<Documents>,
+}
+
+/// A plan's documents to take from the shared remote: every file (`overwrite`: a plan or
+/// spec run, which writes them), or only those missing here (a phase run reads them).
+#[derive(Debug, Clone)]
+pub struct Documents {
+    pub plan_id: String,
+    pub overwrite: bool,
 }
 
 /// What a run tells the dispatcher.
@@ -194,11 +205,15 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
         // Shared queue: the branch as the remote has it (earlier phases or iterations may
         // have run on another machine).
         if let Some(line) = super::shared_queue::adopt(remote, &shared.worktrees, &l.worktree)? {
-            shared.events.emit(super::DaemonEvent::Note {
-                repo: shared.paths.project.clone(),
-                warning: false,
-                message: line,
-            });
+            note(shared, false, line);
+        }
+        if let Some(d) = &l.documents {
+            let project = &shared.paths.project;
+            match super::shared_queue::fetch_documents(remote, project, &d.plan_id, d.overwrite) {
+                Ok(Some(line)) => note(shared, false, line),
+                Ok(None) => {}
+                Err(e) => note(shared, true, e),
+            }
         }
     }
     let path = shared
@@ -471,4 +486,12 @@ fn agent_events(subject: Subject, iteration: u32, activity: Activity) -> Vec<Dae
             line: bounded(line, AGENT_LINE_MAX),
         })
         .collect()
+}
+
+fn note(shared: &Shared, warning: bool, message: String) {
+    shared.events.emit(super::DaemonEvent::Note {
+        repo: shared.paths.project.clone(),
+        warning,
+        message,
+    });
 }

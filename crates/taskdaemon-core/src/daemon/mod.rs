@@ -988,18 +988,17 @@ impl Dispatcher {
             }
             return;
         }
-        if let Some(q) = &self.queue
-            && run.loop_type.is_cascade()
-            && let Some(plan) = shared_queue::plan_of(&self.records, &run)
-        {
-            // Its plan's documents, as the machine that ran its last step left them.
-            let own = matches!(run.loop_type, LoopKind::Plan | LoopKind::Spec);
-            match shared_queue::fetch_documents(&q.remote, &self.paths.project, &plan.id, own) {
-                Ok(Some(n)) => self.note(n),
-                Ok(None) => {}
-                Err(e) => self.note(e),
-            }
-        }
+        // Shared queue: its plan's documents, as the machine that ran its last step left
+        // them, are taken from the remote before it starts (off this loop).
+        let documents = self
+            .queue
+            .as_ref()
+            .filter(|_| run.loop_type.is_cascade())
+            .and_then(|_| shared_queue::plan_of(&self.records, &run))
+            .map(|plan| executor::Documents {
+                plan_id: plan.id,
+                overwrite: matches!(run.loop_type, LoopKind::Plan | LoopKind::Spec),
+            });
         let (worktree, start) = self.placement(&run);
         let agent = context::RunContext::get(&run.context.agent)
             .map(agent_kind)
@@ -1036,6 +1035,7 @@ impl Dispatcher {
             requeued,
             subject,
             from_elsewhere,
+            documents,
         };
         tokio::spawn(executor::execute(
             self.shared.clone(),
@@ -1153,14 +1153,7 @@ impl Dispatcher {
         let Some(q) = self.queue.as_mut() else { return };
         let earlier = q.take_push(&worktree);
         let remote = q.remote.clone();
-        let plan = match self.records.get(&run_id) {
-            Ok(Some(AnyRecord::Run(run)))
-                if matches!(run.loop_type, LoopKind::Plan | LoopKind::Spec) =>
-            {
-                shared_queue::plan_of(&self.records, &run)
-            }
-            _ => None,
-        };
+        let plan = plan_run_plan(&self.records, &run_id);
         let (project, tx) = (self.paths.project.clone(), self.ends.clone());
         let work = move || {
             let unpushed =
@@ -1210,10 +1203,14 @@ impl Dispatcher {
     /// An iteration finished: its branch to the remote (a failure is a warning: the next
     /// iteration pushes again), its log into the queue.
     fn after_iteration_shared(&mut self, run_id: &str, worktree: &str, iteration: u32) {
-        let Some(q) = self.queue.as_mut() else { return };
+        if self.queue.is_none() {
+            return;
+        }
         // On a thread of its own: a slow remote must not hold this loop.
-        let mut lines = q.push_in_background(worktree);
-        lines.extend(self.publish_documents(run_id));
+        let documents =
+            plan_run_plan(&self.records, run_id).map(|plan| (self.paths.project.clone(), plan));
+        let Some(q) = self.queue.as_mut() else { return };
+        let mut lines = q.push_in_background(worktree, documents);
         let log = crate::workspace::Workspace::new(&self.shared.worktrees.path_for(worktree))
             .iteration_log(iteration);
         lines.extend(shared_queue::QueueSide::upload_log(
@@ -1229,19 +1226,6 @@ impl Dispatcher {
                 message: l,
             });
         }
-    }
-
-    /// A plan or spec run's documents (written outside git) to the remote.
-    fn publish_documents(&self, run_id: &str) -> Option<String> {
-        let q = self.queue.as_ref()?;
-        let Ok(Some(AnyRecord::Run(run))) = self.records.get(run_id) else {
-            return None;
-        };
-        if !matches!(run.loop_type, LoopKind::Plan | LoopKind::Spec) {
-            return None;
-        }
-        let plan = shared_queue::plan_of(&self.records, &run)?;
-        shared_queue::publish_documents(&q.remote, &self.paths.project, &plan)
     }
 
     /// A merge on the shared queue: one already recorded (by any daemon) is done; else
@@ -1622,4 +1606,16 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The plan whose documents run `run_id` writes (outside git): a plan or spec run's.
+fn plan_run_plan(records: &Records, run_id: &str) -> Option<crate::store::Plan> {
+    match records.get(run_id) {
+        Ok(Some(AnyRecord::Run(run)))
+            if matches!(run.loop_type, LoopKind::Plan | LoopKind::Spec) =>
+        {
+            shared_queue::plan_of(records, &run)
+        }
+        _ => None,
+    }
 }

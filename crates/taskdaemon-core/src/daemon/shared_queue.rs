@@ -17,7 +17,7 @@
 //!   target and pushed ([`Remote::merge`]), and recorded once ([`Records::record_merge`]).
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::git::remote::{Adopted, Pushed, Remote, RemoteMerge};
@@ -64,9 +64,10 @@ pub struct QueueSide {
     /// The complete spec runs (id, last change) whose documents this daemon has taken:
     /// they do not change after.
     docs_taken: std::collections::HashSet<(String, i64)>,
-    /// Pushes of runs' branches after an iteration, by worktree, each on a thread of its
-    /// own: a slow remote must not hold the daemon's loop (its lease renewals above all).
-    pushes: HashMap<String, std::thread::JoinHandle<Option<String>>>,
+    /// Pushes of runs' branches (and plan documents) after an iteration, by worktree, each
+    /// on a thread of its own: a slow remote must not hold the daemon's loop (its lease
+    /// renewals above all).
+    pushes: HashMap<String, std::thread::JoinHandle<Vec<String>>>,
 }
 
 impl QueueSide {
@@ -190,23 +191,39 @@ impl QueueSide {
             .map(|e| format!("releasing the lease of run {id}: {e}"))
     }
 
-    /// Push the branch of worktree `name` ([`push_warning`]) on a thread of its own; none while the last push of `name` is
-    /// still under way (the next iteration, or the run's end, pushes again). Returns the
-    /// warnings of the pushes that have finished.
-    pub fn push_in_background(&mut self, name: &str) -> Vec<String> {
+    /// On a thread of its own: the `documents` of a plan (a plan or spec run's, with the
+    /// project they are read from) published, then the branch of worktree `name` pushed
+    /// ([`push_warning`]). Nothing while the last of `name` is still under way (the next
+    /// iteration, or the run's end, does it again). Returns the warnings of those that
+    /// have finished.
+    pub fn push_in_background(
+        &mut self,
+        name: &str,
+        documents: Option<(PathBuf, crate::store::Plan)>,
+    ) -> Vec<String> {
         let mut notes = self.finished_pushes();
         if self.pushes.contains_key(name) {
             return notes;
         }
         let (remote, owned) = (self.remote.clone(), name.to_string());
+        let work = move || {
+            let published =
+                documents.and_then(|(project, plan)| publish_documents(&remote, &project, &plan));
+            published
+                .into_iter()
+                .chain(push_warning(&remote, &owned))
+                .collect()
+        };
+        // A closure a failed spawn hands back is not to be had: the work is made again.
+        let inline = work.clone();
         match std::thread::Builder::new()
             .name(format!("push {name}"))
-            .spawn(move || push_warning(&remote, &owned))
+            .spawn(work)
         {
             Ok(h) => {
                 self.pushes.insert(name.to_string(), h);
             }
-            Err(_) => notes.extend(push_warning(&self.remote, name)),
+            Err(_) => notes.extend(inline()),
         }
         notes
     }
@@ -221,13 +238,13 @@ impl QueueSide {
             .collect();
         done.iter()
             .filter_map(|name| self.pushes.remove(name))
-            .filter_map(|h| h.join().ok().flatten())
+            .flat_map(|h| h.join().unwrap_or_default())
             .collect()
     }
 
     /// The background push of worktree `name`, if one was started and not collected: for
     /// [`push_at_end`] to wait for.
-    pub fn take_push(&mut self, name: &str) -> Option<std::thread::JoinHandle<Option<String>>> {
+    pub fn take_push(&mut self, name: &str) -> Option<std::thread::JoinHandle<Vec<String>>> {
         self.pushes.remove(name)
     }
 
@@ -294,7 +311,7 @@ pub fn push_at_end(
     project: &Path,
     worktree: &str,
     plan: Option<&crate::store::Plan>,
-    earlier: Option<std::thread::JoinHandle<Option<String>>>,
+    earlier: Option<std::thread::JoinHandle<Vec<String>>>,
 ) -> Option<String> {
     if let Some(h) = earlier {
         let _superseded = h.join();
