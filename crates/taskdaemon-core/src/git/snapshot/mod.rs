@@ -39,6 +39,7 @@ mod locks;
 mod prune;
 mod ref_session;
 mod scan;
+mod seq;
 mod tags;
 mod trust;
 
@@ -1079,11 +1080,13 @@ impl Snapshots {
     ) -> Result<Snapshot, SnapshotError> {
         let secs = req.time_ms.div_euclid(1000);
         let date = format!("@{secs} +0000");
-        let (existing, taken) = match listed {
-            Some(l) => l,
-            None => self.tags()?,
+        // No listing of every tag for a plain save: its number comes from the counter, and
+        // a name is known taken by its ref file (or by `git tag` refusing a packed one).
+        let (at_least, taken) = match listed {
+            Some((existing, taken)) => (existing.iter().map(|s| s.seq).max().unwrap_or(0), taken),
+            None => (0, BTreeSet::new()),
         };
-        let seq = existing.iter().map(|s| s.seq).max().unwrap_or(0) + 1;
+        let seq = self.take_seq(at_least)?;
         let message = clean_message(req.message, req.kind);
         let mut snap = Snapshot {
             tag: String::new(),
@@ -1124,7 +1127,7 @@ impl Snapshots {
             } else {
                 format!("{base}-{n}")
             };
-            if taken.contains(&name) {
+            if taken.contains(&name) || self.tag_file_exists(&name) {
                 continue;
             }
             let out = self

@@ -1,0 +1,136 @@
+//! The sequence number of the next snapshot: the order of saving, across every work tree of
+//! the repository (their tags share one namespace). The last number taken is kept in
+//! `<common git dir>/taskdaemon/snapshot.seq` and advanced under the `flock` of
+//! `snapshot.seq.lock`, so a save costs the same beside ten snapshots or ten thousand (it
+//! listed every tag before: 14 → 24 ms per save from 20 to 1,020 tags), and two work trees
+//! saving at once never take the same number (two listings could).
+//!
+//! The file is replaced by a rename before the tag that takes the number is made: a file
+//! system that keeps the order of renames across a crash (any journaling one) never has a
+//! tag without the number it took. A missing or unreadable file (a repository's first save
+//! since, a file a person edited) is made again from the tags' own numbers.
+
+use std::io::Read as _;
+use std::path::PathBuf;
+
+use super::{SnapshotError, Snapshots, io};
+
+impl Snapshots {
+    fn seq_path(&self) -> PathBuf {
+        self.common_dir.join("taskdaemon").join("snapshot.seq")
+    }
+
+    /// Take the next sequence number: above the last one taken and above `at_least` (the
+    /// highest of a listing at hand).
+    pub(super) fn take_seq(&self, at_least: u64) -> Result<u64, SnapshotError> {
+        let path = self.seq_path();
+        let lock_path = path.with_extension("seq.lock");
+        let lock = crate::fsutil::open_lock_file(&lock_path).map_err(io(&lock_path))?;
+        lock.lock().map_err(io(&lock_path))?;
+        let last = match self.last_seq() {
+            Some(n) => n,
+            None => self.tags()?.0.iter().map(|s| s.seq).max().unwrap_or(0),
+        };
+        let next = last.max(at_least).saturating_add(1);
+        crate::fsutil::write_atomic_volatile(&path, format!("{next}\n").as_bytes())
+            .map_err(io(&path))?;
+        Ok(next)
+    }
+
+    /// The number in `snapshot.seq`; `None` when it is missing or says anything else.
+    fn last_seq(&self) -> Option<u64> {
+        let path = self.seq_path();
+        let mut text = String::new();
+        crate::fsutil::open_read(&path)
+            .ok()?
+            .take(64)
+            .read_to_string(&mut text)
+            .ok()?;
+        text.trim().parse().ok()
+    }
+
+    /// Whether tag `name` exists as a ref file (a packed one is found by `git tag`
+    /// refusing it).
+    pub(super) fn tag_file_exists(&self, name: &str) -> bool {
+        self.common_dir
+            .join("refs/tags")
+            .join(name)
+            .symlink_metadata()
+            .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Kind, SaveRequest};
+    use super::*;
+    use crate::git::testrepo::{commit_all, init};
+
+    fn save(s: &Snapshots, dir: &std::path::Path, i: i64) -> super::super::Snapshot {
+        std::fs::write(dir.join("a"), format!("{i}")).unwrap();
+        let req = SaveRequest {
+            kind: Kind::Manual,
+            task: None,
+            message: "a save",
+            time_ms: 1_000 * i,
+        };
+        s.save(&req).unwrap()
+    }
+
+    #[test]
+    fn numbers_follow_the_saves_across_work_trees_and_survive_a_lost_or_edited_file() {
+        let d = tempfile::tempdir().unwrap();
+        init(d.path());
+        std::fs::write(d.path().join("a"), "0").unwrap();
+        commit_all(d.path(), "one");
+        let s = Snapshots::open(d.path()).unwrap();
+        assert_eq!(save(&s, d.path(), 1).seq, 1);
+        assert_eq!(save(&s, d.path(), 2).seq, 2);
+        assert_eq!(s.last_seq(), Some(2));
+
+        // A linked work tree takes the next number of the same repository.
+        let wt = d.path().join("wt");
+        crate::git::testrepo::git(d.path(), &["worktree", "add", "-q", wt.to_str().unwrap()]);
+        let other = Snapshots::open(&wt).unwrap();
+        assert_eq!(save(&other, &wt, 3).seq, 3);
+        assert_eq!(save(&s, d.path(), 4).seq, 4);
+
+        // Gone, or not a number: made again from the tags.
+        std::fs::remove_file(s.seq_path()).unwrap();
+        assert_eq!(save(&s, d.path(), 5).seq, 5);
+        std::fs::write(s.seq_path(), "not a number").unwrap();
+        assert_eq!(save(&s, d.path(), 6).seq, 6);
+        // Never below a listing at hand, and never past the largest number.
+        assert_eq!(s.take_seq(40).unwrap(), 41);
+        std::fs::write(s.seq_path(), format!("{}", u64::MAX)).unwrap();
+        assert_eq!(s.take_seq(0).unwrap(), u64::MAX);
+    }
+
+    #[test]
+    fn a_number_file_that_is_a_link_is_refused_and_left_alone() {
+        let d = tempfile::tempdir().unwrap();
+        init(d.path());
+        std::fs::write(d.path().join("a"), "0").unwrap();
+        commit_all(d.path(), "one");
+        let s = Snapshots::open(d.path()).unwrap();
+        save(&s, d.path(), 1);
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("seq");
+        std::fs::write(&target, "7\n").unwrap();
+        std::fs::remove_file(s.seq_path()).unwrap();
+        std::os::unix::fs::symlink(&target, s.seq_path()).unwrap();
+        std::fs::write(d.path().join("a"), "2").unwrap();
+        let req = SaveRequest {
+            kind: Kind::Manual,
+            task: None,
+            message: "a save",
+            time_ms: 2_000,
+        };
+        let err = s.save(&req).unwrap_err().to_string();
+        assert!(
+            err.contains("symbolic link") && err.contains("hint"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "7\n");
+    }
+}
