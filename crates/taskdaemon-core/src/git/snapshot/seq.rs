@@ -107,6 +107,33 @@ mod tests {
     }
 
     #[test]
+    fn two_work_trees_saving_at_once_never_take_one_number() {
+        let d = tempfile::tempdir().unwrap();
+        init(d.path());
+        std::fs::write(d.path().join("a"), "0").unwrap();
+        commit_all(d.path(), "one");
+        let wt = d.path().join("wt");
+        crate::git::testrepo::git(d.path(), &["worktree", "add", "-q", wt.to_str().unwrap()]);
+        let dirs = [d.path().to_path_buf(), wt];
+        let seqs: Vec<u64> = std::thread::scope(|sc| {
+            let saving: Vec<_> = dirs
+                .iter()
+                .map(|dir| {
+                    sc.spawn(move || {
+                        let s = Snapshots::open(dir).unwrap();
+                        (1..=12).map(|i| save(&s, dir, i).seq).collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            saving.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        let mut distinct = seqs.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct, (1..=24).collect::<Vec<u64>>(), "{seqs:?}");
+    }
+
+    #[test]
     fn a_number_file_that_is_a_link_is_refused_and_left_alone() {
         let d = tempfile::tempdir().unwrap();
         init(d.path());
