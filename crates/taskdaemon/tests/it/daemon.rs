@@ -862,28 +862,34 @@ fn submit_ralph(d: &Daemon, validate: &str) -> String {
 fn a_setsid_sleeper_is_gone_after_the_iteration_after_cancel_and_after_daemon_stop() {
     let env = Env::new();
     let escaped = env.root().join("escaped");
-    let check = |d: &Daemon, n: usize, when: &str| {
+    // While the daemon runs, the sleeper (re-parented to it) must be reaped too: not even
+    // a zombie is left.
+    let check = |d: &Daemon, n: usize, when: &str, reaped: bool| {
         let pids = wait_for_lines(&escaped, n, "the escaped sleeper", d);
         let pid: i32 = pids[n - 1].trim().parse().unwrap();
+        let left = |pid: i32| match reaped {
+            true => std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            false => pid_alive(pid),
+        };
         let t = Instant::now();
-        while pid_alive(pid) && t.elapsed() < Duration::from_secs(30) {
+        while left(pid) && t.elapsed() < Duration::from_secs(30) {
             std::thread::sleep(Duration::from_millis(50));
         }
-        assert!(!pid_alive(pid), "the setsid sleeper {pid} survived {when}");
+        assert!(!left(pid), "the setsid sleeper {pid} is left after {when}");
     };
     // 1. The iteration ends (the agent exits after a moment); the run goes on.
     let d = Daemon::new(&env, "", &[("SETSID_SLEEPER", "1"), ("RALPH_SLEEP", "0.3")]);
     let id = submit_ralph(&d, "false");
     d.start(2);
     wait_for_lines(&escaped, 2, "the second iteration", &d);
-    check(&d, 1, "the end of its iteration");
+    check(&d, 1, "the end of its iteration", true);
     // 2. Cancel.
     d.ok(&["cancel", &id]);
     d.wait_until(Duration::from_secs(30), "the run stopping", |s| {
         s["runs"][0]["status"] == "stopped"
     });
     let n = std::fs::read_to_string(&escaped).unwrap().lines().count();
-    check(&d, n, "cancel");
+    check(&d, n, "cancel", true);
     d.stop();
     // 3. Daemon stop, with the agent in a long iteration.
     let d = Daemon::new(&env, "", &[("SETSID_SLEEPER", "1"), ("RALPH_SLEEP", "600")]);
@@ -891,7 +897,7 @@ fn a_setsid_sleeper_is_gone_after_the_iteration_after_cancel_and_after_daemon_st
     d.start(2);
     wait_for_lines(&escaped, n + 1, "the sleeper of the second run", &d);
     d.stop();
-    check(&d, n + 1, "daemon stop");
+    check(&d, n + 1, "daemon stop", false);
     assert!(
         marked_processes(&env).is_empty(),
         "processes left: {:?}",
