@@ -66,32 +66,64 @@ const EXEC_WAIT: Duration = Duration::from_millis(100);
 
 /// Whether the process at `dir` carries `want` (`NAME=value`, a whole entry) in its
 /// environment.
+pub(crate) fn has_token(dir: &Path, want: &[u8]) -> bool {
+    read_env(dir).is_some_and(|env| env.split(|b| *b == 0).any(|kv| kv == want))
+}
+
+/// What a process says of the tree it belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mark {
+    /// It carries the token looked for.
+    Ours,
+    /// It carries the token of another spawn.
+    Theirs,
+    /// It carries none (or its environment cannot be read).
+    Unmarked,
+}
+
+/// [`Mark`] of the process at `dir`; `want` is `GROUP_VAR=token`.
+fn mark(dir: &Path, want: &[u8]) -> Mark {
+    let Some(env) = read_env(dir) else {
+        return Mark::Unmarked;
+    };
+    let names_group =
+        |kv: &&[u8]| kv.starts_with(GROUP_VAR.as_bytes()) && kv.get(GROUP_VAR.len()) == Some(&b'=');
+    match env.split(|b| *b == 0).find(names_group) {
+        Some(kv) if kv == want => Mark::Ours,
+        Some(_) => Mark::Theirs,
+        None => Mark::Unmarked,
+    }
+}
+
+/// The environment of the process at `dir` (`NAME=value` entries, each ended by a NUL);
+/// `None` when it has none to read: gone, a zombie, a kernel thread, emptied on purpose,
+/// or not readable by us.
 ///
-/// Two things make a plain read of `environ` miss a token that is there (measured on a
-/// process that `exec`s in a loop: 27% of `std::fs::read`s missed it, none of 80,000 now):
+/// Two things make a plain read of `environ` miss what is there (measured on a process
+/// that `exec`s in a loop: 27% of `std::fs::read`s missed the token, none of 80,000 now):
 /// - the file is read from the memory the process had when it was opened, and a read split
 ///   in several calls ends early when an `exec` replaces that memory in between: so it is
 ///   read in one call ([`read_whole`]);
 /// - it reads empty when opened just before an `exec`, between the two halves of one (the
 ///   new memory has no environment yet) or while the process exits. So an empty `environ`
 ///   is asked again, until `stat` shows an empty environment twice (then it was emptied on
-///   purpose, as by `env -i`), the process is gone or a zombie, or [`EXEC_WAIT`] has passed.
-pub(crate) fn has_token(dir: &Path, want: &[u8]) -> bool {
-    let carries = |env: &[u8]| env.split(|b| *b == 0).any(|kv| kv == want);
+///   purpose, as by `env -i`), the process is gone, a zombie or a kernel thread, or
+///   [`EXEC_WAIT`] has passed.
+fn read_env(dir: &Path) -> Option<Vec<u8>> {
     let until = Instant::now() + EXEC_WAIT;
     let mut emptied = 0;
     loop {
         match read_whole(&dir.join("environ")) {
-            Some(env) if !env.is_empty() => return carries(&env),
+            Some(env) if !env.is_empty() => return Some(env),
             Some(_) => {}
-            None => return false,
+            None => return None,
         }
         match env_span(dir) {
-            None => return false,
+            None => return None,
             Some((start, end)) if end != 0 && start == end => {
                 emptied += 1;
                 if emptied == 2 {
-                    return false;
+                    return None;
                 }
             }
             // No environment yet (an `exec` or an exit under way), or one that was not
@@ -99,19 +131,24 @@ pub(crate) fn has_token(dir: &Path, want: &[u8]) -> bool {
             Some(_) => {}
         }
         if Instant::now() >= until {
-            return false;
+            return None;
         }
         std::thread::sleep(Duration::from_micros(200));
     }
 }
 
+/// `PF_KTHREAD` in the flags of `stat`: a kernel thread, which has no memory of its own
+/// (older kernels read its `environ` as empty, as in the middle of an `exec`).
+const PF_KTHREAD: u64 = 0x0020_0000;
+
 /// Where the environment of the process at `dir` lies in its memory now (`env_start`,
-/// `env_end` of `stat`: 0 while an `exec` sets up new memory or when it has none); `None`
-/// when it is gone or a zombie.
+/// `env_end` of `stat`: 0 while an `exec` sets up new memory); `None` when it is gone, a
+/// zombie or a kernel thread.
 fn env_span(dir: &Path) -> Option<(u64, u64)> {
-    // Fields 3 (state), 50 and 51 (env_start, env_end).
+    // Fields 3 (state), 9 (flags), 50 and 51 (env_start, env_end).
     with_stat(dir, |f| {
-        if *f.first()? == "Z" {
+        let flags: u64 = f.get(6)?.parse().ok()?;
+        if *f.first()? == "Z" || flags & PF_KTHREAD != 0 {
             return None;
         }
         Some((f.get(47)?.parse().ok()?, f.get(48)?.parse().ok()?))
@@ -177,13 +214,21 @@ pub(crate) fn carriers(token: &str) -> Vec<i32> {
 /// and every descendant of those (a child that emptied its environment is still found
 /// while its parent lives). Zombies are included (to be reaped), marked as such.
 ///
+/// `known`: processes (pid, start time) seen in the tree before, which count as members
+/// with everything below them even once they no longer carry the token.
+///
 /// `below_us`: this process has been the subreaper since before the spawn and the token
 /// was given to no process outside the tree, so every member is a descendant of ours (a
 /// member whose parent exits is re-parented to a subreaper above it: a member, or us):
 /// only our descendants are read ([`Walk`]). Otherwise every process of the machine is.
-pub(crate) fn tree(token: &str, pgid: i32, below_us: bool) -> Vec<Proc> {
+pub(crate) fn tree(token: &str, pgid: i32, below_us: bool, known: &[(i32, u64)]) -> Vec<Proc> {
     let want = token_entry(token);
-    if below_us && let Some(found) = below_us_checked(&want, pgid) {
+    let rooted = Rooted {
+        want: &want,
+        pgid,
+        known,
+    };
+    if below_us && let Some(found) = below_us_checked(&rooted) {
         return found;
     }
     let all = scan(&want);
@@ -193,7 +238,7 @@ pub(crate) fn tree(token: &str, pgid: i32, below_us: bool) -> Vec<Proc> {
     }
     let mut inside: HashSet<i32> = all
         .iter()
-        .filter(|(p, marked)| *marked || (pgid > 1 && p.pgid == pgid))
+        .filter(|(p, marked)| *marked || rooted.roots(p))
         .map(|(p, _)| p.pid)
         .collect();
     let mut todo: Vec<i32> = inside.iter().copied().collect();
@@ -213,11 +258,25 @@ pub(crate) fn tree(token: &str, pgid: i32, below_us: bool) -> Vec<Proc> {
 /// How many walks down our descendants are tried before the whole machine is read.
 const WALK_TRIES: usize = 4;
 
+/// What makes a process a member by itself: its token, its group, or being known.
+struct Rooted<'a> {
+    want: &'a [u8],
+    pgid: i32,
+    known: &'a [(i32, u64)],
+}
+
+impl Rooted<'_> {
+    /// A member by its group or as a process seen in the tree before.
+    fn roots(&self, p: &Proc) -> bool {
+        (self.pgid > 1 && p.pgid == self.pgid) || self.known.contains(&(p.pid, p.start))
+    }
+}
+
 /// The tree among our descendants from a walk whose lists all read the same afterwards;
 /// `None` when the kernel has no `children` files or no walk of [`WALK_TRIES`] held.
-fn below_us_checked(want: &[u8], pgid: i32) -> Option<Vec<Proc>> {
+fn below_us_checked(rooted: &Rooted<'_>) -> Option<Vec<Proc>> {
     for _ in 0..WALK_TRIES {
-        let walk = Walk::read(want, pgid)?;
+        let walk = Walk::read(rooted)?;
         if walk.lists.iter().all(Seen::still_holds) {
             return Some(walk.found);
         }
@@ -253,12 +312,13 @@ impl Seen {
 }
 
 impl Walk {
-    /// A child of ours that carries `want` or is in group `pgid` is a member, and so is
-    /// everything below a member. Nothing else is below a member: a member's parent is a
-    /// member or us (one whose parent exits goes to the nearest subreaper above it). So
-    /// other children of ours (other spawns' trees) are not read below. `None` when this
-    /// process has no `children` file (a kernel without them).
-    fn read(want: &[u8], pgid: i32) -> Option<Walk> {
+    /// Down from our children: a process that carries the token, is in the group or is
+    /// known is a member, and so is everything below a member. Below a process that
+    /// carries another spawn's token nothing is read: a member's parent is a member or a
+    /// process of no tree (one that dropped the token after it forked, or us), never one
+    /// of another tree, as a member whose parent exits goes to the nearest subreaper above
+    /// it. `None` when this process has no `children` file (a kernel without them).
+    fn read(rooted: &Rooted<'_>) -> Option<Walk> {
         let mut walk = Walk {
             found: Vec::new(),
             lists: Vec::new(),
@@ -272,27 +332,29 @@ impl Walk {
         if !main.exists() {
             return None;
         }
-        let mut todo = Vec::new();
-        for pid in walk.children(me) {
+        // (pid, whether it is below a member)
+        let mut todo: Vec<(i32, bool)> =
+            walk.children(me).into_iter().map(|c| (c, false)).collect();
+        let mut seen = HashSet::new();
+        while let Some((pid, below_member)) = todo.pop() {
             let dir = proc_dir(pid);
+            if !seen.insert(pid) {
+                continue;
+            }
             let Some(p) = read_stat(&dir, pid) else {
                 continue;
             };
-            if (pgid > 1 && p.pgid == pgid) || (!p.zombie && has_token(&dir, want)) {
-                todo.push(pid);
+            let member = below_member
+                || rooted.roots(&p)
+                || match mark(&dir, rooted.want) {
+                    Mark::Ours => true,
+                    Mark::Theirs => continue,
+                    Mark::Unmarked => false,
+                };
+            if member {
                 walk.found.push(p);
             }
-        }
-        let mut seen = HashSet::new();
-        while let Some(pid) = todo.pop() {
-            for child in walk.children(pid) {
-                if seen.insert(child)
-                    && let Some(p) = read_stat(&proc_dir(child), child)
-                {
-                    todo.push(child);
-                    walk.found.push(p);
-                }
-            }
+            todo.extend(walk.children(pid).into_iter().map(|c| (c, member)));
         }
         Some(walk)
     }
@@ -346,7 +408,11 @@ pub(crate) mod tests {
 
     #[test]
     fn our_descendants_are_found_as_a_walk_of_every_process_finds_them() {
-        let Some(_) = Walk::read(b"", 0) else {
+        let Some(_) = Walk::read(&Rooted {
+            want: b"",
+            pgid: 0,
+            known: &[],
+        }) else {
             return; // No `children` files in this kernel: the walk is used.
         };
         let mut c = spawn(
@@ -355,7 +421,10 @@ pub(crate) mod tests {
         );
         let t = Instant::now();
         let pids = |below: bool| {
-            let mut v: Vec<i32> = tree("t-below", 0, below).iter().map(|p| p.pid).collect();
+            let mut v: Vec<i32> = tree("t-below", 0, below, &[])
+                .iter()
+                .map(|p| p.pid)
+                .collect();
             v.sort();
             v
         };
@@ -416,7 +485,7 @@ pub(crate) mod tests {
         let mut found = Vec::new();
         while found.len() < 2 && t.elapsed() < Duration::from_secs(5) {
             // Not by its group: only by token and parentage.
-            found = tree("t-tree", 0, false);
+            found = tree("t-tree", 0, false, &[]);
             std::thread::sleep(Duration::from_millis(20));
         }
         assert!(found.iter().any(|p| p.pid == leader), "{found:?}");
@@ -438,17 +507,95 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_carrier_below_a_process_that_dropped_the_token_is_found() {
+        // X forks a carrier, then drops the token (`exec env -u`); once X's parent exits, X
+        // is our child (we are the subreaper) and carries nothing: the carrier below it is
+        // in the tree all the same, as a walk of every process finds it.
+        crate::agent::become_subreaper();
+        let Some(_) = Walk::read(&Rooted {
+            want: b"",
+            pgid: 0,
+            known: &[],
+        }) else {
+            return;
+        };
+        let script = "setsid sh -c 'sleep 30 & exec env -u TASKDAEMON_GROUP sleep 30' & sleep 0.3";
+        let mut c = spawn("t-dropped", script);
+        let _ = c.wait();
+        let t = Instant::now();
+        let mut found = carriers("t-dropped");
+        while found.len() != 1 && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+            found = carriers("t-dropped");
+        }
+        assert_eq!(found.len(), 1, "{found:?}");
+        let x = read_proc(found[0]).unwrap().ppid;
+        assert_eq!(read_proc(x).unwrap().ppid, std::process::id() as i32);
+        let pids = |below: bool| {
+            let v: Vec<i32> = tree("t-dropped", 0, below, &[])
+                .iter()
+                .map(|p| p.pid)
+                .collect();
+            v
+        };
+        assert_eq!(pids(false), found);
+        assert_eq!(pids(true), found);
+        // Known (seen in the tree before), X counts with what is below it.
+        let x_start = read_proc(x).unwrap().start;
+        let mut with_x = tree("t-dropped", 0, true, &[(x, x_start)]);
+        with_x.sort_by_key(|p| p.pid);
+        let mut expected = vec![x, found[0]];
+        expected.sort();
+        assert_eq!(with_x.iter().map(|p| p.pid).collect::<Vec<_>>(), expected);
+        signal_all(&expected, Signal::SIGKILL);
+        for p in expected {
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(p), None);
+        }
+    }
+
+    #[test]
+    fn a_kernel_thread_is_not_waited_for_as_a_process_in_an_exec() {
+        // As older kernels show one: `environ` reads empty and `stat` has no environment,
+        // as in the middle of an `exec`; only its flags tell.
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("environ"), "").unwrap();
+        let stat = |flags: u64| {
+            let mut f = vec!["S".to_string(), "0".into(), "0".into(), "0".into()];
+            f.extend(["0".into(), "-1".into(), flags.to_string()]);
+            f.resize(52, "0".into());
+            format!("2 (kthreadd) {}\n", f.join(" "))
+        };
+        // A process in an exec: asked again until EXEC_WAIT has passed.
+        std::fs::write(d.path().join("stat"), stat(0x40)).unwrap();
+        assert_eq!(env_span(d.path()), Some((0, 0)));
+        assert!(!has_token(d.path(), b"TASKDAEMON_GROUP=x"));
+        // A kernel thread: nothing to wait for (`None` ends the asking at once).
+        std::fs::write(d.path().join("stat"), stat(PF_KTHREAD | 0x40)).unwrap();
+        assert_eq!(env_span(d.path()), None);
+        assert!(!has_token(d.path(), b"TASKDAEMON_GROUP=x"));
+    }
+
+    #[test]
     fn a_walk_is_not_trusted_once_a_list_it_read_has_changed() {
-        let Some(_) = Walk::read(b"", 0) else {
+        let Some(_) = Walk::read(&Rooted {
+            want: b"",
+            pgid: 0,
+            known: &[],
+        }) else {
             return;
         };
         let want = token_entry("t-changed");
         let holds = |w: &Walk| w.lists.iter().all(Seen::still_holds);
-        let before = Walk::read(&want, 0).unwrap();
+        let rooted = Rooted {
+            want: &want,
+            pgid: 0,
+            known: &[],
+        };
+        let before = Walk::read(&rooted).unwrap();
         // A process that joins a list already read (as one re-parented to us would).
         let mut late = sleeper(Some("t-changed"));
         assert!(!holds(&before));
-        let with = Walk::read(&want, 0).unwrap();
+        let with = Walk::read(&rooted).unwrap();
         assert!(with.found.iter().any(|p| p.pid == late.id() as i32));
         // One that leaves it (a list read while it did may have skipped another).
         let _ = late.kill();
@@ -466,7 +613,7 @@ pub(crate) mod tests {
             members.push(sleeper(Some("t-churn")));
         }
         let t = Instant::now();
-        while tree("t-churn", 0, true).len() < members.len() {
+        while tree("t-churn", 0, true, &[]).len() < members.len() {
             assert!(t.elapsed() < Duration::from_secs(5), "not all started");
         }
         // Several at once: the lists change faster than one process can be reaped.
@@ -486,7 +633,7 @@ pub(crate) mod tests {
             .collect();
         let (mut walks, mut missed) = (0, 0);
         while reapers.iter().any(|r| !r.is_finished()) {
-            missed += members.len() - tree("t-churn", 0, true).len();
+            missed += members.len() - tree("t-churn", 0, true, &[]).len();
             walks += 1;
         }
         for m in &mut members {

@@ -297,8 +297,9 @@ impl Tree<'_> {
             reap_group(self.pgid);
         }
         let me = nix::unistd::getpid().as_raw();
-        let mut procs = super::proctree::tree(self.token, self.pgid, self.reaper);
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let known: Vec<(i32, u64)> = seen.iter().map(|(&pid, &start)| (pid, start)).collect();
+        let mut procs = super::proctree::tree(self.token, self.pgid, self.reaper, &known);
         seen.retain(|&pid, &mut start| {
             if procs.iter().any(|p| p.pid == pid) {
                 return true;

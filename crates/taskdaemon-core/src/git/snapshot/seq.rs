@@ -5,10 +5,13 @@
 //! listed every tag before: 14 → 24 ms per save from 20 to 1,020 tags), and two work trees
 //! saving at once never take the same number (two listings could).
 //!
-//! The file is replaced by a rename before the tag that takes the number is made: a file
-//! system that keeps the order of renames across a crash (any journaling one) never has a
-//! tag without the number it took. A missing or unreadable file (a repository's first save
-//! since, a file a person edited) is made again from the tags' own numbers.
+//! The file is replaced (synced, then renamed) before the tag that takes the number is
+//! made, so no tag outlives a crash with a number the file has not reached. A missing or
+//! unreadable file (a repository's first save since, a file a person edited) is made
+//! again from the tags' own numbers. Not seen: saves by a taskdaemon older than this
+//! counter (a daemon not restarted after an upgrade) number from a listing and leave the
+//! file behind, so the saves that follow here may number below theirs until the file is
+//! removed (`.git/taskdaemon/snapshot.seq`); only the order of listing depends on it.
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -32,8 +35,7 @@ impl Snapshots {
             None => self.tags()?.0.iter().map(|s| s.seq).max().unwrap_or(0),
         };
         let next = last.max(at_least).saturating_add(1);
-        crate::fsutil::write_atomic_volatile(&path, format!("{next}\n").as_bytes())
-            .map_err(io(&path))?;
+        crate::fsutil::write_atomic(&path, format!("{next}\n").as_bytes()).map_err(io(&path))?;
         Ok(next)
     }
 

@@ -82,7 +82,7 @@ impl Snapshots {
                 s
             })
             .collect();
-        // The sequence number is taken under the save lock: it is the order of saving.
+        // The sequence number is the order of saving (`seq.rs`), across work trees.
         snaps.sort_by(|a, b| (a.seq, a.time_ms, &a.tag).cmp(&(b.seq, b.time_ms, &b.tag)));
         Ok((snaps, names))
     }
