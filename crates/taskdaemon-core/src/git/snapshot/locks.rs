@@ -14,7 +14,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::journal::Journal;
@@ -139,10 +139,21 @@ impl Snapshots {
             self.wait_for_children_of(owner)?;
         }
         let journal = self.read_journal()?;
-        if journal.is_none() && self.stale_locks(None).is_empty() {
+        let mut stale = self.stale_locks(journal.as_ref());
+        // Snapshot tags' locks lie in the refs all work trees share: another work tree's
+        // save may be making its tag now. Tags are made under the number lock, so one
+        // still there once it is held is stale.
+        let _numbers = if self.tag_locks().is_empty() {
+            None
+        } else {
+            let held = self.seq_lock()?;
+            stale.extend(self.tag_locks());
+            Some(held)
+        };
+        if journal.is_none() && stale.is_empty() {
             return Ok(());
         }
-        for path in self.stale_locks(journal.as_ref()) {
+        for path in stale {
             match fs::remove_file(&path) {
                 Ok(()) => self.notice(Notice::StaleLock {
                     path,
@@ -164,30 +175,14 @@ impl Snapshots {
         }
     }
 
-    /// Lock files only a snapshot command makes: of the private indexes, of snapshot tags,
+    /// Lock files of this work tree only a snapshot command makes: of the private indexes,
     /// and (with a rollback's journal) of the refs that rollback moves.
     fn stale_locks(&self, journal: Option<&Journal>) -> Vec<PathBuf> {
-        let mut found = Vec::new();
         // Only git's locks of the private indexes: the same directory holds flock files
         // of others (`worktrees.lock`, `merge.lock`) that must never be removed.
-        let ours = |name: &str| PRIVATE_INDEX_LOCKS.contains(&name);
-        for (dir, keep) in [
-            (self.private_dir(), &ours as &dyn Fn(&str) -> bool),
-            (self.common_dir.join("refs/tags"), &|name: &str| {
-                TAG_PREFIXES.iter().any(|p| name.starts_with(p))
-            }),
-        ] {
-            let Ok(rd) = fs::read_dir(&dir) else {
-                continue;
-            };
-            for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                let is_file = e.file_type().is_ok_and(|t| t.is_file());
-                if is_file && name.ends_with(".lock") && keep(&name) {
-                    found.push(e.path());
-                }
-            }
-        }
+        let mut found = lock_files(&self.private_dir(), |name| {
+            PRIVATE_INDEX_LOCKS.contains(&name)
+        });
         if let Some(j) = journal {
             let refs = j.moves.iter().map(|m| m.name.as_str());
             for name in refs.chain(["HEAD"]) {
@@ -205,6 +200,13 @@ impl Snapshots {
         found.sort();
         found.dedup();
         found
+    }
+
+    /// Lock files of snapshot tags (`refs/tags/manual-<s>.lock`, …).
+    fn tag_locks(&self) -> Vec<PathBuf> {
+        lock_files(&self.common_dir.join("refs/tags"), |name| {
+            TAG_PREFIXES.iter().any(|p| name.starts_with(p))
+        })
     }
 
     /// Wait until no git started by `owner` (a killed taskdaemon) runs any more.
@@ -283,5 +285,20 @@ fn children_of(owner: i32) -> Vec<i32> {
     crate::agent::proctree::other_processes()
         .filter(|(_, dir)| crate::agent::proctree::has_token(dir, mark.as_bytes()))
         .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// The `*.lock` files in `dir` (plain files) whose names `ours` accepts.
+fn lock_files(dir: &Path, ours: impl Fn(&str) -> bool) -> Vec<PathBuf> {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.ends_with(".lock") && ours(&name)
+        })
+        .map(|e| e.path())
         .collect()
 }

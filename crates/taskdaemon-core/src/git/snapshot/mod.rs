@@ -1086,7 +1086,10 @@ impl Snapshots {
             Some((existing, taken)) => (existing.iter().map(|s| s.seq).max().unwrap_or(0), taken),
             None => (0, BTreeSet::new()),
         };
-        let seq = self.take_seq(at_least)?;
+        // Number, name and tag in one step across work trees: two saves at once never take
+        // one number or race for one name.
+        let numbers = self.seq_lock()?;
+        let seq = self.take_seq(at_least, &numbers)?;
         let message = clean_message(req.message, req.kind);
         let mut snap = Snapshot {
             tag: String::new(),

@@ -13,6 +13,7 @@
 //! file behind, so the saves that follow here may number below theirs until the file is
 //! removed (`.git/taskdaemon/snapshot.seq`); only the order of listing depends on it.
 
+use std::fs::File;
 use std::io::Read as _;
 use std::path::PathBuf;
 
@@ -23,13 +24,20 @@ impl Snapshots {
         self.common_dir.join("taskdaemon").join("snapshot.seq")
     }
 
-    /// Take the next sequence number: above the last one taken and above `at_least` (the
-    /// highest of a listing at hand).
-    pub(super) fn take_seq(&self, at_least: u64) -> Result<u64, SnapshotError> {
+    /// The lock under which a snapshot's number is taken and its tag made, across the
+    /// work trees of the repository (held until dropped). Taken after the snapshot lock,
+    /// never before it.
+    pub(super) fn seq_lock(&self) -> Result<File, SnapshotError> {
+        let path = self.seq_path().with_extension("seq.lock");
+        let lock = crate::fsutil::open_lock_file(&path).map_err(io(&path))?;
+        lock.lock().map_err(io(&path))?;
+        Ok(lock)
+    }
+
+    /// Take the next sequence number, holding [`Snapshots::seq_lock`] (`_held`): above
+    /// the last one taken and above `at_least` (the highest of a listing at hand).
+    pub(super) fn take_seq(&self, at_least: u64, _held: &File) -> Result<u64, SnapshotError> {
         let path = self.seq_path();
-        let lock_path = path.with_extension("seq.lock");
-        let lock = crate::fsutil::open_lock_file(&lock_path).map_err(io(&lock_path))?;
-        lock.lock().map_err(io(&lock_path))?;
         let last = match self.last_seq() {
             Some(n) => n,
             None => self.tags()?.0.iter().map(|s| s.seq).max().unwrap_or(0),
@@ -103,9 +111,10 @@ mod tests {
         std::fs::write(s.seq_path(), "not a number").unwrap();
         assert_eq!(save(&s, d.path(), 6).seq, 6);
         // Never below a listing at hand, and never past the largest number.
-        assert_eq!(s.take_seq(40).unwrap(), 41);
+        let held = s.seq_lock().unwrap();
+        assert_eq!(s.take_seq(40, &held).unwrap(), 41);
         std::fs::write(s.seq_path(), format!("{}", u64::MAX)).unwrap();
-        assert_eq!(s.take_seq(0).unwrap(), u64::MAX);
+        assert_eq!(s.take_seq(0, &held).unwrap(), u64::MAX);
     }
 
     #[test]
@@ -133,6 +142,38 @@ mod tests {
         distinct.sort_unstable();
         distinct.dedup();
         assert_eq!(distinct, (1..=24).collect::<Vec<u64>>(), "{seqs:?}");
+    }
+
+    #[test]
+    fn a_tag_lock_of_a_save_under_way_in_another_work_tree_is_left_alone() {
+        let d = tempfile::tempdir().unwrap();
+        init(d.path());
+        std::fs::write(d.path().join("a"), "0").unwrap();
+        commit_all(d.path(), "one");
+        let wt = d.path().join("wt");
+        crate::git::testrepo::git(d.path(), &["worktree", "add", "-q", wt.to_str().unwrap()]);
+        let here = Snapshots::open(d.path()).unwrap();
+        let there = Snapshots::open(&wt).unwrap();
+        save(&here, d.path(), 1);
+        // A save here is making its tag: the number lock held, git's lock file made.
+        let numbers = here.seq_lock().unwrap();
+        let tag_lock = d.path().join(".git/refs/tags/manual-9.lock");
+        std::fs::write(&tag_lock, "").unwrap();
+        std::thread::scope(|sc| {
+            let recovering = sc.spawn(|| there.recover().unwrap());
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            assert!(tag_lock.exists(), "removed while its save was under way");
+            assert!(!recovering.is_finished());
+            // Git renames it into the tag; the save ends.
+            std::fs::remove_file(&tag_lock).unwrap();
+            drop(numbers);
+            assert!(recovering.join().unwrap().is_empty());
+        });
+        // One left by a killed git, with no save under way: removed, and said so.
+        std::fs::write(&tag_lock, "").unwrap();
+        let notices = there.recover().unwrap();
+        assert!(!tag_lock.exists());
+        assert_eq!(notices.len(), 1, "{notices:?}");
     }
 
     #[test]
