@@ -171,6 +171,41 @@ fn a_rollback_killed_at_each_step_ends_old_or_new_exactly() {
     }
 }
 
+/// The recovery of a rollback killed while restoring, with a file changed since, saves
+/// what only the mix holds; a stale snapshot tag lock is there too. It removes the lock
+/// under the number lock and lets go of that before it saves (which takes it again).
+#[test]
+fn a_recovery_that_saves_what_it_found_beside_a_stale_tag_lock_finishes() {
+    let env = Env::new();
+    let (tag, _, _) = two_states(&env);
+    kill_at(&env, &["snapshot", "rollback", &tag], "work-tree");
+    let repo = env.repo();
+    std::fs::write(repo.join("d0/f0.txt"), "c 0\n").unwrap();
+    let tag_lock = repo.join(".git/refs/tags/manual-1.lock");
+    std::fs::write(&tag_lock, "").unwrap();
+    let pre_rollbacks = || git(&repo, &["tag", "-l", "pre-rollback-*"]).lines().count();
+    let before = pre_rollbacks();
+    let mut child = spawn(&env, &["snapshot", "status"], None);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            sigkill(&mut child);
+            panic!("the recovery never finished (a lock it waits for is its own)");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(!tag_lock.exists(), "the stale tag lock is left");
+    assert_eq!(
+        pre_rollbacks(),
+        before + 1,
+        "what only the mix held is not saved"
+    );
+}
+
 /// A seeded generator (fastrand): the seed is printed, so a failure can be replayed with
 /// `ROLLBACK_KILL_SEED`.
 struct Rng(fastrand::Rng);

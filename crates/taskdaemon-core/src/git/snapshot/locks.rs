@@ -139,32 +139,32 @@ impl Snapshots {
             self.wait_for_children_of(owner)?;
         }
         let journal = self.read_journal()?;
-        let mut stale = self.stale_locks(journal.as_ref());
+        self.remove_stale_locks(self.stale_locks(journal.as_ref()), previous)?;
         // Snapshot tags' locks lie in the refs all work trees share: another work tree's
         // save may be making its tag now. Tags are made under the number lock, so one
-        // still there once it is held is stale.
-        let _numbers = if self.tag_locks().is_empty() {
-            None
-        } else {
-            let held = self.seq_lock()?;
-            stale.extend(self.tag_locks());
-            Some(held)
-        };
-        if journal.is_none() && stale.is_empty() {
-            return Ok(());
-        }
-        for path in stale {
-            match fs::remove_file(&path) {
-                Ok(()) => self.notice(Notice::StaleLock {
-                    path,
-                    owner: previous,
-                }),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io(&path)(e)),
-            }
+        // still there once it is held is stale. Let go before the journal's recovery,
+        // which may save (and take that lock) itself.
+        if !self.tag_locks().is_empty() {
+            let _numbers = self.seq_lock()?;
+            self.remove_stale_locks(self.tag_locks(), previous)?;
         }
         if let Some(j) = journal {
             self.recover_journal(j)?;
+        }
+        Ok(())
+    }
+
+    fn remove_stale_locks(
+        &self,
+        stale: Vec<PathBuf>,
+        owner: Option<i32>,
+    ) -> Result<(), SnapshotError> {
+        for path in stale {
+            match fs::remove_file(&path) {
+                Ok(()) => self.notice(Notice::StaleLock { path, owner }),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&path)(e)),
+            }
         }
         Ok(())
     }
