@@ -281,10 +281,11 @@ fn status_after_the_daemon_was_killed_shows_the_run_interrupted_not_running() {
         "{text}"
     );
 
-    // The next start ends what the dead daemon left and runs it to the end.
-    std::fs::write(&go_file, "").unwrap();
+    // The next start ends what the dead daemon left and runs it to the end (let go only
+    // once subscribed: the resumed run may otherwise merge before the subscription).
     s.ok(&["daemon", "start", "--tick", "0.2"]);
     let mut sub = ipc::subscribe(&s.socket()).unwrap();
+    std::fs::write(&go_file, "").unwrap();
     read_until(
         &mut sub,
         &s,
