@@ -87,20 +87,32 @@ mod tests {
         s.save(&req).unwrap()
     }
 
-    #[test]
-    fn numbers_follow_the_saves_across_work_trees_and_survive_a_lost_or_edited_file() {
+    /// A repository with one commit.
+    fn repo() -> tempfile::TempDir {
         let d = tempfile::tempdir().unwrap();
         init(d.path());
         std::fs::write(d.path().join("a"), "0").unwrap();
         commit_all(d.path(), "one");
+        d
+    }
+
+    /// A linked work tree of the repository at `top`.
+    fn linked(top: &std::path::Path) -> std::path::PathBuf {
+        let wt = top.join("wt");
+        crate::git::testrepo::git(top, &["worktree", "add", "-q", wt.to_str().unwrap()]);
+        wt
+    }
+
+    #[test]
+    fn numbers_follow_the_saves_across_work_trees_and_survive_a_lost_or_edited_file() {
+        let d = repo();
         let s = Snapshots::open(d.path()).unwrap();
         assert_eq!(save(&s, d.path(), 1).seq, 1);
         assert_eq!(save(&s, d.path(), 2).seq, 2);
         assert_eq!(s.last_seq(), Some(2));
 
         // A linked work tree takes the next number of the same repository.
-        let wt = d.path().join("wt");
-        crate::git::testrepo::git(d.path(), &["worktree", "add", "-q", wt.to_str().unwrap()]);
+        let wt = linked(d.path());
         let other = Snapshots::open(&wt).unwrap();
         assert_eq!(save(&other, &wt, 3).seq, 3);
         assert_eq!(save(&s, d.path(), 4).seq, 4);
@@ -119,12 +131,8 @@ mod tests {
 
     #[test]
     fn two_work_trees_saving_at_once_never_take_one_number() {
-        let d = tempfile::tempdir().unwrap();
-        init(d.path());
-        std::fs::write(d.path().join("a"), "0").unwrap();
-        commit_all(d.path(), "one");
-        let wt = d.path().join("wt");
-        crate::git::testrepo::git(d.path(), &["worktree", "add", "-q", wt.to_str().unwrap()]);
+        let d = repo();
+        let wt = linked(d.path());
         let dirs = [d.path().to_path_buf(), wt];
         let seqs: Vec<u64> = std::thread::scope(|sc| {
             let saving: Vec<_> = dirs
@@ -146,12 +154,8 @@ mod tests {
 
     #[test]
     fn a_tag_lock_of_a_save_under_way_in_another_work_tree_is_left_alone() {
-        let d = tempfile::tempdir().unwrap();
-        init(d.path());
-        std::fs::write(d.path().join("a"), "0").unwrap();
-        commit_all(d.path(), "one");
-        let wt = d.path().join("wt");
-        crate::git::testrepo::git(d.path(), &["worktree", "add", "-q", wt.to_str().unwrap()]);
+        let d = repo();
+        let wt = linked(d.path());
         let here = Snapshots::open(d.path()).unwrap();
         let there = Snapshots::open(&wt).unwrap();
         save(&here, d.path(), 1);
@@ -178,10 +182,7 @@ mod tests {
 
     #[test]
     fn a_number_file_that_is_a_link_is_refused_and_left_alone() {
-        let d = tempfile::tempdir().unwrap();
-        init(d.path());
-        std::fs::write(d.path().join("a"), "0").unwrap();
-        commit_all(d.path(), "one");
+        let d = repo();
         let s = Snapshots::open(d.path()).unwrap();
         save(&s, d.path(), 1);
         let outside = tempfile::tempdir().unwrap();
