@@ -154,7 +154,7 @@ fn ensure_parent(dir: &Path) -> io::Result<()> {
 /// a torn mix, and after a crash the new contents are on disk once this returned. An
 /// existing file keeps its mode; a new one gets `0666 & !umask`.
 pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
-    replace(path, contents, true)
+    replace(path, contents, true).map(drop)
 }
 
 /// [`write_atomic`] without the syncs: a reader, and a process killed at any moment, see
@@ -163,10 +163,35 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
 /// process trees: after a reboot none of those processes exists), or that nothing is
 /// decided on after such a crash (a run's start record, an iteration's prompt copy).
 pub fn write_atomic_volatile(path: &Path, contents: &[u8]) -> io::Result<()> {
+    replace(path, contents, false).map(drop)
+}
+
+/// [`write_atomic`] in two steps, for a writer with other work to do while the disk
+/// catches up: the new file is in place when this returns (a reader, and a process killed
+/// at any moment, see the old file or the new one), and on disk once [`Unsynced::sync`]
+/// has returned. A crash of the machine before that may leave the old file, the new one,
+/// or the new name with its contents missing: only for a file whose reader takes
+/// contents it cannot read as no file.
+pub fn write_atomic_sync_later(path: &Path, contents: &[u8]) -> io::Result<Unsynced> {
     replace(path, contents, false)
 }
 
-fn replace(path: &Path, contents: &[u8], durable: bool) -> io::Result<()> {
+/// A file [`write_atomic_sync_later`] has put in place, not yet on disk.
+#[derive(Debug)]
+pub struct Unsynced {
+    file: File,
+    dir: PathBuf,
+}
+
+impl Unsynced {
+    /// The file's contents, then its name in its directory, on disk.
+    pub fn sync(self) -> io::Result<()> {
+        self.file.sync_all()?;
+        File::open(&self.dir)?.sync_all()
+    }
+}
+
+fn replace(path: &Path, contents: &[u8], durable: bool) -> io::Result<Unsynced> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -189,12 +214,15 @@ fn replace(path: &Path, contents: &[u8], durable: bool) -> io::Result<()> {
     if durable {
         tmp.as_file().sync_all()?;
     }
-    tmp.persist(path).map_err(|e| e.error)?;
+    let file = tmp.persist(path).map_err(|e| e.error)?;
     // Make the rename itself durable.
     if durable && let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
     }
-    Ok(())
+    Ok(Unsynced {
+        file,
+        dir: dir.to_path_buf(),
+    })
 }
 
 /// Open `path` for appending (created with the umask's default mode when missing), never

@@ -1089,7 +1089,7 @@ impl Snapshots {
         // Number, name and tag in one step across work trees: two saves at once never take
         // one number or race for one name.
         let numbers = self.seq_lock()?;
-        let seq = self.take_seq(at_least, &numbers)?;
+        let (seq, unsynced) = self.take_seq(at_least, &numbers)?;
         let message = clean_message(req.message, req.kind);
         let mut snap = Snapshot {
             tag: String::new(),
@@ -1121,7 +1121,14 @@ impl Snapshots {
         let mut parents = head.clone();
         parents.push(&index_commit);
         parents.extend(keep.iter().map(String::as_str));
-        snap.commit = self.commit_tree(&cap.work_tree, &parents, &text, req.time_ms)?;
+        // The number goes to disk while the commit is written, and is there before the tag.
+        let (commit, synced) = std::thread::scope(|s| {
+            let sync = s.spawn(move || unsynced.sync());
+            let commit = self.commit_tree(&cap.work_tree, &parents, &text, req.time_ms);
+            (commit, joined(sync))
+        });
+        synced?;
+        snap.commit = commit?;
 
         let base = req.kind.base_name(req.task, secs);
         for n in 1.. {
