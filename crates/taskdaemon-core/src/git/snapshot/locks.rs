@@ -32,6 +32,11 @@ const TAG_PREFIXES: &[&str] = &["task-", "manual-", "stall-", "pre-rollback-"];
 /// How long to wait for git children of a killed taskdaemon before reporting them.
 const ORPHAN_WAIT: Duration = Duration::from_secs(30);
 
+/// How long a loop waits for another holder of a snapshot lock before it reports it
+/// ([`SnapshotError::LockWait`]): a save or rollback that has not let go by then is
+/// stopped (`kill -STOP`, Ctrl-Z) or hung, and waiting on would stall the loop unseen.
+pub(super) const LOCK_WAIT: Duration = Duration::from_secs(300);
+
 /// Something recovery did, for the caller to show.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(rename_all = "kebab-case", tag = "notice")]
@@ -116,7 +121,9 @@ impl Snapshots {
             .map_err(io(&path))?;
         match f.try_lock() {
             Ok(()) => {}
-            Err(fs::TryLockError::WouldBlock) if self.wait => f.lock().map_err(io(&path))?,
+            Err(fs::TryLockError::WouldBlock) if self.wait => {
+                lock_within(&mut f, &path, self.lock_wait)?
+            }
             Err(fs::TryLockError::WouldBlock) => {
                 return Err(SnapshotError::Busy {
                     pid: read_pid(&mut f),
@@ -126,7 +133,7 @@ impl Snapshots {
             Err(fs::TryLockError::Error(e)) => return Err(io(&path)(e)),
         }
         let previous = read_pid(&mut f).filter(|p| *p != std::process::id() as i32);
-        write_pid_text(&f, &std::process::id().to_string()).map_err(io(&path))?;
+        write_own_pid(&f).map_err(io(&path))?;
         let lock = SnapshotLock(f);
         self.recover_locked(previous)?;
         Ok(lock)
@@ -262,6 +269,37 @@ const PID_WIDTH: usize = 11;
 /// no truncate (a journal transaction each on ext4). Not synced: the pid is read by the
 /// next holder of the `flock`, through the page cache; after a crash of the machine its
 /// holder and every git it started are gone with it.
+/// Take the `flock` of `f` (at `path`), waiting at most `limit` for another holder, then
+/// [`SnapshotError::LockWait`] with the pid the file names. Asked again and again (1 ms,
+/// doubling to 10 ms): a thread blocked in `flock` could not be called back, and would take
+/// the lock whenever it came free and hold it for good.
+pub(super) fn lock_within(f: &mut File, path: &Path, limit: Duration) -> Result<(), SnapshotError> {
+    let until = Instant::now() + limit;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match f.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(fs::TryLockError::WouldBlock) if Instant::now() < until => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(10));
+            }
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(SnapshotError::LockWait {
+                    pid: read_pid(f),
+                    path: path.to_path_buf(),
+                    waited: crate::duration::format_duration(limit),
+                });
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(io(path)(e)),
+        }
+    }
+}
+
+/// Say in the lock file `f` that this process holds it.
+pub(super) fn write_own_pid(f: &File) -> std::io::Result<()> {
+    write_pid_text(f, &std::process::id().to_string())
+}
+
 fn write_pid_text(f: &File, pid: &str) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
     let text = format!("{pid:<width$}\n", width = PID_WIDTH - 1);
@@ -301,4 +339,51 @@ fn lock_files(dir: &Path, ours: impl Fn(&str) -> bool) -> Vec<PathBuf> {
         })
         .map(|e| e.path())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Kind, SaveRequest};
+    use super::*;
+    use crate::git::testrepo::{commit_all, init};
+
+    #[test]
+    fn a_loop_waits_for_a_snapshot_command_but_reports_one_that_does_not_let_go() {
+        let d = tempfile::tempdir().unwrap();
+        init(d.path());
+        fs::write(d.path().join("a"), "0").unwrap();
+        commit_all(d.path(), "one");
+        let req = SaveRequest {
+            kind: Kind::Manual,
+            task: None,
+            message: "a save",
+            time_ms: 1_000,
+        };
+        // A person's rollback (another process: here another open of the lock) holds it.
+        let person = Snapshots::open(d.path()).unwrap();
+        let held = person.lock().unwrap();
+        let mut engine = Snapshots::open(d.path()).unwrap();
+        engine.lock_wait = Duration::from_millis(300);
+        let start = Instant::now();
+        let err = engine.save(&req).unwrap_err();
+        assert!(start.elapsed() >= Duration::from_millis(300));
+        let SnapshotError::LockWait { pid, path, .. } = &err else {
+            panic!("{err}");
+        };
+        assert_eq!(*pid, Some(std::process::id() as i32));
+        assert!(path.ends_with("taskdaemon/snapshot.lock"), "{path:?}");
+        // A person's command still says at once that another holds it.
+        let busy = Snapshots::open(d.path()).unwrap().reporting_busy();
+        assert!(matches!(busy.save(&req), Err(SnapshotError::Busy { .. })));
+
+        // Let go while it is waited for: the loop's save goes on.
+        engine.lock_wait = Duration::from_secs(30);
+        std::thread::scope(|sc| {
+            let saving = sc.spawn(|| engine.save(&req));
+            std::thread::sleep(Duration::from_millis(200));
+            assert!(!saving.is_finished(), "did not wait");
+            drop(held);
+            assert_eq!(saving.join().unwrap().unwrap().seq, 1);
+        });
+    }
 }

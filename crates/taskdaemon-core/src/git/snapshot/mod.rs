@@ -238,6 +238,14 @@ pub enum SnapshotError {
     )]
     Busy { pid: Option<i32>, path: PathBuf },
     #[error(
+        "{} is held by another taskdaemon ({}) and was not let go in {waited}: a snapshot save or rollback is stopped or hung\n  hint: {}", .path.display(), pid_text(*.pid), stuck_holder_hint(*.pid, .path)
+    )]
+    LockWait {
+        pid: Option<i32>,
+        path: PathBuf,
+        waited: String,
+    },
+    #[error(
         "{} is still held by git (pid {pid}), started by a taskdaemon (pid {owner}) that was killed\n  hint: wait for that git to finish, or stop it (`kill {pid}`), then run the command again", .path.display()
     )]
     LockHeld { path: PathBuf, pid: i32, owner: i32 },
@@ -278,6 +286,19 @@ pub enum SnapshotError {
         path: PathBuf,
         source: std::io::Error,
     },
+}
+
+/// What to do about a process that holds a lock and does not let go.
+fn stuck_holder_hint(pid: Option<i32>, path: &Path) -> String {
+    match pid {
+        Some(p) => format!(
+            "see what it does (`ps -o pid,stat,args -p {p}`): continue it if it is stopped (`kill -CONT {p}`) or end it (`kill {p}`), then run again"
+        ),
+        None => format!(
+            "find the holder (`fuser -v {}`): continue it if it is stopped (`kill -CONT PID`) or end it (`kill PID`), then run again",
+            path.display()
+        ),
+    }
 }
 
 fn pid_text(pid: Option<i32>) -> String {
@@ -363,6 +384,8 @@ pub struct Snapshots {
     oid_len: usize,
     /// Whether to wait for another snapshot command instead of reporting it.
     wait: bool,
+    /// How long to wait for another holder of a snapshot lock ([`locks::LOCK_WAIT`]).
+    lock_wait: std::time::Duration,
     /// What recovery did (stale locks, an interrupted rollback), for the caller to show.
     notices: std::sync::Arc<std::sync::Mutex<Vec<Notice>>>,
 }
@@ -417,6 +440,7 @@ impl Snapshots {
             index: PathBuf::from(index),
             oid_len: empty_tree.len() / 2,
             wait: true,
+            lock_wait: locks::LOCK_WAIT,
             notices: Default::default(),
         })
     }

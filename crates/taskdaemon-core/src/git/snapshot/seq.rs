@@ -41,12 +41,15 @@ impl Snapshots {
     }
 
     /// The lock under which a snapshot's number is taken and its tag made, across the
-    /// work trees of the repository (held until dropped). Taken after the snapshot lock,
-    /// never before it.
+    /// work trees of the repository (held until dropped; it says the holder's pid). Taken
+    /// after the snapshot lock, never before it. Another holder is waited for at most
+    /// the snapshots' lock wait ([`SnapshotError::LockWait`]): it holds it a few
+    /// milliseconds, unless it is stopped or hung.
     pub(super) fn seq_lock(&self) -> Result<File, SnapshotError> {
         let path = self.seq_path().with_extension("seq.lock");
-        let lock = crate::fsutil::open_lock_file(&path).map_err(io(&path))?;
-        lock.lock().map_err(io(&path))?;
+        let mut lock = crate::fsutil::open_lock_file(&path).map_err(io(&path))?;
+        super::locks::lock_within(&mut lock, &path, self.lock_wait)?;
+        super::locks::write_own_pid(&lock).map_err(io(&path))?;
         Ok(lock)
     }
 
@@ -207,6 +210,49 @@ mod tests {
         let notices = there.recover().unwrap();
         assert!(!tag_lock.exists());
         assert_eq!(notices.len(), 1, "{notices:?}");
+    }
+
+    #[test]
+    fn a_save_waits_for_the_number_lock_but_reports_a_holder_that_does_not_let_go() {
+        use std::time::Duration;
+        let d = repo();
+        let mut s = Snapshots::open(d.path()).unwrap();
+        save(&s, d.path(), 1);
+        s.lock_wait = Duration::from_millis(300);
+        // Another save (another open file: flocks of two opens exclude each other) holds it.
+        let held = s.seq_lock().unwrap();
+        std::fs::write(d.path().join("a"), "kept").unwrap();
+        let req = SaveRequest {
+            kind: Kind::Manual,
+            task: None,
+            message: "a save",
+            time_ms: 2_000,
+        };
+        let err = s.save(&req).unwrap_err();
+        let SnapshotError::LockWait { pid, path, .. } = &err else {
+            panic!("{err}");
+        };
+        assert_eq!(*pid, Some(std::process::id() as i32));
+        assert!(path.ends_with("taskdaemon/snapshot.seq.lock"), "{path:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains("300ms") && text.contains(&format!("kill -CONT {}", std::process::id())),
+            "{text}"
+        );
+        assert_eq!(s.list().unwrap().len(), 1, "no tag of a failed save");
+
+        // One that lets go while it is waited for: the save goes on, with what changed.
+        s.lock_wait = Duration::from_secs(30);
+        let snap = std::thread::scope(|sc| {
+            let saving = sc.spawn(|| s.save(&req));
+            std::thread::sleep(Duration::from_millis(200));
+            assert!(!saving.is_finished(), "did not wait for the holder");
+            drop(held);
+            saving.join().unwrap().unwrap()
+        });
+        assert_eq!(snap.seq, 2);
+        let shown = crate::git::testrepo::git(d.path(), &["show", &format!("{}:a", snap.commit)]);
+        assert_eq!(shown.trim(), "kept");
     }
 
     #[test]
