@@ -173,11 +173,14 @@ pub async fn run_process(
     let pgid = child.id().map(|id| id as i32).unwrap_or(0);
     test_pause_after_spawn().await;
     let stop = Tree {
-        token: &token,
+        procs: std::sync::Arc::new(TreeProcs {
+            token: token.clone(),
+            pgid,
+            reaper,
+            seen: std::sync::Mutex::default(),
+        }),
         pgid,
         grace: spec.grace,
-        reaper,
-        seen: std::sync::Mutex::default(),
     };
 
     if let (Some(mut stdin), Some(data)) = (child.stdin.take(), spec.stdin.clone()) {
@@ -259,11 +262,17 @@ pub async fn run_process(
     })
 }
 
-/// What one spawn owns: its token, its process group, and how long TERM may take.
-struct Tree<'a> {
-    token: &'a str,
+/// What one spawn owns: its processes, its process group, and how long TERM may take.
+struct Tree {
+    procs: std::sync::Arc<TreeProcs>,
     pgid: i32,
     grace: Duration,
+}
+
+/// How the processes of one spawn are found in `/proc`.
+struct TreeProcs {
+    token: String,
+    pgid: i32,
     /// This process was the subreaper when the tree started, and the token stays in the
     /// tree (see [`Tree::surely_gone`]).
     reaper: bool,
@@ -272,7 +281,7 @@ struct Tree<'a> {
     seen: std::sync::Mutex<HashMap<i32, u64>>,
 }
 
-impl Tree<'_> {
+impl Tree {
     /// Whether nothing of the tree can be left, known without walking `/proc`: its group is
     /// empty and this process, the subreaper since before the spawn, has no child at all.
     ///
@@ -285,9 +294,28 @@ impl Tree<'_> {
     /// purpose by a command that does not name it (a container runtime's command line
     /// names it, and always gets the walk).
     fn surely_gone(&self) -> bool {
-        self.reaper && !group_exists(self.pgid) && !has_children()
+        self.procs.reaper && !group_exists(self.pgid) && !has_children()
     }
 
+    /// [`TreeProcs::live`] on a blocking thread: reading `/proc` may wait for a process in
+    /// the middle of an `exec` (up to 100 ms each), which must not hold the runtime's
+    /// thread (the other loops' output, in a daemon). Here when no thread can be had (the
+    /// runtime is shutting down).
+    async fn live(&self, leader_reaped: bool) -> Vec<i32> {
+        let procs = self.procs.clone();
+        match tokio::task::spawn_blocking(move || procs.live(leader_reaped)).await {
+            Ok(live) => live,
+            Err(_) => self.procs.live(leader_reaped),
+        }
+    }
+
+    async fn signal(&self, sig: Signal, leader_reaped: bool) {
+        signal_group(self.pgid, sig);
+        super::tracked::signal_all(&self.live(leader_reaped).await, sig);
+    }
+}
+
+impl TreeProcs {
     /// The live processes of the tree; zombies among them that are our children (orphans
     /// re-parented to the subreaper) are reaped on the way. The group is reaped as a whole
     /// only once the leader is (`leader_reaped`): before, that would take the leader's
@@ -299,7 +327,7 @@ impl Tree<'_> {
         let me = nix::unistd::getpid().as_raw();
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         let known: Vec<(i32, u64)> = seen.iter().map(|(&pid, &start)| (pid, start)).collect();
-        let mut procs = super::proctree::tree(self.token, self.pgid, self.reaper, &known);
+        let mut procs = super::proctree::tree(&self.token, self.pgid, self.reaper, &known);
         seen.retain(|&pid, &mut start| {
             if procs.iter().any(|p| p.pid == pid) {
                 return true;
@@ -327,22 +355,17 @@ impl Tree<'_> {
         }
         live
     }
-
-    fn signal(&self, sig: Signal, leader_reaped: bool) {
-        signal_group(self.pgid, sig);
-        super::tracked::signal_all(&self.live(leader_reaped), sig);
-    }
 }
 
 /// TERM the tree, keep reading output during the grace time, then KILL; returns the
 /// leader's status.
 async fn stop_group(
     child: &mut Child,
-    tree: &Tree<'_>,
+    tree: &Tree,
     rx: &mut mpsc::Receiver<(Stream, Vec<u8>)>,
     on_line: &mut impl FnMut(Stream, &[u8]),
 ) -> std::io::Result<std::process::ExitStatus> {
-    tree.signal(Signal::SIGTERM, false);
+    tree.signal(Signal::SIGTERM, false).await;
     let grace_timer = tokio::time::sleep(tree.grace);
     tokio::pin!(grace_timer);
     loop {
@@ -352,7 +375,7 @@ async fn stop_group(
             Some((s, line)) = rx.recv() => on_line(s, &line),
         }
     }
-    tree.signal(Signal::SIGKILL, false);
+    tree.signal(Signal::SIGKILL, false).await;
     child.wait().await
 }
 
@@ -360,7 +383,7 @@ async fn stop_group(
 /// with `setsid` or a double fork), TERM them, KILL after the grace time, and reap them.
 /// Returns whether any were found.
 async fn end_leftovers(
-    tree: &Tree<'_>,
+    tree: &Tree,
     rx: &mut mpsc::Receiver<(Stream, Vec<u8>)>,
     on_line: &mut impl FnMut(Stream, &[u8]),
 ) -> bool {
@@ -368,15 +391,15 @@ async fn end_leftovers(
     if tree.surely_gone() {
         return false;
     }
-    let live = tree.live(true);
+    let live = tree.live(true).await;
     if live.is_empty() && !group_exists(tree.pgid) {
         return false;
     }
-    tree.signal(Signal::SIGTERM, true);
+    tree.signal(Signal::SIGTERM, true).await;
     let until = Instant::now() + tree.grace;
     let mut last_kill: Option<Instant> = None;
     loop {
-        let live = tree.live(true);
+        let live = tree.live(true).await;
         if live.is_empty() && !group_exists(tree.pgid) {
             return true;
         }
