@@ -524,8 +524,18 @@ impl Snapshots {
 
     /// The snapshot task `n` started from (`task-N-pre`, or its de-duplicated name).
     pub fn task_pre(&self, n: u32) -> Result<Option<Snapshot>, SnapshotError> {
+        // Named `task-N-pre`, or `task-N-pre-K` when that was taken (`commit_and_tag`).
+        let base = Kind::TaskPre.base_name(Some(n), 0);
+        let named = |tag: &str| {
+            tag.strip_prefix(base.as_str()).is_some_and(|rest| {
+                rest.is_empty()
+                    || rest
+                        .strip_prefix('-')
+                        .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
+            })
+        };
         Ok(self
-            .list()?
+            .tags_named(&named)?
             .into_iter()
             .rfind(|s| s.kind == Kind::TaskPre && s.task == Some(n)))
     }
