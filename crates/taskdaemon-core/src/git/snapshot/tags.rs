@@ -483,6 +483,24 @@ mod tests {
     }
 
     #[test]
+    fn a_cache_line_names_its_object_at_its_start() {
+        let line = CacheLine {
+            id: "0a1b".repeat(10),
+            tag: TagObject {
+                peeled: "c".repeat(40),
+                contents: "{\"id\":\"ffff\",".into(),
+                made: None,
+            },
+        };
+        let bytes = serde_json::to_vec(&line).unwrap();
+        assert_eq!(line_id(&bytes), Some("0a1b".repeat(10).as_bytes()));
+        // Another shape is decoded whole.
+        assert_eq!(line_id(br#"{"tags":{}}"#), None);
+        assert_eq!(line_id(br#"{"id":"not hex","tag":{}}"#), None);
+        assert_eq!(line_id(br#"{"id":"abc"}"#), None);
+    }
+
+    #[test]
     fn a_task_start_is_found_by_its_names_alone_as_the_whole_listing_finds_it() {
         use super::super::Kind;
         use crate::git::testrepo::{commit_all, git, init};
