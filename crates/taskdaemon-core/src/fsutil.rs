@@ -184,10 +184,15 @@ pub struct Unsynced {
 }
 
 impl Unsynced {
-    /// The file's contents, then its name in its directory, on disk.
+    /// The file's contents, then its name in its directory, on disk. The directory's sync
+    /// is done as [`write_atomic`] does it: where the file system refuses it (some answer
+    /// `EINVAL` to a directory), the contents are still synced.
     pub fn sync(self) -> io::Result<()> {
         self.file.sync_all()?;
-        File::open(&self.dir)?.sync_all()
+        if let Ok(d) = File::open(&self.dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
     }
 }
 

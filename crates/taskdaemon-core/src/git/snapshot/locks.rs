@@ -106,9 +106,10 @@ impl std::fmt::Display for Notice {
 
 impl Snapshots {
     /// Serialize snapshot operations on this work tree (they share the private index),
-    /// then recover from a killed predecessor. Waits for another live holder, or reports
-    /// it with its pid (`reporting_busy`).
-    pub(super) fn lock(&self) -> Result<SnapshotLock, SnapshotError> {
+    /// then recover from a killed predecessor. Waits for another live holder (at most
+    /// [`LOCK_WAIT`], then [`SnapshotError::LockWait`]), or reports it at once with its pid
+    /// (`reporting_busy`).
+    pub(super) fn lock(&self) -> Result<HeldLock, SnapshotError> {
         let dir = self.private_dir();
         fs::create_dir_all(&dir).map_err(io(&dir))?;
         let path = dir.join("snapshot.lock");
@@ -133,8 +134,8 @@ impl Snapshots {
             Err(fs::TryLockError::Error(e)) => return Err(io(&path)(e)),
         }
         let previous = read_pid(&mut f).filter(|p| *p != std::process::id() as i32);
-        write_own_pid(&f).map_err(io(&path))?;
-        let lock = SnapshotLock(f);
+        write_pid_text(&f, &std::process::id().to_string()).map_err(io(&path))?;
+        let lock = HeldLock(f);
         self.recover_locked(previous)?;
         Ok(lock)
     }
@@ -251,11 +252,22 @@ impl Snapshots {
     }
 }
 
-/// The held snapshot lock. Released normally, it clears the holder's pid: a pid found by
-/// the next holder means a killed one (whose git children may still run).
-pub(super) struct SnapshotLock(File);
+/// A held snapshot lock (the work tree's, or the number's across work trees). Released
+/// normally, it clears the holder's pid: a pid found by the next holder of the work tree's
+/// lock means a killed one (whose git children may still run), and one found by a waiter
+/// is the holder's, not an earlier one's.
+pub(super) struct HeldLock(File);
 
-impl Drop for SnapshotLock {
+impl HeldLock {
+    /// Take `f`'s lock (at `path`) as [`lock_within`] does, and say this process holds it.
+    pub(super) fn take(mut f: File, path: &Path, limit: Duration) -> Result<Self, SnapshotError> {
+        lock_within(&mut f, path, limit)?;
+        write_pid_text(&f, &std::process::id().to_string()).map_err(io(path))?;
+        Ok(HeldLock(f))
+    }
+}
+
+impl Drop for HeldLock {
     fn drop(&mut self) {
         let _ = write_pid_text(&self.0, "");
     }
@@ -264,16 +276,11 @@ impl Drop for SnapshotLock {
 /// Bytes of the lock's text: `i32::MAX` has 10 digits, then the newline.
 const PID_WIDTH: usize = 11;
 
-/// `pid` (or blanks: no holder) padded to a fixed width over the start of the lock file,
-/// which is cut only when it has another length: the same bytes rewritten in place, with
-/// no truncate (a journal transaction each on ext4). Not synced: the pid is read by the
-/// next holder of the `flock`, through the page cache; after a crash of the machine its
-/// holder and every git it started are gone with it.
 /// Take the `flock` of `f` (at `path`), waiting at most `limit` for another holder, then
 /// [`SnapshotError::LockWait`] with the pid the file names. Asked again and again (1 ms,
 /// doubling to 10 ms): a thread blocked in `flock` could not be called back, and would take
 /// the lock whenever it came free and hold it for good.
-pub(super) fn lock_within(f: &mut File, path: &Path, limit: Duration) -> Result<(), SnapshotError> {
+fn lock_within(f: &mut File, path: &Path, limit: Duration) -> Result<(), SnapshotError> {
     let until = Instant::now() + limit;
     let mut pause = Duration::from_millis(1);
     loop {
@@ -295,11 +302,11 @@ pub(super) fn lock_within(f: &mut File, path: &Path, limit: Duration) -> Result<
     }
 }
 
-/// Say in the lock file `f` that this process holds it.
-pub(super) fn write_own_pid(f: &File) -> std::io::Result<()> {
-    write_pid_text(f, &std::process::id().to_string())
-}
-
+/// `pid` (or blanks: no holder) padded to a fixed width over the start of the lock file,
+/// which is cut only when it has another length: the same bytes rewritten in place, with
+/// no truncate (a journal transaction each on ext4). Not synced: the pid is read by the
+/// next holder of the `flock`, through the page cache; after a crash of the machine its
+/// holder and every git it started are gone with it.
 fn write_pid_text(f: &File, pid: &str) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
     let text = format!("{pid:<width$}\n", width = PID_WIDTH - 1);
@@ -314,7 +321,7 @@ fn read_pid(f: &mut File) -> Option<i32> {
     let mut text = String::new();
     f.rewind().ok()?;
     f.read_to_string(&mut text).ok()?;
-    text.trim().parse().ok()
+    text.trim().parse().ok().filter(|p| *p > 0)
 }
 
 /// Live processes whose environment marks them as git started by `owner`.

@@ -237,9 +237,7 @@ pub enum SnapshotError {
         "another taskdaemon ({}) is saving or rolling back snapshots in this work tree (it holds {})\n  hint: wait for it to finish; if it hangs, stop it{}", pid_text(*.pid), .path.display(), .pid.map(|p| format!(" (`kill {p}`)")).unwrap_or_default()
     )]
     Busy { pid: Option<i32>, path: PathBuf },
-    #[error(
-        "{} is held by another taskdaemon ({}) and was not let go in {waited}: a snapshot save or rollback is stopped or hung\n  hint: {}", .path.display(), pid_text(*.pid), stuck_holder_hint(*.pid, .path)
-    )]
+    #[error("{}", lock_wait_text(.path, *.pid, .waited))]
     LockWait {
         pid: Option<i32>,
         path: PathBuf,
@@ -288,15 +286,20 @@ pub enum SnapshotError {
     },
 }
 
-/// What to do about a process that holds a lock and does not let go.
-fn stuck_holder_hint(pid: Option<i32>, path: &Path) -> String {
+/// [`SnapshotError::LockWait`]: who holds the lock, and what to do about it. The holder
+/// may be this very process: another loop of the same daemon (the number lock is shared by
+/// the work trees of a repository), stuck in a git it started.
+fn lock_wait_text(path: &Path, pid: Option<i32>, waited: &str) -> String {
+    let path = path.display();
     match pid {
+        Some(p) if p == std::process::id() as i32 => format!(
+            "{path} is held by another loop of this taskdaemon (pid {p}) and was not let go in {waited}: its snapshot save or rollback is stuck\n  hint: see the git processes it runs (`ps --ppid {p} -o pid,stat,etime,args`): end a stuck one (`kill PID`), or cancel that loop (`taskdaemon cancel RUN`)"
+        ),
         Some(p) => format!(
-            "see what it does (`ps -o pid,stat,args -p {p}`): continue it if it is stopped (`kill -CONT {p}`) or end it (`kill {p}`), then run again"
+            "{path} is held by another taskdaemon (pid {p}) and was not let go in {waited}: a snapshot save or rollback is stopped or hung\n  hint: see what it does (`ps -o pid,stat,args -p {p}`): continue it if it is stopped (`kill -CONT {p}`) or end it (`kill {p}`), then run again"
         ),
         None => format!(
-            "find the holder (`fuser -v {}`): continue it if it is stopped (`kill -CONT PID`) or end it (`kill PID`), then run again",
-            path.display()
+            "{path} is held by another process and was not let go in {waited}: a snapshot save or rollback is stopped or hung\n  hint: find the holder (`fuser -v {path}`): continue it if it is stopped (`kill -CONT PID`) or end it (`kill PID`), then run again"
         ),
     }
 }
@@ -1155,13 +1158,19 @@ impl Snapshots {
         let mut parents = head.clone();
         parents.push(&index_commit);
         parents.extend(keep.iter().map(String::as_str));
-        // The number goes to disk while the commit is written, and is there before the tag.
+        // The number goes to disk while the commit is written, and is there before the tag
+        // (here, after it, when no thread can be had).
+        let unsynced = std::sync::Mutex::new(Some(unsynced));
+        let sync = || match unsynced.lock().ok().and_then(|mut u| u.take()) {
+            Some(u) => u.sync(),
+            None => Ok(()),
+        };
         let (commit, synced) = std::thread::scope(|s| {
-            let sync = s.spawn(move || unsynced.sync());
+            let syncing = std::thread::Builder::new().spawn_scoped(s, sync).ok();
             let commit = self.commit_tree(&cap.work_tree, &parents, &text, req.time_ms);
-            (commit, joined(sync))
+            (commit, syncing.map(joined))
         });
-        synced?;
+        synced.unwrap_or_else(sync)?;
         snap.commit = commit?;
 
         let base = req.kind.base_name(req.task, secs);

@@ -14,10 +14,10 @@
 //! file behind, so the saves that follow here may number below theirs until the file is
 //! removed (`.git/taskdaemon/snapshot.seq`); only the order of listing depends on it.
 
-use std::fs::File;
 use std::io::Read as _;
 use std::path::PathBuf;
 
+use super::locks::HeldLock;
 use super::{SnapshotError, Snapshots, io};
 
 /// The number file as [`Snapshots::take_seq`] left it: in place, maybe not on disk yet.
@@ -45,12 +45,10 @@ impl Snapshots {
     /// after the snapshot lock, never before it. Another holder is waited for at most
     /// the snapshots' lock wait ([`SnapshotError::LockWait`]): it holds it a few
     /// milliseconds, unless it is stopped or hung.
-    pub(super) fn seq_lock(&self) -> Result<File, SnapshotError> {
+    pub(super) fn seq_lock(&self) -> Result<HeldLock, SnapshotError> {
         let path = self.seq_path().with_extension("seq.lock");
-        let mut lock = crate::fsutil::open_lock_file(&path).map_err(io(&path))?;
-        super::locks::lock_within(&mut lock, &path, self.lock_wait)?;
-        super::locks::write_own_pid(&lock).map_err(io(&path))?;
-        Ok(lock)
+        let lock = crate::fsutil::open_lock_file(&path).map_err(io(&path))?;
+        HeldLock::take(lock, &path, self.lock_wait)
     }
 
     /// Take the next sequence number, holding [`Snapshots::seq_lock`] (`_held`): above
@@ -60,7 +58,7 @@ impl Snapshots {
     pub(super) fn take_seq(
         &self,
         at_least: u64,
-        _held: &File,
+        _held: &HeldLock,
     ) -> Result<(u64, SeqUnsynced), SnapshotError> {
         let path = self.seq_path();
         let last = match self.last_seq() {
@@ -219,7 +217,8 @@ mod tests {
         let mut s = Snapshots::open(d.path()).unwrap();
         save(&s, d.path(), 1);
         s.lock_wait = Duration::from_millis(300);
-        // Another save (another open file: flocks of two opens exclude each other) holds it.
+        // Another loop of this process holds it (another open file: flocks of two opens
+        // exclude each other).
         let held = s.seq_lock().unwrap();
         std::fs::write(d.path().join("a"), "kept").unwrap();
         let req = SaveRequest {
@@ -232,14 +231,50 @@ mod tests {
         let SnapshotError::LockWait { pid, path, .. } = &err else {
             panic!("{err}");
         };
-        assert_eq!(*pid, Some(std::process::id() as i32));
+        let me = std::process::id();
+        assert_eq!(*pid, Some(me as i32));
         assert!(path.ends_with("taskdaemon/snapshot.seq.lock"), "{path:?}");
         let text = err.to_string();
         assert!(
-            text.contains("300ms") && text.contains(&format!("kill -CONT {}", std::process::id())),
+            text.contains("300ms")
+                && text.contains("another loop of this taskdaemon")
+                && text.contains(&format!("ps --ppid {me}")),
             "{text}"
         );
         assert_eq!(s.list().unwrap().len(), 1, "no tag of a failed save");
+        drop(held);
+        // Let go, it names no holder: a waiter never names an earlier one.
+        assert_eq!(
+            std::fs::read_to_string(s.seq_path().with_extension("seq.lock"))
+                .unwrap()
+                .trim(),
+            ""
+        );
+
+        // Another process holds it: named with what to do.
+        let other = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(s.seq_path().with_extension("seq.lock"))
+            .unwrap();
+        other.lock().unwrap();
+        std::fs::write(s.seq_path().with_extension("seq.lock"), "4000000\n").unwrap();
+        let text = s.save(&req).unwrap_err().to_string();
+        assert!(
+            text.contains("another taskdaemon (pid 4000000)")
+                && text.contains("kill -CONT 4000000"),
+            "{text}"
+        );
+        // Nonsense in the file names nobody (never `kill 0` or `kill -1`).
+        for junk in ["0", "-1", "x"] {
+            std::fs::write(s.seq_path().with_extension("seq.lock"), junk).unwrap();
+            let text = s.save(&req).unwrap_err().to_string();
+            assert!(
+                text.contains("fuser -v") && text.contains("kill PID"),
+                "{junk}: {text}"
+            );
+        }
+        let held = other;
 
         // One that lets go while it is waited for: the save goes on, with what changed.
         s.lock_wait = Duration::from_secs(30);
