@@ -299,7 +299,7 @@ async fn iteration(
     )
     .await?;
     let d = decide::decide(&ev, &counters(st), &policy(cfg));
-    let d = apply(st, cfg, n, ws, &ran, d, &mut log, ctx)?;
+    let d = apply(st, cfg, n, ws, &ran, d, &mut log, ctx, cancel)?;
     st.last_head = head.clone();
     st.iterations_done = n;
 
@@ -728,6 +728,7 @@ fn apply(
     mut d: decide::Decision,
     log: &mut IterationLog,
     ctx: &EngineContext,
+    cancel: &CancellationToken,
 ) -> Result<decide::Decision, EngineError> {
     st.stuck_count = d.counters.stuck;
     st.stall_count = d.counters.stall;
@@ -751,7 +752,8 @@ fn apply(
         _ => {}
     }
     if let Some(action) = d.stall {
-        stall_effect(st, cfg, n, ws, &ran.parsed, action, &mut d, log, ctx)?;
+        let step = (action, &mut d, &mut *log);
+        stall_effect(st, cfg, n, ws, &ran.parsed, step, ctx, cancel)?;
     }
     Ok(d)
 }
@@ -765,12 +767,15 @@ fn stall_effect(
     n: u32,
     ws: &Workspace,
     parsed: &crate::agent::ParsedOutput,
-    action: decide::StallAction,
-    d: &mut decide::Decision,
-    log: &mut IterationLog,
+    (action, d, log): (
+        decide::StallAction,
+        &mut decide::Decision,
+        &mut IterationLog,
+    ),
     ctx: &EngineContext,
+    cancel: &CancellationToken,
 ) -> Result<(), EngineError> {
-    let snaps = Snapshots::open(&cfg.workdir)?;
+    let snaps = Snapshots::open(&cfg.workdir)?.stopped_by(cancel);
     let repeats = match action {
         decide::StallAction::Recover { repeats } => {
             let snap = stall::recover(&snaps, ws, st.task, n, repeats, &parsed.recent_tools)?;
