@@ -350,10 +350,26 @@ struct Captured {
 
 /// The user's index as a save sees it.
 struct UserIndex {
-    exists: bool,
     tree: String,
     commit: Option<String>,
     key: Option<cache::IndexKey>,
+}
+
+/// The user's index before the scan ([`Snapshots::user_index_start`]).
+enum UserIndexStart {
+    /// From `index.cache`.
+    Known(UserIndex),
+    /// The file, opened, and its key: its tree is still to be read.
+    Opened(File, Option<cache::IndexKey>),
+    /// No index file.
+    Missing,
+}
+
+impl UserIndexStart {
+    /// Whether the user has an index file.
+    fn exists(&self) -> bool {
+        !matches!(self, UserIndexStart::Missing)
+    }
 }
 
 /// The ignored files the private index must stop tracking (the user's index does not),
@@ -668,9 +684,8 @@ impl Snapshots {
         let (head, branch) = self.head_and_branch()?;
         let dir = self.private_dir();
         fs::create_dir_all(&dir).map_err(io(&dir))?;
-        let user = self.user_index(head.as_deref())?;
-        let has_index = user.exists;
-        let index_tree = user.tree;
+        let user = self.user_index_start(head.as_deref())?;
+        let has_index = user.exists();
 
         // The work tree, through the private index.
         let work_index = self.work_index();
@@ -684,24 +699,27 @@ impl Snapshots {
         // looked up while `git status` scans: neither changes what the other reads (the
         // status only refreshes stat data). Just seeded, the private index has the user's
         // paths: it tracks what they track.
-        // So is the commit of the user's index, which needs nothing the scan changes.
+        // So is the tree of the user's index when `index.cache` does not have it (read from
+        // its file: ~10 ms at 100k files), and the commit of it this snapshot needs: they
+        // need nothing the scan changes.
         let check = !fresh || !force.is_empty();
-        let index_at = time_ms.filter(|_| user.commit.is_none());
-        let (plan, changes, index_commit) = std::thread::scope(|s| {
+        let (plan, changes, user) = std::thread::scope(|s| {
             let plan = check.then(|| s.spawn(|| self.ignored_plan(has_index, force)));
-            let commit = index_at.map(|t| {
-                let (tree, head, key) = (&index_tree, head.as_deref(), user.key.as_ref());
-                s.spawn(move || self.index_commit(tree, head, key, t))
-            });
+            let head = head.as_deref();
+            let pending = match user {
+                UserIndexStart::Known(u) if time_ms.is_none() || u.commit.is_some() => Err(u),
+                start => Ok(s.spawn(move || self.user_index_finish(start, head, time_ms))),
+            };
             let changes = seeded.then(|| self.changed_paths()).transpose();
-            (
-                plan.map(joined).transpose(),
-                changes,
-                commit.map(joined).transpose(),
-            )
+            let user = match pending {
+                Err(known) => Ok(known),
+                Ok(h) => joined(h),
+            };
+            (plan.map(joined).transpose(), changes, user)
         });
+        let user = user?;
+        let (index_tree, index_commit) = (user.tree, user.commit);
         let (plan, mut changes) = (plan?, changes?);
-        let index_commit = index_commit?.or(user.commit);
         if let Some(plan) = &plan {
             // A path dropped now is not recorded again from what the status said of it.
             let dropped: BTreeSet<&[u8]> = plan.drop.iter().map(Vec::as_slice).collect();
@@ -739,57 +757,88 @@ impl Snapshots {
         })
     }
 
-    /// The tree of the user's index: from `index.cache` while that index and HEAD are
-    /// unchanged (with the snapshot commit made of it), else from its cache-tree extension
-    /// when that has the whole tree and it is stored, else written from a copy (even
-    /// `write-tree` would rewrite its cache-tree extension in place).
-    fn user_index(&self, head: Option<&str>) -> Result<UserIndex, SnapshotError> {
-        let user_copy = self.private_dir().join("index.user");
+    /// The user's index as far as it is known before the work tree is scanned: from
+    /// `index.cache` while that index and HEAD are unchanged (its tree, with the snapshot
+    /// commit made of it), else the file opened (its key taken from it) for
+    /// [`Snapshots::user_index_finish`].
+    fn user_index_start(&self, head: Option<&str>) -> Result<UserIndexStart, SnapshotError> {
         let mut f = match File::open(&self.index) {
-            Ok(f) => Some(f),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(UserIndexStart::Missing);
+            }
             Err(e) => return Err(io(&self.index)(e)),
         };
-        let key = match f.as_mut() {
-            Some(f) => cache::IndexKey::of(f).map_err(io(&self.index))?,
-            None => None,
-        };
+        let key = cache::IndexKey::of(&mut f).map_err(io(&self.index))?;
         if let Some(c) = key.as_ref().and_then(|k| self.cached_index(k, head)) {
-            return Ok(UserIndex {
-                exists: true,
+            return Ok(UserIndexStart::Known(UserIndex {
                 tree: c.tree,
                 commit: Some(c.commit),
                 key,
-            });
+            }));
         }
-        let exists = match f.as_mut() {
-            Some(f) => {
+        Ok(UserIndexStart::Opened(f, key))
+    }
+
+    /// The tree of the user's index (`start`), and its commit when a snapshot dated
+    /// `time_ms` needs one: the tree from the index's cache-tree extension when that has
+    /// the whole tree and it is stored, else written from a copy (even `write-tree` would
+    /// rewrite its cache-tree extension in place). Read from the file opened for the key,
+    /// so the two are of the same index.
+    fn user_index_finish(
+        &self,
+        start: UserIndexStart,
+        head: Option<&str>,
+        time_ms: Option<i64>,
+    ) -> Result<UserIndex, SnapshotError> {
+        let mut user = match start {
+            UserIndexStart::Known(u) => u,
+            UserIndexStart::Opened(mut f, key) => {
                 let mut bytes = Vec::new();
                 f.read_to_end(&mut bytes).map_err(io(&self.index))?;
                 // A valid cache-tree root is the tree `write-tree` would answer, when it
                 // is there (loose, or listed by a pack's index; a missing one is left to
                 // `write-tree`, which writes it again).
-                let parsed = index_file::parse(&bytes, self.oid_len);
-                if let Some(tree) = parsed
+                let root = index_file::parse(&bytes, self.oid_len)
                     .and_then(|e| e.root_tree)
-                    .filter(|t| self.is_stored(t))
-                {
-                    return Ok(UserIndex {
-                        exists: true,
-                        tree,
-                        commit: None,
-                        key,
-                    });
+                    .filter(|t| self.is_stored(t));
+                let tree = match root {
+                    Some(tree) => tree,
+                    None => {
+                        let user_copy = self.private_dir().join("index.user");
+                        fs::write(&user_copy, &bytes).map_err(io(&user_copy))?;
+                        self.index_tree_of(&user_copy)?
+                    }
+                };
+                UserIndex {
+                    tree,
+                    commit: None,
+                    key,
                 }
-                fs::write(&user_copy, &bytes).map_err(io(&user_copy))?;
-                true
             }
-            None => copy_if_exists(&self.index, &user_copy)?,
+            UserIndexStart::Missing => {
+                let user_copy = self.private_dir().join("index.user");
+                copy_if_exists(&self.index, &user_copy)?;
+                UserIndex {
+                    tree: self.index_tree_of(&user_copy)?,
+                    commit: None,
+                    key: None,
+                }
+            }
         };
+        if let (Some(t), None) = (time_ms, &user.commit) {
+            let c = self.index_commit(&user.tree, head, user.key.as_ref(), t)?;
+            user.commit = Some(c);
+        }
+        Ok(user)
+    }
+
+    /// `write-tree` of the index file `index` (a copy of the user's).
+    fn index_tree_of(&self, index: &Path) -> Result<String, SnapshotError> {
         let idx = self
             .private
             .call(&["write-tree"])
-            .env("GIT_INDEX_FILE", &user_copy)
+            .env("GIT_INDEX_FILE", index)
             .output()?;
         if !idx.status.success() {
             let stderr = String::from_utf8_lossy(&idx.stderr);
@@ -805,12 +854,7 @@ impl Snapshots {
             }
             .into());
         }
-        Ok(UserIndex {
-            exists,
-            tree: String::from_utf8_lossy(&idx.stdout).trim().to_string(),
-            commit: None,
-            key,
-        })
+        Ok(String::from_utf8_lossy(&idx.stdout).trim().to_string())
     }
 
     /// The branch HEAD names (`refs/heads/…`); `None` when HEAD is detached. Read from
