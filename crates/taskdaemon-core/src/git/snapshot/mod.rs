@@ -1046,6 +1046,9 @@ impl Snapshots {
     fn flagged_entries(&self, index: &Path) -> Result<Flagged, SnapshotError> {
         let (mut assumed, mut skipped) = (Vec::new(), Vec::new());
         let bytes = fs::read(index).map_err(io(index))?;
+        if index_file::none_flagged(&bytes, self.oid_len) == Some(true) {
+            return Ok((assumed, skipped));
+        }
         if let Some(entries) = index_file::parse(&bytes, self.oid_len) {
             for (path, e) in entries.iter() {
                 if e.assume_unchanged {
