@@ -89,7 +89,7 @@ pub async fn gates(
     st.gate_failures += 1;
     let attempt = st.gate_failures;
     if attempt >= MAX_GATE_FAILURES {
-        let snaps = Snapshots::open(workdir)?.stopped_by(cancel);
+        let snaps = Snapshots::open(workdir)?;
         let cause = format!("{attempt} consecutive rejected completions (hard gate failures)");
         let rb = crate::lifecycle::fail_task(&snaps, ws, st.task, &cause)?;
         let reason = match rb {

@@ -299,7 +299,7 @@ async fn iteration(
     )
     .await?;
     let d = decide::decide(&ev, &counters(st), &policy(cfg));
-    let d = apply(st, cfg, n, ws, &ran, d, &mut log, ctx, cancel)?;
+    let d = apply(st, cfg, n, ws, &ran, d, &mut log, ctx)?;
     st.last_head = head.clone();
     st.iterations_done = n;
 
@@ -728,7 +728,6 @@ fn apply(
     mut d: decide::Decision,
     log: &mut IterationLog,
     ctx: &EngineContext,
-    cancel: &CancellationToken,
 ) -> Result<decide::Decision, EngineError> {
     st.stuck_count = d.counters.stuck;
     st.stall_count = d.counters.stall;
@@ -752,8 +751,7 @@ fn apply(
         _ => {}
     }
     if let Some(action) = d.stall {
-        let step = (action, &mut d, &mut *log);
-        stall_effect(st, cfg, n, ws, &ran.parsed, step, ctx, cancel)?;
+        stall_effect(st, cfg, n, ws, &ran.parsed, action, &mut d, log, ctx)?;
     }
     Ok(d)
 }
@@ -767,15 +765,12 @@ fn stall_effect(
     n: u32,
     ws: &Workspace,
     parsed: &crate::agent::ParsedOutput,
-    (action, d, log): (
-        decide::StallAction,
-        &mut decide::Decision,
-        &mut IterationLog,
-    ),
+    action: decide::StallAction,
+    d: &mut decide::Decision,
+    log: &mut IterationLog,
     ctx: &EngineContext,
-    cancel: &CancellationToken,
 ) -> Result<(), EngineError> {
-    let snaps = Snapshots::open(&cfg.workdir)?.stopped_by(cancel);
+    let snaps = Snapshots::open(&cfg.workdir)?;
     let repeats = match action {
         decide::StallAction::Recover { repeats } => {
             let snap = stall::recover(&snaps, ws, st.task, n, repeats, &parsed.recent_tools)?;

@@ -187,9 +187,7 @@ pub async fn run_task(
             report,
         })));
     }
-    let snaps = Snapshots::open(dir)
-        .map_err(LifecycleError::from)?
-        .stopped_by(cancel);
+    let snaps = Snapshots::open(dir).map_err(LifecycleError::from)?;
     let start = begin_task(&snaps, ws, &message, &report.task, clarification.as_ref())?;
     if clarification.is_some() {
         // Answered and used: kept in .ralph/decisions/ and out of the loop's prompt.
