@@ -702,7 +702,17 @@ impl Snapshots {
             };
             (plan.map(joined).transpose(), changes, user)
         });
-        let user = user?;
+        let user = match user {
+            Ok(u) => u,
+            Err(e) => {
+                // The user's index did not read (conflicts, a corrupt file): no private
+                // index is left seeded from it, as when this was found before the seeding.
+                if fresh {
+                    let _ = fs::remove_file(&work_index);
+                }
+                return Err(e);
+            }
+        };
         let (index_tree, index_commit) = (user.tree, user.commit);
         let (plan, mut changes) = (plan?, changes?);
         if let Some(plan) = &plan {
@@ -1709,6 +1719,49 @@ fn manual_save(s: &Snapshots, time_ms: i64) -> Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_first_save_during_a_conflict_is_refused_and_leaves_no_private_index() {
+        use crate::git::testrepo::{commit_all, git, init};
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        init(dir);
+        std::fs::write(dir.join("f"), "base\n").unwrap();
+        commit_all(dir, "base");
+        git(dir, &["switch", "-q", "-c", "other"]);
+        std::fs::write(dir.join("f"), "other\n").unwrap();
+        commit_all(dir, "other");
+        git(dir, &["switch", "-q", "main"]);
+        std::fs::write(dir.join("f"), "main\n").unwrap();
+        commit_all(dir, "main");
+        let merged = std::process::Command::new("git")
+            .args(["-C", dir.to_str().unwrap(), "merge", "-q", "other"])
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .unwrap();
+        assert!(!merged.status.success(), "a conflict");
+        let s = Snapshots::open(dir).unwrap();
+        let err = manual_save_result(&s, 1_000).unwrap_err();
+        assert!(matches!(err, SnapshotError::Unmerged { .. }), "{err}");
+        assert!(!s.work_index().exists(), "seeded from a conflicted index");
+        // Resolved: the next save is a first save, and records the resolution.
+        std::fs::write(dir.join("f"), "resolved\n").unwrap();
+        git(dir, &["add", "f"]);
+        let snap = manual_save_result(&s, 2_000).unwrap();
+        assert_eq!(
+            git(dir, &["show", &format!("{}:f", snap.commit)]).trim(),
+            "resolved"
+        );
+    }
+
+    fn manual_save_result(s: &Snapshots, time_ms: i64) -> Result<Snapshot, SnapshotError> {
+        s.save(&SaveRequest {
+            kind: Kind::Manual,
+            task: None,
+            message: "a save",
+            time_ms,
+        })
+    }
 
     #[test]
     fn tag_messages_round_trip() {
