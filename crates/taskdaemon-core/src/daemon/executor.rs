@@ -77,6 +77,10 @@ pub enum Report {
         worktree: PathBuf,
         first_iteration: u32,
         resumed: bool,
+        /// Let go (sent or dropped) once the dispatcher has sent `run-started` for it, or
+        /// decided not to: the run's own events wait for it, so a subscriber never sees an
+        /// iteration of a run before the run's start.
+        announced: tokio::sync::oneshot::Sender<()>,
     },
     Iteration {
         run_id: String,
@@ -132,11 +136,13 @@ async fn execute_inner(
         // The engine finished before the daemon could record it (a crash in between).
         return Ok(done);
     }
+    let (announced, run_started) = tokio::sync::oneshot::channel();
     let _ = tx.send(Report::Started {
         run_id: run_id.clone(),
         worktree,
         first_iteration: state.iterations_done + 1,
         resumed,
+        announced,
     });
     let (etx, mut erx) = tokio::sync::mpsc::unbounded_channel();
     let ctx = EngineContext {
@@ -151,6 +157,8 @@ async fn execute_inner(
         let subject = l.subject.clone();
         let events = shared.events.clone();
         tokio::spawn(async move {
+            // After `run-started` (the engine runs on meanwhile; its events wait here).
+            let _ = run_started.await;
             while let Some(e) = erx.recv().await {
                 let elapsed_ms = earlier + started.elapsed().as_millis() as u64;
                 let report = match &e {

@@ -17,6 +17,8 @@ enum RunChange {
         worktree: PathBuf,
         first_iteration: u32,
         resumed: bool,
+        /// Let go after `run-started` is sent ([`Report::Started`]).
+        announced: tokio::sync::oneshot::Sender<()>,
     },
     Iteration {
         iteration: u32,
@@ -77,12 +79,14 @@ impl Dispatcher {
                 worktree,
                 first_iteration,
                 resumed,
+                announced,
             } => (
                 run_id,
                 RunChange::Started {
                     worktree,
                     first_iteration,
                     resumed,
+                    announced,
                 },
             ),
             Report::Iteration {
@@ -134,12 +138,16 @@ impl Dispatcher {
                     worktree,
                     first_iteration,
                     resumed,
-                } => self.emit(DaemonEvent::RunStarted {
-                    subject: self.subject(&id),
-                    iteration: first_iteration,
-                    worktree,
-                    resumed,
-                }),
+                    announced,
+                } => {
+                    self.emit(DaemonEvent::RunStarted {
+                        subject: self.subject(&id),
+                        iteration: first_iteration,
+                        worktree,
+                        resumed,
+                    });
+                    let _ = announced.send(());
+                }
                 RunChange::Iteration { .. } => {}
                 RunChange::Ended { result, stop_as } => {
                     if let Some(run) = runs.get(&id) {

@@ -44,11 +44,13 @@ pub async fn execute(
         .await
         .map_err(|e| format!("preparing the run: {e}"))??
     };
+    let (announced, run_started) = tokio::sync::oneshot::channel();
     let _ = tx.send(Report::Started {
         run_id: l.run.id.clone(),
         worktree: cfg.repo.clone(),
         first_iteration: 1,
         resumed: false,
+        announced,
     });
     let _lock = worklist::lock::acquire(&cfg.spec_dir).map_err(|e| e.to_string())?;
     let (etx, mut erx) = tokio::sync::mpsc::unbounded_channel();
@@ -56,6 +58,8 @@ pub async fn execute(
         let events = shared.events.clone();
         let subject = l.subject.clone();
         tokio::spawn(async move {
+            // After `run-started` (see `Report::Started`).
+            let _ = run_started.await;
             while let Some(e) = erx.recv().await {
                 if let Some(d) = daemon_event(&subject, &e) {
                     events.emit(d);
