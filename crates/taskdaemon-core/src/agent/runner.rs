@@ -174,12 +174,11 @@ pub async fn run_process(
     test_pause_after_spawn().await;
     let stop = Tree {
         procs: std::sync::Arc::new(TreeProcs {
-            token: token.clone(),
+            token,
             pgid,
             reaper,
             seen: std::sync::Mutex::default(),
         }),
-        pgid,
         grace: spec.grace,
     };
 
@@ -265,7 +264,6 @@ pub async fn run_process(
 /// What one spawn owns: its processes, its process group, and how long TERM may take.
 struct Tree {
     procs: std::sync::Arc<TreeProcs>,
-    pgid: i32,
     grace: Duration,
 }
 
@@ -282,6 +280,11 @@ struct TreeProcs {
 }
 
 impl Tree {
+    /// The process group the spawn leads.
+    fn pgid(&self) -> i32 {
+        self.procs.pgid
+    }
+
     /// Whether nothing of the tree can be left, known without walking `/proc`: its group is
     /// empty and this process, the subreaper since before the spawn, has no child at all.
     ///
@@ -294,7 +297,7 @@ impl Tree {
     /// purpose by a command that does not name it (a container runtime's command line
     /// names it, and always gets the walk).
     fn surely_gone(&self) -> bool {
-        self.procs.reaper && !group_exists(self.pgid) && !has_children()
+        self.procs.reaper && !group_exists(self.pgid()) && !has_children()
     }
 
     /// [`TreeProcs::live`] on a blocking thread: reading `/proc` may wait for a process in
@@ -310,7 +313,7 @@ impl Tree {
     }
 
     async fn signal(&self, sig: Signal, leader_reaped: bool) {
-        signal_group(self.pgid, sig);
+        signal_group(self.pgid(), sig);
         super::tracked::signal_all(&self.live(leader_reaped).await, sig);
     }
 }
@@ -387,12 +390,12 @@ async fn end_leftovers(
     rx: &mut mpsc::Receiver<(Stream, Vec<u8>)>,
     on_line: &mut impl FnMut(Stream, &[u8]),
 ) -> bool {
-    reap_group(tree.pgid);
+    reap_group(tree.pgid());
     if tree.surely_gone() {
         return false;
     }
     let live = tree.live(true).await;
-    if live.is_empty() && !group_exists(tree.pgid) {
+    if live.is_empty() && !group_exists(tree.pgid()) {
         return false;
     }
     tree.signal(Signal::SIGTERM, true).await;
@@ -400,14 +403,14 @@ async fn end_leftovers(
     let mut last_kill: Option<Instant> = None;
     loop {
         let live = tree.live(true).await;
-        if live.is_empty() && !group_exists(tree.pgid) {
+        if live.is_empty() && !group_exists(tree.pgid()) {
             return true;
         }
         let now = Instant::now();
         if now >= until && last_kill.is_none_or(|t| now >= t + Duration::from_millis(100)) {
             // Again and again: what forked since the last KILL is caught by the next.
             super::tracked::signal_all(&live, Signal::SIGKILL);
-            signal_group(tree.pgid, Signal::SIGKILL);
+            signal_group(tree.pgid(), Signal::SIGKILL);
             last_kill = Some(now);
         }
         if now >= until + Duration::from_secs(5) {

@@ -73,16 +73,7 @@ impl Entries {
 
 /// The entries of the index file `bytes`, whose object ids are `oid_len` bytes long.
 pub(super) fn parse(bytes: &[u8], oid_len: usize) -> Option<Entries> {
-    if bytes.get(..4)? != b"DIRC" {
-        return None;
-    }
-    let version = be32(bytes, 4)?;
-    if !(2..=4).contains(&version) {
-        return None;
-    }
-    let count = be32(bytes, 8)? as usize;
-    let end = bytes.len().checked_sub(oid_len)?;
-    let body = bytes.get(..end)?;
+    let (version, count, body) = header(bytes, oid_len)?;
     let mut out = Entries {
         names: Vec::with_capacity(body.len() / 4),
         entries: Vec::with_capacity(count.min(body.len() / 62)),
@@ -91,17 +82,26 @@ pub(super) fn parse(bytes: &[u8], oid_len: usize) -> Option<Entries> {
     let mut at = 12;
     let mut prev: Range<usize> = 0..0;
     for _ in 0..count {
-        let (entry, next) = parse_entry(body, at, oid_len, version, &mut out.names, &prev)?;
-        let name = &out.names[entry.name.clone()];
-        if name.is_empty() || (!prev.is_empty() && out.names[prev.clone()] > *name) {
-            return None;
-        }
-        if entry.mode & S_IFMT == S_IFDIR {
+        let raw = RawEntry::at(body, at, oid_len, version, prev.len())?;
+        if raw.is_dir() {
             return None; // a sparse index: a directory stands for its files
         }
-        prev = entry.name.clone();
-        out.entries.push(entry);
-        at = next;
+        // The name: what it keeps of the previous one (version 4), then its own bytes.
+        let start = out.names.len();
+        let keep = raw.name_len - raw.suffix.len();
+        out.names.extend_from_within(prev.start..prev.start + keep);
+        out.names.extend_from_slice(&body[raw.suffix.clone()]);
+        let name = start..out.names.len();
+        if !prev.is_empty() && out.names[prev.clone()] > out.names[name.clone()] {
+            return None;
+        }
+        out.entries.push(Entry {
+            name: name.clone(),
+            mode: raw.mode,
+            assume_unchanged: raw.assume_unchanged,
+            skip_worktree: raw.skip_worktree,
+        });
+        (prev, at) = (name, raw.next);
     }
     out.root_tree = plain_extensions(body, at, oid_len)?;
     Some(out)
@@ -114,6 +114,24 @@ pub(super) fn parse(bytes: &[u8], oid_len: usize) -> Option<Entries> {
 /// would refuse the file (another version, a directory entry, a name length the flags do
 /// not say, a split or sparse index, a short file). Entries out of order are left to git.
 pub(super) fn none_flagged(bytes: &[u8], oid_len: usize) -> Option<bool> {
+    let (version, count, body) = header(bytes, oid_len)?;
+    let (mut at, mut prev_len) = (12, 0);
+    for _ in 0..count {
+        let raw = RawEntry::at(body, at, oid_len, version, prev_len)?;
+        if raw.is_dir() {
+            return None;
+        }
+        if raw.assume_unchanged || raw.skip_worktree {
+            return Some(false);
+        }
+        (at, prev_len) = (raw.next, raw.name_len);
+    }
+    plain_extensions(body, at, oid_len).map(|_| true)
+}
+
+/// The version, the entry count and the bytes before the checksum of an index file of
+/// versions 2–4.
+fn header(bytes: &[u8], oid_len: usize) -> Option<(u32, usize, &[u8])> {
     if bytes.get(..4)? != b"DIRC" {
         return None;
     }
@@ -123,99 +141,75 @@ pub(super) fn none_flagged(bytes: &[u8], oid_len: usize) -> Option<bool> {
     }
     let count = be32(bytes, 8)? as usize;
     let body = bytes.get(..bytes.len().checked_sub(oid_len)?)?;
-    let mut at = 12;
-    let mut prev_len: usize = 0;
-    for _ in 0..count {
-        let mode = be32(body, at + 24)?;
-        let flags_at = at + STAT_BYTES + oid_len;
-        let flags = be16(body, flags_at)?;
-        if mode & S_IFMT == S_IFDIR {
-            return None;
-        }
-        if flags & ASSUME_VALID != 0 {
-            return Some(false);
-        }
-        let mut name_at = flags_at + 2;
-        if flags & EXTENDED != 0 {
-            if version < 3 {
-                return None;
-            }
-            if be16(body, name_at)? & SKIP_WORKTREE != 0 {
-                return Some(false);
-            }
-            name_at += 2;
-        }
-        let (len, next) = if version == 4 {
-            let (strip, suffix_at) = varint(body, name_at)?;
-            let suffix = body.get(suffix_at..)?.iter().position(|b| *b == 0)?;
-            let len = prev_len.checked_sub(strip)? + suffix;
-            (len, suffix_at + suffix + 1)
-        } else {
-            let len = body.get(name_at..)?.iter().position(|b| *b == 0)?;
-            (len, at + ((name_at - at + len + 8) & !7))
-        };
-        if len == 0 || usize::from(flags & 0xFFF) != len.min(0xFFF) || len > MAX_NAME {
-            return None;
-        }
-        if next > body.len() {
-            return None;
-        }
-        (at, prev_len) = (next, len);
-    }
-    plain_extensions(body, at, oid_len).map(|_| true)
+    Some((version, count, body))
 }
 
 /// The longest entry name read here (`PATH_MAX` is 4096 on Linux).
 const MAX_NAME: usize = 4096;
 
-/// One entry starting at `at`; its name appended to `names`. With the offset after it.
-fn parse_entry(
-    body: &[u8],
-    at: usize,
-    oid_len: usize,
-    version: u32,
-    names: &mut Vec<u8>,
-    prev: &Range<usize>,
-) -> Option<(Entry, usize)> {
-    let mode = be32(body, at + 24)?;
-    let flags_at = at + STAT_BYTES + oid_len;
-    let flags = be16(body, flags_at)?;
-    let mut name_at = flags_at + 2;
-    let mut skip_worktree = false;
-    if flags & EXTENDED != 0 {
-        if version < 3 {
-            return None;
+/// One entry, its name not copied: what a snapshot reads of it, the length of its name
+/// and where the name's own bytes lie (in version 4 they follow what it keeps of the
+/// previous name), and the offset after it.
+struct RawEntry {
+    mode: u32,
+    assume_unchanged: bool,
+    skip_worktree: bool,
+    name_len: usize,
+    suffix: Range<usize>,
+    next: usize,
+}
+
+impl RawEntry {
+    /// The entry at `at` of `body`, after one whose name is `prev_len` bytes long; `None`
+    /// when it does not read plainly: an empty name, a name length the flags do not say
+    /// (capped at 0xFFF) or one longer than any path here (a v4 prefix could otherwise
+    /// grow without bound), extended flags before version 3, or bytes past the end.
+    fn at(body: &[u8], at: usize, oid_len: usize, version: u32, prev_len: usize) -> Option<Self> {
+        let mode = be32(body, at + 24)?;
+        let flags_at = at + STAT_BYTES + oid_len;
+        let flags = be16(body, flags_at)?;
+        let mut name_at = flags_at + 2;
+        let mut skip_worktree = false;
+        if flags & EXTENDED != 0 {
+            if version < 3 {
+                return None;
+            }
+            skip_worktree = be16(body, name_at)? & SKIP_WORKTREE != 0;
+            name_at += 2;
         }
-        skip_worktree = be16(body, name_at)? & SKIP_WORKTREE != 0;
-        name_at += 2;
-    }
-    let start = names.len();
-    let next = if version == 4 {
-        let (strip, suffix_at) = varint(body, name_at)?;
-        let keep = prev.len().checked_sub(strip)?;
-        names.extend_from_within(prev.start..prev.start + keep);
+        let (keep, suffix_at) = if version == 4 {
+            let (strip, suffix_at) = varint(body, name_at)?;
+            (prev_len.checked_sub(strip)?, suffix_at)
+        } else {
+            (0, name_at)
+        };
         let len = body.get(suffix_at..)?.iter().position(|b| *b == 0)?;
-        names.extend_from_slice(&body[suffix_at..suffix_at + len]);
-        suffix_at + len + 1
-    } else {
-        let len = body.get(name_at..)?.iter().position(|b| *b == 0)?;
-        names.extend_from_slice(&body[name_at..name_at + len]);
-        // Padded with 1–8 NULs to a multiple of eight bytes.
-        at + ((name_at - at + len + 8) & !7)
-    };
-    // The name length the flags carry (capped at 0xFFF) must agree; and a name longer
-    // than any path here is left to git (a v4 prefix could otherwise grow without bound).
-    let len = names.len() - start;
-    if usize::from(flags & 0xFFF) != len.min(0xFFF) || len > MAX_NAME {
-        return None;
+        let suffix = suffix_at..suffix_at + len;
+        let next = if version == 4 {
+            suffix.end + 1
+        } else {
+            // Padded with 1–8 NULs to a multiple of eight bytes.
+            at + ((name_at - at + len + 8) & !7)
+        };
+        let name_len = keep + len;
+        let plain = name_len > 0
+            && usize::from(flags & 0xFFF) == name_len.min(0xFFF)
+            && name_len <= MAX_NAME
+            && next <= body.len();
+        plain.then_some(RawEntry {
+            mode,
+            assume_unchanged: flags & ASSUME_VALID != 0,
+            skip_worktree,
+            name_len,
+            suffix,
+            next,
+        })
     }
-    let entry = Entry {
-        name: start..names.len(),
-        mode,
-        assume_unchanged: flags & ASSUME_VALID != 0,
-        skip_worktree,
-    };
-    (next <= body.len()).then_some((entry, next))
+
+    /// A sparse index's directory entry.
+    fn is_dir(&self) -> bool {
+        self.mode & S_IFMT == S_IFDIR
+    }
 }
 
 /// The extensions from `at` to the end, when they fill it exactly and none of them makes

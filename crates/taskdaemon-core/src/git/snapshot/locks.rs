@@ -350,7 +350,7 @@ fn lock_files(dir: &Path, ours: impl Fn(&str) -> bool) -> Vec<PathBuf> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Kind, SaveRequest};
+    use super::super::manual_request;
     use super::*;
     use crate::git::testrepo::{commit_all, init};
 
@@ -360,12 +360,7 @@ mod tests {
         init(d.path());
         fs::write(d.path().join("a"), "0").unwrap();
         commit_all(d.path(), "one");
-        let req = SaveRequest {
-            kind: Kind::Manual,
-            task: None,
-            message: "a save",
-            time_ms: 1_000,
-        };
+        let req = manual_request(1_000);
         // A person's rollback (another process: here another open of the lock) holds it.
         let person = Snapshots::open(d.path()).unwrap();
         let held = person.lock().unwrap();

@@ -1704,16 +1704,21 @@ fn nearest_tags(tag: &str, all: &[Snapshot]) -> Vec<String> {
         .collect()
 }
 
-/// A manual save dated `time_ms`, for tests.
+/// A manual save's request dated `time_ms`, for tests.
 #[cfg(test)]
-fn manual_save(s: &Snapshots, time_ms: i64) -> Snapshot {
-    let req = SaveRequest {
+fn manual_request(time_ms: i64) -> SaveRequest<'static> {
+    SaveRequest {
         kind: Kind::Manual,
         task: None,
         message: "a save",
         time_ms,
-    };
-    s.save(&req).unwrap()
+    }
+}
+
+/// A manual save dated `time_ms`, for tests.
+#[cfg(test)]
+fn manual_save(s: &Snapshots, time_ms: i64) -> Snapshot {
+    s.save(&manual_request(time_ms)).unwrap()
 }
 
 #[cfg(test)]
@@ -1741,26 +1746,17 @@ mod tests {
             .unwrap();
         assert!(!merged.status.success(), "a conflict");
         let s = Snapshots::open(dir).unwrap();
-        let err = manual_save_result(&s, 1_000).unwrap_err();
+        let err = s.save(&manual_request(1_000)).unwrap_err();
         assert!(matches!(err, SnapshotError::Unmerged { .. }), "{err}");
         assert!(!s.work_index().exists(), "seeded from a conflicted index");
         // Resolved: the next save is a first save, and records the resolution.
         std::fs::write(dir.join("f"), "resolved\n").unwrap();
         git(dir, &["add", "f"]);
-        let snap = manual_save_result(&s, 2_000).unwrap();
+        let snap = s.save(&manual_request(2_000)).unwrap();
         assert_eq!(
             git(dir, &["show", &format!("{}:f", snap.commit)]).trim(),
             "resolved"
         );
-    }
-
-    fn manual_save_result(s: &Snapshots, time_ms: i64) -> Result<Snapshot, SnapshotError> {
-        s.save(&SaveRequest {
-            kind: Kind::Manual,
-            task: None,
-            message: "a save",
-            time_ms,
-        })
     }
 
     #[test]

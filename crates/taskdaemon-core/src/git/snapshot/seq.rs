@@ -96,19 +96,13 @@ impl Snapshots {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Kind, SaveRequest};
+    use super::super::manual_request;
     use super::*;
     use crate::git::testrepo::{commit_all, init};
 
     fn save(s: &Snapshots, dir: &std::path::Path, i: i64) -> super::super::Snapshot {
         std::fs::write(dir.join("a"), format!("{i}")).unwrap();
-        let req = SaveRequest {
-            kind: Kind::Manual,
-            task: None,
-            message: "a save",
-            time_ms: 1_000 * i,
-        };
-        s.save(&req).unwrap()
+        s.save(&manual_request(1_000 * i)).unwrap()
     }
 
     /// A repository with one commit.
@@ -221,12 +215,7 @@ mod tests {
         // exclude each other).
         let held = s.seq_lock().unwrap();
         std::fs::write(d.path().join("a"), "kept").unwrap();
-        let req = SaveRequest {
-            kind: Kind::Manual,
-            task: None,
-            message: "a save",
-            time_ms: 2_000,
-        };
+        let req = manual_request(2_000);
         let err = s.save(&req).unwrap_err();
         let SnapshotError::LockWait { pid, path, .. } = &err else {
             panic!("{err}");
@@ -301,12 +290,7 @@ mod tests {
         std::fs::remove_file(s.seq_path()).unwrap();
         std::os::unix::fs::symlink(&target, s.seq_path()).unwrap();
         std::fs::write(d.path().join("a"), "2").unwrap();
-        let req = SaveRequest {
-            kind: Kind::Manual,
-            task: None,
-            message: "a save",
-            time_ms: 2_000,
-        };
+        let req = manual_request(2_000);
         let err = s.save(&req).unwrap_err().to_string();
         assert!(
             err.contains("symbolic link") && err.contains("hint"),
