@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize};
 use super::cache::{CachedIndex, IndexKey};
 use super::ref_session::{End, RefSession};
 use super::{
-    Captured, Kind, Listing, RawChange, Rollback, SaveRequest, Snapshot, SnapshotError, Snapshots,
-    TreeDiff, copy_keeping_mtime, io, tree_diff,
+    Captured, Kind, Listing, Numbering, RawChange, Rollback, SaveRequest, Snapshot, SnapshotError,
+    Snapshots, TreeDiff, copy_keeping_mtime, io, tree_diff,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -236,7 +236,7 @@ impl Snapshots {
             cap,
             &keep,
             &trailers,
-            Some(listed),
+            Numbering::AtTag(Some(listed)),
         )?;
         let tag = saved.tag.clone();
         j.saved = Some(saved);
@@ -539,7 +539,7 @@ impl Snapshots {
             now,
             &keep,
             &[],
-            None,
+            Numbering::AtTag(None),
         )?;
         Ok(Some(s.tag))
     }

@@ -57,6 +57,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{Git, GitError};
+use seq::SeqUnsynced;
 
 /// Kinds of snapshot, each with its tag name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -381,6 +382,14 @@ type Flagged = (Vec<Vec<u8>>, Vec<Vec<u8>>);
 /// Every snapshot, oldest first, and the names taken in the snapshot tag namespaces.
 type Listing = (Vec<Snapshot>, BTreeSet<String>);
 
+/// Where a snapshot's number comes from ([`Snapshots::commit_and_tag`]).
+enum Numbering {
+    /// Taken as the tag is made, above the highest of a listing at hand if there is one.
+    AtTag(Option<Listing>),
+    /// Taken before, and on disk.
+    Taken(u64),
+}
+
 /// Snapshots of one work tree (a repository or one of its linked worktrees).
 #[derive(Debug, Clone)]
 pub struct Snapshots {
@@ -532,8 +541,15 @@ impl Snapshots {
     /// Save the current state under a new tag.
     pub fn save(&self, req: &SaveRequest<'_>) -> Result<Snapshot, SnapshotError> {
         let _lock = self.lock()?;
-        let cap = self.capture_at(&[], Some(req.time_ms))?;
-        self.commit_and_tag(req, &cap, &[], &[], None)
+        // The number first, put on disk while the work tree is captured: its sync (two on
+        // a journaled file system, ~2 ms) is off the save's path. A save that fails after
+        // this leaves a gap in the numbers, which only order the listing.
+        let (seq, unsynced) = {
+            let numbers = self.seq_lock()?;
+            self.take_seq(0, &numbers)?
+        };
+        let cap = while_syncing(unsynced, || self.capture_at(&[], Some(req.time_ms)))??;
+        self.commit_and_tag(req, &cap, &[], &[], Numbering::Taken(seq))
     }
 
     /// Every snapshot, oldest first.
@@ -1170,20 +1186,30 @@ impl Snapshots {
         cap: &Captured,
         keep: &[String],
         trailers: &[String],
-        listed: Option<Listing>,
+        numbering: Numbering,
     ) -> Result<Snapshot, SnapshotError> {
         let secs = req.time_ms.div_euclid(1000);
         let date = format!("@{secs} +0000");
         // No listing of every tag for a plain save: its number comes from the counter, and
         // a name is known taken by its ref file (or by `git tag` refusing a packed one).
+        let (listed, numbered) = match numbering {
+            Numbering::AtTag(listed) => (listed, None),
+            Numbering::Taken(seq) => (None, Some(seq)),
+        };
         let (at_least, taken) = match listed {
             Some((existing, taken)) => (existing.iter().map(|s| s.seq).max().unwrap_or(0), taken),
             None => (0, BTreeSet::new()),
         };
-        // Number, name and tag in one step across work trees: two saves at once never take
-        // one number or race for one name.
+        // Number (unless taken before), name and tag under one lock across work trees: two
+        // saves at once never take one number or race for one name.
         let numbers = self.seq_lock()?;
-        let (seq, unsynced) = self.take_seq(at_least, &numbers)?;
+        let (seq, unsynced) = match numbered {
+            Some(seq) => (seq, None),
+            None => {
+                let (seq, unsynced) = self.take_seq(at_least, &numbers)?;
+                (seq, Some(unsynced))
+            }
+        };
         let message = clean_message(req.message, req.kind);
         let mut snap = Snapshot {
             tag: String::new(),
@@ -1215,20 +1241,13 @@ impl Snapshots {
         let mut parents = head.clone();
         parents.push(&index_commit);
         parents.extend(keep.iter().map(String::as_str));
-        // The number goes to disk while the commit is written, and is there before the tag
-        // (here, after it, when no thread can be had).
-        let unsynced = std::sync::Mutex::new(Some(unsynced));
-        let sync = || match unsynced.lock().ok().and_then(|mut u| u.take()) {
-            Some(u) => u.sync(),
-            None => Ok(()),
+        // A number taken now goes to disk while the commit is written, and is there before
+        // the tag.
+        let commit = || self.commit_tree(&cap.work_tree, &parents, &text, req.time_ms);
+        snap.commit = match unsynced {
+            Some(unsynced) => while_syncing(unsynced, commit)??,
+            None => commit()?,
         };
-        let (commit, synced) = std::thread::scope(|s| {
-            let syncing = std::thread::Builder::new().spawn_scoped(s, sync).ok();
-            let commit = self.commit_tree(&cap.work_tree, &parents, &text, req.time_ms);
-            (commit, syncing.map(joined))
-        });
-        synced.unwrap_or_else(sync)?;
-        snap.commit = commit?;
 
         let base = req.kind.base_name(req.task, secs);
         for n in 1.. {
@@ -1556,6 +1575,22 @@ fn copy_keeping_mtime(from: &Path, time_of: &Path, to: &Path) -> Result<(), Snap
 }
 
 /// What a scoped thread returned (its panic, if it panicked, goes on in this one).
+/// `f` run while `unsynced` is synced on another thread (after it, when no thread can be
+/// had): its result once both are done, or the sync's error.
+fn while_syncing<T>(unsynced: SeqUnsynced, f: impl FnOnce() -> T) -> Result<T, SnapshotError> {
+    let unsynced = std::sync::Mutex::new(Some(unsynced));
+    let sync = || match unsynced.lock().ok().and_then(|mut u| u.take()) {
+        Some(u) => u.sync(),
+        None => Ok(()),
+    };
+    let (done, synced) = std::thread::scope(|s| {
+        let syncing = std::thread::Builder::new().spawn_scoped(s, sync).ok();
+        (f(), syncing.map(joined))
+    });
+    synced.unwrap_or_else(sync)?;
+    Ok(done)
+}
+
 fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
     h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
@@ -1757,6 +1792,10 @@ mod tests {
             git(dir, &["show", &format!("{}:f", snap.commit)]).trim(),
             "resolved"
         );
+        // The refused save had taken its number before its capture: a gap, which only
+        // orders the listing.
+        assert_eq!(snap.seq, 2);
+        assert_eq!(s.list().unwrap(), vec![snap]);
     }
 
     #[test]
