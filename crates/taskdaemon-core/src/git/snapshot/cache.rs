@@ -51,16 +51,16 @@ impl IndexKey {
         if tail[12..].iter().all(|b| *b == 0) {
             return Ok(None);
         }
+        // Not its ctime: a first save's second link to the file (`link_or_copy`) changes
+        // it, and the checksum already stands for the contents.
         let hex: String = tail.iter().map(|b| format!("{b:02x}")).collect();
         Ok(Some(IndexKey(format!(
-            "{}:{}:{}:{}.{}:{}.{}:{hex}",
+            "{}:{}:{}:{}.{}:{hex}",
             m.dev(),
             m.ino(),
             m.len(),
             m.mtime(),
             m.mtime_nsec(),
-            m.ctime(),
-            m.ctime_nsec()
         ))))
     }
 }

@@ -1022,16 +1022,19 @@ impl Snapshots {
     }
 
     /// Start the private index from the user's: its stat data saves hashing every file on
-    /// the first save. The copy keeps the index's time (so git still re-checks entries
-    /// written in the same second, "racy git"), and drops assume-unchanged, and
-    /// skip-worktree where the file is on disk: a snapshot must see every edit.
+    /// the first save. It is the user's index file itself, a second link to it, or else a
+    /// copy that keeps the index's time (so git still re-checks entries written in the
+    /// same second, "racy git"); git never writes an index in place (it renames a new
+    /// file over it), so the user's is never written through the link. The seed drops
+    /// assume-unchanged, and skip-worktree where the file is on disk: a snapshot must see
+    /// every edit.
     ///
     /// Made beside it and renamed into place once its flags are cleared: a save killed
     /// meanwhile leaves no private index (the next one seeds again), never one that still
     /// skips files or is torn.
     fn seed_work_index(&self) -> Result<(), SnapshotError> {
         let seed = self.private_dir().join("snapshot.index.seed");
-        copy_keeping_mtime(&self.index, &self.index, &seed)?;
+        link_or_copy(&self.index, &seed)?;
         let (assumed, skipped) = self.flagged_entries(&seed)?;
         let on_disk =
             |p: &Vec<u8>| fs::symlink_metadata(self.top.join(OsStr::from_bytes(p))).is_ok();
@@ -1556,6 +1559,22 @@ const EMPTY_TREE_SHA256: &str = "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b
 /// Copy `from` to `to` (and its mode), giving the copy the modification time of
 /// `time_of`: written beside `to` and renamed onto it, so `to` is never torn and a
 /// symbolic link there is replaced, not written through.
+/// `to` made a second link to the regular file `from` (no copy: 1 ms at 10k files, 10 ms
+/// at 100k), else a copy of it ([`copy_keeping_mtime`]). Whatever `to` was (a seed a
+/// killed save left, a link a person put there) is replaced, never written through.
+fn link_or_copy(from: &Path, to: &Path) -> Result<(), SnapshotError> {
+    match fs::remove_file(to) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(to)(e)),
+    }
+    let plain = fs::symlink_metadata(from).is_ok_and(|m| m.is_file());
+    if plain && fs::hard_link(from, to).is_ok() {
+        return Ok(());
+    }
+    copy_keeping_mtime(from, from, to)
+}
+
 fn copy_keeping_mtime(from: &Path, time_of: &Path, to: &Path) -> Result<(), SnapshotError> {
     let dir = to.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::Builder::new()
@@ -1796,6 +1815,46 @@ mod tests {
         // orders the listing.
         assert_eq!(snap.seq, 2);
         assert_eq!(s.list().unwrap(), vec![snap]);
+    }
+
+    #[test]
+    fn a_first_save_seeds_from_the_users_index_without_writing_it() {
+        use crate::git::testrepo::{commit_all, git, init};
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        init(dir);
+        for f in ["a", "b"] {
+            std::fs::write(dir.join(f), "1\n").unwrap();
+        }
+        commit_all(dir, "one");
+        git(dir, &["update-index", "--assume-unchanged", "b"]);
+        std::fs::write(dir.join("a"), "2\n").unwrap();
+        std::fs::write(dir.join("b"), "2\n").unwrap();
+        let index = dir.join(".git/index");
+        let before = (
+            std::fs::read(&index).unwrap(),
+            std::fs::metadata(&index).unwrap(),
+        );
+        let s = Snapshots::open(dir).unwrap();
+        let first = s.save(&manual_request(1_000)).unwrap();
+        // The user's index: the same bytes (its flag kept), time and single link.
+        let after = std::fs::metadata(&index).unwrap();
+        assert_eq!(std::fs::read(&index).unwrap(), before.0);
+        assert_eq!(after.modified().unwrap(), before.1.modified().unwrap());
+        assert_eq!((after.ino(), after.nlink()), (before.1.ino(), 1));
+        // The private index dropped the flag: the edit of `b` is saved.
+        for f in ["a", "b"] {
+            let saved = git(dir, &["show", &format!("{}:{f}", first.commit)]);
+            assert_eq!(saved, "2", "{f}");
+        }
+        // The user's next `git add` does not reach the private index, nor the next save.
+        std::fs::write(dir.join("a"), "3\n").unwrap();
+        git(dir, &["add", "a"]);
+        std::fs::write(dir.join("a"), "4\n").unwrap();
+        let next = s.save(&manual_request(2_000)).unwrap();
+        assert_eq!(git(dir, &["show", &format!("{}:a", next.commit)]), "4");
+        assert_eq!(git(dir, &["show", &format!("{}^2:a", next.commit)]), "3");
     }
 
     #[test]
