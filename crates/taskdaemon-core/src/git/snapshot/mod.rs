@@ -1022,10 +1022,10 @@ impl Snapshots {
     }
 
     /// Start the private index from the user's: its stat data saves hashing every file on
-    /// the first save. It is the user's index file itself, a second link to it, or else a
-    /// copy that keeps the index's time (so git still re-checks entries written in the
-    /// same second, "racy git"); git never writes an index in place (it renames a new
-    /// file over it), so the user's is never written through the link. The seed drops
+    /// the first save. The seed is a second link to the user's index file (git never
+    /// writes an index in place, it renames a new file over it, so the user's is never
+    /// written through the link), else a copy; either has the index's time, so git still
+    /// re-checks entries written in the same second ("racy git"). It drops
     /// assume-unchanged, and skip-worktree where the file is on disk: a snapshot must see
     /// every edit.
     ///
@@ -1556,11 +1556,8 @@ fn tree_diff(raw: &[RawChange]) -> TreeDiff {
 const EMPTY_TREE_SHA1: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 const EMPTY_TREE_SHA256: &str = "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321";
 
-/// Copy `from` to `to` (and its mode), giving the copy the modification time of
-/// `time_of`: written beside `to` and renamed onto it, so `to` is never torn and a
-/// symbolic link there is replaced, not written through.
-/// `to` made a second link to the regular file `from` (no copy: 1 ms at 10k files, 10 ms
-/// at 100k), else a copy of it ([`copy_keeping_mtime`]). Whatever `to` was (a seed a
+/// `to` made a second link to the regular file `from` (no copy to write: ~1 ms of a first
+/// save at 10k files, ~6 ms at 100k), else a copy of it ([`copy_keeping_mtime`]). Whatever `to` was (a seed a
 /// killed save left, a link a person put there) is replaced, never written through.
 fn link_or_copy(from: &Path, to: &Path) -> Result<(), SnapshotError> {
     match fs::remove_file(to) {
@@ -1575,6 +1572,9 @@ fn link_or_copy(from: &Path, to: &Path) -> Result<(), SnapshotError> {
     copy_keeping_mtime(from, from, to)
 }
 
+/// Copy `from` to `to` (and its mode), giving the copy the modification time of
+/// `time_of`: written beside `to` and renamed onto it, so `to` is never torn and a
+/// symbolic link there is replaced, not written through.
 fn copy_keeping_mtime(from: &Path, time_of: &Path, to: &Path) -> Result<(), SnapshotError> {
     let dir = to.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::Builder::new()
