@@ -270,6 +270,8 @@ fn main() {
     if let Ok(l) = std::fs::read_to_string("/proc/loadavg") {
         println!("load average at the start: {}", l.trim());
     }
+    // This build and the naive way (or `git status`), and the build before if there is one.
+    let contestants = if before.is_some() { 3 } else { 2 };
 
     // The first save seeds its private index from the user's: about a `git status` (in
     // the same repository, whose index stat data is valid; it writes nothing). FIRSTS
@@ -287,7 +289,7 @@ fn main() {
                 forget_snapshots(&b.repo);
             }
         }
-        for who in in_turn(i, 3) {
+        for who in in_turn(i, contestants) {
             match who {
                 0 => status.push(timed(naive(
                     &repo,
@@ -315,7 +317,7 @@ fn main() {
             churn(&b.repo, r, &mut b.rng);
         }
         let tag = format!("bench-{r}");
-        for who in in_turn(r, 3) {
+        for who in in_turn(r, contestants) {
             match who {
                 0 => save.push(timed(td(&repo, &["snapshot", "save", &tag]))),
                 1 => naive_save.push(timed(naive(
@@ -337,7 +339,7 @@ fn main() {
         if let Some(b) = before.as_mut() {
             churn(&b.repo, r + 1000, &mut b.rng);
         }
-        for who in in_turn(r, 3) {
+        for who in in_turn(r, contestants) {
             match who {
                 0 => rollback.push(timed(td(&repo, &["snapshot", "rollback", &saved]))),
                 1 => naive_rollback.push(timed(naive(
