@@ -731,6 +731,9 @@ impl Snapshots {
         };
         let (index_tree, index_commit) = (user.tree, user.commit);
         let (plan, mut changes) = (plan?, changes?);
+        if fresh {
+            unlink_from(&work_index, &self.index)?;
+        }
         if let Some(plan) = &plan {
             // A path dropped now is not recorded again from what the status said of it.
             let dropped: BTreeSet<&[u8]> = plan.drop.iter().map(Vec::as_slice).collect();
@@ -1572,6 +1575,18 @@ fn link_or_copy(from: &Path, to: &Path) -> Result<(), SnapshotError> {
     copy_keeping_mtime(from, from, to)
 }
 
+/// `ours` made a file of its own again if it is still a link to `theirs` (the scan that
+/// seeded it from there writes it anew, but not when it found nothing to write): a tool
+/// that rewrote `theirs` in place must not reach it.
+fn unlink_from(ours: &Path, theirs: &Path) -> Result<(), SnapshotError> {
+    use std::os::unix::fs::MetadataExt;
+    let id = |p: &Path| fs::symlink_metadata(p).map(|m| (m.dev(), m.ino())).ok();
+    match (id(ours), id(theirs)) {
+        (Some(a), Some(b)) if a == b => copy_keeping_mtime(ours, ours, ours),
+        _ => Ok(()),
+    }
+}
+
 /// Copy `from` to `to` (and its mode), giving the copy the modification time of
 /// `time_of`: written beside `to` and renamed onto it, so `to` is never torn and a
 /// symbolic link there is replaced, not written through.
@@ -1855,6 +1870,28 @@ mod tests {
         let next = s.save(&manual_request(2_000)).unwrap();
         assert_eq!(git(dir, &["show", &format!("{}:a", next.commit)]), "4");
         assert_eq!(git(dir, &["show", &format!("{}^2:a", next.commit)]), "3");
+    }
+
+    #[test]
+    fn a_private_index_still_linked_to_the_users_is_made_its_own() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let (user, ours) = (d.path().join("index"), d.path().join("snapshot.index"));
+        std::fs::write(&user, "the user's index").unwrap();
+        link_or_copy(&user, &ours).unwrap();
+        let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+        assert_eq!(ino(&user), ino(&ours), "linked");
+        unlink_from(&ours, &user).unwrap();
+        assert_ne!(ino(&user), ino(&ours));
+        assert_eq!(std::fs::read(&ours).unwrap(), b"the user's index");
+        assert_eq!(std::fs::metadata(&user).unwrap().nlink(), 1);
+        // A tool that writes the user's index in place no longer reaches ours.
+        std::fs::write(&user, "rewritten in place").unwrap();
+        assert_eq!(std::fs::read(&ours).unwrap(), b"the user's index");
+        // Already its own: left as it is.
+        let before = ino(&ours);
+        unlink_from(&ours, &user).unwrap();
+        assert_eq!(ino(&ours), before);
     }
 
     #[test]
