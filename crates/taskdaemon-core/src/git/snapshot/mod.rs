@@ -1608,7 +1608,6 @@ fn copy_keeping_mtime(from: &Path, time_of: &Path, to: &Path) -> Result<(), Snap
     Ok(())
 }
 
-/// What a scoped thread returned (its panic, if it panicked, goes on in this one).
 /// `f` run while `unsynced` is synced on another thread (after it, when no thread can be
 /// had): its result once both are done, or the sync's error.
 fn while_syncing<T>(unsynced: SeqUnsynced, f: impl FnOnce() -> T) -> Result<T, SnapshotError> {
@@ -1625,6 +1624,7 @@ fn while_syncing<T>(unsynced: SeqUnsynced, f: impl FnOnce() -> T) -> Result<T, S
     Ok(done)
 }
 
+/// What a scoped thread returned (its panic, if it panicked, goes on in this one).
 fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
     h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
 }

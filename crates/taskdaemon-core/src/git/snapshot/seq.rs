@@ -10,12 +10,14 @@
 //! commit is written), so no tag outlives a crash with a number the file has not reached.
 //! A plain save takes its number before its capture and releases the lock meanwhile, so
 //! two work trees' tags may be made in another order than their numbers, and a save that
-//! fails leaves a gap; its tag is still made under the lock. A missing or unreadable file (a repository's first
-//! save since, a file a person edited, one a crash left without its contents) is made
-//! again from the tags' own numbers. Not seen: saves by a taskdaemon older than this
-//! counter (a daemon not restarted after an upgrade) number from a listing and leave the
-//! file behind, so the saves that follow here may number below theirs until the file is
-//! removed (`.git/taskdaemon/snapshot.seq`); only the order of listing depends on it.
+//! fails leaves a gap; its tag is still made under the lock.
+//!
+//! A missing or unreadable file (a repository's first save since, a file a person edited,
+//! one a crash left without its contents) is made again from the tags' own numbers. Not
+//! seen: saves by a taskdaemon older than this counter (a daemon not restarted after an
+//! upgrade) number from a listing and leave the file behind, so the saves that follow here
+//! may number below theirs until the file is removed (`.git/taskdaemon/snapshot.seq`);
+//! only the order of listing depends on it.
 
 use std::io::Read as _;
 use std::path::PathBuf;
