@@ -312,8 +312,8 @@ mod tests {
         )
     }
 
-    #[test]
-    fn every_version_reads_as_git_lists_it() {
+    /// A repository whose files (not committed) have names that sort and nest unevenly.
+    fn repo_of_names() -> tempfile::TempDir {
         let d = tempfile::tempdir().unwrap();
         init(d.path());
         for p in ["a", "b/c d", "b/c/e", "b/ca", "z/y/x/w", "zz", "é"] {
@@ -321,6 +321,12 @@ mod tests {
             std::fs::create_dir_all(f.parent().unwrap()).unwrap();
             std::fs::write(&f, p).unwrap();
         }
+        d
+    }
+
+    #[test]
+    fn every_version_reads_as_git_lists_it() {
+        let d = repo_of_names();
         std::os::unix::fs::symlink("a", d.path().join("link")).unwrap();
         commit_all(d.path(), "one");
         git(d.path(), &["update-index", "--assume-unchanged", "a"]);
@@ -353,13 +359,7 @@ mod tests {
 
     #[test]
     fn flagged_entries_are_seen_without_reading_names_in_every_version() {
-        let d = tempfile::tempdir().unwrap();
-        init(d.path());
-        for p in ["a", "b/c d", "b/c/e", "b/ca", "z/y/x/w", "zz", "é"] {
-            let f = d.path().join(p);
-            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
-            std::fs::write(&f, p).unwrap();
-        }
+        let d = repo_of_names();
         commit_all(d.path(), "one");
         let index = || std::fs::read(d.path().join(".git/index")).unwrap();
         for v in ["2", "3", "4"] {

@@ -1196,24 +1196,22 @@ impl Snapshots {
     ) -> Result<Snapshot, SnapshotError> {
         let secs = req.time_ms.div_euclid(1000);
         let date = format!("@{secs} +0000");
-        // No listing of every tag for a plain save: its number comes from the counter, and
-        // a name is known taken by its ref file (or by `git tag` refusing a packed one).
-        let (listed, numbered) = match numbering {
-            Numbering::AtTag(listed) => (listed, None),
-            Numbering::Taken(seq) => (None, Some(seq)),
-        };
-        let (at_least, taken) = match listed {
-            Some((existing, taken)) => (existing.iter().map(|s| s.seq).max().unwrap_or(0), taken),
-            None => (0, BTreeSet::new()),
-        };
         // Number (unless taken before), name and tag under one lock across work trees: two
-        // saves at once never take one number or race for one name.
+        // saves at once never take one number or race for one name. No listing of every
+        // tag for a plain save: its number comes from the counter, and a name is known
+        // taken by its ref file (or by `git tag` refusing a packed one).
         let numbers = self.seq_lock()?;
-        let (seq, unsynced) = match numbered {
-            Some(seq) => (seq, None),
-            None => {
+        let (seq, unsynced, taken) = match numbering {
+            Numbering::Taken(seq) => (seq, None, BTreeSet::new()),
+            Numbering::AtTag(listed) => {
+                let (at_least, taken) = match listed {
+                    Some((existing, taken)) => {
+                        (existing.iter().map(|s| s.seq).max().unwrap_or(0), taken)
+                    }
+                    None => (0, BTreeSet::new()),
+                };
                 let (seq, unsynced) = self.take_seq(at_least, &numbers)?;
-                (seq, Some(unsynced))
+                (seq, Some(unsynced), taken)
             }
         };
         let message = clean_message(req.message, req.kind);
