@@ -249,6 +249,11 @@ pub fn main() -> ExitCode {
             code
         }
     };
+    if crate::commands::util::forcing_stop() {
+        // A second signal is forcing the stop: its thread ends the process (exit 130) as
+        // soon as the agents are killed; this wait only bounds a thread that never does.
+        std::thread::sleep(std::time::Duration::from_secs(30));
+    }
     ExitCode::from(u8::try_from(code).unwrap_or(exit_code::INTERNAL as u8))
 }
 

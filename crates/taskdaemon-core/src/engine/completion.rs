@@ -89,9 +89,24 @@ pub async fn gates(
     st.gate_failures += 1;
     let attempt = st.gate_failures;
     if attempt >= MAX_GATE_FAILURES {
-        let snaps = Snapshots::open(workdir)?;
+        // A stop ends the wait for another holder of the snapshot lock.
+        let snaps = Snapshots::open(workdir)?.stopped_by(cancel);
         let cause = format!("{attempt} consecutive rejected completions (hard gate failures)");
-        let rb = crate::lifecycle::fail_task(&snaps, ws, st.task, &cause)?;
+        let rb = match crate::lifecycle::fail_task(&snaps, ws, st.task, &cause) {
+            Err(e) if e.is_stopped() => {
+                // Nothing was rolled back: the completion stays a rejected one, and a
+                // resumed run fails the task at its next rejected completion.
+                super::warn(
+                    ctx,
+                    &format!(
+                        "iteration {n}: {cause}, but the task was not failed (its rollback was not begun): {e}"
+                    ),
+                );
+                ws.write_feedback(&rejection_text(attempt, &results, swallow))?;
+                return Ok(Verdict::Rejected { attempt });
+            }
+            r => r?,
+        };
         let reason = match rb {
             Some(r) => format!(
                 "{cause}: {}; rolled back to {} (the state it replaced is saved as {})",

@@ -299,7 +299,7 @@ async fn iteration(
     )
     .await?;
     let d = decide::decide(&ev, &counters(st), &policy(cfg));
-    let d = apply(st, cfg, n, ws, &ran, d, &mut log, ctx)?;
+    let d = apply(st, cfg, n, ws, &ran, d, &mut log, ctx, cancel)?;
     st.last_head = head.clone();
     st.iterations_done = n;
 
@@ -728,7 +728,9 @@ fn apply(
     mut d: decide::Decision,
     log: &mut IterationLog,
     ctx: &EngineContext,
+    cancel: &CancellationToken,
 ) -> Result<decide::Decision, EngineError> {
+    let before = counters(st);
     st.stuck_count = d.counters.stuck;
     st.stall_count = d.counters.stall;
     st.last_signature = d.counters.last_signature.clone();
@@ -751,9 +753,49 @@ fn apply(
         _ => {}
     }
     if let Some(action) = d.stall {
-        stall_effect(st, cfg, n, ws, &ran.parsed, action, &mut d, log, ctx)?;
+        // A stop ends the wait for another holder of the snapshot lock.
+        let snaps = Snapshots::open(&cfg.workdir)?.stopped_by(cancel);
+        match stall_effect(st, &snaps, n, ws, &ran.parsed, action, &mut d, log, ctx) {
+            Err(EngineError::Lifecycle(e)) if e.is_stopped() => {
+                stall_stopped(st, n, (action, &before), &mut d, log, ctx, &e)
+            }
+            r => r?,
+        }
     }
     Ok(d)
+}
+
+/// A stop while the stall guard waited for another holder of the snapshot lock (a stuck
+/// save of another loop): its step is not carried out, nothing was saved or rolled back,
+/// and the loop ends as interrupted. The guard's counters are as they were `before` this
+/// iteration (a resumed run that repeats the same tool calls stalls again at once, and is
+/// recovered, or fails, then).
+fn stall_stopped(
+    st: &mut RunState,
+    n: u32,
+    (action, before): (decide::StallAction, &decide::Counters),
+    d: &mut decide::Decision,
+    log: &mut IterationLog,
+    ctx: &EngineContext,
+    e: &crate::lifecycle::LifecycleError,
+) {
+    st.stuck_count = before.stuck;
+    st.stall_count = before.stall;
+    st.stall_recoveries = before.stall_recoveries;
+    d.counters.stuck = before.stuck;
+    d.counters.stall = before.stall;
+    d.counters.stall_recoveries = before.stall_recoveries;
+    let what = match action {
+        decide::StallAction::Recover { .. } => "recovery (a snapshot and guidance)",
+        decide::StallAction::Fail { .. } => "failure of the task (its rollback)",
+    };
+    d.stall = None;
+    d.run_outcome = None;
+    d.outcome = decide::IterationOutcome::Interrupted;
+    d.note.push_str("; stopped before the stall guard's step");
+    let text = format!("stalled, but the stall guard's {what} was not carried out: {e}");
+    log.note(&text);
+    warn(ctx, &format!("iteration {n}: {text}"));
 }
 
 /// The stall guard's effect: the first stall is recovered (a snapshot and guidance), the
@@ -761,7 +803,7 @@ fn apply(
 #[allow(clippy::too_many_arguments)]
 fn stall_effect(
     st: &mut RunState,
-    cfg: &RunConfig,
+    snaps: &Snapshots,
     n: u32,
     ws: &Workspace,
     parsed: &crate::agent::ParsedOutput,
@@ -770,10 +812,9 @@ fn stall_effect(
     log: &mut IterationLog,
     ctx: &EngineContext,
 ) -> Result<(), EngineError> {
-    let snaps = Snapshots::open(&cfg.workdir)?;
     let repeats = match action {
         decide::StallAction::Recover { repeats } => {
-            let snap = stall::recover(&snaps, ws, st.task, n, repeats, &parsed.recent_tools)?;
+            let snap = stall::recover(snaps, ws, st.task, n, repeats, &parsed.recent_tools)?;
             log.note(&format!(
                 "stall: the same tool calls {repeats} iterations in a row; saved {}, recovery guidance in .ralph/feedback.md",
                 snap.tag
@@ -791,7 +832,7 @@ fn stall_effect(
         decide::StallAction::Fail { repeats } => repeats,
     };
     let cause = format!("{} stall recoveries", st.stall_recoveries);
-    let rb = crate::lifecycle::fail_task(&snaps, ws, st.task, &cause)?;
+    let rb = crate::lifecycle::fail_task(snaps, ws, st.task, &cause)?;
     let reason = match &rb {
         Some(r) => format!(
             "stalled twice (the same tool calls {repeats} iterations in a row after a recovery); rolled back to {} (the stalled state is saved as {})",

@@ -39,6 +39,22 @@ pub enum LifecycleError {
     EmptyMessage,
 }
 
+impl LifecycleError {
+    /// A loop's stop ended its wait for another holder of a snapshot lock
+    /// ([`Snapshots::stopped_by`]): nothing was saved or rolled back.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped_waiting_for().is_some()
+    }
+
+    /// The lock whose wait a loop's stop ended, when that is what this is.
+    pub fn stopped_waiting_for(&self) -> Option<&std::path::Path> {
+        match self {
+            LifecycleError::Snapshot(SnapshotError::Stopped { path }) => Some(path),
+            _ => None,
+        }
+    }
+}
+
 /// What `begin_task` did.
 #[derive(Debug, Clone)]
 pub struct TaskStart {

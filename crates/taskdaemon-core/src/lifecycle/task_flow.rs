@@ -66,6 +66,9 @@ pub trait TaskHost {
 pub enum TaskFlowEnd {
     /// Interrupted while its message was parsed: nothing changed.
     InterruptedWhileParsing,
+    /// Interrupted while the task's start snapshot waited for another holder of the
+    /// snapshot lock `lock`: no task was begun, nothing changed.
+    InterruptedBeforeStart { lock: PathBuf },
     /// The scope is ambiguous: the question is in `decide_file`, nothing else changed.
     NeedsClarification(Box<Clarify>),
     /// The loop ran; the task's end is recorded.
@@ -187,8 +190,20 @@ pub async fn run_task(
             report,
         })));
     }
-    let snaps = Snapshots::open(dir).map_err(LifecycleError::from)?;
-    let start = begin_task(&snaps, ws, &message, &report.task, clarification.as_ref())?;
+    // A stop ends the start snapshot's wait for another holder of the snapshot lock.
+    let snaps = Snapshots::open(dir)
+        .map_err(LifecycleError::from)?
+        .stopped_by(cancel);
+    let start = match begin_task(&snaps, ws, &message, &report.task, clarification.as_ref()) {
+        Ok(start) => start,
+        Err(e) => match e.stopped_waiting_for() {
+            Some(lock) => {
+                let lock = lock.to_path_buf();
+                return Ok(TaskFlowEnd::InterruptedBeforeStart { lock });
+            }
+            None => return Err(e.into()),
+        },
+    };
     if clarification.is_some() {
         // Answered and used: kept in .ralph/decisions/ and out of the loop's prompt.
         ws.archive_decide(&clock::now().as_second().to_string())?;

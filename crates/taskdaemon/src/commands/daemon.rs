@@ -2,6 +2,7 @@
 //! scheduler. In the background it writes what it does to its log
 //! (`<git-dir>/taskdaemon/daemon/daemon.log`).
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -202,32 +203,24 @@ fn spawn_signals(
     paths: &DaemonPaths,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     let groups = paths.groups();
-    tokio::spawn(async move {
-        for n in 0.. {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-                _ = hup.recv() => {}
-            }
-            if n == 0 {
-                shutdown.cancel();
-                eprintln!(
-                    "stopping: runs are interrupted and resume on the next start (again to force)"
-                );
-                continue;
-            }
-            eprintln!("forcing the stop: the agents are killed now");
+    super::util::on_signals(
+        move || {
+            shutdown.cancel();
+            let _ = writeln!(
+                std::io::stderr(),
+                "stopping: runs are interrupted and resume on the next start (again to force)"
+            );
+        },
+        move || {
+            let _ = writeln!(
+                std::io::stderr(),
+                "forcing the stop: the agents are killed now"
+            );
             let left = taskdaemon_core::daemon::force_stop(&groups);
-            eprintln!("{left}");
-            std::process::exit(130);
-        }
-    });
-    Ok(())
+            let _ = writeln!(std::io::stderr(), "{left}");
+        },
+    )
 }
 
 fn foreground(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i32> {

@@ -184,6 +184,13 @@ fn render_end(end: TaskFlowEnd, json: bool) -> anyhow::Result<i32> {
             eprintln!("taskdaemon: interrupted while parsing the task; nothing was changed");
             Ok(exit_code::INTERRUPTED)
         }
+        TaskFlowEnd::InterruptedBeforeStart { lock } => {
+            eprintln!(
+                "taskdaemon: interrupted before the task began, while its start snapshot waited for {} (held by another taskdaemon's snapshot save or rollback); nothing was changed",
+                lock.display()
+            );
+            Ok(exit_code::INTERRUPTED)
+        }
         TaskFlowEnd::NeedsClarification(c) => {
             if json {
                 print_json(&serde_json::json!({

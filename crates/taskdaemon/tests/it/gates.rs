@@ -126,6 +126,57 @@ fn converting_four_of_eight_fails_the_scope_gate_and_adding_two_passes() {
 }
 
 #[test]
+fn a_stop_while_a_failing_tasks_rollback_waits_for_the_snapshot_lock_fails_nothing() {
+    // The fifth rejected completion would fail the task and roll it back, but another
+    // taskdaemon's stuck save holds the snapshot lock: Ctrl-C ends the wait (up to 5
+    // minutes otherwise) with nothing rolled back; the resumed run fails the task at its
+    // next rejected completion.
+    let env = project();
+    let repo = env.repo();
+    let pre_head = git(&repo, &["rev-parse", "HEAD"]);
+    let bad = agent(&env, "bad.yaml", &flavors(&EIGHT[..6]));
+    let validated = env.root().join("validated");
+    let validate = format!("echo . >> '{}'", validated.display());
+    let mut child = env
+        .cmd()
+        .current_dir(&repo)
+        .args(["task", "add 2 nighttime drinks", "--agent", &bad])
+        .args(["--validate", &validate, "--max-stuck", "0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let limit = std::time::Duration::from_secs(60);
+    harness::wait_for_lines(&validated, 1, limit);
+    let held = harness::hold_snapshot_lock(&repo);
+    harness::wait_for_lines(&validated, 5, limit);
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let (status, err) = harness::interrupt(&mut child, limit);
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("5 consecutive rejected completions (hard gate failures), but the task was not failed (its rollback was not begun): stopped while waiting for"),
+        "{err}"
+    );
+    assert_eq!(outcomes(&repo), ["rejected"; 5]);
+    assert_ne!(git(&repo, &["rev-parse", "HEAD"]), pre_head);
+    assert_ne!(
+        std::fs::read_to_string(repo.join(".ralph/status.txt")).unwrap(),
+        "failed\n"
+    );
+
+    drop(held);
+    let r = env.run(&["run", "--resume"]);
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("task 1 failed: 6 consecutive rejected completions"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(git(&repo, &["rev-parse", "HEAD"]), pre_head);
+}
+
+#[test]
 fn five_rejected_completions_abort_the_task_and_roll_back() {
     let env = project();
     let repo = env.repo();

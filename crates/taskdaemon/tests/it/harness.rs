@@ -272,3 +272,50 @@ pub fn which(tool: &str) -> PathBuf {
         .find(|p| p.is_file())
         .unwrap_or_else(|| panic!("{tool} not on PATH"))
 }
+
+/// Hold the snapshot lock of `repo` as a stuck save of another taskdaemon would, until
+/// the returned file is dropped.
+pub fn hold_snapshot_lock(repo: &Path) -> std::fs::File {
+    let dir = repo.join(".git/taskdaemon");
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(dir.join("snapshot.lock"))
+        .unwrap();
+    f.lock().unwrap();
+    f
+}
+
+/// Wait until the file at `path` has `n` lines (a validation command that appends one
+/// each time it runs tells how far a loop has come).
+pub fn wait_for_lines(path: &Path, n: usize, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        let have = std::fs::read_to_string(path).map_or(0, |t| t.lines().count());
+        if have >= n {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{} has {have} of {n} lines after {limit:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Interrupt `child` (SIGINT, a Ctrl-C) and wait at most `limit` for it to exit; its exit
+/// status and standard error.
+pub fn interrupt(child: &mut std::process::Child, limit: Duration) -> (ExitStatus, String) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = wait_timeout(child, limit);
+    let mut err = String::new();
+    if let Some(e) = child.stderr.as_mut() {
+        std::io::Read::read_to_string(e, &mut err).unwrap();
+    }
+    (status, err)
+}

@@ -1074,6 +1074,115 @@ fn a_stalling_agent_is_recovered_once_then_the_task_fails_and_rolls_back() {
     );
 }
 
+/// The stalling agent of [`a_stalling_agent_is_recovered_once_then_the_task_fails_and_rolls_back`]:
+/// a commit, then the same failing test run again and again.
+const STALLING: &str = "format: stream-json\nafter-last: repeat-last\niterations:\n  - steps:\n      - tool: { name: Read, input: { file_path: a.txt }, output: one }\n      - write: { path: b.txt, content: half }\n      - commit: b\n  - steps:\n      - tool: { name: Bash, input: { command: npm test }, output: FAIL }\n      - say: trying again\n";
+
+#[test]
+fn a_stop_ends_the_stall_guards_wait_for_a_stuck_snapshot_lock_and_a_resumed_run_recovers() {
+    // Another taskdaemon's save is stuck holding the snapshot lock when the stall guard
+    // needs it: Ctrl-C ends the wait (up to 5 minutes otherwise) and the run, with nothing
+    // saved and the guard's counters as they were, so the resumed run stalls again at once.
+    let env = Env::new();
+    let repo = env.repo();
+    let stall = env.script("stall.yaml", STALLING);
+    let validated = env.root().join("validated");
+    let validate = format!("echo . >> '{}'; false", validated.display());
+    let mut child = env
+        .cmd()
+        .current_dir(&repo)
+        .args([
+            "task",
+            "add b.txt",
+            "--agent",
+            &stall,
+            "--validate",
+            &validate,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let limit = std::time::Duration::from_secs(60);
+    // Iteration 1 is validated: the task has begun (its start snapshot is saved).
+    harness::wait_for_lines(&validated, 1, limit);
+    let held = harness::hold_snapshot_lock(&repo);
+    // Iteration 4 stalls (2, 3 and 4 made the same tool calls); its guard waits.
+    harness::wait_for_lines(&validated, 4, limit);
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let (status, err) = harness::interrupt(&mut child, limit);
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("iteration 4: stalled, but the stall guard's recovery (a snapshot and guidance) was not carried out: stopped while waiting for"),
+        "{err}"
+    );
+    assert!(err.contains("INTERRUPTED"), "{err}");
+    assert_eq!(git(&repo, &["tag", "--list", "stall-*"]), "");
+    let rows = harness::csv_rows(&repo);
+    assert_eq!(rows.last().unwrap()["outcome"], "interrupted");
+
+    drop(held);
+    let r = env.run(&["run", "--resume"]);
+    assert!(
+        r.stderr.contains(
+            "iteration 5: stalled (3 iterations of the same tool calls): saved stall-1-recovery"
+        ),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn a_stop_while_a_tasks_start_snapshot_waits_for_the_snapshot_lock_begins_no_task() {
+    // The parse agent waits for the test to take the snapshot lock (as a stuck save of
+    // another taskdaemon holds it), so the task's start snapshot waits for it: Ctrl-C ends
+    // the wait (up to 5 minutes otherwise) and no task is begun.
+    let env = Env::new();
+    let repo = env.repo();
+    let (asked, go) = (env.root().join("asked"), env.root().join("go"));
+    let parse_agent = format!(
+        "cmd:cat > /dev/null; touch '{}'; while [ ! -e '{}' ]; do sleep 0.05; done; printf '%s' '{{\"type\":\"mutation\",\"requirements\":[{{\"marker\":\"ADD\",\"text\":\"Add b.txt\"}}]}}'",
+        asked.display(),
+        go.display()
+    );
+    let done = env.script(
+        "done.yaml",
+        "iterations:\n  - steps:\n      - write: { path: b.txt, content: \"b\\n\" }\n      - commit: b\n      - say: \"<promise>COMPLETE</promise>\"\n",
+    );
+    let args = ["task", "add b.txt", "--parse-agent", &parse_agent];
+    let mut child = env
+        .cmd()
+        .current_dir(&repo)
+        .args(args)
+        .args(["--agent", &done, "--validate", "true"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let limit = std::time::Duration::from_secs(60);
+    harness::wait_for(&asked, limit);
+    let held = harness::hold_snapshot_lock(&repo);
+    std::fs::write(&go, "").unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let (status, err) = harness::interrupt(&mut child, limit);
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("interrupted before the task began, while its start snapshot waited for"),
+        "{err}"
+    );
+    assert_eq!(git(&repo, &["tag", "--list"]), "");
+    assert!(!repo.join(".ralph/task.md").exists());
+
+    drop(held);
+    let r = env.run(&["task", "add b.txt", "--agent", &done, "--validate", "true"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("task 1: saved the project as task-1-pre"),
+        "{}",
+        r.stderr
+    );
+}
+
 #[test]
 fn flags_in_the_users_index_and_submodule_recursion_do_not_hide_or_lose_edits() {
     // skip-worktree / assume-unchanged files edited before the first save are saved as edited.

@@ -17,6 +17,8 @@ use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use tokio_util::sync::CancellationToken;
+
 use super::journal::Journal;
 use super::{SnapshotError, Snapshots, io};
 
@@ -123,7 +125,7 @@ impl Snapshots {
         match f.try_lock() {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) if self.wait => {
-                lock_within(&mut f, &path, self.lock_wait)?
+                lock_within(&mut f, &path, self.lock_wait, self.stop.as_ref())?
             }
             Err(fs::TryLockError::WouldBlock) => {
                 return Err(SnapshotError::Busy {
@@ -260,8 +262,13 @@ pub(super) struct HeldLock(File);
 
 impl HeldLock {
     /// Take `f`'s lock (at `path`) as [`lock_within`] does, and say this process holds it.
-    pub(super) fn take(mut f: File, path: &Path, limit: Duration) -> Result<Self, SnapshotError> {
-        lock_within(&mut f, path, limit)?;
+    pub(super) fn take(
+        mut f: File,
+        path: &Path,
+        limit: Duration,
+        stop: Option<&CancellationToken>,
+    ) -> Result<Self, SnapshotError> {
+        lock_within(&mut f, path, limit, stop)?;
         write_pid_text(&f, &std::process::id().to_string()).map_err(io(path))?;
         Ok(HeldLock(f))
     }
@@ -277,15 +284,26 @@ impl Drop for HeldLock {
 const PID_WIDTH: usize = 11;
 
 /// Take the `flock` of `f` (at `path`), waiting at most `limit` for another holder, then
-/// [`SnapshotError::LockWait`] with the pid the file names. Asked again and again (1 ms,
-/// doubling to 10 ms): a thread blocked in `flock` could not be called back, and would take
-/// the lock whenever it came free and hold it for good.
-fn lock_within(f: &mut File, path: &Path, limit: Duration) -> Result<(), SnapshotError> {
+/// [`SnapshotError::LockWait`] with the pid the file names; [`SnapshotError::Stopped`] as
+/// soon as `stop` is cancelled. Asked again and again (1 ms, doubling to 10 ms): a thread
+/// blocked in `flock` could not be called back, and would take the lock whenever it came
+/// free and hold it for good.
+fn lock_within(
+    f: &mut File,
+    path: &Path,
+    limit: Duration,
+    stop: Option<&CancellationToken>,
+) -> Result<(), SnapshotError> {
     let until = Instant::now() + limit;
     let mut pause = Duration::from_millis(1);
     loop {
         match f.try_lock() {
             Ok(()) => return Ok(()),
+            Err(fs::TryLockError::WouldBlock) if stop.is_some_and(|c| c.is_cancelled()) => {
+                return Err(SnapshotError::Stopped {
+                    path: path.to_path_buf(),
+                });
+            }
             Err(fs::TryLockError::WouldBlock) if Instant::now() < until => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(10));
@@ -377,6 +395,20 @@ mod tests {
         // A person's command still says at once that another holds it.
         let busy = Snapshots::open(d.path()).unwrap().reporting_busy();
         assert!(matches!(busy.save(&req), Err(SnapshotError::Busy { .. })));
+
+        // A loop's cancel ends its wait (it would wait 5 minutes otherwise), and nothing
+        // is saved.
+        let cancel = CancellationToken::new();
+        let stopping = Snapshots::open(d.path()).unwrap().stopped_by(&cancel);
+        std::thread::scope(|sc| {
+            let saving = sc.spawn(|| stopping.save(&req));
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(!saving.is_finished(), "did not wait");
+            cancel.cancel();
+            let err = saving.join().unwrap().unwrap_err();
+            assert!(matches!(err, SnapshotError::Stopped { .. }), "{err}");
+        });
+        assert!(engine.list().unwrap().is_empty());
 
         // Let go while it is waited for: the loop's save goes on.
         engine.lock_wait = Duration::from_secs(30);

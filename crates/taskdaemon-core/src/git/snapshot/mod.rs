@@ -238,6 +238,10 @@ pub enum SnapshotError {
         "another taskdaemon ({}) is saving or rolling back snapshots in this work tree (it holds {})\n  hint: wait for it to finish; if it hangs, stop it{}", pid_text(*.pid), .path.display(), .pid.map(|p| format!(" (`kill {p}`)")).unwrap_or_default()
     )]
     Busy { pid: Option<i32>, path: PathBuf },
+    #[error(
+        "stopped while waiting for {} (held by another snapshot save or rollback): nothing was saved or rolled back", .path.display()
+    )]
+    Stopped { path: PathBuf },
     #[error("{}", lock_wait_text(.path, *.pid, .waited))]
     LockWait {
         pid: Option<i32>,
@@ -414,6 +418,8 @@ pub struct Snapshots {
     wait: bool,
     /// How long to wait for another holder of a snapshot lock ([`locks::LOCK_WAIT`]).
     lock_wait: std::time::Duration,
+    /// Stops such a wait ([`SnapshotError::Stopped`]): a loop's cancel.
+    stop: Option<tokio_util::sync::CancellationToken>,
     /// What recovery did (stale locks, an interrupted rollback), for the caller to show.
     notices: std::sync::Arc<std::sync::Mutex<Vec<Notice>>>,
 }
@@ -469,6 +475,7 @@ impl Snapshots {
             oid_len: empty_tree.len() / 2,
             wait: true,
             lock_wait: locks::LOCK_WAIT,
+            stop: None,
             notices: Default::default(),
         })
     }
@@ -477,6 +484,14 @@ impl Snapshots {
     /// instead of waiting for it: for commands a person runs.
     pub fn reporting_busy(mut self) -> Snapshots {
         self.wait = false;
+        self
+    }
+
+    /// Give up waiting for another holder of a snapshot lock once `cancel` is cancelled
+    /// ([`SnapshotError::Stopped`]): for a loop, whose stop must not wait on a stuck save
+    /// of another one.
+    pub fn stopped_by(mut self, cancel: &tokio_util::sync::CancellationToken) -> Snapshots {
+        self.stop = Some(cancel.clone());
         self
     }
 

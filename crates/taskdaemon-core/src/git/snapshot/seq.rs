@@ -53,7 +53,7 @@ impl Snapshots {
     pub(super) fn seq_lock(&self) -> Result<HeldLock, SnapshotError> {
         let path = self.seq_path().with_extension("seq.lock");
         let lock = crate::fsutil::open_lock_file(&path).map_err(io(&path))?;
-        HeldLock::take(lock, &path, self.lock_wait)
+        HeldLock::take(lock, &path, self.lock_wait, self.stop.as_ref())
     }
 
     /// Take the next sequence number, holding [`Snapshots::seq_lock`] (`_held`): above

@@ -3,6 +3,7 @@
 //! renderer and signals, and the rendering of a task's end. No command depends on another;
 //! they all use this.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -299,8 +300,8 @@ pub(crate) fn render_leftovers(left: &[Leftover], workdir: &Path) {
 /// Run `body` on a runtime on this thread, as the reaper of orphaned descendants, with
 /// SIGINT, SIGTERM and SIGHUP cancelling the token it gets. One loop waits on its agent
 /// and validation: a thread of its own serves it best (no worker threads to start, no
-/// hand-over between threads on each of the children's events); the engine's blocking
-/// steps are short, and a signal is acted on at the next await either way.
+/// hand-over between threads on each of the children's events). The signals are taken
+/// on another thread ([`on_signals`]): a blocking step of the loop does not hold them up.
 pub(crate) fn with_signals<T, F, Fut>(body: F) -> anyhow::Result<T>
 where
     F: FnOnce(CancellationToken) -> Fut,
@@ -318,33 +319,96 @@ where
     })
 }
 
+/// The first SIGINT, SIGTERM or SIGHUP cancels `cancel`; the next one forces the stop.
 pub(crate) fn spawn_signal_handler(cancel: CancellationToken) -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
-    tokio::spawn(async move {
-        for n in 0.. {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-                _ = hup.recv() => {}
-            }
-            if n == 0 {
-                cancel.cancel();
-                eprintln!(
-                    "taskdaemon: stopping: the agent gets its grace period to end (again to force)"
-                );
-                continue;
-            }
+    on_signals(
+        move || {
+            cancel.cancel();
+            let _ = writeln!(
+                std::io::stderr(),
+                "taskdaemon: stopping: the agent gets its grace period to end (again to force)"
+            );
+        },
+        || {
             let ended = agent::tracked::end_all_now().map_or(0, |l| l.len());
-            eprintln!(
+            let _ = writeln!(
+                std::io::stderr(),
                 "taskdaemon: forcing the stop: {ended} agent process tree(s) killed; `run --resume` goes on from the saved state"
             );
-            std::process::exit(130);
-        }
-    });
-    Ok(())
+        },
+    )
+}
+
+/// Set when a second signal forces the stop: the signal thread ends the process then.
+static FORCING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a second signal is forcing the stop: the signal thread ends the process (exit
+/// 130) once `force` has run, and a main thread done meanwhile leaves the exit to it.
+pub(crate) fn forcing_stop() -> bool {
+    FORCING.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// On a thread of its own, with its own runtime: `first` at the first SIGINT, SIGTERM or
+/// SIGHUP; at the next one `force`, then exit 130. A signal is so acted on even while the
+/// thread of the loop (or of every worker) is in a blocking step, such as a wait of up to
+/// minutes for another holder of a snapshot lock. Returns once the handlers are installed.
+pub(crate) fn on_signals(
+    first: impl FnOnce() + Send + 'static,
+    force: impl FnOnce() + Send + 'static,
+) -> anyhow::Result<()> {
+    use tokio::signal::unix::{Signal, SignalKind, signal};
+    let (ready, installed) = std::sync::mpsc::channel::<anyhow::Result<()>>();
+    let install = || -> anyhow::Result<[Signal; 3]> {
+        Ok([
+            signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+            signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            signal(SignalKind::hangup()).context("installing the SIGHUP handler")?,
+        ])
+    };
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the signal thread's runtime");
+            let rt = match rt {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = ready.send(Err(e));
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                let [mut int, mut term, mut hup] = match install() {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = ready.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = ready.send(Ok(()));
+                let mut first = Some(first);
+                loop {
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                        _ = hup.recv() => {}
+                    }
+                    match first.take() {
+                        Some(f) => f(),
+                        None => break,
+                    }
+                }
+                FORCING.store(true, std::sync::atomic::Ordering::SeqCst);
+                force();
+                std::process::exit(130);
+            })
+        })
+        .context("starting the signal thread")?;
+    installed
+        .recv()
+        .context("the signal thread ended before installing its handlers")?
 }
 
 /// How a task ended, for a person (stderr) or as one JSON object.
