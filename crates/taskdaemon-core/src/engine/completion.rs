@@ -89,8 +89,7 @@ pub async fn gates(
     st.gate_failures += 1;
     let attempt = st.gate_failures;
     if attempt >= MAX_GATE_FAILURES {
-        // A stop ends the wait for another holder of the snapshot lock.
-        let snaps = Snapshots::open(workdir)?.stopped_by(cancel);
+        let snaps = super::loop_snapshots(workdir, n, ctx, cancel)?;
         let cause = format!("{attempt} consecutive rejected completions (hard gate failures)");
         let rb = match crate::lifecycle::fail_task(&snaps, ws, st.task, &cause) {
             Err(e) if e.is_stopped() => {

@@ -753,8 +753,7 @@ fn apply(
         _ => {}
     }
     if let Some(action) = d.stall {
-        // A stop ends the wait for another holder of the snapshot lock.
-        let snaps = Snapshots::open(&cfg.workdir)?.stopped_by(cancel);
+        let snaps = loop_snapshots(&cfg.workdir, n, ctx, cancel)?;
         match stall_effect(st, &snaps, n, ws, &ran.parsed, action, &mut d, log, ctx) {
             Err(EngineError::Lifecycle(e)) if e.is_stopped() => {
                 stall_stopped(st, n, (action, &before), &mut d, log, ctx, &e)
@@ -763,6 +762,29 @@ fn apply(
         }
     }
     Ok(d)
+}
+
+/// The snapshots of a step of iteration `n` that may wait for another holder of a snapshot
+/// lock (the stall guard's, a failing task's rollback): the wait is told as a warning when
+/// it begins, and the loop's stop ends it.
+fn loop_snapshots(
+    workdir: &std::path::Path,
+    n: u32,
+    ctx: &EngineContext,
+    cancel: &CancellationToken,
+) -> Result<Snapshots, EngineError> {
+    let events = ctx.events.clone();
+    let tell = move |lock: &std::path::Path, pid: Option<i32>| {
+        events.emit(EngineEvent::Warning {
+            message: format!(
+                "iteration {n}: {}",
+                crate::git::snapshot::waiting_text(lock, pid)
+            ),
+        });
+    };
+    Ok(Snapshots::open(workdir)?
+        .stopped_by(cancel)
+        .telling_waits_to(std::sync::Arc::new(tell)))
 }
 
 /// A stop while the stall guard waited for another holder of the snapshot lock (a stuck

@@ -18,7 +18,7 @@ use crate::clock;
 use crate::config::{self, Settings};
 use crate::engine::{EngineContext, EngineError, Outcome, ResolveError, RunConfig, RunState};
 use crate::engine::{StateError, run_loop};
-use crate::git::snapshot::Snapshots;
+use crate::git::snapshot::{Snapshots, WaitTold};
 use crate::git::{Git, GitError};
 use crate::loops::{LoopError, Registry};
 use crate::telemetry::RunSummary;
@@ -59,6 +59,11 @@ pub trait TaskHost {
     /// The engine's context for the loop of `state` (its renderer, its notifications);
     /// dropped when the loop ends.
     fn engine(&mut self, state: &RunState) -> EngineContext;
+    /// Told when the task's start snapshot has waited a second for another holder of the
+    /// snapshot lock (on the waiting thread: shown at once, the wait may last minutes).
+    fn start_wait_told(&self) -> Option<WaitTold> {
+        None
+    }
 }
 
 /// How a task ended.
@@ -191,9 +196,12 @@ pub async fn run_task(
         })));
     }
     // A stop ends the start snapshot's wait for another holder of the snapshot lock.
-    let snaps = Snapshots::open(dir)
+    let mut snaps = Snapshots::open(dir)
         .map_err(LifecycleError::from)?
         .stopped_by(cancel);
+    if let Some(told) = host.start_wait_told() {
+        snaps = snaps.telling_waits_to(told);
+    }
     let start = match begin_task(&snaps, ws, &message, &report.task, clarification.as_ref()) {
         Ok(start) => start,
         Err(e) => match e.stopped_waiting_for() {

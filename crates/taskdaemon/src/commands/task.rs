@@ -5,11 +5,13 @@
 
 mod parse;
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use taskdaemon_core::engine::{EngineContext, EventSink, RunState, exit_code};
+use taskdaemon_core::engine::{EngineContext, RunState, exit_code};
+use taskdaemon_core::git::snapshot::{WaitTold, waiting_text};
 use taskdaemon_core::lifecycle::TaskStart;
 use taskdaemon_core::lifecycle::parser::ParseReport;
 use taskdaemon_core::lifecycle::task_flow::{
@@ -24,7 +26,6 @@ use super::util::{
 };
 use super::{Ctx, print_json};
 use crate::cli::user;
-use crate::render::Renderer;
 
 #[derive(Debug, Args)]
 #[command(
@@ -101,11 +102,11 @@ pub fn run(args: TaskArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             json,
             dir: &req.dir,
             exe: &req.script_runner,
-            tasks: Vec::new(),
+            renderings: Vec::new(),
         };
         let end = run_task(&req, &ws, &mut host, &cancel).await;
-        for t in host.tasks {
-            let _ = t.await;
+        for r in host.renderings {
+            r.finish().await;
         }
         end.map_err(flow_err)
     })?;
@@ -117,7 +118,7 @@ struct Host<'a> {
     json: bool,
     dir: &'a Path,
     exe: &'a Path,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    renderings: Vec<super::util::Rendering>,
 }
 
 impl TaskHost for Host<'_> {
@@ -133,15 +134,22 @@ impl TaskHost for Host<'_> {
         }
     }
 
+    fn start_wait_told(&self) -> Option<WaitTold> {
+        Some(std::sync::Arc::new(|lock, pid| {
+            let _ = writeln!(
+                std::io::stderr(),
+                "taskdaemon: before the task begins: {}",
+                waiting_text(lock, pid)
+            );
+        }))
+    }
+
     fn engine(&mut self, state: &RunState) -> EngineContext {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let (rx, notices) = super::util::notify_local(rx, state);
-        self.tasks
-            .push(tokio::spawn(Renderer::new(self.json).run(rx)));
-        self.tasks.push(notices);
+        let (events, rendering) = super::util::render_loop_events(state, self.json);
+        self.renderings.push(rendering);
         EngineContext {
             script_runner: self.exe.to_path_buf(),
-            events: EventSink::new(tx),
+            events,
         }
     }
 }

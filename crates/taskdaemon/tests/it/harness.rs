@@ -307,15 +307,27 @@ pub fn wait_for_lines(path: &Path, n: usize, limit: Duration) {
     }
 }
 
-/// Interrupt `child` (SIGINT, a Ctrl-C) and wait at most `limit` for it to exit; its exit
-/// status and standard error.
-pub fn interrupt(child: &mut std::process::Child, limit: Duration) -> (ExitStatus, String) {
+/// Wait until the file at `path` contains `text` (a process's standard error, written
+/// there as it runs); its contents.
+pub fn wait_for_text(path: &Path, text: &str, limit: Duration) -> String {
+    let start = Instant::now();
+    loop {
+        let have = std::fs::read_to_string(path).unwrap_or_default();
+        if have.contains(text) {
+            return have;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{} does not say {text:?} after {limit:?}:\n{have}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Interrupt `child` (SIGINT, a Ctrl-C) and wait at most `limit` for it to exit.
+pub fn interrupt(child: &mut std::process::Child, limit: Duration) -> ExitStatus {
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
-    let status = wait_timeout(child, limit);
-    let mut err = String::new();
-    if let Some(e) = child.stderr.as_mut() {
-        std::io::Read::read_to_string(e, &mut err).unwrap();
-    }
-    (status, err)
+    wait_timeout(child, limit)
 }

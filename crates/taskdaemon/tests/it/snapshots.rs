@@ -1088,6 +1088,7 @@ fn a_stop_ends_the_stall_guards_wait_for_a_stuck_snapshot_lock_and_a_resumed_run
     let stall = env.script("stall.yaml", STALLING);
     let validated = env.root().join("validated");
     let validate = format!("echo . >> '{}'; false", validated.display());
+    let err_path = env.root().join("task.err");
     let mut child = env
         .cmd()
         .current_dir(&repo)
@@ -1100,17 +1101,18 @@ fn a_stop_ends_the_stall_guards_wait_for_a_stuck_snapshot_lock_and_a_resumed_run
             &validate,
         ])
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&err_path).unwrap())
         .spawn()
         .unwrap();
     let limit = std::time::Duration::from_secs(60);
     // Iteration 1 is validated: the task has begun (its start snapshot is saved).
     harness::wait_for_lines(&validated, 1, limit);
     let held = harness::hold_snapshot_lock(&repo);
-    // Iteration 4 stalls (2, 3 and 4 made the same tool calls); its guard waits.
-    harness::wait_for_lines(&validated, 4, limit);
-    std::thread::sleep(std::time::Duration::from_secs(1));
-    let (status, err) = harness::interrupt(&mut child, limit);
+    // Iteration 4 stalls (2, 3 and 4 made the same tool calls); its guard waits, and says
+    // so while it waits.
+    harness::wait_for_text(&err_path, "iteration 4: waiting for", limit);
+    let status = harness::interrupt(&mut child, limit);
+    let err = std::fs::read_to_string(&err_path).unwrap();
     assert_eq!(status.code(), Some(130), "{err}");
     assert!(
         err.contains("iteration 4: stalled, but the stall guard's recovery (a snapshot and guidance) was not carried out: stopped while waiting for"),
@@ -1150,21 +1152,24 @@ fn a_stop_while_a_tasks_start_snapshot_waits_for_the_snapshot_lock_begins_no_tas
         "iterations:\n  - steps:\n      - write: { path: b.txt, content: \"b\\n\" }\n      - commit: b\n      - say: \"<promise>COMPLETE</promise>\"\n",
     );
     let args = ["task", "add b.txt", "--parse-agent", &parse_agent];
+    let err_path = env.root().join("task.err");
     let mut child = env
         .cmd()
         .current_dir(&repo)
         .args(args)
         .args(["--agent", &done, "--validate", "true"])
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&err_path).unwrap())
         .spawn()
         .unwrap();
     let limit = std::time::Duration::from_secs(60);
     harness::wait_for(&asked, limit);
     let held = harness::hold_snapshot_lock(&repo);
     std::fs::write(&go, "").unwrap();
-    std::thread::sleep(std::time::Duration::from_secs(1));
-    let (status, err) = harness::interrupt(&mut child, limit);
+    let waiting = "taskdaemon: before the task begins: waiting for";
+    harness::wait_for_text(&err_path, waiting, limit);
+    let status = harness::interrupt(&mut child, limit);
+    let err = std::fs::read_to_string(&err_path).unwrap();
     assert_eq!(status.code(), Some(130), "{err}");
     assert!(
         err.contains("interrupted before the task began, while its start snapshot waited for"),

@@ -37,7 +37,43 @@ const ORPHAN_WAIT: Duration = Duration::from_secs(30);
 /// How long a loop waits for another holder of a snapshot lock before it reports it
 /// ([`SnapshotError::LockWait`]): a save or rollback that has not let go by then is
 /// stopped (`kill -STOP`, Ctrl-Z) or hung, and waiting on would stall the loop unseen.
-pub(super) const LOCK_WAIT: Duration = Duration::from_secs(300);
+pub const LOCK_WAIT: Duration = Duration::from_secs(300);
+
+/// How a snapshot command waits for another holder of a snapshot lock.
+#[derive(Debug, Clone)]
+pub(super) struct Waits {
+    /// At most this long ([`LOCK_WAIT`]), then [`SnapshotError::LockWait`].
+    pub limit: Duration,
+    /// Its cancel ends the wait ([`SnapshotError::Stopped`]): a loop's stop.
+    pub stop: Option<CancellationToken>,
+    /// Told when a wait has lasted [`TELL_AFTER`].
+    pub tell: Option<WaitTeller>,
+}
+
+/// A wait is told once it has lasted this long: another save holds a lock for
+/// milliseconds, which is not worth a word; one that holds it longer may hold it minutes.
+const TELL_AFTER: Duration = Duration::from_secs(1);
+
+impl Default for Waits {
+    fn default() -> Self {
+        Waits {
+            limit: LOCK_WAIT,
+            stop: None,
+            tell: None,
+        }
+    }
+}
+
+/// Told the lock and its holder's pid when a wait for another holder has lasted
+/// [`TELL_AFTER`] (a loop's warning: the wait may last minutes).
+#[derive(Clone)]
+pub(super) struct WaitTeller(pub super::WaitTold);
+
+impl std::fmt::Debug for WaitTeller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WaitTeller")
+    }
+}
 
 /// Something recovery did, for the caller to show.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -125,7 +161,7 @@ impl Snapshots {
         match f.try_lock() {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) if self.wait => {
-                lock_within(&mut f, &path, self.lock_wait, self.stop.as_ref())?
+                lock_within(&mut f, &path, &self.waits)?
             }
             Err(fs::TryLockError::WouldBlock) => {
                 return Err(SnapshotError::Busy {
@@ -262,13 +298,8 @@ pub(super) struct HeldLock(File);
 
 impl HeldLock {
     /// Take `f`'s lock (at `path`) as [`lock_within`] does, and say this process holds it.
-    pub(super) fn take(
-        mut f: File,
-        path: &Path,
-        limit: Duration,
-        stop: Option<&CancellationToken>,
-    ) -> Result<Self, SnapshotError> {
-        lock_within(&mut f, path, limit, stop)?;
+    pub(super) fn take(mut f: File, path: &Path, waits: &Waits) -> Result<Self, SnapshotError> {
+        lock_within(&mut f, path, waits)?;
         write_pid_text(&f, &std::process::id().to_string()).map_err(io(path))?;
         Ok(HeldLock(f))
     }
@@ -283,28 +314,34 @@ impl Drop for HeldLock {
 /// Bytes of the lock's text: `i32::MAX` has 10 digits, then the newline.
 const PID_WIDTH: usize = 11;
 
-/// Take the `flock` of `f` (at `path`), waiting at most `limit` for another holder, then
+/// Take the `flock` of `f` (at `path`), waiting at most `waits.limit` for another holder
+/// (told to `waits.tell` once the wait has lasted [`TELL_AFTER`]), then
 /// [`SnapshotError::LockWait`] with the pid the file names; [`SnapshotError::Stopped`] as
-/// soon as `stop` is cancelled. Asked again and again (1 ms, doubling to 10 ms): a thread
-/// blocked in `flock` could not be called back, and would take the lock whenever it came
-/// free and hold it for good.
-fn lock_within(
-    f: &mut File,
-    path: &Path,
-    limit: Duration,
-    stop: Option<&CancellationToken>,
-) -> Result<(), SnapshotError> {
-    let until = Instant::now() + limit;
+/// soon as `waits.stop` is cancelled. Asked again and again (1 ms, doubling to 10 ms): a
+/// thread blocked in `flock` could not be called back, and would take the lock whenever it
+/// came free and hold it for good.
+fn lock_within(f: &mut File, path: &Path, waits: &Waits) -> Result<(), SnapshotError> {
+    let start = Instant::now();
+    let until = start + waits.limit;
     let mut pause = Duration::from_millis(1);
+    let mut told = false;
     loop {
         match f.try_lock() {
             Ok(()) => return Ok(()),
-            Err(fs::TryLockError::WouldBlock) if stop.is_some_and(|c| c.is_cancelled()) => {
+            Err(fs::TryLockError::WouldBlock)
+                if waits.stop.as_ref().is_some_and(|c| c.is_cancelled()) =>
+            {
                 return Err(SnapshotError::Stopped {
                     path: path.to_path_buf(),
                 });
             }
             Err(fs::TryLockError::WouldBlock) if Instant::now() < until => {
+                if let (Some(tell), false) = (&waits.tell, told)
+                    && start.elapsed() >= TELL_AFTER
+                {
+                    (tell.0)(path, read_pid(f));
+                    told = true;
+                }
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(10));
             }
@@ -312,7 +349,7 @@ fn lock_within(
                 return Err(SnapshotError::LockWait {
                     pid: read_pid(f),
                     path: path.to_path_buf(),
-                    waited: crate::duration::format_duration(limit),
+                    waited: crate::duration::format_duration(waits.limit),
                 });
             }
             Err(fs::TryLockError::Error(e)) => return Err(io(path)(e)),
@@ -383,7 +420,7 @@ mod tests {
         let person = Snapshots::open(d.path()).unwrap();
         let held = person.lock().unwrap();
         let mut engine = Snapshots::open(d.path()).unwrap();
-        engine.lock_wait = Duration::from_millis(300);
+        engine.waits.limit = Duration::from_millis(300);
         let start = Instant::now();
         let err = engine.save(&req).unwrap_err();
         assert!(start.elapsed() >= Duration::from_millis(300));
@@ -411,7 +448,7 @@ mod tests {
         assert!(engine.list().unwrap().is_empty());
 
         // Let go while it is waited for: the loop's save goes on.
-        engine.lock_wait = Duration::from_secs(30);
+        engine.waits.limit = Duration::from_secs(30);
         std::thread::scope(|sc| {
             let saving = sc.spawn(|| engine.save(&req));
             std::thread::sleep(Duration::from_millis(200));

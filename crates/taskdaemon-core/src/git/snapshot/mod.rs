@@ -45,7 +45,7 @@ mod trust;
 
 pub use prune::{Kept, PrunePlan, PrunePolicy, Pruned};
 
-pub use locks::Notice;
+pub use locks::{LOCK_WAIT, Notice};
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
@@ -309,6 +309,27 @@ fn lock_wait_text(path: &Path, pid: Option<i32>, waited: &str) -> String {
     }
 }
 
+/// What a loop tells a person when it has waited a second for another holder (`pid`, as
+/// its lock file names it) of the snapshot lock `lock`.
+pub fn waiting_text(lock: &Path, pid: Option<i32>) -> String {
+    let who = match pid {
+        Some(p) if p == std::process::id() as i32 => {
+            format!("another loop of this taskdaemon (pid {p})")
+        }
+        Some(p) => format!("another taskdaemon (pid {p})"),
+        None => "another process".to_string(),
+    };
+    format!(
+        "waiting for {}: {who} is saving or rolling back snapshots of this work tree; the wait lasts at most {}, and a stop (Ctrl-C) ends it",
+        lock.display(),
+        crate::duration::format_duration(LOCK_WAIT)
+    )
+}
+
+/// Told, on the waiting thread, the lock and its holder's pid when a wait for another
+/// holder of a snapshot lock has lasted a second ([`Snapshots::telling_waits_to`]).
+pub type WaitTold = std::sync::Arc<dyn Fn(&Path, Option<i32>) + Send + Sync>;
+
 fn pid_text(pid: Option<i32>) -> String {
     pid.map(|p| format!("pid {p}"))
         .unwrap_or_else(|| "pid unknown".into())
@@ -416,10 +437,8 @@ pub struct Snapshots {
     oid_len: usize,
     /// Whether to wait for another snapshot command instead of reporting it.
     wait: bool,
-    /// How long to wait for another holder of a snapshot lock ([`locks::LOCK_WAIT`]).
-    lock_wait: std::time::Duration,
-    /// Stops such a wait ([`SnapshotError::Stopped`]): a loop's cancel.
-    stop: Option<tokio_util::sync::CancellationToken>,
+    /// How to wait for another holder of a snapshot lock.
+    waits: locks::Waits,
     /// What recovery did (stale locks, an interrupted rollback), for the caller to show.
     notices: std::sync::Arc<std::sync::Mutex<Vec<Notice>>>,
 }
@@ -474,8 +493,7 @@ impl Snapshots {
             index: PathBuf::from(index),
             oid_len: empty_tree.len() / 2,
             wait: true,
-            lock_wait: locks::LOCK_WAIT,
-            stop: None,
+            waits: locks::Waits::default(),
             notices: Default::default(),
         })
     }
@@ -491,7 +509,14 @@ impl Snapshots {
     /// ([`SnapshotError::Stopped`]): for a loop, whose stop must not wait on a stuck save
     /// of another one.
     pub fn stopped_by(mut self, cancel: &tokio_util::sync::CancellationToken) -> Snapshots {
-        self.stop = Some(cancel.clone());
+        self.waits.stop = Some(cancel.clone());
+        self
+    }
+
+    /// Call `tell` with the lock and its holder's pid when a wait for another holder of a
+    /// snapshot lock has lasted a second: for a loop, whose person should see why it waits.
+    pub fn telling_waits_to(mut self, tell: WaitTold) -> Snapshots {
+        self.waits.tell = Some(locks::WaitTeller(tell));
         self
     }
 

@@ -53,7 +53,7 @@ impl Snapshots {
     pub(super) fn seq_lock(&self) -> Result<HeldLock, SnapshotError> {
         let path = self.seq_path().with_extension("seq.lock");
         let lock = crate::fsutil::open_lock_file(&path).map_err(io(&path))?;
-        HeldLock::take(lock, &path, self.lock_wait, self.stop.as_ref())
+        HeldLock::take(lock, &path, &self.waits)
     }
 
     /// Take the next sequence number, holding [`Snapshots::seq_lock`] (`_held`): above
@@ -215,7 +215,7 @@ mod tests {
         let d = repo();
         let mut s = Snapshots::open(d.path()).unwrap();
         save(&s, d.path(), 1);
-        s.lock_wait = Duration::from_millis(300);
+        s.waits.limit = Duration::from_millis(300);
         // Another loop of this process holds it (another open file: flocks of two opens
         // exclude each other).
         let held = s.seq_lock().unwrap();
@@ -271,7 +271,7 @@ mod tests {
         let held = other;
 
         // One that lets go while it is waited for: the save goes on, with what changed.
-        s.lock_wait = Duration::from_secs(30);
+        s.waits.limit = Duration::from_secs(30);
         let snap = std::thread::scope(|sc| {
             let saving = sc.spawn(|| s.save(&req));
             std::thread::sleep(Duration::from_millis(200));

@@ -249,19 +249,72 @@ pub fn drive(
 ) -> anyhow::Result<(Outcome, RunSummary)> {
     take_over_processes(&state)?;
     with_signals(|cancel| async move {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let (rx, notices) = notify_local(rx, &state);
-        let renderer = tokio::spawn(Renderer::new(json).run(rx));
+        let (events, rendering) = render_loop_events(&state, json);
         let ctx = EngineContext {
             script_runner: std::env::current_exe().context("finding the taskdaemon executable")?,
-            events: EventSink::new(tx),
+            events,
         };
         let result = run_loop(state, ws, &ctx, &cancel, resumed).await;
         drop(ctx);
-        let _ = renderer.await;
-        let _ = notices.await;
+        rendering.finish().await;
         Ok(result?)
     })
+}
+
+/// Where a loop's events are rendered (and passed on to its notification sinks).
+pub(crate) enum Rendering {
+    /// On a thread of its own, with its own runtime: the events are shown even while the
+    /// loop's thread is in a blocking step (a wait of up to minutes for another holder of
+    /// a snapshot lock, whose warning says who holds it).
+    Thread(std::thread::JoinHandle<()>),
+    /// On the loop's runtime, where no thread could be started.
+    Task(tokio::task::JoinHandle<()>),
+}
+
+impl Rendering {
+    /// Once every sender of the events is dropped: wait until all are shown.
+    pub(crate) async fn finish(self) {
+        match self {
+            Rendering::Thread(h) => {
+                let _ = h.join();
+            }
+            Rendering::Task(t) => {
+                let _ = t.await;
+            }
+        }
+    }
+}
+
+/// The sink for the events of the loop of `state`, and their rendering (`json`: one JSON
+/// object per line), on a thread of its own when one can be started.
+pub(crate) fn render_loop_events(state: &RunState, json: bool) -> (EventSink, Rendering) {
+    let channel = |state: RunState| {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let work = async move {
+            let (rx, notices) = notify_local(rx, &state);
+            Renderer::new(json).run(rx).await;
+            let _ = notices.await;
+        };
+        (EventSink::new(tx), work)
+    };
+    let (events, work) = channel(state.clone());
+    let thread = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()
+        .and_then(|rt| {
+            std::thread::Builder::new()
+                .name("render".into())
+                .spawn(move || rt.block_on(work))
+                .ok()
+        });
+    match thread {
+        Some(h) => (events, Rendering::Thread(h)),
+        None => {
+            let (events, work) = channel(state.clone());
+            (events, Rendering::Task(tokio::spawn(work)))
+        }
+    }
 }
 
 /// Before the loop starts (its lock held): end every process a killed loop in this
