@@ -765,8 +765,8 @@ fn apply(
 }
 
 /// The snapshots of a step of iteration `n` that may wait for another holder of a snapshot
-/// lock (the stall guard's, a failing task's rollback): the wait is told as a warning when
-/// it begins, and the loop's stop ends it.
+/// lock (the stall guard's, a failing task's rollback): a wait that has lasted a second is
+/// told as a warning, and the loop's stop ends it.
 fn loop_snapshots(
     workdir: &std::path::Path,
     n: u32,
