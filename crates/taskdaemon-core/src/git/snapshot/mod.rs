@@ -295,33 +295,49 @@ pub enum SnapshotError {
 /// may be this very process: another loop of the same daemon (the number lock is shared by
 /// the work trees of a repository), stuck in a git it started.
 fn lock_wait_text(path: &Path, pid: Option<i32>, waited: &str) -> String {
-    let path = path.display();
+    let (path, who) = (path.display(), holder_text(pid));
+    let (what, hint) = match pid {
+        Some(p) if p == std::process::id() as i32 => (
+            "its snapshot save or rollback is stuck",
+            format!(
+                "see the git processes it runs (`ps --ppid {p} -o pid,stat,etime,args`): end a stuck one (`kill PID`), or cancel that loop (`taskdaemon cancel RUN`)"
+            ),
+        ),
+        Some(p) => (
+            "a snapshot save or rollback is stopped or hung",
+            format!(
+                "see what it does (`ps -o pid,stat,args -p {p}`): continue it if it is stopped (`kill -CONT {p}`) or end it (`kill {p}`), then run again"
+            ),
+        ),
+        None => (
+            "a snapshot save or rollback is stopped or hung",
+            format!(
+                "find the holder (`fuser -v {path}`): continue it if it is stopped (`kill -CONT PID`) or end it (`kill PID`), then run again"
+            ),
+        ),
+    };
+    format!("{path} is held by {who} and was not let go in {waited}: {what}\n  hint: {hint}")
+}
+
+/// Who holds a snapshot lock whose file names `pid`: this very process (another of its
+/// loops), another taskdaemon, or a process that wrote no pid.
+fn holder_text(pid: Option<i32>) -> String {
     match pid {
-        Some(p) if p == std::process::id() as i32 => format!(
-            "{path} is held by another loop of this taskdaemon (pid {p}) and was not let go in {waited}: its snapshot save or rollback is stuck\n  hint: see the git processes it runs (`ps --ppid {p} -o pid,stat,etime,args`): end a stuck one (`kill PID`), or cancel that loop (`taskdaemon cancel RUN`)"
-        ),
-        Some(p) => format!(
-            "{path} is held by another taskdaemon (pid {p}) and was not let go in {waited}: a snapshot save or rollback is stopped or hung\n  hint: see what it does (`ps -o pid,stat,args -p {p}`): continue it if it is stopped (`kill -CONT {p}`) or end it (`kill {p}`), then run again"
-        ),
-        None => format!(
-            "{path} is held by another process and was not let go in {waited}: a snapshot save or rollback is stopped or hung\n  hint: find the holder (`fuser -v {path}`): continue it if it is stopped (`kill -CONT PID`) or end it (`kill PID`), then run again"
-        ),
+        Some(p) if p == std::process::id() as i32 => {
+            format!("another loop of this taskdaemon (pid {p})")
+        }
+        Some(p) => format!("another taskdaemon (pid {p})"),
+        None => "another process".to_string(),
     }
 }
 
 /// What a loop tells a person when it has waited a second for another holder (`pid`, as
 /// its lock file names it) of the snapshot lock `lock`.
 pub fn waiting_text(lock: &Path, pid: Option<i32>) -> String {
-    let who = match pid {
-        Some(p) if p == std::process::id() as i32 => {
-            format!("another loop of this taskdaemon (pid {p})")
-        }
-        Some(p) => format!("another taskdaemon (pid {p})"),
-        None => "another process".to_string(),
-    };
     format!(
-        "waiting for {}: {who} is saving or rolling back snapshots of this work tree; the wait lasts at most {}, and a stop (Ctrl-C) ends it",
+        "waiting for {}: {} is saving or rolling back snapshots of this work tree; the wait lasts at most {}, and a stop (Ctrl-C) ends it",
         lock.display(),
+        holder_text(pid),
         crate::duration::format_duration(LOCK_WAIT)
     )
 }
@@ -1598,8 +1614,9 @@ const EMPTY_TREE_SHA1: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 const EMPTY_TREE_SHA256: &str = "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321";
 
 /// `to` made a second link to the regular file `from` (no copy to write: ~1 ms of a first
-/// save at 10k files, ~6 ms at 100k), else a copy of it ([`copy_keeping_mtime`]). Whatever `to` was (a seed a
-/// killed save left, a link a person put there) is replaced, never written through.
+/// save at 10k files, ~6 ms at 100k), else a copy of it ([`copy_keeping_mtime`]).
+/// Whatever `to` was (a seed a killed save left, a link a person put there) is replaced,
+/// never written through.
 fn link_or_copy(from: &Path, to: &Path) -> Result<(), SnapshotError> {
     match fs::remove_file(to) {
         Ok(()) => {}
@@ -1930,6 +1947,35 @@ mod tests {
         let before = ino(&ours);
         unlink_from(&ours, &user).unwrap();
         assert_eq!(ino(&ours), before);
+    }
+
+    #[test]
+    fn lock_texts_name_the_holder_and_what_to_do() {
+        let lock = Path::new("/r/.git/taskdaemon/snapshot.lock");
+        let me = std::process::id() as i32;
+        assert_eq!(
+            lock_wait_text(lock, Some(me), "5m 00s"),
+            format!(
+                "/r/.git/taskdaemon/snapshot.lock is held by another loop of this taskdaemon (pid {me}) and was not let go in 5m 00s: its snapshot save or rollback is stuck\n  hint: see the git processes it runs (`ps --ppid {me} -o pid,stat,etime,args`): end a stuck one (`kill PID`), or cancel that loop (`taskdaemon cancel RUN`)"
+            )
+        );
+        let other = lock_wait_text(lock, Some(i32::MAX), "5m 00s");
+        assert!(other.starts_with("/r/.git/taskdaemon/snapshot.lock is held by another taskdaemon (pid 2147483647) and was not let go in 5m 00s: a snapshot save or rollback is stopped or hung\n  hint: see what it does (`ps -o pid,stat,args -p 2147483647`)"), "{other}");
+        let unknown = lock_wait_text(lock, None, "5m 00s");
+        assert!(
+            unknown.starts_with(
+                "/r/.git/taskdaemon/snapshot.lock is held by another process and was not let go"
+            ),
+            "{unknown}"
+        );
+        assert!(
+            unknown.contains("`fuser -v /r/.git/taskdaemon/snapshot.lock`"),
+            "{unknown}"
+        );
+        assert_eq!(
+            waiting_text(lock, Some(i32::MAX)),
+            "waiting for /r/.git/taskdaemon/snapshot.lock: another taskdaemon (pid 2147483647) is saving or rolling back snapshots of this work tree; the wait lasts at most 5m 00s, and a stop (Ctrl-C) ends it"
+        );
     }
 
     #[test]
