@@ -137,22 +137,21 @@ fn a_stop_while_a_failing_tasks_rollback_waits_for_the_snapshot_lock_fails_nothi
     let bad = agent(&env, "bad.yaml", &flavors(&EIGHT[..6]));
     let validated = env.root().join("validated");
     let validate = format!("echo . >> '{}'", validated.display());
-    let err_path = env.root().join("task.err");
-    let mut child = env
-        .cmd()
-        .current_dir(&repo)
-        .args(["task", "add 2 nighttime drinks", "--agent", &bad])
-        .args(["--validate", &validate, "--max-stuck", "0"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&err_path).unwrap())
-        .spawn()
-        .unwrap();
+    let run = env.spawn(&[
+        "task",
+        "add 2 nighttime drinks",
+        "--agent",
+        &bad,
+        "--validate",
+        &validate,
+        "--max-stuck",
+        "0",
+    ]);
     let limit = std::time::Duration::from_secs(60);
     harness::wait_for_lines(&validated, 1, limit);
     let held = harness::hold_snapshot_lock(&repo);
-    harness::wait_for_text(&err_path, "iteration 5: waiting for", limit);
-    let status = harness::interrupt(&mut child, limit);
-    let err = std::fs::read_to_string(&err_path).unwrap();
+    run.wait_to_say("iteration 5: waiting for", limit);
+    let (status, err) = run.interrupt(limit);
     assert_eq!(status.code(), Some(130), "{err}");
     assert!(
         err.contains("5 consecutive rejected completions (hard gate failures), but the task was not failed (its rollback was not begun): stopped while waiting for"),

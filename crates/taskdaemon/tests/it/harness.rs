@@ -74,6 +74,19 @@ impl Env {
         self.run_with(&[], args)
     }
 
+    /// `taskdaemon ARGS` started in the test repository and left running.
+    pub fn spawn(&self, args: &[&str]) -> Background {
+        let err = self.root.join("background.err");
+        let child = self
+            .cmd()
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .spawn()
+            .unwrap();
+        Background { child, err }
+    }
+
     /// Run the binary with these variables set as well.
     pub fn run_with(&self, vars: &[(String, String)], args: &[&str]) -> Run {
         let mut c = self.cmd();
@@ -307,27 +320,36 @@ pub fn wait_for_lines(path: &Path, n: usize, limit: Duration) {
     }
 }
 
-/// Wait until the file at `path` contains `text` (a process's standard error, written
-/// there as it runs); its contents.
-pub fn wait_for_text(path: &Path, text: &str, limit: Duration) -> String {
-    let start = Instant::now();
-    loop {
-        let have = std::fs::read_to_string(path).unwrap_or_default();
-        if have.contains(text) {
-            return have;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "{} does not say {text:?} after {limit:?}:\n{have}",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// A `taskdaemon` started by [`Env::spawn`], its standard error written to a file as it
+/// runs.
+pub struct Background {
+    child: std::process::Child,
+    err: PathBuf,
 }
 
-/// Interrupt `child` (SIGINT, a Ctrl-C) and wait at most `limit` for it to exit.
-pub fn interrupt(child: &mut std::process::Child, limit: Duration) -> ExitStatus {
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
-    wait_timeout(child, limit)
+impl Background {
+    /// Wait until its standard error says `text`.
+    pub fn wait_to_say(&self, text: &str, limit: Duration) {
+        let start = Instant::now();
+        loop {
+            let have = std::fs::read_to_string(&self.err).unwrap_or_default();
+            if have.contains(text) {
+                return;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "it does not say {text:?} after {limit:?}:\n{have}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Interrupt it (SIGINT, a Ctrl-C) and wait at most `limit` for it to exit: its exit
+    /// status and standard error.
+    pub fn interrupt(mut self, limit: Duration) -> (ExitStatus, String) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+        let status = wait_timeout(&mut self.child, limit);
+        (status, std::fs::read_to_string(&self.err).unwrap())
+    }
 }

@@ -1088,31 +1088,22 @@ fn a_stop_ends_the_stall_guards_wait_for_a_stuck_snapshot_lock_and_a_resumed_run
     let stall = env.script("stall.yaml", STALLING);
     let validated = env.root().join("validated");
     let validate = format!("echo . >> '{}'; false", validated.display());
-    let err_path = env.root().join("task.err");
-    let mut child = env
-        .cmd()
-        .current_dir(&repo)
-        .args([
-            "task",
-            "add b.txt",
-            "--agent",
-            &stall,
-            "--validate",
-            &validate,
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&err_path).unwrap())
-        .spawn()
-        .unwrap();
+    let run = env.spawn(&[
+        "task",
+        "add b.txt",
+        "--agent",
+        &stall,
+        "--validate",
+        &validate,
+    ]);
     let limit = std::time::Duration::from_secs(60);
     // Iteration 1 is validated: the task has begun (its start snapshot is saved).
     harness::wait_for_lines(&validated, 1, limit);
     let held = harness::hold_snapshot_lock(&repo);
     // Iteration 4 stalls (2, 3 and 4 made the same tool calls); its guard waits, and says
     // so while it waits.
-    harness::wait_for_text(&err_path, "iteration 4: waiting for", limit);
-    let status = harness::interrupt(&mut child, limit);
-    let err = std::fs::read_to_string(&err_path).unwrap();
+    run.wait_to_say("iteration 4: waiting for", limit);
+    let (status, err) = run.interrupt(limit);
     assert_eq!(status.code(), Some(130), "{err}");
     assert!(
         err.contains("iteration 4: stalled, but the stall guard's recovery (a snapshot and guidance) was not carried out: stopped while waiting for"),
@@ -1151,25 +1142,22 @@ fn a_stop_while_a_tasks_start_snapshot_waits_for_the_snapshot_lock_begins_no_tas
         "done.yaml",
         "iterations:\n  - steps:\n      - write: { path: b.txt, content: \"b\\n\" }\n      - commit: b\n      - say: \"<promise>COMPLETE</promise>\"\n",
     );
-    let args = ["task", "add b.txt", "--parse-agent", &parse_agent];
-    let err_path = env.root().join("task.err");
-    let mut child = env
-        .cmd()
-        .current_dir(&repo)
-        .args(args)
-        .args(["--agent", &done, "--validate", "true"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&err_path).unwrap())
-        .spawn()
-        .unwrap();
+    let run = env.spawn(&[
+        "task",
+        "add b.txt",
+        "--parse-agent",
+        &parse_agent,
+        "--agent",
+        &done,
+        "--validate",
+        "true",
+    ]);
     let limit = std::time::Duration::from_secs(60);
     harness::wait_for(&asked, limit);
     let held = harness::hold_snapshot_lock(&repo);
     std::fs::write(&go, "").unwrap();
-    let waiting = "taskdaemon: before the task begins: waiting for";
-    harness::wait_for_text(&err_path, waiting, limit);
-    let status = harness::interrupt(&mut child, limit);
-    let err = std::fs::read_to_string(&err_path).unwrap();
+    run.wait_to_say("taskdaemon: before the task begins: waiting for", limit);
+    let (status, err) = run.interrupt(limit);
     assert_eq!(status.code(), Some(130), "{err}");
     assert!(
         err.contains("interrupted before the task began, while its start snapshot waited for"),
