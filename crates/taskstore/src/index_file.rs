@@ -344,7 +344,7 @@ pub(crate) fn load(c: &mut Collection, store: &Path, locked: &crate::file::Locke
     let Ok(file) = crate::file::reopen(locked, &c.path) else {
         return false;
     };
-    let Ok(data) = std::fs::read(path_of(store, &c.def.name)) else {
+    let Ok(data) = read_whole(&path_of(store, &c.def.name)) else {
         return false;
     };
     let Ok(meta) = file.metadata() else {
@@ -356,6 +356,49 @@ pub(crate) fn load(c: &mut Collection, store: &Path, locked: &crate::file::Locke
             true
         }
         None => false,
+    }
+}
+
+/// Below this an index is read into ordinary pages.
+const HUGE_PAGE_MIN: usize = 4 << 20;
+
+/// The whole file at `path`, like `std::fs::read`, but a large file is read into a buffer
+/// advised to live in transparent huge pages: the index of 100,000 records is 22 MB, and
+/// faulting that in 4 KiB at a time (each page zeroed by the kernel) was half of a
+/// store command's time. Where huge pages are off the advice is ignored.
+pub(crate) fn read_whole(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut f = File::open(path)?;
+    let len = usize::try_from(f.metadata()?.len()).unwrap_or(usize::MAX);
+    if len < HUGE_PAGE_MIN {
+        let mut data = Vec::with_capacity(len);
+        f.read_to_end(&mut data)?;
+        return Ok(data);
+    }
+    let mut data: Vec<u8> = Vec::with_capacity(len.saturating_add(1));
+    advise_huge(&mut data);
+    f.read_to_end(&mut data)?;
+    Ok(data)
+}
+
+/// Advise the kernel to back the page-aligned part of `v`'s spare capacity with huge pages.
+fn advise_huge(v: &mut Vec<u8>) {
+    const PAGE: usize = 4096;
+    let spare = v.spare_capacity_mut();
+    let start = spare.as_mut_ptr() as usize;
+    let aligned = start.next_multiple_of(PAGE);
+    let end = (start + spare.len()) / PAGE * PAGE;
+    if end > aligned {
+        // SAFETY: the range lies within the vector's own allocation, which lives until
+        // the vector is dropped; madvise only changes how the kernel backs those pages
+        // and never their contents or validity.
+        unsafe {
+            libc::madvise(
+                aligned as *mut libc::c_void,
+                end - aligned,
+                libc::MADV_HUGEPAGE,
+            );
+        }
     }
 }
 

@@ -46,6 +46,7 @@ pub async fn capture(program: &Path, args: &[&str], cwd: &Path) -> Option<(i32, 
         stdin: None,
         timeout: Some(CHECK_TIMEOUT),
         grace: Duration::from_secs(1),
+        after_stop: None,
     };
     let (mut out, mut err) = (String::new(), String::new());
     let r = run_process(&spec, &CancellationToken::new(), |s, line| {

@@ -50,6 +50,10 @@ pub struct ProcessSpec {
     pub timeout: Option<Duration>,
     /// Time between TERM and KILL.
     pub grace: Duration,
+    /// A command run once a tree ended by a timeout or a cancel is gone, to remove what
+    /// lives on outside it: a container, which belongs to the runtime's daemon or
+    /// monitor, not to this tree (`podman rm -f NAME`).
+    pub after_stop: Option<Vec<OsString>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -233,6 +237,9 @@ pub async fn run_process(
 
     // The leader is reaped; end and reap whatever it left, in its group or out of it.
     let leftovers_ended = end_leftovers(&stop, &mut rx, &mut on_line).await;
+    if timed_out || interrupted {
+        run_after_stop(spec).await;
+    }
 
     // Remaining output: everything is dead now, so the pipes close unless a process escaped
     // the tree holding them (emptied its environment and double-forked); do not wait for
@@ -381,6 +388,37 @@ async fn stop_group(
     tree.signal(Signal::SIGKILL, false).await;
     child.wait().await
 }
+
+/// Run `spec.after_stop` to its end (at most [`AFTER_STOP_LIMIT`]), its output discarded:
+/// what it removes may already be gone, which is no error.
+async fn run_after_stop(spec: &ProcessSpec) {
+    let Some((program, args)) = spec.after_stop.as_ref().and_then(|a| a.split_first()) else {
+        return;
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .current_dir(&spec.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true);
+    let Ok(mut child) = cmd.spawn() else {
+        return;
+    };
+    if tokio::time::timeout(AFTER_STOP_LIMIT, child.wait())
+        .await
+        .is_err()
+    {
+        if let Some(pid) = child.id() {
+            signal_group(pid as i32, Signal::SIGKILL);
+        }
+        let _ = child.wait().await;
+    }
+}
+
+/// How long a stop's clean-up command may take.
+const AFTER_STOP_LIMIT: Duration = Duration::from_secs(30);
 
 /// After the leader is gone: if processes of its tree remain (in its group, or escaped
 /// with `setsid` or a double fork), TERM them, KILL after the grace time, and reap them.
@@ -573,6 +611,7 @@ mod tests {
             stdin: Some(b"hello from stdin\n".to_vec()),
             timeout,
             grace: Duration::from_millis(300),
+            after_stop: None,
         }
     }
 
@@ -601,6 +640,31 @@ mod tests {
         assert_eq!(r.status, ExitStatus::Code(7));
         assert!(lines.contains(&(Stream::Stdout, "hello from stdin".into())));
         assert!(lines.contains(&(Stream::Stderr, "err".into())));
+    }
+
+    #[tokio::test]
+    async fn the_after_stop_command_runs_after_a_timeout_and_not_after_an_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        let mark = dir.path().join("removed");
+        let with_after = |script: &str, timeout| ProcessSpec {
+            after_stop: Some(vec!["touch".into(), mark.clone().into()]),
+            ..sh(script, timeout)
+        };
+        let cancel = CancellationToken::new();
+        let r = run_process(&with_after("exit 0", None), &cancel, |_, _| {})
+            .await
+            .unwrap();
+        assert!(!r.timed_out);
+        assert!(!mark.exists(), "an exit leaves nothing to remove");
+        let r = run_process(
+            &with_after("sleep 600", Some(Duration::from_millis(200))),
+            &cancel,
+            |_, _| {},
+        )
+        .await
+        .unwrap();
+        assert!(r.timed_out);
+        assert!(mark.exists(), "run, and waited for, once the tree is gone");
     }
 
     #[tokio::test]

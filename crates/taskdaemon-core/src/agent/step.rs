@@ -135,6 +135,7 @@ pub fn process_spec(req: &StepRequest<'_>) -> ProcessSpec {
         stdin: inv.stdin.map(String::into_bytes),
         timeout: req.timeout,
         grace: req.grace,
+        after_stop: None,
     };
     crate::sandbox::wrap(spec, req.sandbox)
 }

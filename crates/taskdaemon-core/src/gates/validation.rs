@@ -51,6 +51,7 @@ pub async fn run_validation(
         stdin: None,
         timeout: v.timeout,
         grace: v.grace,
+        after_stop: None,
     };
     let spec = crate::sandbox::wrap_validation(spec, v.sandbox);
     let mut output = String::new();

@@ -132,6 +132,7 @@ impl Deliverer {
             stdin: Some(input),
             timeout: Some(self.config.timeout()),
             grace: GRACE,
+            after_stop: None,
         };
         self.spawn(&spec).await
     }
@@ -161,6 +162,7 @@ impl Deliverer {
             stdin: None,
             timeout: Some(self.config.timeout()),
             grace: GRACE,
+            after_stop: None,
         };
         self.spawn(&spec).await
     }

@@ -123,6 +123,7 @@ mod tests {
             stdin: Some(b"x".to_vec()),
             timeout: Some(Duration::from_secs(3)),
             grace: Duration::from_secs(1),
+            after_stop: None,
         };
         let w = wrap(spec, &plan);
         assert_eq!(w.program, "bwrap");

@@ -1,7 +1,10 @@
 //! docker / podman: `run --rm -i` of the configured image, with the work tree (and git's
 //! paths, the agent's state) mounted at the same paths, the user's uid and gid, and the
 //! environment contract passed by name (`--env KEY`: the value comes from the CLI's own
-//! environment, never from its command line).
+//! environment, never from its command line). `PATH` is the image's own: the host's
+//! directories mean nothing inside it. The container is named, so that a timeout or a
+//! stop, which ends the CLI and the container's processes, also removes the container
+//! (`rm -f NAME`): it belongs to the runtime, not to the process tree.
 
 use std::ffi::OsString;
 
@@ -13,7 +16,9 @@ pub fn wrap(spec: ProcessSpec, plan: &SandboxPlan) -> ProcessSpec {
     let cwd = spec.cwd.canonicalize().unwrap_or_else(|_| spec.cwd.clone());
     let uid = nix::unistd::getuid().as_raw();
     let gid = nix::unistd::getgid().as_raw();
+    let name = format!("taskdaemon-{}", uuid::Uuid::new_v4().simple());
     let mut a: Vec<OsString> = vec!["run".into(), "--rm".into(), "-i".into(), "--init".into()];
+    a.push(format!("--name={name}").into());
     a.push(format!("--user={uid}:{gid}").into());
     if plan.kind == SandboxKind::Podman && uid != 0 {
         a.push("--userns=keep-id".into());
@@ -34,7 +39,11 @@ pub fn wrap(spec: ProcessSpec, plan: &SandboxPlan) -> ProcessSpec {
     let mut w = OsString::from("--workdir=");
     w.push(&cwd);
     a.push(w);
-    let names = spec.env.iter().map(|(k, _)| k.clone());
+    let names = spec
+        .env
+        .iter()
+        .map(|(k, _)| k.clone())
+        .filter(|k| k != "PATH");
     for k in names.chain([GROUP_VAR.into(), "HOME".into()]) {
         a.push("--env".into());
         a.push(k);
@@ -42,8 +51,10 @@ pub fn wrap(spec: ProcessSpec, plan: &SandboxPlan) -> ProcessSpec {
     a.push(plan.image.clone().unwrap_or_default().into());
     a.push(spec.program);
     a.extend(spec.args);
+    let engine: OsString = plan.kind.name().into();
     ProcessSpec {
-        program: plan.kind.name().into(),
+        after_stop: Some(vec![engine.clone(), "rm".into(), "-f".into(), name.into()]),
+        program: engine,
         args: a,
         ..spec
     }
@@ -67,10 +78,14 @@ mod tests {
             program: "claude".into(),
             args: vec!["-p".into()],
             cwd: t.path().to_path_buf(),
-            env: vec![("TASKDAEMON_RUN_ID".into(), "r1".into())],
+            env: vec![
+                ("TASKDAEMON_RUN_ID".into(), "r1".into()),
+                ("PATH".into(), "/home/u/bin:/usr/bin".into()),
+            ],
             stdin: None,
             timeout: None,
             grace: Duration::from_secs(1),
+            after_stop: None,
         };
         let w = wrap(spec, &plan);
         assert_eq!(w.program, "podman");
@@ -81,7 +96,18 @@ mod tests {
             .collect();
         let s = s.join(" ");
         let cwd = t.path().canonicalize().unwrap().display().to_string();
-        assert!(s.starts_with("run --rm -i --init --user="), "{s}");
+        assert!(
+            s.starts_with("run --rm -i --init --name=taskdaemon-"),
+            "{s}"
+        );
+        let name = s
+            .split_whitespace()
+            .nth(4)
+            .unwrap()
+            .trim_start_matches("--name=");
+        let rm: Vec<_> = w.after_stop.unwrap().into_iter().collect();
+        assert_eq!(rm, ["podman", "rm", "-f", name]);
+        assert!(!s.contains("--env PATH"), "the image's own PATH: {s}");
         assert!(s.contains("--network=none"));
         assert!(
             s.contains(&format!("--volume={cwd}:{cwd} --workdir={cwd}")),

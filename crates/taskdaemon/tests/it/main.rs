@@ -18,6 +18,7 @@ mod agent_failures;
 mod api_agents;
 mod cli;
 mod cli_polish;
+mod containers;
 mod core_flow;
 mod core_moves;
 mod daemon;

@@ -410,6 +410,7 @@ async fn spawn(ctx: &ToolContext, program: OsString, args: Vec<OsString>) -> Too
         stdin: None,
         timeout,
         grace: ctx.grace,
+        after_stop: None,
     };
     let mut out = String::new();
     let r = run_process(&spec, &ctx.cancel, |_, line| {
