@@ -133,19 +133,42 @@ impl Workspace {
         self.root.join("archive")
     }
 
-    /// Hold the run lock of this work tree; released when the returned guard drops.
+    /// Hold the run lock of this directory; released when the returned guard drops. Two
+    /// files are locked: `.ralph/run.lock`, which `cancel` and `status` read, and the same
+    /// directory's lock in the git directory ([`Workspace::git_lock_file`]), which an agent
+    /// that deletes `.ralph/` cannot take away: a second loop still finds the directory busy.
     pub fn lock(&self) -> Result<RunLock, WorkspaceError> {
         let path = self.lock_file();
         create_dir_confined(&self.root).map_err(io(&self.root))?;
         // Never through a link: a committed `run.lock -> ~/file` would be truncated.
-        match crate::pidlock::acquire(&path) {
-            Ok(l) => Ok(RunLock { _lock: l }),
+        let lock = self.take(&path)?;
+        let git = match self.git_lock_file() {
+            Some(git) => Some(self.take(&git)?),
+            None => None,
+        };
+        Ok(RunLock {
+            _lock: lock,
+            _git: git,
+        })
+    }
+
+    fn take(&self, path: &Path) -> Result<crate::pidlock::PidLock, WorkspaceError> {
+        match crate::pidlock::acquire(path) {
+            Ok(l) => Ok(l),
             Err(crate::pidlock::LockError::Held(_)) => Err(WorkspaceError::Busy {
                 dir: self.root.parent().unwrap_or(&self.root).to_path_buf(),
-                lock: path,
+                lock: path.to_path_buf(),
             }),
-            Err(crate::pidlock::LockError::Io(e)) => Err(io(&path)(e)),
+            Err(crate::pidlock::LockError::Io(e)) => Err(io(path)(e)),
         }
+    }
+
+    /// The run lock of this directory in its repository's git directory:
+    /// `<git-dir>/taskdaemon/run-locks/<hash of the directory>` ([`crate::git::keyed_private`];
+    /// loops may run in several directories of one work tree). `None` outside a repository.
+    pub fn git_lock_file(&self) -> Option<PathBuf> {
+        let dir = self.root.parent()?;
+        crate::git::keyed_private(dir, dir, "run-locks").ok()
     }
 
     /// Whether a loop holds the lock right now.
@@ -156,6 +179,7 @@ impl Workspace {
     /// The pid of the loop holding the lock (`Some(None)`: held, pid unreadable).
     pub fn holder(&self) -> Option<Option<i32>> {
         crate::pidlock::holder(&self.lock_file())
+            .or_else(|| crate::pidlock::holder(&self.git_lock_file()?))
     }
 
     pub fn read_blocked(&self) -> Result<Option<String>, WorkspaceError> {
@@ -281,6 +305,7 @@ impl Workspace {
 #[derive(Debug)]
 pub struct RunLock {
     _lock: crate::pidlock::PidLock,
+    _git: Option<crate::pidlock::PidLock>,
 }
 
 /// The loop that stopped BLOCKED or with a question: it decides which command continues.

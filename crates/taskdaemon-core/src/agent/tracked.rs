@@ -57,7 +57,7 @@ pub fn take_over(dir: PathBuf, grace: Duration) -> std::io::Result<Vec<Leftover>
 /// directory per work directory, since loops in two directories of one work tree may run at
 /// the same time.
 pub fn loop_records_dir(workdir: &Path) -> Result<PathBuf, crate::git::GitError> {
-    records_dir(workdir, workdir, "loop-processes")
+    crate::git::keyed_private(workdir, workdir, "loop-processes")
 }
 
 /// Where a work-list loop (`implement` of a spec directory, `stories` of a stories file)
@@ -69,20 +69,7 @@ pub fn worklist_records_dir(target: &Path) -> Result<PathBuf, crate::git::GitErr
     } else {
         target.parent().unwrap_or(target)
     };
-    records_dir(dir, target, "worklist-processes")
-}
-
-fn records_dir(git_at: &Path, key: &Path, kind: &str) -> Result<PathBuf, crate::git::GitError> {
-    let git_dir = crate::git::Git::new(git_at).facts()?.git_dir.clone();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in key.as_os_str().as_encoded_bytes() {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    Ok(git_dir
-        .join("taskdaemon")
-        .join(kind)
-        .join(format!("{h:016x}")))
+    crate::git::keyed_private(dir, target, "worklist-processes")
 }
 
 /// The variable that marks a tracked tree's processes.

@@ -19,6 +19,23 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+/// A path of taskdaemon's own in the git directory of the work tree holding `git_at`:
+/// `<git-dir>/taskdaemon/<kind>/<key's FNV-1a hash, hex>`. The harness keeps there what
+/// belongs to one directory (or spec) and must not live in the work tree, whose files are
+/// the repository's and the agent's.
+pub fn keyed_private(git_at: &Path, key: &Path, kind: &str) -> Result<PathBuf, GitError> {
+    let git_dir = Git::new(git_at).facts()?.git_dir.clone();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.as_os_str().as_encoded_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    Ok(git_dir
+        .join("taskdaemon")
+        .join(kind)
+        .join(format!("{h:016x}")))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
     #[error(

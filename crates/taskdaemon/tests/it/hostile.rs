@@ -59,6 +59,47 @@ fn a_symlinked_run_lock_leaves_its_target_untouched() {
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious\n");
 }
 
+/// The agent deletes `.ralph/` (the run lock with it) and keeps working: a second loop in
+/// the same directory is still refused, and `status` still sees the first one, by the run
+/// lock the harness keeps in the git directory.
+#[test]
+fn an_agent_that_wipes_the_ralph_directory_does_not_let_a_second_loop_start_beside_it() {
+    let env = Env::new();
+    let marker = env.root().join("wiped");
+    let agent = format!(
+        "cmd:rm -rf .ralph && touch {} && sleep 30",
+        marker.display()
+    );
+    let first = env.spawn(&[
+        "run",
+        "--agent",
+        &agent,
+        "--validate",
+        "true",
+        "--max-iterations",
+        "1",
+        "the task",
+    ]);
+    crate::harness::wait_for(&marker, Duration::from_secs(30));
+    assert!(!env.repo().join(".ralph/run.lock").exists());
+    let second = run_once(&env);
+    assert_ne!(second.code, 0, "{}", second.stdout);
+    assert!(
+        second.stderr.contains("a loop is already running"),
+        "{}",
+        second.stderr
+    );
+    let (status, _) = first.interrupt(Duration::from_secs(30));
+    assert!(status.code().is_some(), "{status:?}");
+    // Once the first has ended, a loop starts here again.
+    let third = run_once(&env);
+    assert!(
+        !third.stderr.contains("a loop is already running"),
+        "{}",
+        third.stderr
+    );
+}
+
 #[test]
 fn symlinked_state_files_and_directories_are_refused_and_nothing_is_written_outside() {
     for link in [
