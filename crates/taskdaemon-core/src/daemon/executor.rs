@@ -431,6 +431,7 @@ pub fn daemon_events(subject: &Subject, e: EngineEvent) -> Vec<DaemonEvent> {
             passed,
             exit_code,
             timed_out,
+            interrupted,
             ..
         } => vec![DaemonEvent::GateResult {
             subject,
@@ -438,7 +439,9 @@ pub fn daemon_events(subject: &Subject, e: EngineEvent) -> Vec<DaemonEvent> {
             gate: "validate".into(),
             passed,
             hard: true,
-            message: if timed_out {
+            message: if interrupted {
+                "interrupted by the stop: no verdict".into()
+            } else if timed_out {
                 "timed out".into()
             } else {
                 format!("exit {exit_code}")

@@ -77,6 +77,8 @@ pub enum EngineEvent {
         passed: bool,
         exit_code: i32,
         timed_out: bool,
+        /// Ended by a stop (Ctrl-C, `cancel`): no verdict, neither passed nor failed.
+        interrupted: bool,
         duration_ms: u64,
     },
     /// The agent claimed completion but the evidence says otherwise.

@@ -949,19 +949,27 @@ async fn validate_step(
     )
     .await
     .map_err(io_err(format!("running validation `{cmd}`")))?;
-    log.note(&format!(
-        "validation exited with {}{} after {} (success is {}): {}",
-        v.exit_code,
-        if v.timed_out { " (timed out)" } else { "" },
-        format_duration(v.duration),
-        cfg.success_exit_code,
-        if v.passed { "passed" } else { "failed" }
-    ));
+    log.note(&if v.interrupted {
+        format!(
+            "validation was interrupted by the stop after {}: no verdict",
+            format_duration(v.duration)
+        )
+    } else {
+        format!(
+            "validation exited with {}{} after {} (success is {}): {}",
+            v.exit_code,
+            if v.timed_out { " (timed out)" } else { "" },
+            format_duration(v.duration),
+            cfg.success_exit_code,
+            if v.passed { "passed" } else { "failed" }
+        )
+    });
     ctx.events.emit(EngineEvent::ValidationFinished {
         iteration: n,
         passed: v.passed,
         exit_code: v.exit_code,
         timed_out: v.timed_out,
+        interrupted: v.interrupted,
         duration_ms: v.duration.as_millis() as u64,
     });
     let evidence = if v.exit_code == 127 && cfg.success_exit_code != 127 && !v.interrupted {

@@ -217,6 +217,14 @@ impl Renderer {
                 self.note(&format!("validating: $ {command}"));
             }
             EngineEvent::ValidationFinished {
+                interrupted: true,
+                duration_ms,
+                ..
+            } => self.note(&format!(
+                "validation interrupted by the stop after {}: no verdict",
+                format_duration(Duration::from_millis(duration_ms))
+            )),
+            EngineEvent::ValidationFinished {
                 passed,
                 exit_code,
                 timed_out,

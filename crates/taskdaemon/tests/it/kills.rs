@@ -391,3 +391,33 @@ fn a_git_lock_a_killed_git_left_is_moved_aside_so_the_agent_can_commit() {
         "after the lock"
     );
 }
+
+/// A stop while the validation command runs ends it, and the loop says the validation was
+/// interrupted (no verdict), never that it failed: in its output and in the iteration log.
+#[test]
+fn a_validation_ended_by_a_stop_is_interrupted_not_failed() {
+    let env = Env::new();
+    let marker = env.root().join("validating");
+    let validate = format!("touch {}; sleep 30", marker.display());
+    let run = env.spawn(&[
+        "run",
+        "--agent",
+        "cmd:echo work > work.txt",
+        "--validate",
+        &validate,
+        "--max-iterations",
+        "3",
+        "the task",
+    ]);
+    harness::wait_for(&marker, Duration::from_secs(30));
+    let (status, err) = run.interrupt(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(err.contains("validation interrupted by the stop"), "{err}");
+    assert!(!err.contains("validation failed"), "{err}");
+    let log = std::fs::read_to_string(env.repo().join(".ralph/logs/iteration-001.log")).unwrap();
+    assert!(
+        log.contains("validation was interrupted by the stop"),
+        "{log}"
+    );
+    assert!(!log.contains(": failed"), "{log}");
+}
