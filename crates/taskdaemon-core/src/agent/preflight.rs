@@ -133,7 +133,10 @@ fn missing_program(command: &str, workdir: &Path) -> Option<String> {
         .split_whitespace()
         .find(|w| !w.contains('=') || w.starts_with('='))?;
     let first = first.trim_matches(|c| c == '(' || c == '{');
-    if first.is_empty() || BUILTINS.contains(&first) || first.contains('$') || first.contains('`') {
+    // What the shell rewrites before it runs anything (a variable, a command substitution,
+    // `~` or `~user`, quotes) is the shell's to judge.
+    let rewritten = first.starts_with('~') || first.contains(['$', '`', '"', '\'', '\\']);
+    if first.is_empty() || BUILTINS.contains(&first) || rewritten {
         return None;
     }
     let exists = if first.contains('/') {
@@ -184,6 +187,9 @@ mod tests {
             check("cmd:true", Some("carg0 test && echo ok"), false, false)[..],
             [Finding::Warning(_)]
         ));
+        for shells in ["~/bin/agent", "~me/agent", "'my agent'", "\"$HOME/agent\""] {
+            assert!(check(&format!("cmd:{shells} --go"), None, false, false).is_empty());
+        }
         assert!(matches!(
             check("cmd:/nonexistent/agent --go", None, false, false)[..],
             [Finding::AgentRefused { .. }]
