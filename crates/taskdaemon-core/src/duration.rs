@@ -40,6 +40,12 @@ pub fn parse_duration(input: &str) -> Result<Duration, String> {
     let span: jiff::Span = s
         .parse()
         .map_err(|e| format!("`{input}` is not a duration, or too long ({e}); {hint}"))?;
+    if span.get_years() != 0 || span.get_months() != 0 {
+        // Years and months have no fixed length.
+        return Err(format!(
+            "`{input}`: years and months have no fixed length; give days (366d at most); {hint}"
+        ));
+    }
     let signed = span
         .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
         .map_err(|e| format!("`{input}`: {e}; {hint}"))?;
@@ -70,6 +76,11 @@ mod tests {
     #[test]
     fn parses_common_forms() {
         assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        for vague in ["1y", "2mo", "1y2d", "1month"] {
+            let e = parse_duration(vague).unwrap_err();
+            assert!(e.contains("no fixed length") && !e.contains("jiff"), "{e}");
+        }
+        assert_eq!(parse_duration("1w"), Ok(Duration::from_secs(7 * 86400)));
         assert_eq!(parse_duration("15m"), Ok(Duration::from_secs(900)));
         assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
         assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));

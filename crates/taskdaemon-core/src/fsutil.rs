@@ -21,13 +21,20 @@ use std::path::{Path, PathBuf};
 
 /// The error for a path the harness refuses to follow; names the path and what to do.
 fn refused(path: &Path, why: &str) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::PermissionDenied,
-        format!(
-            "refusing to use {}: {why}\n  hint: taskdaemon never follows a symbolic link out of the repository; remove the link (`rm {}`) and run again",
-            path.display(),
+    refused_with(
+        path,
+        why,
+        &format!(
+            "taskdaemon never follows a symbolic link out of the repository; remove the link (`rm {}`) and run again",
             path.display()
         ),
+    )
+}
+
+fn refused_with(path: &Path, why: &str, hint: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!("refusing to use {}: {why}\n  hint: {hint}", path.display()),
     )
 }
 
@@ -69,7 +76,7 @@ pub fn confine(path: &Path) -> io::Result<()> {
     while let Some(d) = dir {
         if let Ok(real) = real_path(d) {
             if !real.starts_with(&root_real) {
-                return Err(refused(
+                return Err(refused_with(
                     &path,
                     &format!(
                         "{} leads to {}, outside the work tree {}",
@@ -77,6 +84,7 @@ pub fn confine(path: &Path) -> io::Result<()> {
                         real.display(),
                         root.display()
                     ),
+                    "taskdaemon never writes out of the repository through a symbolic link or `..`; if a link leads there, remove it",
                 ));
             }
             return Ok(());

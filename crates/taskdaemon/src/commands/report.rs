@@ -130,18 +130,25 @@ pub fn run(args: ReportArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         runs,
         records: plan.records,
     };
-    let out = match args.output {
+    let chosen = args.output.is_some();
+    let mut out = match args.output {
         Some(p) if p.is_relative() => workdir.join(p),
         Some(p) => p,
         None => plan.default_out,
     };
     if let Some(parent) = out.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| {
+        let cannot = |e: std::io::Error| {
             user(format!(
                 "cannot create {}: {e}\n  hint: choose another place with -o FILE",
                 parent.display()
             ))
-        })?;
+        };
+        std::fs::create_dir_all(parent).map_err(cannot)?;
+        // A place the person chose (`-o ../reports/x.html`) is theirs: its `..` and links
+        // resolved, it may lie outside the repository.
+        if chosen && let Some(name) = out.file_name() {
+            out = parent.canonicalize().map_err(cannot)?.join(name);
+        }
     }
     taskdaemon_core::fsutil::write_atomic(&out, report::render(&rep).as_bytes()).map_err(|e| {
         user(format!(

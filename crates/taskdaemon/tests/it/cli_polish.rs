@@ -155,6 +155,22 @@ fn report_all_with_output_and_a_missing_run_is_a_usage_error() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("report of 1 run(s)"), "{}", r.stdout);
     assert!(dir.join("all.html").is_file());
+    // A place of the person's choosing outside the repository, reached with `..`.
+    let r = env.run(&[
+        "-C",
+        dir.to_str().unwrap(),
+        "report",
+        "-o",
+        "../reports/demo.html",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let written = dir.parent().unwrap().join("reports/demo.html");
+    assert!(written.is_file(), "{}", r.stdout);
+    assert!(
+        r.stdout.contains(&written.display().to_string()),
+        "{}",
+        r.stdout
+    );
     let r = env.run(&["-C", dir.to_str().unwrap(), "report", "nosuchrun"]);
     assert_eq!(r.code, 64, "{}", r.stderr);
 }
