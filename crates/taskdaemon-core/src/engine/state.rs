@@ -387,6 +387,18 @@ pub enum StateError {
 }
 
 impl RunState {
+    /// Why a resume could run no iteration: its `max_iterations` are spent. What to do is
+    /// in the text.
+    pub fn spent_limit(&self) -> Option<String> {
+        let (done, max) = (self.iterations_done, self.config.max_iterations);
+        (done >= max).then(|| {
+            format!(
+                "max-iterations {max} is spent: this run has done {done} iteration(s), so a resume would run none\n  hint: allow more, e.g. `taskdaemon run --resume --max-iterations {}`",
+                done.saturating_add(10)
+            )
+        })
+    }
+
     /// A run id that sorts by start time and is unique: `20261121T120000-1a2b3c4d`
     /// (the time, then random bits of a UUIDv7).
     pub fn new_id(now: jiff::Timestamp) -> String {

@@ -119,6 +119,9 @@ fn resume_state(ws: &Workspace, flags: &Settings) -> anyhow::Result<RunState> {
         }
     }
     st.config.apply(flags, true).map_err(user)?;
+    if let Some(why) = st.spent_limit() {
+        return Err(user(why));
+    }
     Ok(st)
 }
 

@@ -660,3 +660,25 @@ fn delete_refuses_a_referenced_record_and_saves_what_it_deletes() {
     );
     assert_eq!(env.run(&["show", &base]).code, 64);
 }
+
+/// A resume whose --max-iterations are spent would run nothing: refused, with how many to
+/// give; with more it goes on from where it stopped.
+#[test]
+fn a_resume_with_spent_max_iterations_is_refused_with_a_hint() {
+    let env = Env::new();
+    let args = ["--agent", "cmd:true", "--validate", "false", "--max-stuck", "0"];
+    let r = env.run(&[&["run"], &args[..], &["--max-iterations", "2", "the task"]].concat());
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    for spent in ["1", "2"] {
+        let r = env.run(&["run", "--resume", "--max-iterations", spent]);
+        assert_eq!(r.code, 64, "{}", r.stderr);
+        assert!(
+            r.stderr.contains("is spent") && r.stderr.contains("--max-iterations 12"),
+            "{}",
+            r.stderr
+        );
+    }
+    let r = env.run(&["run", "--resume", "--max-iterations", "3"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stdout.contains("3 / 3"), "{}", r.stdout);
+}
