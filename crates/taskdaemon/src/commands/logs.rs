@@ -152,8 +152,8 @@ pub fn run(args: LogsArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         Err(e) => {
             let (_, ws) = ctx.workspace()?;
             match local_dir(&ws, Some(&reference)) {
-                Some(_) => local(ctx, Some(&reference), &args),
-                None => Err(e),
+                Ok(Some(_)) => local(ctx, Some(&reference), &args),
+                Ok(None) | Err(_) => Err(e),
             }
         }
     }
@@ -319,9 +319,21 @@ fn daemon_run(
 }
 
 /// The log directory of the local run `reference` (none: the current one) of `ws`.
-fn local_dir(ws: &Workspace, reference: Option<&str>) -> Option<(String, PathBuf)> {
-    let current = RunState::load(ws).ok().flatten().map(|s| s.run_id);
-    match (reference, current) {
+/// `Err`: the run state is damaged and there are no logs to show anyway.
+fn local_dir(ws: &Workspace, reference: Option<&str>) -> anyhow::Result<Option<(String, PathBuf)>> {
+    let current = match RunState::load(ws) {
+        Ok(st) => st.map(|s| s.run_id),
+        Err(e) if iteration_files(&ws.logs_dir()).is_empty() => return Err(user(e)),
+        // Damaged: its logs are still there to show, under no run id.
+        Err(e) => {
+            eprintln!(
+                "taskdaemon: warning: {e}\ntaskdaemon: showing the logs in {} anyway",
+                ws.logs_dir().display()
+            );
+            Some("(run.json unreadable)".into())
+        }
+    };
+    Ok(match (reference, current) {
         (None, Some(id)) => Some((id, ws.logs_dir())),
         (Some(r), Some(id)) if id.starts_with(r) => Some((id, ws.logs_dir())),
         (Some(r), _) => {
@@ -329,13 +341,13 @@ fn local_dir(ws: &Workspace, reference: Option<&str>) -> Option<(String, PathBuf
             (!r.contains('/') && !iteration_files(&d).is_empty()).then(|| (r.to_string(), d))
         }
         (None, None) => None,
-    }
+    })
 }
 
 /// A local run (`run`, `task`) of this directory: its files; `--follow` until its lock goes.
 fn local(ctx: &Ctx, reference: Option<&str>, args: &LogsArgs) -> anyhow::Result<i32> {
     let (dir, ws) = ctx.workspace()?;
-    let Some((id, logs)) = local_dir(&ws, reference) else {
+    let Some((id, logs)) = local_dir(&ws, reference)? else {
         return Err(user(format!(
             "no local run in {} (no .ralph/run.json)\n  hint: name a daemon run: `taskdaemon status` lists them",
             dir.display()

@@ -666,7 +666,14 @@ fn delete_refuses_a_referenced_record_and_saves_what_it_deletes() {
 #[test]
 fn a_resume_with_spent_max_iterations_is_refused_with_a_hint() {
     let env = Env::new();
-    let args = ["--agent", "cmd:true", "--validate", "false", "--max-stuck", "0"];
+    let args = [
+        "--agent",
+        "cmd:true",
+        "--validate",
+        "false",
+        "--max-stuck",
+        "0",
+    ];
     let r = env.run(&[&["run"], &args[..], &["--max-iterations", "2", "the task"]].concat());
     assert_eq!(r.code, 1, "{}", r.stderr);
     for spent in ["1", "2"] {
@@ -681,4 +688,42 @@ fn a_resume_with_spent_max_iterations_is_refused_with_a_hint() {
     let r = env.run(&["run", "--resume", "--max-iterations", "3"]);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stdout.contains("3 / 3"), "{}", r.stdout);
+}
+
+/// `logs` with a damaged `.ralph/run.json` says so (not "no run.json") and still shows the
+/// logs that are there.
+#[test]
+fn logs_with_a_damaged_run_state_names_it_and_still_shows_the_logs() {
+    let env = Env::new();
+    let r = env.run(&[
+        "run",
+        "--agent",
+        "cmd:true",
+        "--validate",
+        "true",
+        "the task",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    std::fs::write(env.repo().join(".ralph/run.json"), "{garbage").unwrap();
+    let r = env.run(&["logs"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("run.json is not a valid run state"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stdout.contains("iteration-001.log"), "{}", r.stdout);
+    for f in std::fs::read_dir(env.repo().join(".ralph/logs")).unwrap() {
+        let f = f.unwrap().path();
+        if f.is_file() {
+            std::fs::remove_file(f).unwrap();
+        }
+    }
+    let r = env.run(&["logs"]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("run.json is not a valid run state") && r.stderr.contains("hint:"),
+        "{}",
+        r.stderr
+    );
 }
