@@ -429,6 +429,7 @@ fn open_log(
     if let Some(note) = phase_note {
         log.note(note);
     }
+    log.keep(&written.path, written.prompt.as_bytes());
     ctx.events.emit(EngineEvent::IterationStarted {
         iteration: n,
         max_iterations: cfg.max_iterations,

@@ -44,6 +44,9 @@ pub struct IterationLog {
     start: usize,
     dropped_lines: u64,
     dropped_bytes: u64,
+    /// Files of this iteration the log puts back at [`IterationLog::finish`] if the agent
+    /// deleted them (its prompt).
+    kept: Vec<(PathBuf, Vec<u8>)>,
 }
 
 impl IterationLog {
@@ -64,6 +67,7 @@ impl IterationLog {
             start: 0,
             dropped_lines: 0,
             dropped_bytes: 0,
+            kept: Vec::new(),
         };
         log.budget(cap / 4 * 3);
         if earlier > 0 {
@@ -198,22 +202,61 @@ impl IterationLog {
         self.head_left = 0;
     }
 
-    /// Write the tail, flush and sync: called at the end of every iteration.
+    /// Put `contents` back at `path` at [`IterationLog::finish`] if it is gone by then.
+    pub fn keep(&mut self, path: &Path, contents: &[u8]) {
+        self.kept.push((path.to_path_buf(), contents.to_vec()));
+    }
+
+    /// Write the tail, flush and sync: called at the end of every iteration. An agent that
+    /// deleted or replaced the log (`rm -rf .ralph/logs`) took only its name: the open file
+    /// still holds the iteration, and it is written back under that name, as is every file
+    /// [`IterationLog::keep`] was given.
     pub fn finish(mut self) -> std::io::Result<()> {
         self.flush_tail();
         self.out.flush()?;
-        self.out.get_ref().sync_data()
+        self.out.get_ref().sync_data()?;
+        self.put_back_if_gone()?;
+        for (path, contents) in &self.kept {
+            if std::fs::symlink_metadata(path).is_err() {
+                put_back(path, contents)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn put_back_if_gone(&self) -> std::io::Result<()> {
+        use std::io::Read as _;
+        use std::os::fd::AsRawFd as _;
+        use std::os::unix::fs::MetadataExt as _;
+        let ours = self.out.get_ref().metadata()?;
+        let named = std::fs::symlink_metadata(&self.path);
+        if named.is_ok_and(|m| m.dev() == ours.dev() && m.ino() == ours.ino()) {
+            return Ok(());
+        }
+        // The file opened again through this process's descriptor: it reads even once
+        // unlinked (the descriptor itself was opened to append only).
+        let fd = format!("/proc/self/fd/{}", self.out.get_ref().as_raw_fd());
+        let mut contents = Vec::new();
+        File::open(fd)?.read_to_end(&mut contents)?;
+        put_back(&self.path, &contents)
     }
 }
 
-/// Parse a size: `52428800`, `50MB`, `50M`, `512KB`, `1GB` (powers of 1024).
+/// Write `contents` at `path`, its directory made again when gone (inside the work tree).
+fn put_back(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        crate::fsutil::create_dir_confined(dir)?;
+    }
+    crate::fsutil::write_atomic(path, contents)
+}
+
+/// Parse a size: `52428800`, `50MB`, `50M`, `512KB`, `1GB`, `1.5GB` (powers of 1024).
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{text}` is not a size; use e.g. 50MB, 512KB or 1GB"))?;
     let mult: u64 = match unit.trim().to_ascii_uppercase().as_str() {
         "" | "B" => 1,
         "K" | "KB" | "KIB" => 1024,
@@ -225,8 +268,18 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
             ));
         }
     };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("`{text}` is too large"))
+    let not_a_size = || format!("`{text}` is not a size; use e.g. 50MB, 512KB, 1.5GB");
+    if let Ok(n) = num.parse::<u64>() {
+        return n
+            .checked_mul(mult)
+            .ok_or_else(|| format!("`{text}` is too large"));
+    }
+    let x: f64 = num.parse().map_err(|_| not_a_size())?;
+    let bytes = (x * mult as f64).round();
+    if !x.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(format!("`{text}` is too large"));
+    }
+    Ok(bytes as u64)
 }
 
 #[cfg(test)]
@@ -287,5 +340,10 @@ mod tests {
         assert_eq!(parse_size("100"), Ok(100));
         assert!(parse_size("5 parsecs").is_err());
         assert!(parse_size("99999999999999999999GB").is_err());
+        assert_eq!(parse_size("1.5MB"), Ok(1536 * 1024));
+        assert_eq!(parse_size("0.5k"), Ok(512));
+        for bad in [".", "1..5MB", "1e9", "-1MB", "1.5.5"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -100,6 +100,28 @@ fn an_agent_that_wipes_the_ralph_directory_does_not_let_a_second_loop_start_besi
     );
 }
 
+/// The agent deletes `.ralph/logs` mid-iteration: the iteration's log (with what the agent
+/// printed after) and its prompt are there again once the iteration ends.
+#[test]
+fn an_agent_that_wipes_the_logs_does_not_lose_its_iterations_log_or_prompt() {
+    let env = Env::new();
+    let r = env.run(&[
+        "run",
+        "--agent",
+        "cmd:rm -rf .ralph/logs && echo printed-after-the-wipe",
+        "--validate",
+        "true",
+        "the task",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let logs = env.repo().join(".ralph/logs");
+    let log = std::fs::read_to_string(logs.join("iteration-001.log")).unwrap();
+    assert!(log.contains("printed-after-the-wipe"), "{log}");
+    assert!(log.contains("iteration 1 ended"), "{log}");
+    let prompt = std::fs::read_to_string(logs.join("iteration-001.prompt.md")).unwrap();
+    assert!(prompt.contains("the task"), "{prompt}");
+}
+
 #[test]
 fn symlinked_state_files_and_directories_are_refused_and_nothing_is_written_outside() {
     for link in [
