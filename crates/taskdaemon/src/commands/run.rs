@@ -71,25 +71,31 @@ pub fn run(args: RunArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     if let Some(code) = refuse_if_waiting_for_a_human(&ws, false)? {
         return Ok(code);
     }
-    let _no_rollback = hold_for_loop(&dir)?; // first: finishes an interrupted rollback
-    let _lock = ws.lock().map_err(user)?;
-    let flags = args.flags.settings();
-
-    let (state, resumed) = if args.resume {
+    // What is wrong with the command line is said before any wait for a lock.
+    let new_task = if args.resume {
         if args.prompt.is_some() || args.prompt_file.is_some() {
             return Err(user(
                 "--resume continues the saved task; drop PROMPT / --prompt-file, or start a new run without --resume",
             ));
         }
-        (resume_state(&ws, &flags)?, true)
+        None
     } else {
-        let task = args.task()?.ok_or_else(|| {
+        Some(args.task()?.ok_or_else(|| {
             user("no task given\n  hint: `taskdaemon run \"what to do\"`, `taskdaemon run -f task.md`, or `taskdaemon run --resume`")
-        })?;
-        let settings = settings(&dir, &flags, ctx.config.as_deref())?;
-        let mut cfg = resolve(&dir, task, &settings)?;
-        cascade_context(&dir, &mut cfg, &args.vars)?;
-        (new_state(&dir, &ws, cfg)?, false)
+        })?)
+    };
+    let _no_rollback = hold_for_loop(&dir)?; // first: finishes an interrupted rollback
+    let _lock = ws.lock().map_err(user)?;
+    let flags = args.flags.settings();
+
+    let (state, resumed) = match new_task {
+        None => (resume_state(&ws, &flags)?, true),
+        Some(task) => {
+            let settings = settings(&dir, &flags, ctx.config.as_deref())?;
+            let mut cfg = resolve(&dir, task, &settings)?;
+            cascade_context(&dir, &mut cfg, &args.vars)?;
+            (new_state(&dir, &ws, cfg)?, false)
+        }
     };
     let task = state.task;
     let (outcome, summary) = drive(&ws, state, resumed, args.json)?;

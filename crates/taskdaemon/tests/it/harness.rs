@@ -344,6 +344,12 @@ impl Background {
         }
     }
 
+    /// Wait at most `limit` for it to exit by itself: its exit status and standard error.
+    pub fn wait(mut self, limit: Duration) -> (ExitStatus, String) {
+        let status = wait_timeout(&mut self.child, limit);
+        (status, std::fs::read_to_string(&self.err).unwrap())
+    }
+
     /// Interrupt it (SIGINT, a Ctrl-C) and wait at most `limit` for it to exit: its exit
     /// status and standard error.
     pub fn interrupt(mut self, limit: Duration) -> (ExitStatus, String) {

@@ -8,6 +8,7 @@ use crate::snapshot_state;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::harness::{Env, git};
 use proptest::prelude::*;
@@ -1247,4 +1248,28 @@ fn flags_in_the_users_index_and_submodule_recursion_do_not_hide_or_lose_edits() 
         std::fs::read_to_string(repo.join("lib/s")).unwrap(),
         "precious\n"
     );
+}
+
+/// A run whose start waits for another holder of the snapshot lock says so (who holds it,
+/// how long it may wait, that Ctrl-C ends it) and begins once the lock is let go.
+#[test]
+fn a_run_waiting_for_the_snapshot_lock_before_it_begins_says_so_and_begins_once_it_is_let_go() {
+    let env = Env::new();
+    let held = crate::harness::hold_snapshot_lock(&env.repo());
+    let run = env.spawn(&[
+        "run",
+        "--agent",
+        "cmd:true",
+        "--validate",
+        "true",
+        "--max-iterations",
+        "1",
+        "the task",
+    ]);
+    run.wait_to_say("not started yet: waiting for", Duration::from_secs(30));
+    run.wait_to_say("Ctrl-C", Duration::from_secs(1));
+    drop(held);
+    let (status, err) = run.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.contains("iteration 1/1"), "{err}");
 }

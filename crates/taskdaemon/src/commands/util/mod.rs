@@ -141,9 +141,17 @@ impl RunFlags {
 }
 
 /// While a loop runs, no rollback may change its work tree (wherever the loop's directory
-/// is in it).
+/// is in it). A wait of more than a second for another holder of the snapshot lock (a save
+/// or rollback of another loop) is told, with who holds it.
 pub(crate) fn hold_for_loop(dir: &Path) -> anyhow::Result<std::fs::File> {
+    let tell = |lock: &Path, pid: Option<i32>| {
+        eprintln!(
+            "taskdaemon: not started yet: {}",
+            taskdaemon_core::git::snapshot::waiting_text(lock, pid)
+        );
+    };
     Snapshots::open(dir)
+        .map(|s| s.telling_waits_to(std::sync::Arc::new(tell)))
         .and_then(|s| Ok((s.recover()?, s)))
         .and_then(|(notices, s)| {
             notices.iter().for_each(|n| eprintln!("taskdaemon: {n}"));
