@@ -624,6 +624,16 @@ const UNSET_MEANS: &[(&str, &str)] = &[
         "(unset: the URL of queue-remote, without credentials)",
     ),
     ("queue-remote", "origin"),
+    ("sandbox-validate", "(unset: the agent's sandbox)"),
+    (
+        "sandbox-rw",
+        "(unset: none besides the work tree, git's paths and the agent's state)",
+    ),
+    (
+        "sandbox-ro-hide",
+        "(unset: only the built-in ones: ~/.ssh, ~/.aws, ~/.gnupg, …)",
+    ),
+    ("sandbox-image", "(unset: none; docker and podman need one)"),
 ];
 
 /// The defaults `init` writes commented (`# key: value`), by key; for a key whose line is
