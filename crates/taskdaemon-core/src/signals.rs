@@ -66,47 +66,16 @@ fn strip_kind(inner: &str, kind: &str) -> Option<Option<String>> {
     Some((!text.is_empty()).then(|| text.to_string()))
 }
 
-/// Remove copies of the prompt from plain-text output, so an agent that echoes its prompt
-/// (which mentions the tags) does not promise anything by it: verbatim copies of the whole
-/// prompt, and lines that repeat part of one of its lines holding a tag, re-indented,
-/// quoted (`> `, `│ `) or wrapped, as CLIs print a prompt back.
+/// Remove verbatim copies of the prompt from plain-text output, so an agent that echoes its
+/// prompt (which mentions the tags) does not promise anything by it.
 pub fn strip_prompt_echo(words: &str, prompt: &str) -> String {
     // Output lines lose their `\r` on the way in; compare without them.
     let prompt = prompt.replace("\r\n", "\n");
     let prompt = prompt.trim();
-    let words = if prompt.len() >= 16 && words.contains(prompt) {
-        words.replace(prompt, "")
-    } else {
-        words.to_string()
-    };
-    let tagged: Vec<&str> = prompt.lines().filter(|l| l.contains("<promise>")).collect();
-    if tagged.is_empty() || !words.contains("<promise>") {
-        return words;
+    if prompt.len() < 16 || !words.contains(prompt) {
+        return words.to_string();
     }
-    let echoed = |line: &str| {
-        let core = line
-            .trim_start_matches(|c: char| c.is_whitespace() || matches!(c, '>' | '|' | '│' | '┃'))
-            .trim_end();
-        core.contains("<promise>")
-            && untagged_len(core) >= 8
-            && tagged.iter().any(|p| p.contains(core))
-    };
-    let kept: Vec<&str> = words.lines().filter(|l| !echoed(l)).collect();
-    kept.join("\n")
-}
-
-/// Non-space characters of `line` outside its promise tags.
-fn untagged_len(line: &str) -> usize {
-    let mut n = 0;
-    let mut rest = line;
-    while let Some(start) = rest.find("<promise>") {
-        n += rest[..start].chars().filter(|c| !c.is_whitespace()).count();
-        match rest[start..].find("</promise>") {
-            Some(end) => rest = &rest[start + end + "</promise>".len()..],
-            None => return n,
-        }
-    }
-    n + rest.chars().filter(|c| !c.is_whitespace()).count()
+    words.replace(prompt, "")
 }
 
 #[cfg(test)]
@@ -164,43 +133,6 @@ mod tests {
         assert_eq!(
             scan(&strip_prompt_echo(words, prompt), "COMPLETE").signal,
             None
-        );
-    }
-
-    #[test]
-    fn a_reindented_quoted_or_wrapped_echo_does_not_count_but_the_agents_own_word_does() {
-        let prompt = "Task: fix it.\n\nSignals:\n    - `<promise>COMPLETE</promise>`: the whole task is done and verified.\n    - `<promise>BLOCKED:reason</promise>`: you cannot go on.";
-        for echo in [
-            "  - `<promise>COMPLETE</promise>`: the whole task is done and verified.",
-            "> - `<promise>COMPLETE</promise>`: the whole task is done and verified.",
-            "│     - `<promise>COMPLETE</promise>`: the whole task",
-        ] {
-            let words = format!("Reading the prompt:\n{echo}\nworking on it");
-            assert_eq!(
-                scan(&strip_prompt_echo(&words, prompt), "COMPLETE").signal,
-                None,
-                "{echo}"
-            );
-            let words = format!("{echo}\nAll done.\n<promise>COMPLETE</promise>");
-            assert_eq!(
-                scan(&strip_prompt_echo(&words, prompt), "COMPLETE").signal,
-                Some(Signal::Complete),
-                "{echo}"
-            );
-        }
-        let own = "Done, tests pass. <promise>COMPLETE</promise>";
-        assert_eq!(
-            scan(&strip_prompt_echo(own, prompt), "COMPLETE").signal,
-            Some(Signal::Complete)
-        );
-        assert_eq!(
-            scan(
-                &strip_prompt_echo("`<promise>COMPLETE</promise>`", prompt),
-                "COMPLETE"
-            )
-            .signal,
-            Some(Signal::Complete),
-            "a bare tag is the agent's word, even one the prompt holds"
         );
     }
 

@@ -168,7 +168,9 @@ impl Workspace {
     /// loops may run in several directories of one work tree). `None` outside a repository.
     pub fn git_lock_file(&self) -> Option<PathBuf> {
         let dir = self.root.parent()?;
-        crate::git::keyed_private(dir, dir, "run-locks").ok()
+        // Keyed by the real path: `sub`, `./sub/` and `/abs/sub` are one directory.
+        let real = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+        crate::git::keyed_private(&real, &real, "run-locks").ok()
     }
 
     /// Whether a loop holds the lock right now.

@@ -370,13 +370,13 @@ pub(crate) fn read_whole(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;
     let mut f = File::open(path)?;
     let len = usize::try_from(f.metadata()?.len()).unwrap_or(usize::MAX);
-    if len < HUGE_PAGE_MIN {
-        let mut data = Vec::with_capacity(len);
-        f.read_to_end(&mut data)?;
-        return Ok(data);
+    // The size is the file's word: a huge or sparse file is an error, never an abort.
+    let mut data: Vec<u8> = Vec::new();
+    data.try_reserve_exact(len.saturating_add(1))
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::OutOfMemory, e))?;
+    if len >= HUGE_PAGE_MIN {
+        advise_huge(&mut data);
     }
-    let mut data: Vec<u8> = Vec::with_capacity(len.saturating_add(1));
-    advise_huge(&mut data);
     f.read_to_end(&mut data)?;
     Ok(data)
 }

@@ -396,7 +396,13 @@ async fn run_after_stop(spec: &ProcessSpec) {
         return;
     };
     let mut cmd = Command::new(program);
+    // The environment the stopped command had (a runtime's settings come from it).
+    let env = spec
+        .env
+        .iter()
+        .filter(|(k, _)| k != super::tracked::GROUP_VAR);
     cmd.args(args)
+        .envs(env.map(|(k, v)| (k, v)))
         .current_dir(&spec.cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -319,13 +319,16 @@ fn daemon_run(
 }
 
 /// The log directory of the local run `reference` (none: the current one) of `ws`.
-/// `Err`: the run state is damaged and there are no logs to show anyway.
+/// `Err`: the current run is asked for, its state is damaged and there are no logs to
+/// show anyway.
 fn local_dir(ws: &Workspace, reference: Option<&str>) -> anyhow::Result<Option<(String, PathBuf)>> {
-    let current = match RunState::load(ws) {
-        Ok(st) => st.map(|s| s.run_id),
-        Err(e) if iteration_files(&ws.logs_dir()).is_empty() => return Err(user(e)),
+    let current = match (RunState::load(ws), reference) {
+        (Ok(st), _) => st.map(|s| s.run_id),
+        // A reference names a run set aside (or the current one, unknowable now).
+        (Err(_), Some(_)) => None,
+        (Err(e), None) if iteration_files(&ws.logs_dir()).is_empty() => return Err(user(e)),
         // Damaged: its logs are still there to show, under no run id.
-        Err(e) => {
+        (Err(e), None) => {
             eprintln!(
                 "taskdaemon: warning: {e}\ntaskdaemon: showing the logs in {} anyway",
                 ws.logs_dir().display()

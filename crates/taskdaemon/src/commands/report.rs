@@ -30,6 +30,23 @@ pub struct ReportArgs {
     pub json: bool,
 }
 
+/// Whether `path`, its `.` and `..` taken away as written, lies outside the work tree of
+/// `workdir` (or there is none).
+fn outside_repository(workdir: &std::path::Path, path: &std::path::Path) -> bool {
+    use std::path::Component;
+    let mut plain = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                plain.pop();
+            }
+            Component::CurDir => {}
+            c => plain.push(c),
+        }
+    }
+    taskdaemon_core::git::RepoFacts::of(workdir).map_or(true, |f| !plain.starts_with(&f.toplevel))
+}
+
 /// What to read, what to call it and where to write it by default.
 struct Plan {
     subject: String,
@@ -144,9 +161,13 @@ pub fn run(args: ReportArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             ))
         };
         std::fs::create_dir_all(parent).map_err(cannot)?;
-        // A place the person chose (`-o ../reports/x.html`) is theirs: its `..` and links
-        // resolved, it may lie outside the repository.
-        if chosen && let Some(name) = out.file_name() {
+        // A place the person chose outside the repository (`-o ../reports/x.html`, as
+        // written, no link followed) is theirs: its `..` and links resolved. One inside it
+        // stays under the rule that no link in the repository is followed out of it.
+        if chosen
+            && outside_repository(&workdir, &out)
+            && let Some(name) = out.file_name()
+        {
             out = parent.canonicalize().map_err(cannot)?.join(name);
         }
     }

@@ -72,23 +72,23 @@ pub fn run(args: RunArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         return Ok(code);
     }
     // What is wrong with the command line is said before any wait for a lock.
-    let new_task = if args.resume {
-        if args.prompt.is_some() || args.prompt_file.is_some() {
-            return Err(user(
-                "--resume continues the saved task; drop PROMPT / --prompt-file, or start a new run without --resume",
-            ));
-        }
-        None
-    } else {
-        Some(args.task()?.ok_or_else(|| {
-            user("no task given\n  hint: `taskdaemon run \"what to do\"`, `taskdaemon run -f task.md`, or `taskdaemon run --resume`")
-        })?)
-    };
+    let given = args.prompt.is_some() || args.prompt_file.is_some();
+    if args.resume && given {
+        return Err(user(
+            "--resume continues the saved task; drop PROMPT / --prompt-file, or start a new run without --resume",
+        ));
+    }
+    if !args.resume && !given {
+        return Err(user(
+            "no task given\n  hint: `taskdaemon run \"what to do\"`, `taskdaemon run -f task.md`, or `taskdaemon run --resume`",
+        ));
+    }
     let _no_rollback = hold_for_loop(&dir)?; // first: finishes an interrupted rollback
     let _lock = ws.lock().map_err(user)?;
     let flags = args.flags.settings();
 
-    let (state, resumed) = match new_task {
+    // The task file is read once an interrupted rollback has put the work tree back.
+    let (state, resumed) = match args.task()? {
         None => (resume_state(&ws, &flags)?, true),
         Some(task) => {
             let settings = settings(&dir, &flags, ctx.config.as_deref())?;

@@ -285,8 +285,16 @@ fn config_show_names_each_settings_source() {
     assert_eq!(row("max-stuck")["from"], "environment TASKDAEMON_MAX_STUCK");
     assert_eq!(row("kill-grace")["from"], "default");
     // The default file's examples are not shown as defaults.
-    for example in ["sandbox-image", "sandbox-rw", "sandbox-ro-hide", "sandbox-validate"] {
-        let shown = row(example)["value"].as_str().unwrap_or_default().to_string();
+    for example in [
+        "sandbox-image",
+        "sandbox-rw",
+        "sandbox-ro-hide",
+        "sandbox-validate",
+    ] {
+        let shown = row(example)["value"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         assert!(shown.starts_with("(unset"), "{example}: {shown}");
     }
     let text = env.run(&["config", "show"]);

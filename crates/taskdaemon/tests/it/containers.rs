@@ -28,10 +28,16 @@ impl Podman {
             .into_iter()
             .map(Path::new)
             .find(|p| p.is_file());
+        // podman's `--init` (what `--sandbox podman` runs with) needs catatonit.
+        let catatonit = have("catatonit")
+            || ["/usr/libexec/podman/catatonit", "/usr/lib/podman/catatonit"]
+                .iter()
+                .any(|p| Path::new(p).is_file());
         let missing: Vec<&str> = ["podman", "runc"]
             .into_iter()
             .filter(|t| !have(t))
             .chain(busybox.is_none().then_some("busybox"))
+            .chain((!catatonit).then_some("catatonit"))
             .collect();
         if !missing.is_empty() {
             assert!(
@@ -64,8 +70,9 @@ impl Podman {
             dir.join("containers.conf"),
             format!(
                 "[containers]\ndefault_ulimits = [\"nofile={files}:{files}\", \"nproc={procs}:{procs}\"]\n\
+                 [network]\nnetwork_config_dir = \"{d}/networks\"\n\
                  [engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\n\
-                 tmp_dir = \"{d}/tmp\"\n"
+                 tmp_dir = \"{d}/tmp\"\nlock_type = \"file\"\n"
             ),
         )
         .unwrap();
@@ -190,13 +197,17 @@ fn podman_runs_the_loop_in_the_image_and_ends_every_process_and_container_of_it(
     let out = run_in_image(
         &env,
         &podman,
-        "cmd:sleep 3101 & sleep 3102",
+        "cmd:touch started; sleep 3101 & sleep 3102",
         "true",
-        &["--iteration-timeout", "2s", "--kill-grace", "1s"],
+        &["--iteration-timeout", "5s", "--kill-grace", "1s"],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("timed out"), "{stderr}");
+    assert!(
+        env.repo().join("started").exists(),
+        "the agent ran: {stderr}"
+    );
     for marker in ["sleep 3101", "sleep 3102"] {
         assert_eq!(
             processes_with(marker),

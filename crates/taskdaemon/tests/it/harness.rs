@@ -327,6 +327,16 @@ pub struct Background {
     err: PathBuf,
 }
 
+impl Drop for Background {
+    /// A test that failed before it waited for its run ends it (its agents die with it).
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 impl Background {
     /// Wait until its standard error says `text`.
     pub fn wait_to_say(&self, text: &str, limit: Duration) {
