@@ -261,6 +261,11 @@ pub fn main() -> ExitCode {
 /// silent fall back to no settings.
 fn check_config(config: Option<&std::path::Path>) -> anyhow::Result<()> {
     match config {
+        Some(p) if p.is_dir() => Err(user(format!(
+            "config file {} is a directory (given with --config or TASKDAEMON_CONFIG)\n  hint: name the settings file itself, e.g. {}",
+            p.display(),
+            p.join("config.yaml").display()
+        ))),
         Some(p) if !p.is_file() => Err(user(format!(
             "config file {} does not exist (given with --config or TASKDAEMON_CONFIG)\n  hint: check the path, or leave --config out to use .taskdaemon/config.yaml (`taskdaemon init` writes one)",
             p.display()

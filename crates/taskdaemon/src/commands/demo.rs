@@ -35,6 +35,12 @@ pub struct DemoArgs {
 pub fn run(args: DemoArgs, _ctx: &Ctx) -> anyhow::Result<i32> {
     let dir = match args.dir {
         Some(d) => {
+            if d.exists() && !d.is_dir() {
+                return Err(user(format!(
+                    "{} is a file\n  hint: --path takes a directory to make (new or empty), or leave --path out",
+                    d.display()
+                )));
+            }
             if d.exists()
                 && std::fs::read_dir(&d)
                     .map(|mut r| r.next().is_some())

@@ -66,12 +66,19 @@ impl Ctx {
             Some(d) => d.clone(),
             None => std::env::current_dir().context("cannot read the current directory")?,
         };
-        std::fs::canonicalize(&dir).map_err(|e| {
+        let real = std::fs::canonicalize(&dir).map_err(|e| {
             user(format!(
                 "directory {} is not usable: {e}\n  hint: check the path given with -C",
                 dir.display()
             ))
-        })
+        })?;
+        if !real.is_dir() {
+            return Err(user(format!(
+                "{} is a file, not a directory\n  hint: -C takes the directory to work in (the repository, or a directory in it)",
+                dir.display()
+            )));
+        }
+        Ok(real)
     }
 
     /// The work directory, required to be inside a git repository.

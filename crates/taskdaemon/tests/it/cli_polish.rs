@@ -740,3 +740,27 @@ fn logs_with_a_damaged_run_state_names_it_and_still_shows_the_logs() {
         r.stderr
     );
 }
+
+/// A file where a directory is wanted, and a directory where a file is, are named as such.
+#[test]
+fn a_file_for_a_directory_and_a_directory_for_a_file_are_told_apart() {
+    let env = Env::new();
+    let file = env.root().join("a-file");
+    std::fs::write(&file, "x\n").unwrap();
+    let f = file.to_str().unwrap();
+    let r = env.run(&["-C", f, "status"]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("is a file, not a directory"),
+        "{}",
+        r.stderr
+    );
+    let dir = env.root().to_str().unwrap().to_string();
+    let r = env.run(&["--config", &dir, "status"]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("is a directory"), "{}", r.stderr);
+    let r = env.run(&["demo", "--path", f]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("is a file"), "{}", r.stderr);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x\n");
+}
