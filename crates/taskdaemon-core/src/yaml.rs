@@ -96,7 +96,8 @@ fn hint_for(message: &str) -> Option<String> {
     if message.starts_with("invalid") {
         return Some("check the value's type (a number, a string in quotes, true/false)".into());
     }
-    None
+    // The syntax itself: a bracket, quote or indentation gone wrong.
+    Some("fix the YAML at that line and column (an unclosed bracket or quote, a tab, an indentation that does not line up); a value with `:`, `#`, `{` or `[` in it goes in quotes".into())
 }
 
 /// The candidate closest to `word`, if it is close enough to be a typo.
@@ -157,6 +158,13 @@ mod tests {
             "{e}"
         );
         assert!(e.to_string().starts_with("x.yaml:2:1: "), "{e}");
+    }
+
+    #[test]
+    fn broken_syntax_says_where_and_what_to_do() {
+        let e = parse::<T>(Path::new("x.yaml"), "{bad\n").unwrap_err();
+        assert_eq!(e.line, Some(1), "{e}");
+        assert!(e.to_string().contains("\n  hint: fix the YAML"), "{e}");
     }
 
     #[test]
