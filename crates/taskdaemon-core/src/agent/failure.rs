@@ -240,10 +240,26 @@ impl AgentResult {
         }
     }
 
+    /// This result of a process under `plan` that exited `code`: when a container engine
+    /// could not start the agent's container, the agent could not start, whatever its text.
+    pub fn in_sandbox(mut self, plan: &crate::sandbox::SandboxPlan, code: i32) -> AgentResult {
+        if self.class != FailureClass::Ok && crate::sandbox::engine_failed(plan, code) {
+            self.class = FailureClass::CouldNotStart;
+            self.line = Some(format!(
+                "{ENGINE_FAILED}: {}",
+                self.line.as_deref().unwrap_or("exit 125")
+            ));
+        }
+        self
+    }
+
     /// What a person can do about it.
     pub fn hint(&self) -> &'static str {
         let line = self.line.as_deref().unwrap_or_default();
         match self.class {
+            FailureClass::CouldNotStart if line.starts_with(ENGINE_FAILED) => {
+                "check the engine and the image: `podman info` or `docker info`, `sandbox-image` in the settings (`taskdaemon config show`); podman's --init needs catatonit (docs/sandbox.md)"
+            }
             FailureClass::CouldNotStart if line.contains("root/sudo") => {
                 "Claude Code refuses --dangerously-skip-permissions as root: run as a normal user, or set IS_SANDBOX=1 inside a container or VM"
             }
@@ -398,6 +414,9 @@ pub fn classify(exit_code: i32, timed_out: bool, ev: &Evidence, now: &Zoned) -> 
 
 /// [`classify`] at the current time in the local time zone, which is looked up only when
 /// the run failed (jiff reads the system's zone database for it: a directory scan).
+/// How [`AgentResult::in_sandbox`] begins its line.
+const ENGINE_FAILED: &str = "the container engine could not start the agent's container";
+
 pub fn classify_now(exit_code: i32, timed_out: bool, ev: &Evidence) -> AgentResult {
     classify_at(exit_code, timed_out, ev, Zoned::now)
 }
@@ -623,4 +642,54 @@ pub fn describe_reset(reset: Timestamp, now: &Zoned) -> String {
         "{clock} (in {})",
         crate::duration::format_duration(Duration::from_secs(secs as u64))
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::{SandboxKind, SandboxPlan};
+
+    #[test]
+    fn a_container_engines_own_failure_is_could_not_start_and_nothing_else_is() {
+        let ev = Evidence {
+            tail: vec!["Error: container-init binary not found on the host".into()],
+            ..Evidence::default()
+        };
+        let crashed = || classify_now(125, false, &ev);
+        assert_eq!(crashed().class, FailureClass::Crashed);
+        for kind in [SandboxKind::Podman, SandboxKind::Docker] {
+            let plan = SandboxPlan {
+                kind,
+                ..Default::default()
+            };
+            let r = crashed().in_sandbox(&plan, 125);
+            assert_eq!(r.class, FailureClass::CouldNotStart, "{kind}");
+            assert!(
+                r.line.as_deref().unwrap().contains("container-init"),
+                "{r:?}"
+            );
+            assert!(r.hint().contains("podman info"), "{}", r.hint());
+            // The agent's own exit code 1 in the container is the agent's.
+            let own = classify_now(1, false, &ev).in_sandbox(&plan, 1);
+            assert_eq!(own.class, FailureClass::Crashed);
+        }
+        for kind in [SandboxKind::None, SandboxKind::Bwrap] {
+            let plan = SandboxPlan {
+                kind,
+                ..Default::default()
+            };
+            assert_eq!(
+                crashed().in_sandbox(&plan, 125).class,
+                FailureClass::Crashed
+            );
+        }
+        let ok = classify_now(0, false, &Evidence::default()).in_sandbox(
+            &SandboxPlan {
+                kind: SandboxKind::Podman,
+                ..Default::default()
+            },
+            0,
+        );
+        assert_eq!(ok.class, FailureClass::Ok);
+    }
 }

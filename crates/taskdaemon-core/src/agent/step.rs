@@ -183,6 +183,7 @@ fn finish(req: &StepRequest<'_>, process: ProcessResult, parsed: ParsedOutput) -
     };
     let failure = (!process.interrupted).then(|| {
         super::failure::classify_now(process.status.code(), process.timed_out, &parsed.evidence)
+            .in_sandbox(req.sandbox, process.status.code())
     });
     StepResult {
         process,

@@ -1246,7 +1246,8 @@ fn judge_agent(
         return failures::Verdict::Proceed;
     }
     let result =
-        crate::agent::failure::classify_now(agent.status.code(), agent.timed_out, &parsed.evidence);
+        crate::agent::failure::classify_now(agent.status.code(), agent.timed_out, &parsed.evidence)
+            .in_sandbox(&cfg.sandbox, agent.status.code());
     let verdict = failures::decide(
         st,
         cfg,

@@ -239,6 +239,13 @@ pub fn wrap(mut spec: ProcessSpec, plan: &SandboxPlan) -> ProcessSpec {
     }
 }
 
+/// Whether a process under `plan` that exited `code` never became the agent: docker and
+/// podman `run` exit 125 when the engine itself failed (the image missing, a runtime or its
+/// init binary missing, an option refused), before the command in the image ran.
+pub fn engine_failed(plan: &SandboxPlan, code: i32) -> bool {
+    plan.kind.is_container() && code == 125
+}
+
 /// [`wrap`] for the validation command (`sandbox-validate:`).
 pub fn wrap_validation(spec: ProcessSpec, plan: &SandboxPlan) -> ProcessSpec {
     wrap(spec, &plan.for_validation())

@@ -89,6 +89,20 @@ impl Podman {
         ]
     }
 
+    /// A configuration beside the working one whose `--init` binary is missing: podman
+    /// cannot start any container with it (exit 125, before the command runs).
+    fn broken_conf(&self) -> PathBuf {
+        let conf = std::fs::read_to_string(self.dir.join("containers.conf")).unwrap();
+        let broken = self.dir.join("containers-broken.conf");
+        let conf = conf.replacen(
+            "[containers]\n",
+            "[containers]\ninit_path = \"/nonexistent/catatonit\"\n",
+            1,
+        );
+        std::fs::write(&broken, conf).unwrap();
+        broken
+    }
+
     fn cmd(&self) -> Command {
         let mut c = Command::new("podman");
         c.envs(self.vars());
@@ -147,13 +161,24 @@ fn run_in_image(
     validate: &str,
     extra: &[&str],
 ) -> std::process::Output {
+    run_in_image_with(env, &podman.vars(), agent, validate, extra)
+}
+
+/// [`run_in_image`] with these podman variables.
+fn run_in_image_with(
+    env: &Env,
+    vars: &[(&str, PathBuf)],
+    agent: &str,
+    validate: &str,
+    extra: &[&str],
+) -> std::process::Output {
     std::fs::write(
         env.repo().join(".taskdaemon-config.yaml"),
         format!("sandbox-image: {IMAGE}\nsandbox-network: none\n"),
     )
     .unwrap();
     env.cmd()
-        .envs(podman.vars())
+        .envs(vars.iter().map(|(k, v)| (k, v)))
         .env("PATH", path_without(env, &[]))
         .args(["--config", ".taskdaemon-config.yaml", "run", "x"])
         .args(["--agent", agent, "--validate", validate])
@@ -220,5 +245,27 @@ fn podman_runs_the_loop_in_the_image_and_ends_every_process_and_container_of_it(
         "",
         "a container was left behind:\n{}",
         podman.ok(&["ps", "-a"])
+    );
+
+    // An engine that cannot start the container (its --init binary missing): the agent
+    // could not start; the run stops at once with a hint, no iteration counted as work.
+    let broken = [
+        ("CONTAINERS_CONF", podman.broken_conf()),
+        ("CONTAINERS_STORAGE_CONF", podman.dir.join("storage.conf")),
+    ];
+    let out = run_in_image_with(&env, &broken, "cmd:true", "true", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains(
+            "agent failure (could-not-start): the container engine could not start the agent's container"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        summary.contains("hint: check the engine and the image")
+            && summary.contains("Iterations:  0 /"),
+        "{summary}"
     );
 }
