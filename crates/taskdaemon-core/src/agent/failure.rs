@@ -242,7 +242,7 @@ impl AgentResult {
 
     /// This result of a process under `plan` that exited `code`: when a container engine
     /// could not start the agent's container, the agent could not start, whatever its text.
-    pub fn in_sandbox(mut self, plan: &crate::sandbox::SandboxPlan, code: i32) -> AgentResult {
+    fn in_sandbox(mut self, plan: &crate::sandbox::SandboxPlan, code: i32) -> AgentResult {
         if self.class != FailureClass::Ok && crate::sandbox::engine_failed(plan, code) {
             self.class = FailureClass::CouldNotStart;
             self.line = Some(format!(
@@ -412,11 +412,22 @@ pub fn classify(exit_code: i32, timed_out: bool, ev: &Evidence, now: &Zoned) -> 
     classify_at(exit_code, timed_out, ev, || now.clone())
 }
 
-/// [`classify`] at the current time in the local time zone, which is looked up only when
-/// the run failed (jiff reads the system's zone database for it: a directory scan).
 /// How [`AgentResult::in_sandbox`] begins its line.
 const ENGINE_FAILED: &str = "the container engine could not start the agent's container";
 
+/// [`classify_now`] of an agent process that ran under `plan`: a container engine that
+/// could not start the agent's container means the agent could not start.
+pub fn classify_process(
+    exit_code: i32,
+    timed_out: bool,
+    ev: &Evidence,
+    plan: &crate::sandbox::SandboxPlan,
+) -> AgentResult {
+    classify_now(exit_code, timed_out, ev).in_sandbox(plan, exit_code)
+}
+
+/// [`classify`] at the current time in the local time zone, which is looked up only when
+/// the run failed (jiff reads the system's zone database for it: a directory scan).
 pub fn classify_now(exit_code: i32, timed_out: bool, ev: &Evidence) -> AgentResult {
     classify_at(exit_code, timed_out, ev, Zoned::now)
 }
@@ -664,6 +675,7 @@ mod tests {
             };
             let r = crashed().in_sandbox(&plan, 125);
             assert_eq!(r.class, FailureClass::CouldNotStart, "{kind}");
+            assert_eq!(classify_process(125, false, &ev, &plan), r);
             assert!(
                 r.line.as_deref().unwrap().contains("container-init"),
                 "{r:?}"

@@ -182,8 +182,8 @@ fn finish(req: &StepRequest<'_>, process: ProcessResult, parsed: ParsedOutput) -
         _ => parsed.words.clone(),
     };
     let failure = (!process.interrupted).then(|| {
-        super::failure::classify_now(process.status.code(), process.timed_out, &parsed.evidence)
-            .in_sandbox(req.sandbox, process.status.code())
+        let (code, timed_out) = (process.status.code(), process.timed_out);
+        super::failure::classify_process(code, timed_out, &parsed.evidence, req.sandbox)
     });
     StepResult {
         process,

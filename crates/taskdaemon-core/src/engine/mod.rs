@@ -1245,9 +1245,9 @@ fn judge_agent(
     if agent.interrupted {
         return failures::Verdict::Proceed;
     }
+    let (code, timed_out) = (agent.status.code(), agent.timed_out);
     let result =
-        crate::agent::failure::classify_now(agent.status.code(), agent.timed_out, &parsed.evidence)
-            .in_sandbox(&cfg.sandbox, agent.status.code());
+        crate::agent::failure::classify_process(code, timed_out, &parsed.evidence, &cfg.sandbox);
     let verdict = failures::decide(
         st,
         cfg,

@@ -33,17 +33,7 @@ pub struct ReportArgs {
 /// Whether `path`, its `.` and `..` taken away as written, lies outside the work tree of
 /// `workdir` (or there is none).
 fn outside_repository(workdir: &std::path::Path, path: &std::path::Path) -> bool {
-    use std::path::Component;
-    let mut plain = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                plain.pop();
-            }
-            Component::CurDir => {}
-            c => plain.push(c),
-        }
-    }
+    let plain = taskdaemon_core::fsutil::normalize(path);
     taskdaemon_core::git::RepoFacts::of(workdir).map_or(true, |f| !plain.starts_with(&f.toplevel))
 }
 
