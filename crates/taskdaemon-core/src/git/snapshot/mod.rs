@@ -1769,9 +1769,10 @@ enum Scanned {
 /// The size of a private index (entries) from which a save scans the work tree with `git
 /// status` and records what it names, instead of one `add -A`. `add -A` walks every
 /// directory, which the untracked cache spares `status`; below this size the process it
-/// saves is worth more. Measured (10 saves of 20 changed files per size, 100 files per
-/// directory; the scan and record, then `write-tree`): `add -A` 0.88× the status way at
-/// 10k files, 1.00× at 30k, 1.03× at 50k, 1.11× at 100k.
+/// saves is worth more. Measured (12–40 alternated saves of 20 changed files per size,
+/// 100 files per directory; the scan and record, then `write-tree`; medians of the ratio
+/// per save): `add -A` 0.88× the status way at 10k files, 1.00× at 30k, 1.03× at 50k,
+/// 1.11× at 100k (docs/PERFORMANCE.md, round 10).
 const WALK_BELOW: usize = 20_000;
 
 /// Whether a save of a private index of `entries` entries (`None`: its header does not
