@@ -8,6 +8,7 @@ pub mod daemon;
 pub mod docs;
 pub mod duration;
 pub mod engine;
+pub mod fingerprint;
 pub mod fsutil;
 pub mod gates;
 pub mod git;

@@ -1,6 +1,7 @@
 //! Reading an agent's output: its own words (where promises count), its tool calls, and the
 //! usage and cost it reports. Tool inputs and outputs are never the agent's words.
 
+use crate::fingerprint::{FNV_OFFSET, fnv1a};
 use serde_json::Value;
 
 use super::failure::Evidence;
@@ -85,17 +86,7 @@ pub struct ParsedOutput {
     pub rejected: Vec<String>,
 }
 
-/// FNV-1a, 64 bit: a stable fingerprint (saved in run.json across versions).
-fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
 const RECENT_TOOLS: usize = 8;
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
 #[derive(Debug)]
 pub struct OutputParser {

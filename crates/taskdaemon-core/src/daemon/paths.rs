@@ -140,12 +140,8 @@ impl DaemonPaths {
         if p.as_os_str().len() <= SOCKET_MAX {
             return p;
         }
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in self.dir.as_os_str().as_encoded_bytes() {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        fallback_dir().join(format!("{h:016x}.sock"))
+        let h = crate::fingerprint::fnv1a_hex(self.dir.as_os_str().as_encoded_bytes());
+        fallback_dir().join(format!("{h}.sock"))
     }
 
     /// Create the daemon's directory (and `<git-common-dir>/taskdaemon`) mode 0700 whatever

@@ -25,15 +25,8 @@ use std::process::{Command, Output, Stdio};
 /// the repository's and the agent's.
 pub fn keyed_private(git_at: &Path, key: &Path, kind: &str) -> Result<PathBuf, GitError> {
     let git_dir = Git::new(git_at).facts()?.git_dir.clone();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in key.as_os_str().as_encoded_bytes() {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    Ok(git_dir
-        .join("taskdaemon")
-        .join(kind)
-        .join(format!("{h:016x}")))
+    let h = crate::fingerprint::fnv1a_hex(key.as_os_str().as_encoded_bytes());
+    Ok(git_dir.join("taskdaemon").join(kind).join(h))
 }
 
 #[derive(Debug, thiserror::Error)]

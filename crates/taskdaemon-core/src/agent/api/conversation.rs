@@ -60,10 +60,7 @@ impl Transcript {
     /// Same fingerprint scheme as the CLI parsers: every call with its full input.
     fn tool(&mut self, name: &str, key: &str, detail: &str) {
         for part in [name.as_bytes(), b"\0", key.as_bytes(), b"\0"] {
-            for b in part {
-                self.signature ^= u64::from(*b);
-                self.signature = self.signature.wrapping_mul(0x0100_0000_01b3);
-            }
+            self.signature = crate::fingerprint::fnv1a(self.signature, part);
         }
         self.out.tool_calls += 1;
         let line = if detail.is_empty() {
@@ -106,7 +103,7 @@ pub(super) async fn run(
     let started = Instant::now();
     let mut tr = Transcript {
         out: ParsedOutput::default(),
-        signature: 0xcbf2_9ce4_8422_2325,
+        signature: crate::fingerprint::FNV_OFFSET,
         usage: Usage::default(),
     };
     let pset = it.settings.provider(it.provider);
