@@ -29,9 +29,6 @@ pub(super) struct Entry {
 pub(super) struct Entries {
     names: Vec<u8>,
     entries: Vec<Entry>,
-    /// The tree of the whole index (hex), when its cache-tree extension has it valid:
-    /// what `write-tree` would answer without computing anything.
-    pub root_tree: Option<String>,
 }
 
 impl Entries {
@@ -89,7 +86,6 @@ pub(super) fn parse(bytes: &[u8], oid_len: usize) -> Option<Entries> {
     let mut out = Entries {
         names: Vec::with_capacity(body.len() / 4),
         entries: Vec::with_capacity(count.min(body.len() / 62)),
-        root_tree: None,
     };
     let mut at = 12;
     let mut prev: Range<usize> = 0..0;
@@ -115,7 +111,7 @@ pub(super) fn parse(bytes: &[u8], oid_len: usize) -> Option<Entries> {
         });
         (prev, at) = (name, raw.next);
     }
-    out.root_tree = plain_extensions(body, at, oid_len)?;
+    plain_extensions(body, at, oid_len)?;
     Some(out)
 }
 
@@ -126,6 +122,40 @@ pub(super) fn parse(bytes: &[u8], oid_len: usize) -> Option<Entries> {
 /// would refuse the file (another version, a directory entry, a name length the flags do
 /// not say, a split or sparse index, a short file). Entries out of order are left to git.
 pub(super) fn none_flagged(bytes: &[u8], oid_len: usize) -> Option<bool> {
+    match step(bytes, oid_len, |raw| {
+        raw.assume_unchanged || raw.skip_worktree
+    })? {
+        Stepped::StoppedAt => Some(false),
+        Stepped::ToTheEnd { .. } => Some(true),
+    }
+}
+
+/// The tree of the whole index file `bytes` (hex), when its cache-tree extension has it
+/// valid: what `write-tree` would answer without computing anything. Found by stepping over
+/// the entries as [`none_flagged`] does, without copying their names (a save asks it of
+/// the user's index whenever that changed: after every commit of an agent). `None` also
+/// where [`parse`] would refuse the file.
+pub(super) fn root_tree_of(bytes: &[u8], oid_len: usize) -> Option<String> {
+    match step(bytes, oid_len, |_| false)? {
+        Stepped::StoppedAt => None,
+        Stepped::ToTheEnd { root_tree } => root_tree,
+    }
+}
+
+/// How a [`step`] over an index's entries ended.
+enum Stepped {
+    /// At an entry the caller stopped at.
+    StoppedAt,
+    /// Past every entry and the extensions, with the cache-tree's valid root tree.
+    ToTheEnd { root_tree: Option<String> },
+}
+
+/// Step over the entries of the index file `bytes` without copying their names until
+/// `stop` says so, then over its extensions; `None` where [`parse`] checks a name or an
+/// extension and would refuse the file (another version, a directory entry, a name length
+/// the flags do not say, a split or sparse index, a short file). Entries out of order are
+/// left to git.
+fn step(bytes: &[u8], oid_len: usize, stop: impl Fn(&RawEntry) -> bool) -> Option<Stepped> {
     let (version, count, body) = header(bytes, oid_len)?;
     let (mut at, mut prev_len) = (12, 0);
     for _ in 0..count {
@@ -133,12 +163,13 @@ pub(super) fn none_flagged(bytes: &[u8], oid_len: usize) -> Option<bool> {
         if raw.is_dir() {
             return None;
         }
-        if raw.assume_unchanged || raw.skip_worktree {
-            return Some(false);
+        if stop(&raw) {
+            return Some(Stepped::StoppedAt);
         }
         (at, prev_len) = (raw.next, raw.name_len);
     }
-    plain_extensions(body, at, oid_len).map(|_| true)
+    let root_tree = plain_extensions(body, at, oid_len)?;
+    Some(Stepped::ToTheEnd { root_tree })
 }
 
 /// The version, the entry count and the bytes before the checksum of an index file of
@@ -355,14 +386,21 @@ mod tests {
         assert!(e.contains(b"b/c d") && !e.contains(b"b"));
         // Marking entries invalidated the cache-tree's root; `write-tree` makes it whole
         // again, staging a change invalidates it.
-        assert_eq!(e.root_tree, None);
+        assert_eq!(root_tree_of(&bytes, 20), None);
         let tree = git(d.path(), &["write-tree"]);
         let written = std::fs::read(d.path().join(".git/index")).unwrap();
-        assert_eq!(parse(&written, 20).unwrap().root_tree, Some(tree));
+        assert_eq!(root_tree_of(&written, 20), Some(tree.clone()));
+        for v in ["2", "3", "4"] {
+            git(d.path(), &["update-index", "--index-version", v]);
+            let bytes = std::fs::read(d.path().join(".git/index")).unwrap();
+            assert_eq!(root_tree_of(&bytes, 20), Some(tree.clone()), "version {v}");
+            let cut = &bytes[..bytes.len() - 30];
+            assert_eq!(root_tree_of(cut, 20), None, "version {v}, cut");
+        }
         std::fs::write(d.path().join("b/c/e"), "changed").unwrap();
         git(d.path(), &["add", "b/c/e"]);
         let staged = std::fs::read(d.path().join(".git/index")).unwrap();
-        assert_eq!(parse(&staged, 20).unwrap().root_tree, None);
+        assert_eq!(root_tree_of(&staged, 20), None);
         let mut other = parse(&bytes, 20).unwrap();
         other.entries.retain(|x| x.mode != 0o120000);
         assert_eq!(e.missing_from(&other), [&b"link"[..]]);

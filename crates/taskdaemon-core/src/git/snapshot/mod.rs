@@ -874,9 +874,8 @@ impl Snapshots {
                 // A valid cache-tree root is the tree `write-tree` would answer, when it
                 // is there (loose, or listed by a pack's index; a missing one is left to
                 // `write-tree`, which writes it again).
-                let root = index_file::parse(&bytes, self.oid_len)
-                    .and_then(|e| e.root_tree)
-                    .filter(|t| self.is_stored(t));
+                let root =
+                    index_file::root_tree_of(&bytes, self.oid_len).filter(|t| self.is_stored(t));
                 let tree = match root {
                     Some(tree) => tree,
                     None => {
