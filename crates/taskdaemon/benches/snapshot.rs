@@ -9,7 +9,9 @@
 //!   git reset --hard <the tag saved before>`.
 //!
 //! Ratios are taken round by round (same load); printed as median and min–max. In each
-//! round the contestants are measured in turn, another one first each round ([`in_turn`]).
+//! round the contestants are measured in turn, another one first each round ([`in_turn`]),
+//! and the rounds fall into one phase per copy, each contestant working in another copy
+//! in each phase ([`copy_for`]; a copy's place on disk alone moved a ratio by 5–15%).
 //! `cargo bench -p taskdaemon --bench snapshot` (ROUNDS=N, FILES=N). `TASKDAEMON_BEFORE=
 //! /path/to/an/older/taskdaemon` runs that build too, on a third identical copy in the
 //! same rounds, and prints this build's ratios to it.
@@ -234,11 +236,47 @@ fn in_turn(r: usize, n: usize) -> impl Iterator<Item = usize> {
     (0..n).map(move |i| (r + i) % n)
 }
 
+/// The phase of round `r` of `rounds`: the rounds fall into `n` phases, one per copy.
+fn phase_of(r: usize, rounds: usize, n: usize) -> usize {
+    r * n / rounds.max(1)
+}
+
+/// The copy contestant `who` works in during `phase`: each takes every copy in turn.
+fn copy_for(who: usize, phase: usize, n: usize) -> usize {
+    (who + phase) % n
+}
+
+/// A new phase: every contestant now works where another did. Each copy's snapshots are
+/// forgotten and every contestant takes one unmeasured step in its new copy (taskdaemon a
+/// first save, which seeds its private index from the copy's index; the naive way a
+/// commit and a tag), so the measured rounds start from the same kind of state.
+fn settle_in(copies: &[(PathBuf, Rng)], phase: usize, r: usize, before: Option<&str>) {
+    let n = copies.len();
+    for (dir, _) in copies {
+        forget_snapshots(dir);
+    }
+    let at = |who: usize| &copies[copy_for(who, phase, n)].0;
+    let steps = [
+        td(at(0), &["snapshot", "save", "settle"]),
+        naive(
+            at(1),
+            &format!(
+                "git add -A && git commit -q --allow-empty -m settle{r} && git tag naive-settle-{r}"
+            ),
+        ),
+    ];
+    for step in steps {
+        timed(step);
+    }
+    if let Some(bin) = before {
+        timed(td_with(bin, at(2), &["snapshot", "save", "settle"]));
+    }
+}
+
 /// An older build run in the same rounds (`TASKDAEMON_BEFORE`), on its own copy.
 struct Before {
     bin: String,
     repo: PathBuf,
-    rng: Rng,
     save: Vec<Duration>,
     rollback: Vec<Duration>,
 }
@@ -258,12 +296,11 @@ fn main() {
         Before {
             bin,
             repo: b,
-            rng: Rng(fastrand::Rng::with_seed(42)),
             save: Vec::new(),
             rollback: Vec::new(),
         }
     });
-    let (mut rng, mut rng2) = (
+    let (rng, rng2) = (
         Rng(fastrand::Rng::with_seed(42)),
         Rng(fastrand::Rng::with_seed(42)),
     );
@@ -275,7 +312,8 @@ fn main() {
 
     // The first save seeds its private index from the user's: about a `git status` (in
     // the same repository, whose index stat data is valid; it writes nothing). FIRSTS
-    // times (default 5), each after its private directory and tag were removed.
+    // times (default 5), each after the private directory and tags were removed; the
+    // build before's first saves in the same copy (no copy's place on disk between them).
     let firsts: usize = std::env::var("FIRSTS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -283,24 +321,22 @@ fn main() {
         .max(1);
     let (mut status, mut first, mut before_first) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..firsts {
-        if i > 0 {
-            forget_snapshots(&repo);
-            if let Some(b) = before.as_ref() {
-                forget_snapshots(&b.repo);
-            }
-        }
         for who in in_turn(i, contestants) {
             match who {
                 0 => status.push(timed(naive(
                     &repo,
                     "GIT_OPTIONAL_LOCKS=0 git status --porcelain >/dev/null",
                 ))),
-                1 => first.push(timed(td(&repo, &["snapshot", "save", "first"]))),
+                1 => {
+                    forget_snapshots(&repo);
+                    first.push(timed(td(&repo, &["snapshot", "save", "first"])));
+                }
                 _ => {
                     if let Some(b) = before.as_ref() {
+                        forget_snapshots(&repo);
                         before_first.push(timed(td_with(
                             &b.bin,
-                            &b.repo,
+                            &repo,
                             &["snapshot", "save", "first"],
                         )));
                     }
@@ -310,40 +346,55 @@ fn main() {
     }
     let (mut save, mut rollback) = (Vec::new(), Vec::new());
     let (mut naive_save, mut naive_rollback) = (Vec::new(), Vec::new());
+    // Each copy with its own churn (the same sequence in every copy). Who works in which
+    // copy turns with the phase ([`copy_for`]): a copy's place on disk alone moved a
+    // ratio by 5-15% (A/A runs), so every contestant spends an equal share of the rounds
+    // in each copy.
+    let mut copies: Vec<(PathBuf, Rng)> = vec![(repo.clone(), rng), (plain.clone(), rng2)];
+    if let Some(b) = before.as_ref() {
+        copies.push((b.repo.clone(), Rng(fastrand::Rng::with_seed(42))));
+    }
+    let before_bin = before.as_ref().map(|b| b.bin.clone());
+    settle_in(&copies, 0, 0, before_bin.as_deref());
+    let mut phase = 0;
     for r in 0..rounds {
-        churn(&repo, r, &mut rng);
-        churn(&plain, r, &mut rng2);
-        if let Some(b) = before.as_mut() {
-            churn(&b.repo, r, &mut b.rng);
+        if phase_of(r, rounds, contestants) != phase {
+            phase = phase_of(r, rounds, contestants);
+            settle_in(&copies, phase, r, before.as_ref().map(|b| b.bin.as_str()));
+        }
+        let dirs: Vec<PathBuf> = (0..contestants)
+            .map(|who| copies[copy_for(who, phase, contestants)].0.clone())
+            .collect();
+        let at = |who: usize| dirs[who].as_path();
+        for (dir, rng) in copies.iter_mut() {
+            churn(dir, r, rng);
         }
         let tag = format!("bench-{r}");
         for who in in_turn(r, contestants) {
             match who {
-                0 => save.push(timed(td(&repo, &["snapshot", "save", &tag]))),
+                0 => save.push(timed(td(at(0), &["snapshot", "save", &tag]))),
                 1 => naive_save.push(timed(naive(
-                    &plain,
+                    at(1),
                     &format!("git add -A && git commit -qm r{r} && git tag naive-{r}"),
                 ))),
                 _ => {
                     if let Some(b) = before.as_mut() {
                         b.save
-                            .push(timed(td_with(&b.bin, &b.repo, &["snapshot", "save", &tag])));
+                            .push(timed(td_with(&b.bin, at(2), &["snapshot", "save", &tag])));
                     }
                 }
             }
         }
-        let saved = saved_tag(env!("CARGO_BIN_EXE_taskdaemon"), &repo, &tag);
-        let before_saved = before.as_ref().map(|b| saved_tag(&b.bin, &b.repo, &tag));
-        churn(&repo, r + 1000, &mut rng);
-        churn(&plain, r + 1000, &mut rng2);
-        if let Some(b) = before.as_mut() {
-            churn(&b.repo, r + 1000, &mut b.rng);
+        let saved = saved_tag(env!("CARGO_BIN_EXE_taskdaemon"), at(0), &tag);
+        let before_saved = before.as_ref().map(|b| saved_tag(&b.bin, at(2), &tag));
+        for (dir, rng) in copies.iter_mut() {
+            churn(dir, r + 1000, rng);
         }
         for who in in_turn(r, contestants) {
             match who {
-                0 => rollback.push(timed(td(&repo, &["snapshot", "rollback", &saved]))),
+                0 => rollback.push(timed(td(at(0), &["snapshot", "rollback", &saved]))),
                 1 => naive_rollback.push(timed(naive(
-                    &plain,
+                    at(1),
                     &format!(
                         "git add -A && git commit -qm pre{r} && git tag naive-pre-{r} && git reset -q --hard naive-{r}"
                     ),
@@ -352,7 +403,7 @@ fn main() {
                     if let (Some(b), Some(saved)) = (before.as_mut(), before_saved.as_ref()) {
                         b.rollback.push(timed(td_with(
                             &b.bin,
-                            &b.repo,
+                            at(2),
                             &["snapshot", "rollback", saved],
                         )));
                     }

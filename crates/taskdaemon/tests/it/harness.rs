@@ -8,8 +8,6 @@ use std::time::{Duration, Instant};
 pub struct Env {
     _tmp: tempfile::TempDir,
     root: PathBuf,
-    /// Environment every taskdaemon command of this test gets (test hooks).
-    vars: Vec<(&'static str, &'static str)>,
 }
 
 pub struct Run {
@@ -40,25 +38,13 @@ impl Env {
             "[user]\n\tname = test\n\temail = test@example.com\n[init]\n\tdefaultBranch = main\n",
         )
         .unwrap();
-        let env = Env {
-            _tmp: tmp,
-            root,
-            vars: Vec::new(),
-        };
+        let env = Env { _tmp: tmp, root };
         std::fs::create_dir_all(env.repo()).unwrap();
         git(&env.repo(), &["init", "-q"]);
         std::fs::write(env.repo().join("README.md"), "hello\n").unwrap();
         git(&env.repo(), &["add", "-A"]);
         git(&env.repo(), &["commit", "-qm", "initial"]);
         env
-    }
-
-    /// This environment with snapshots scanning the work tree by `git status` (the way of
-    /// repositories of 20k files and more) instead of one `add -A` (the way of small ones,
-    /// such as the tests'), through the test hook `TASKDAEMON_TEST_SNAPSHOT_SCAN`.
-    pub fn scanning_by_status(mut self) -> Env {
-        self.vars.push(("TASKDAEMON_TEST_SNAPSHOT_SCAN", "status"));
-        self
     }
 
     pub fn root(&self) -> &Path {
@@ -80,7 +66,6 @@ impl Env {
         }
         hermetic(&mut c, &self.home());
         c.env("TASKDAEMON_NOW", "2026-11-21T12:00:00Z")
-            .envs(self.vars.iter().copied())
             .current_dir(self.repo());
         c
     }
@@ -142,12 +127,6 @@ fn hermetic(c: &mut Command, home: &Path) {
         .env("PATH", narrowed_path())
         .env_remove("GIT_DIR")
         .env_remove("GIT_WORK_TREE");
-}
-
-/// How to make a test's environment for each way a snapshot scans the work tree (one
-/// `add -A`; `git status`): a test of what snapshots keep runs once with each.
-pub fn both_scans() -> [fn() -> Env; 2] {
-    [Env::new, || Env::new().scanning_by_status()]
 }
 
 /// The agent CLIs a host may have installed. Tests never see them: a test that wants one

@@ -43,11 +43,10 @@ fn traced(env: &Env, args: &[&str]) -> Vec<String> {
     in_order(steps)
 }
 
-/// `ls-files -i` runs while `git status` (or `add -A`) scans (two threads): either may
-/// start first.
+/// `ls-files -i` runs while `git status` scans (two threads): either may start first.
 fn in_order(mut steps: Vec<String>) -> Vec<String> {
     for i in 1..steps.len() {
-        if ["status", "add"].contains(&steps[i - 1].as_str()) && steps[i] == "ls-files" {
+        if steps[i - 1] == "status" && steps[i] == "ls-files" {
             steps.swap(i - 1, i);
         }
     }
@@ -79,63 +78,22 @@ fn change(repo: &Path, round: &str) {
     std::fs::write(repo.join(format!("new-{round}.txt")), "new\n").unwrap();
 }
 
-/// How a save brings the private index in line with the work tree: one `add -A` (a
-/// repository under 20k files, as the tests' are) or `git status`, then `update-index` of
-/// what it named (larger ones; the test hook takes that way here).
-#[derive(Clone, Copy)]
-enum Scan {
-    Add,
-    Status,
-}
-
-impl Scan {
-    fn env(self) -> Env {
-        match self {
-            Scan::Add => Env::new(),
-            Scan::Status => Env::new().scanning_by_status(),
-        }
-    }
-
-    /// The processes that find and record the work tree's changes.
-    fn steps(self) -> &'static [&'static str] {
-        match self {
-            Scan::Add => &["add"],
-            Scan::Status => &["status", "update-index"],
-        }
-    }
-}
-
-/// `head`, then the scan's steps, then `tail`.
-fn with_scan(scan: Scan, head: &[&str], tail: &[&str]) -> Vec<String> {
-    head.iter()
-        .chain(scan.steps())
-        .chain(tail)
-        .map(|s| s.to_string())
-        .collect()
-}
-
 #[test]
 fn a_save_and_a_rollback_start_only_the_pinned_git_processes() {
-    pinned_processes(Scan::Add);
-}
-
-#[test]
-fn a_save_and_a_rollback_of_a_large_repository_start_only_the_pinned_git_processes() {
-    pinned_processes(Scan::Status);
-}
-
-fn pinned_processes(scan: Scan) {
-    let env = scan.env();
+    let env = Env::new();
     let repo = env.repo();
     change(&repo, "1");
     let first = traced(&env, &["snapshot", "save", "first"]);
     assert_eq!(
         sorted(first.clone()),
-        sorted(with_scan(
-            scan,
-            &["commit-tree", "commit-tree", "tag", "write-tree"],
-            &[]
-        )),
+        [
+            "commit-tree",
+            "commit-tree",
+            "status",
+            "tag",
+            "update-index",
+            "write-tree",
+        ],
         "the first save seeds the private index from the user's (its flags read from the \
          file, no ignored-file check: it tracks what the user's does); the user's index tree \
          is its valid cache-tree root (no write-tree); its commit is made while the work \
@@ -148,7 +106,14 @@ fn pinned_processes(scan: Scan) {
     let save = traced(&env, &["snapshot", "save", "second"]);
     // One `ls-files -i` (the private index's ignored files; the user's index is read from
     // the file), and the tags from the ref files and `tags.cache`.
-    let steady = with_scan(scan, &["ls-files"], &["write-tree", "commit-tree", "tag"]);
+    let steady = [
+        "ls-files",
+        "status",
+        "update-index",
+        "write-tree",
+        "commit-tree",
+        "tag",
+    ];
     assert_eq!(save, steady);
     let tag = git(&repo, &["tag", "--list", "--sort=-creatordate"]);
     let tag = tag
@@ -165,20 +130,19 @@ fn pinned_processes(scan: Scan) {
     let rollback = traced(&env, &["snapshot", "rollback", &tag]);
     assert_eq!(
         rollback,
-        with_scan(
-            scan,
-            &["ls-files"],
-            &[
-                "write-tree",
-                "diff-tree",
-                "update-ref",
-                "commit-tree",
-                "tag",
-                "update-index",
-                "checkout-index",
-                "update-index"
-            ]
-        ),
+        [
+            "ls-files",
+            "status",
+            "update-index",
+            "write-tree",
+            "diff-tree",
+            "update-ref",
+            "commit-tree",
+            "tag",
+            "update-index",
+            "checkout-index",
+            "update-index"
+        ],
         "the snapshot's trees and parents from `tags.cache` (its save made them, no \
          `cat-file`); one `diff-tree --stdin` for both tree diffs; one `update-ref --stdin` \
          checks the refs and, later, moves them"
@@ -205,29 +169,14 @@ fn pinned_processes(scan: Scan) {
 
 #[test]
 fn a_first_save_of_a_clean_packed_repository_writes_no_tree() {
-    clean_packed_first_save(Scan::Add);
-}
-
-#[test]
-fn a_first_save_of_a_clean_packed_large_repository_writes_no_tree() {
-    clean_packed_first_save(Scan::Status);
-}
-
-fn clean_packed_first_save(scan: Scan) {
-    let env = scan.env();
+    let env = Env::new();
     let repo = env.repo();
     // Packed, as a clone is: the index's cache-tree root is found in the pack's index.
     git(&repo, &["gc", "-q"]);
     let first = traced(&env, &["snapshot", "save", "clean"]);
-    let scanned = scan.steps()[0];
     assert_eq!(
         sorted(first),
-        sorted(vec![
-            "commit-tree".into(),
-            "commit-tree".into(),
-            scanned.into(),
-            "tag".into()
-        ]),
+        ["commit-tree", "commit-tree", "status", "tag"],
         "nothing changed since the private index was seeded: the work tree is the user's \
          index tree, read from its cache-tree (no write-tree of either index)"
     );
@@ -249,7 +198,14 @@ fn clean_packed_first_save(scan: Scan) {
     let next = traced(&env, &["snapshot", "save", "next"]);
     assert_eq!(
         next,
-        with_scan(scan, &["ls-files"], &["write-tree", "commit-tree", "tag"])
+        [
+            "ls-files",
+            "status",
+            "update-index",
+            "write-tree",
+            "commit-tree",
+            "tag"
+        ]
     );
     let listed = git(&repo, &["tag", "--list", "manual-*"]);
     let tag = listed
@@ -279,7 +235,7 @@ fn status_git_dirs(env: &Env, args: &[&str]) -> Vec<Option<String>> {
 
 #[test]
 fn a_save_after_a_save_scans_in_the_private_git_directory() {
-    let env = Env::new().scanning_by_status();
+    let env = Env::new();
     let repo = env.repo();
     change(&repo, "1");
     assert_eq!(

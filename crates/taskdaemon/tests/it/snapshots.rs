@@ -10,7 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::harness::{Env, both_scans, git};
+use crate::harness::{Env, git};
 use proptest::prelude::*;
 use serde_json::Value;
 use snapshot_state::{State, git_ok, state};
@@ -266,13 +266,8 @@ proptest! {
     })]
 
     #[test]
-    fn rollback_restores_every_saved_state_exactly(
-        ops in proptest::collection::vec(op(), 1..28),
-        by_status in any::<bool>(),
-    ) {
-        // Either way of scanning the work tree (a small repository's `add -A`, a large
-        // one's `git status`).
-        let env = if by_status { Env::new().scanning_by_status() } else { Env::new() };
+    fn rollback_restores_every_saved_state_exactly(ops in proptest::collection::vec(op(), 1..28)) {
+        let env = Env::new();
         std::fs::write(env.repo().join(".gitignore"), "*.log\n").unwrap();
         let mut saved = Vec::new();
         for op in &ops {
@@ -284,13 +279,7 @@ proptest! {
 
 #[test]
 fn save_leaves_a_partly_staged_index_byte_for_byte() {
-    for new_env in both_scans() {
-        save_leaves_a_partly_staged_index_byte_for_byte_in(new_env);
-    }
-}
-
-fn save_leaves_a_partly_staged_index_byte_for_byte_in(new_env: fn() -> Env) {
-    let env = new_env();
+    let env = Env::new();
     let repo = env.repo();
     std::fs::write(repo.join("README.md"), "staged\n").unwrap();
     git(&repo, &["add", "README.md"]);
@@ -323,13 +312,7 @@ fn save_leaves_a_partly_staged_index_byte_for_byte_in(new_env: fn() -> Env) {
 
 #[test]
 fn rollback_of_a_dirty_tree_can_be_undone_exactly() {
-    for new_env in both_scans() {
-        rollback_of_a_dirty_tree_can_be_undone_exactly_in(new_env);
-    }
-}
-
-fn rollback_of_a_dirty_tree_can_be_undone_exactly_in(new_env: fn() -> Env) {
-    let env = new_env();
+    let env = Env::new();
     let repo = env.repo();
     let s = json(&env, &["snapshot", "save", "clean", "--json"]);
     std::fs::write(repo.join("README.md"), "edited, not staged\n").unwrap();
@@ -359,13 +342,7 @@ fn rollback_of_a_dirty_tree_can_be_undone_exactly_in(new_env: fn() -> Env) {
 
 #[test]
 fn rollback_works_on_unborn_and_detached_heads() {
-    for new_env in both_scans() {
-        rollback_works_on_unborn_and_detached_heads_in(new_env);
-    }
-}
-
-fn rollback_works_on_unborn_and_detached_heads_in(new_env: fn() -> Env) {
-    let env = new_env();
+    let env = Env::new();
     let repo = env.root().join("empty");
     std::fs::create_dir_all(&repo).unwrap();
     git_ok(&repo, &["init", "-q", "-b", "main"]).unwrap();
@@ -397,7 +374,7 @@ fn rollback_works_on_unborn_and_detached_heads_in(new_env: fn() -> Env) {
     );
 
     // Detached: saved detached, comes back detached at the same commit.
-    let env = new_env();
+    let env = Env::new();
     let repo = env.repo();
     git(&repo, &["switch", "-q", "--detach"]);
     let head = git(&repo, &["rev-parse", "HEAD"]);
@@ -418,13 +395,7 @@ fn rollback_works_on_unborn_and_detached_heads_in(new_env: fn() -> Env) {
 
 #[test]
 fn submodules_are_recorded_as_their_commit() {
-    for new_env in both_scans() {
-        submodules_are_recorded_as_their_commit_in(new_env);
-    }
-}
-
-fn submodules_are_recorded_as_their_commit_in(new_env: fn() -> Env) {
-    let env = new_env();
+    let env = Env::new();
     add_submodule(&env, "l.txt", "1");
     let repo = env.repo();
     let s = json(&env, &["snapshot", "save", "with sub", "--json"]);
@@ -470,13 +441,7 @@ fn submodules_are_recorded_as_their_commit_in(new_env: fn() -> Env) {
 
 #[test]
 fn diff_list_and_status_report_file_level_changes() {
-    for new_env in both_scans() {
-        diff_list_and_status_report_file_level_changes_in(new_env);
-    }
-}
-
-fn diff_list_and_status_report_file_level_changes_in(new_env: fn() -> Env) {
-    let env = new_env();
+    let env = Env::new();
     let repo = env.repo();
     std::fs::write(repo.join("old.txt"), "old\n").unwrap();
     std::fs::write(repo.join("mode.sh"), "#!/bin/sh\n").unwrap();
@@ -783,13 +748,7 @@ fn a_task_finished_by_run_resume_still_gets_its_post_snapshot() {
 /// The reviewer's reproductions of data loss and broken states, each now handled.
 #[test]
 fn rollback_refuses_to_delete_a_nested_repository_in_the_way() {
-    for new_env in both_scans() {
-        rollback_refuses_to_delete_a_nested_repository_in_the_way_in(new_env);
-    }
-}
-
-fn rollback_refuses_to_delete_a_nested_repository_in_the_way_in(new_env: fn() -> Env) {
-    let env = new_env();
+    let env = Env::new();
     let repo = env.repo();
     std::fs::write(repo.join("tool"), "v1\n").unwrap();
     git(&repo, &["add", "tool"]);
@@ -831,13 +790,7 @@ fn rollback_refuses_to_delete_a_nested_repository_in_the_way_in(new_env: fn() ->
 
 #[test]
 fn ignored_directories_and_untracked_ignored_files_survive_a_rollback() {
-    for new_env in both_scans() {
-        ignored_directories_and_untracked_ignored_files_survive_a_rollback_in(new_env);
-    }
-}
-
-fn ignored_directories_and_untracked_ignored_files_survive_a_rollback_in(new_env: fn() -> Env) {
-    let env = new_env();
+    let env = Env::new();
     let repo = env.repo();
     std::fs::create_dir_all(repo.join("build")).unwrap();
     std::fs::write(repo.join("build/out.txt"), "out\n").unwrap();
@@ -868,7 +821,7 @@ fn ignored_directories_and_untracked_ignored_files_survive_a_rollback_in(new_env
 
     // An ignored file where the snapshot has a file: overwritten, but kept in the safety
     // snapshot, so undoing the rollback brings it back.
-    let env = new_env();
+    let env = Env::new();
     let repo = env.repo();
     std::fs::write(repo.join("app.cfg"), "saved\n").unwrap();
     let s = json(&env, &["snapshot", "save", "--json"]);
@@ -900,13 +853,7 @@ fn ignored_directories_and_untracked_ignored_files_survive_a_rollback_in(new_env
 
 #[test]
 fn snapshots_keep_working_after_untracking_a_forced_file_and_after_gc() {
-    for new_env in both_scans() {
-        snapshots_keep_working_after_untracking_a_forced_file_and_after_gc_in(new_env);
-    }
-}
-
-fn snapshots_keep_working_after_untracking_a_forced_file_and_after_gc_in(new_env: fn() -> Env) {
-    let env = new_env();
+    let env = Env::new();
     let repo = env.repo();
     std::fs::write(repo.join(".gitignore"), "*.cfg\n").unwrap();
     std::fs::write(repo.join("app.cfg"), "v1\n").unwrap();
@@ -961,13 +908,7 @@ fn snapshots_keep_working_after_untracking_a_forced_file_and_after_gc_in(new_env
 
 #[test]
 fn line_endings_and_filters_do_not_change_saved_bytes() {
-    for new_env in both_scans() {
-        line_endings_and_filters_do_not_change_saved_bytes_in(new_env);
-    }
-}
-
-fn line_endings_and_filters_do_not_change_saved_bytes_in(new_env: fn() -> Env) {
-    let env = new_env();
+    let env = Env::new();
     let repo = env.repo();
     git(&repo, &["config", "core.autocrlf", "input"]);
     git(&repo, &["config", "core.safecrlf", "true"]);
@@ -1238,16 +1179,8 @@ fn a_stop_while_a_tasks_start_snapshot_waits_for_the_snapshot_lock_begins_no_tas
 
 #[test]
 fn flags_in_the_users_index_and_submodule_recursion_do_not_hide_or_lose_edits() {
-    for new_env in both_scans() {
-        flags_in_the_users_index_and_submodule_recursion_do_not_hide_or_lose_edits_in(new_env);
-    }
-}
-
-fn flags_in_the_users_index_and_submodule_recursion_do_not_hide_or_lose_edits_in(
-    new_env: fn() -> Env,
-) {
     // skip-worktree / assume-unchanged files edited before the first save are saved as edited.
-    let env = new_env();
+    let env = Env::new();
     let repo = env.repo();
     std::fs::write(repo.join("cfg"), "v1\n").unwrap();
     std::fs::write(repo.join("other"), "o1\n").unwrap();
@@ -1283,7 +1216,7 @@ fn flags_in_the_users_index_and_submodule_recursion_do_not_hide_or_lose_edits_in
     );
 
     // With submodule.recurse=true a rollback still leaves a submodule's work alone.
-    let env = new_env();
+    let env = Env::new();
     add_submodule(&env, "s", "s1\n");
     let repo = env.repo();
     // Saved with the submodule one commit back; then it moves on and gets local work.

@@ -68,18 +68,6 @@ impl Entries {
     }
 }
 
-/// The number of entries the index file at `path` says it has (its header), without
-/// reading the rest; `None` when it is not an index of versions 2–4 or does not read.
-pub(super) fn entry_count(path: &std::path::Path) -> Option<usize> {
-    use std::io::Read as _;
-    let mut head = [0u8; 12];
-    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
-    if &head[..4] != b"DIRC" || !(2..=4).contains(&be32(&head, 4)?) {
-        return None;
-    }
-    be32(&head, 8).map(|n| n as usize)
-}
-
 /// The entries of the index file `bytes`, whose object ids are `oid_len` bytes long.
 pub(super) fn parse(bytes: &[u8], oid_len: usize) -> Option<Entries> {
     let (version, count, body) = header(bytes, oid_len)?;

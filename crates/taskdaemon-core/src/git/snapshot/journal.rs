@@ -395,13 +395,7 @@ impl Snapshots {
             Some(d) => index_info(&d),
             None => index_info(&self.raw_diff(work_tree, index_tree)?),
         };
-        // Without the private index's untracked cache: a save that records with `add -A`
-        // leaves it empty, and the user's next `git status` would fill it in and so
-        // rewrite the index this rollback remembers (`core.untrackedCache` of the user's
-        // config adds it back at their next status, as for any new index).
         self.git
-            .clone()
-            .with(&["core.untrackedCache=false"], &[])
             .call(&[
                 "update-index",
                 "--add",

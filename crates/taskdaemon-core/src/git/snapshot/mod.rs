@@ -767,7 +767,7 @@ impl Snapshots {
                 UserIndexStart::Known(u) if time_ms.is_none() || u.commit.is_some() => Err(u),
                 start => Ok(s.spawn(move || self.user_index_finish(start, head, time_ms))),
             };
-            let changes = seeded.then(|| self.scan_work_tree()).transpose();
+            let changes = seeded.then(|| self.changed_paths()).transpose();
             let user = match pending {
                 Err(known) => Ok(known),
                 Ok(h) => joined(h),
@@ -792,18 +792,13 @@ impl Snapshots {
         }
         if let Some(plan) = &plan {
             // A path dropped now is not recorded again from what the status said of it.
-            // (One `add -A` already recorded it: dropped after, as if never recorded.)
             let dropped: BTreeSet<&[u8]> = plan.drop.iter().map(Vec::as_slice).collect();
-            if let Some(Scanned::Named(c)) = changes.as_mut() {
+            if let Some(c) = changes.as_mut() {
                 c.paths.retain(|p| !dropped.contains(p.as_slice()));
             }
             self.apply_plan(plan)?;
         }
-        let (skipped, changed) = match changes {
-            Some(Scanned::Added { skipped, changed }) => (skipped, changed),
-            Some(Scanned::Named(c)) => self.add_changes(Some(c))?,
-            None => self.add_changes(None)?,
-        };
+        let (skipped, changed) = self.add_changes(changes)?;
         // Nothing changed since the private index was made from the user's (still the
         // same file): the work tree is the index's tree, no `write-tree`.
         let same_as_seeded = fresh
@@ -1020,27 +1015,6 @@ impl Snapshots {
             .input(joined)
             .output()?;
         Ok(out.status.success())
-    }
-
-    /// Bring the seeded private index in line with the work tree, or find what must be
-    /// recorded: up to [`WALK_BELOW`] entries one `add -A` (it refreshes the stat data,
-    /// walks every directory and records what changed: one process instead of two); above
-    /// it `git status`, whose untracked cache spares the walk, names the changes for
-    /// [`Snapshots::add_changes`].
-    fn scan_work_tree(&self) -> Result<Scanned, SnapshotError> {
-        if scan_by_status(index_file::entry_count(&self.work_index())) {
-            return self.changed_paths().map(Scanned::Named);
-        }
-        let add = self
-            .private
-            .call(&["add", "-A", "--ignore-errors", "--verbose"])
-            .env("GIT_INDEX_FILE", self.work_index())
-            .output()?;
-        Ok(Scanned::Added {
-            skipped: self.added(&add)?,
-            // `--verbose` names each path added or removed, and nothing else.
-            changed: !add.stdout.is_empty(),
-        })
     }
 
     /// Paths where the work tree differs from the private index (modified, deleted, of
@@ -1757,35 +1731,6 @@ struct Changes {
     dirs: bool,
 }
 
-/// What the scan of the work tree found: the changes `git status` named, still to be
-/// recorded; or recorded already by one `add -A` (the embedded repositories it left out,
-/// and whether it recorded anything).
-enum Scanned {
-    Named(Changes),
-    Added { skipped: Vec<String>, changed: bool },
-}
-
-/// The size of a private index (entries) from which a save scans the work tree with `git
-/// status` and records what it names, instead of one `add -A`. `add -A` walks every
-/// directory, which the untracked cache spares `status`; below this size the process it
-/// saves is worth more. Measured (12–40 alternated saves of 20 changed files per size,
-/// 100 files per directory; the scan and record, then `write-tree`; medians of the ratio
-/// per save): `add -A` 0.88× the status way at 10k files, 1.00× at 30k, 1.03× at 50k,
-/// 1.11× at 100k (docs/PERFORMANCE.md, round 10).
-const WALK_BELOW: usize = 20_000;
-
-/// Whether a save of a private index of `entries` entries (`None`: its header does not
-/// read) scans with `git status` rather than one `add -A`. The test hook
-/// `TASKDAEMON_TEST_SNAPSHOT_SCAN=status` (or `=add`) takes one way whatever the size, so
-/// the tests' small repositories run both.
-fn scan_by_status(entries: Option<usize>) -> bool {
-    match std::env::var_os("TASKDAEMON_TEST_SNAPSHOT_SCAN") {
-        Some(v) if v == "status" => true,
-        Some(v) if v == "add" => false,
-        _ => entries.is_none_or(|n| n >= WALK_BELOW),
-    }
-}
-
 /// From `git status --porcelain -z --no-renames`: the paths whose work tree column shows
 /// a change, and untracked ones (a directory without its trailing slash, so a pathspec
 /// takes all of it).
@@ -1902,35 +1847,6 @@ fn manual_save(s: &Snapshots, time_ms: i64) -> Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_small_private_index_is_recorded_by_one_add_and_a_large_one_scanned_by_status() {
-        assert!(!scan_by_status(Some(0)));
-        assert!(!scan_by_status(Some(WALK_BELOW - 1)));
-        assert!(scan_by_status(Some(WALK_BELOW)));
-        assert!(scan_by_status(Some(100_000)));
-        assert!(scan_by_status(None), "an index whose header does not read");
-    }
-
-    #[test]
-    fn the_entry_count_comes_from_the_index_header() {
-        use crate::git::testrepo::{commit_all, init};
-        let d = tempfile::tempdir().unwrap();
-        init(d.path());
-        for f in ["a", "b", "c/d"] {
-            let p = d.path().join(f);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, f).unwrap();
-        }
-        commit_all(d.path(), "three");
-        let index = d.path().join(".git/index");
-        assert_eq!(index_file::entry_count(&index), Some(3));
-        std::fs::write(&index, b"DIRC\0\0\0\x09\0\0\0\x03").unwrap();
-        assert_eq!(index_file::entry_count(&index), None, "version 9");
-        std::fs::write(&index, b"DIRC").unwrap();
-        assert_eq!(index_file::entry_count(&index), None, "a short file");
-        assert_eq!(index_file::entry_count(&d.path().join("none")), None);
-    }
 
     #[test]
     fn a_first_save_during_a_conflict_is_refused_and_leaves_no_private_index() {
