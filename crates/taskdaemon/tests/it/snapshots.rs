@@ -1273,3 +1273,74 @@ fn a_run_waiting_for_the_snapshot_lock_before_it_begins_says_so_and_begins_once_
     assert_eq!(status.code(), Some(0), "{err}");
     assert!(err.contains("iteration 1/1"), "{err}");
 }
+
+/// Where a daemon's loop runs: a linked worktree. Its snapshots restore it exactly (files,
+/// index, HEAD, its branch) and never touch the main worktree, its index or its branch.
+#[test]
+fn a_linked_worktree_saves_and_rolls_back_on_its_own() {
+    let env = Env::new();
+    let repo = env.repo();
+    let wt = env.root().join("wt");
+    git(
+        &repo,
+        &["worktree", "add", "-q", "-b", "wt", wt.to_str().unwrap()],
+    );
+    let in_wt = |args: &[&str]| -> Value {
+        let out = env.cmd().current_dir(&wt).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // The main worktree has work of its own, staged and not.
+    std::fs::write(repo.join("README.md"), "main's edit\n").unwrap();
+    std::fs::write(repo.join("main-staged.txt"), "staged in main\n").unwrap();
+    git(&repo, &["add", "main-staged.txt"]);
+    let main_state = state(&repo);
+
+    std::fs::write(wt.join("README.md"), "in the worktree\n").unwrap();
+    std::fs::write(wt.join("new.txt"), "new\n").unwrap();
+    git(&wt, &["add", "new.txt"]);
+    let saved = state(&wt);
+    let s = in_wt(&["snapshot", "save", "in the worktree", "--json"]);
+    let tag = s["tag"].as_str().unwrap().to_string();
+
+    // The loop goes on: a commit on the worktree's branch, edits, a new untracked file.
+    std::fs::write(wt.join("later.txt"), "later\n").unwrap();
+    git(&wt, &["add", "-A"]);
+    git(&wt, &["commit", "-qm", "later"]);
+    std::fs::write(wt.join("README.md"), "changed again\n").unwrap();
+    std::fs::write(wt.join("untracked.txt"), "untracked\n").unwrap();
+    let dirty = state(&wt);
+
+    let r = in_wt(&["snapshot", "rollback", &tag, "--json"]);
+    assert_eq!(
+        state(&wt),
+        saved,
+        "the worktree is as saved, its branch back"
+    );
+    assert_eq!(state(&repo), main_state, "the main worktree is untouched");
+    assert_eq!(
+        git(&repo, &["rev-parse", "main"]),
+        git(&repo, &["rev-parse", "HEAD"])
+    );
+
+    // Undone exactly, and the tags are the repository's: the main worktree lists them.
+    let pre = r["saved"]["tag"].as_str().unwrap();
+    in_wt(&["snapshot", "rollback", pre, "--json"]);
+    assert_eq!(state(&wt), dirty);
+    assert_eq!(state(&repo), main_state);
+    let listed = json(&env, &["snapshot", "list", "--json"]);
+    let tags: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["tag"].as_str())
+        .collect();
+    assert!(
+        tags.contains(&tag.as_str()) && tags.contains(&pre),
+        "{tags:?}"
+    );
+}
