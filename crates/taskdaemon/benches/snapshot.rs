@@ -13,7 +13,7 @@
 //! and the rounds fall into one phase per copy, each contestant working in another copy
 //! in each phase ([`copy_for`]; a copy's place on disk alone moved a ratio by 5–15%).
 //! `cargo bench -p taskdaemon --bench snapshot` (ROUNDS=N, FILES=N). `TASKDAEMON_BEFORE=
-//! /path/to/an/older/taskdaemon` runs that build too, on a third identical copy in the
+//! /path/to/an/older/taskdaemon` runs that build too, with a third identical copy, in the
 //! same rounds, and prints this build's ratios to it.
 //! Goals (issue 16): save ≤ 0.8× naive, rollback ≤ 1.0× naive and < 1 s at 100k files;
 //! the first save (private index seeded from the user's) next to one `git status`.
@@ -273,7 +273,8 @@ fn settle_in(copies: &[(PathBuf, Rng)], phase: usize, r: usize, before: Option<&
     }
 }
 
-/// An older build run in the same rounds (`TASKDAEMON_BEFORE`), on its own copy.
+/// An older build run in the same rounds (`TASKDAEMON_BEFORE`), with a third copy of its
+/// own at the start (the copies then turn).
 struct Before {
     bin: String,
     repo: PathBuf,
