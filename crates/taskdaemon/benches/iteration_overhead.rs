@@ -15,7 +15,8 @@
 //! min–max and the ratio. With `RALPH_BIN=/path/to/ralph` (a release build of
 //! ralph-orchestrator's `ralph`), the same rounds also start `ralph run --autonomous
 //! --max-iterations 1` with a custom backend `true` in an identical copy of the
-//! repository, and print taskdaemon / ralph-orchestrator per round. With
+//! repository (the two trade places halfway, so a repository's place on disk weighs on
+//! both alike), and print taskdaemon / ralph-orchestrator per round. With
 //! `BENCH_BEFORE=/path/to/taskdaemon` (an older build), that binary's start runs in the
 //! same rounds too, and taskdaemon / it is printed per round.
 
@@ -98,7 +99,6 @@ fn main() {
     let ralph = std::env::var_os("RALPH_BIN").map(|bin| {
         let copy = tmp.path().join("repo-ralph");
         make_repo(&copy, &home, files);
-        std::fs::write(copy.join("ralph.yml"), RALPH_CONFIG).unwrap();
         (std::path::PathBuf::from(bin), copy)
     });
     // What making the repositories and the 100 iterations wrote goes to disk first: its
@@ -116,8 +116,8 @@ const RALPH_CONFIG: &str = "cli:\n  backend: custom\n  command: \"true\"\n  prom
 fn startup(repo: &Path, home: &Path, ralph: Option<&(std::path::PathBuf, std::path::PathBuf)>) {
     let starts: usize = env_or("BENCH_STARTS", 20);
     let floor_script = "git rev-parse --show-toplevel >/dev/null && git rev-parse -q --verify 'HEAD^{commit}' >/dev/null && true && true && git rev-parse -q --verify 'HEAD^{commit}' >/dev/null";
-    let env = |c: &mut Command| {
-        c.current_dir(repo)
+    let env = |c: &mut Command, dir: &Path| {
+        c.current_dir(dir)
             .env("HOME", home)
             .env("XDG_CONFIG_HOME", home.join(".config"))
             .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"))
@@ -125,7 +125,7 @@ fn startup(repo: &Path, home: &Path, ralph: Option<&(std::path::PathBuf, std::pa
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
     };
-    let run_once = |bin: &Path| {
+    let run_once = |bin: &Path, dir: &Path| {
         let mut c = Command::new(bin);
         c.args([
             "run",
@@ -137,7 +137,7 @@ fn startup(repo: &Path, home: &Path, ralph: Option<&(std::path::PathBuf, std::pa
         ])
         .args(["--completion-promise", "NEVER", "--max-stuck", "0"])
         .args(["--max-iterations", "1", "--json"]);
-        env(&mut c);
+        env(&mut c, dir);
         let t = Instant::now();
         let _ = c.status().expect("run taskdaemon");
         t.elapsed().as_secs_f64() * 1000.0
@@ -147,25 +147,43 @@ fn startup(repo: &Path, home: &Path, ralph: Option<&(std::path::PathBuf, std::pa
     let (mut before, mut vs_before) = (Vec::new(), Vec::new());
     let (mut ours, mut floor, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
     let (mut theirs, mut vs_ralph) = (Vec::new(), Vec::new());
-    for _ in 0..starts {
-        if let Some(bin) = &before_bin {
-            before.push(run_once(bin));
+    // With ralph-orchestrator the two repositories trade places halfway (a repository's
+    // place on disk alone moved an A/A ratio by ±5%): each tool starts in each for half
+    // the rounds, both from a clean `.ralph` at the start and at the trade.
+    let places: Vec<&Path> = match ralph {
+        Some((_, copy)) => vec![repo, copy.as_path()],
+        None => vec![repo],
+    };
+    for dir in &places {
+        std::fs::write(dir.join("ralph.yml"), RALPH_CONFIG).unwrap();
+    }
+    let mut half = usize::MAX;
+    for k in 0..starts {
+        if k * places.len() / starts.max(1) != half {
+            half = k * places.len() / starts.max(1);
+            for dir in &places {
+                let _ = std::fs::remove_dir_all(dir.join(".ralph"));
+            }
         }
-        let a = run_once(Path::new(env!("CARGO_BIN_EXE_taskdaemon")));
+        let (here, there) = (places[half], places[(half + 1) % places.len()]);
+        if let Some(bin) = &before_bin {
+            before.push(run_once(bin, here));
+        }
+        let a = run_once(Path::new(env!("CARGO_BIN_EXE_taskdaemon")), here);
         if let Some(b) = before.last() {
             vs_before.push(a / b);
         }
         let mut b = Command::new("bash");
         b.args(["-c", floor_script]);
-        env(&mut b);
+        env(&mut b, here);
         let t = Instant::now();
         let _ = b.status().expect("run bash");
         let f = t.elapsed().as_secs_f64() * 1000.0;
         ours.push(a);
         floor.push(f);
         ratio.push(a / f);
-        if let Some((bin, copy)) = ralph {
-            let r = ralph_once(bin, copy, home);
+        if let Some((bin, _)) = ralph {
+            let r = ralph_once(bin, there, home);
             theirs.push(r);
             vs_ralph.push(a / r);
         }
