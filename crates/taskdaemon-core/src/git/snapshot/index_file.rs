@@ -122,7 +122,8 @@ pub(super) fn none_flagged(bytes: &[u8], oid_len: usize) -> Option<bool> {
 /// valid: what `write-tree` would answer without computing anything. Found by stepping over
 /// the entries as [`none_flagged`] does, without copying their names (a save asks it of
 /// the user's index whenever that changed: after every commit of an agent). `None` also
-/// where [`parse`] would refuse the file.
+/// where [`parse`] would refuse the file, but for entries out of order: the tree is the one
+/// git recorded for the index, and the caller takes it only when it is stored.
 pub(super) fn root_tree_of(bytes: &[u8], oid_len: usize) -> Option<String> {
     match step(bytes, oid_len, |_| false)? {
         Stepped::StoppedAt => None,
