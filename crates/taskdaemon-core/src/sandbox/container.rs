@@ -105,8 +105,7 @@ mod tests {
             .nth(4)
             .unwrap()
             .trim_start_matches("--name=");
-        let rm: Vec<_> = w.after_stop.unwrap().into_iter().collect();
-        assert_eq!(rm, ["podman", "rm", "-f", name]);
+        assert_eq!(w.after_stop.unwrap(), ["podman", "rm", "-f", name]);
         assert!(!s.contains("--env PATH"), "the image's own PATH: {s}");
         assert!(s.contains("--network=none"));
         assert!(
