@@ -46,7 +46,32 @@ pub fn is_refused_link(err: &io::Error) -> bool {
 /// The work tree `path` lies in: the nearest ancestor that holds a `.git` and is not
 /// itself a symbolic link (git never checks out a `.git` entry, so a repository cannot
 /// plant one). `None` outside any work tree.
+///
+/// Remembered per directory for the process (a run checks the same few directories dozens
+/// of times). A `.git` made below that work tree later would only have narrowed it, a
+/// removed one only widened it, and each check still resolves the directories it passes
+/// through against the work tree found first.
 fn work_tree_of(path: &Path) -> Option<PathBuf> {
+    type Known = std::sync::Mutex<Vec<(PathBuf, PathBuf)>>;
+    static KNOWN: Known = std::sync::Mutex::new(Vec::new());
+    let dir = path.parent()?;
+    if let Some(root) = KNOWN.lock().ok().and_then(|k| {
+        k.iter()
+            .find(|(d, _)| d == dir)
+            .map(|(_, root)| root.clone())
+    }) {
+        return Some(root);
+    }
+    let root = find_work_tree(path)?;
+    if let Ok(mut k) = KNOWN.lock()
+        && k.len() < 64
+    {
+        k.push((dir.to_path_buf(), root.clone()));
+    }
+    Some(root)
+}
+
+fn find_work_tree(path: &Path) -> Option<PathBuf> {
     let mut cur = path.parent();
     while let Some(dir) = cur {
         let is_link = fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink());
@@ -102,19 +127,26 @@ pub fn confine(path: &Path) -> io::Result<()> {
 
 /// What an existing directory resolves to, every link followed (`realpath`): the path the
 /// kernel gives the directory it opened (`/proc/self/fd/N`), one open instead of a
-/// `readlink` per component; `fs::canonicalize` when that answer is not a plain path.
+/// `readlink` per component; `fs::canonicalize` when that answer is not a plain path (no
+/// `/proc`) or the open failed for another reason than a missing path (a file).
 fn real_path(dir: &Path) -> io::Result<PathBuf> {
     use std::os::fd::AsRawFd;
     let opened = OpenOptions::new()
         .read(true)
         .custom_flags(nix::libc::O_PATH | nix::libc::O_DIRECTORY)
         .open(dir);
-    if let Ok(f) = opened
-        && let Ok(p) = fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd()))
-        && p.is_absolute()
-        && !p.as_os_str().as_encoded_bytes().ends_with(b" (deleted)")
-    {
-        return Ok(p);
+    match opened {
+        Ok(f) => {
+            if let Ok(p) = fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd()))
+                && p.is_absolute()
+                && !p.as_os_str().as_encoded_bytes().ends_with(b" (deleted)")
+            {
+                return Ok(p);
+            }
+        }
+        // Not there (or a link to nowhere): `realpath` would only find the same.
+        Err(e) if e.raw_os_error() == Some(nix::libc::ENOENT) => return Err(e),
+        Err(_) => {}
     }
     fs::canonicalize(dir)
 }
@@ -467,6 +499,21 @@ mod tests {
         let e = append_record(&repo.join(".ralph/logs/summary.csv"), b"x", false).unwrap_err();
         assert!(is_refused_link(&e), "{e}");
         assert!(read_optional(&repo.join(".ralph/logs/summary.csv")).is_err());
+        assert!(fs::read_dir(&outside).unwrap().next().is_none());
+    }
+
+    #[test]
+    fn a_directory_swapped_for_a_link_out_after_a_write_is_refused() {
+        let (_d, repo, outside) = tree();
+        // The first write finds the work tree (remembered for the process).
+        write_atomic(&repo.join(".ralph/logs/summary.csv"), b"x").unwrap();
+        append_record(&repo.join(".ralph/logs/summary.csv"), b"y", false).unwrap();
+        fs::remove_dir_all(repo.join(".ralph/logs")).unwrap();
+        std::os::unix::fs::symlink(&outside, repo.join(".ralph/logs")).unwrap();
+        let e = append_record(&repo.join(".ralph/logs/summary.csv"), b"z", false).unwrap_err();
+        assert!(is_refused_link(&e), "{e}");
+        let e = write_atomic(&repo.join(".ralph/logs/summary.csv"), b"z").unwrap_err();
+        assert!(e.to_string().contains("outside the work tree"), "{e}");
         assert!(fs::read_dir(&outside).unwrap().next().is_none());
     }
 
