@@ -4,6 +4,7 @@
 
 use std::process::{Command, Stdio};
 
+use super::podman_init::InitSearch;
 use super::{SandboxError, SandboxKind, SandboxPlan, bwrap};
 use crate::agent::find_on_path;
 
@@ -73,6 +74,18 @@ fn check_container(kind: SandboxKind) -> Result<(), SandboxError> {
     let mut info = Command::new(name);
     info.arg("info");
     match output(info) {
+        Ok((true, _)) if kind == SandboxKind::Podman => {
+            InitSearch::here(find_on_path(name).as_deref())
+                .find()
+                .map(drop)
+                .map_err(|reason| {
+                    unavailable(
+                        kind,
+                        reason,
+                        "install it: `sudo apt-get install catatonit` (Debian/Ubuntu), `sudo dnf install catatonit` (Fedora); or name another init as `init_path` in containers.conf",
+                    )
+                })
+        }
         Ok((true, _)) => Ok(()),
         Ok((false, err)) => Err(unavailable(
             kind,

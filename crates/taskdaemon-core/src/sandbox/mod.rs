@@ -18,6 +18,7 @@ mod check;
 mod container;
 mod denied;
 mod paths;
+mod podman_init;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
