@@ -46,32 +46,7 @@ pub fn is_refused_link(err: &io::Error) -> bool {
 /// The work tree `path` lies in: the nearest ancestor that holds a `.git` and is not
 /// itself a symbolic link (git never checks out a `.git` entry, so a repository cannot
 /// plant one). `None` outside any work tree.
-///
-/// Remembered per directory for the process (a run checks the same few directories dozens
-/// of times). A `.git` made below that work tree later would only have narrowed it, a
-/// removed one only widened it, and each check still resolves the directories it passes
-/// through against the work tree found first.
 fn work_tree_of(path: &Path) -> Option<PathBuf> {
-    type Known = std::sync::Mutex<Vec<(PathBuf, PathBuf)>>;
-    static KNOWN: Known = std::sync::Mutex::new(Vec::new());
-    let dir = path.parent()?;
-    if let Some(root) = KNOWN.lock().ok().and_then(|k| {
-        k.iter()
-            .find(|(d, _)| d == dir)
-            .map(|(_, root)| root.clone())
-    }) {
-        return Some(root);
-    }
-    let root = find_work_tree(path)?;
-    if let Ok(mut k) = KNOWN.lock()
-        && k.len() < 64
-    {
-        k.push((dir.to_path_buf(), root.clone()));
-    }
-    Some(root)
-}
-
-fn find_work_tree(path: &Path) -> Option<PathBuf> {
     let mut cur = path.parent();
     while let Some(dir) = cur {
         let is_link = fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink());
@@ -128,7 +103,8 @@ pub fn confine(path: &Path) -> io::Result<()> {
 /// What an existing directory resolves to, every link followed (`realpath`): the path the
 /// kernel gives the directory it opened (`/proc/self/fd/N`), one open instead of a
 /// `readlink` per component; `fs::canonicalize` when that answer is not a plain path (no
-/// `/proc`) or the open failed for another reason than a missing path (a file).
+/// `/proc`) or the open failed for another reason than a missing path (`ENOTDIR`: a file,
+/// which `realpath` resolves).
 fn real_path(dir: &Path) -> io::Result<PathBuf> {
     use std::os::fd::AsRawFd;
     let opened = OpenOptions::new()
@@ -515,6 +491,22 @@ mod tests {
         let e = write_atomic(&repo.join(".ralph/logs/summary.csv"), b"z").unwrap_err();
         assert!(e.to_string().contains("outside the work tree"), "{e}");
         assert!(fs::read_dir(&outside).unwrap().next().is_none());
+    }
+
+    #[test]
+    fn a_work_tree_made_inside_another_after_a_write_bounds_the_next_one() {
+        // A linked worktree inside the main checkout (`.taskdaemon/worktrees/<id>`):
+        // written to before its `.git` exists, then made a work tree of its own.
+        let (_d, repo, _outside) = tree();
+        let wt = repo.join("wt");
+        write_atomic(&wt.join(".ralph/logs/x"), b"x").unwrap();
+        fs::create_dir_all(wt.join(".git")).unwrap();
+        fs::create_dir_all(repo.join("other")).unwrap();
+        fs::remove_dir_all(wt.join(".ralph/logs")).unwrap();
+        std::os::unix::fs::symlink(repo.join("other"), wt.join(".ralph/logs")).unwrap();
+        let e = write_atomic(&wt.join(".ralph/logs/x"), b"y").unwrap_err();
+        assert!(e.to_string().contains("outside the work tree"), "{e}");
+        assert!(fs::read_dir(repo.join("other")).unwrap().next().is_none());
     }
 
     #[test]

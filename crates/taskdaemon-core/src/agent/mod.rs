@@ -17,7 +17,7 @@ pub mod tracked;
 
 pub use failure::{AgentResult, Evidence, FailureClass, UsageWindow, classify};
 pub use parse::{Activity, OutputFormat, OutputParser, ParsedOutput};
-pub use presets::{Preset, find_on_path, first_installed};
+pub use presets::{Preset, find_on_path, first_installed, is_executable};
 pub(crate) use runner::die_with;
 pub use runner::{
     ExitStatus, LineSplitter, ProcessResult, ProcessSpec, Stream, become_subreaper, run_process,

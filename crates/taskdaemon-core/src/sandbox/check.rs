@@ -74,18 +74,6 @@ fn check_container(kind: SandboxKind) -> Result<(), SandboxError> {
     let mut info = Command::new(name);
     info.arg("info");
     match output(info) {
-        Ok((true, _)) if kind == SandboxKind::Podman => {
-            InitSearch::here(find_on_path(name).as_deref())
-                .find()
-                .map(drop)
-                .map_err(|reason| {
-                    unavailable(
-                        kind,
-                        reason,
-                        "install it: `sudo apt-get install catatonit` (Debian/Ubuntu), `sudo dnf install catatonit` (Fedora); or name another init as `init_path` in containers.conf",
-                    )
-                })
-        }
         Ok((true, _)) => Ok(()),
         Ok((false, err)) => Err(unavailable(
             kind,
@@ -123,12 +111,26 @@ fn output(mut cmd: Command) -> std::io::Result<(bool, String)> {
     ))
 }
 
-/// For `doctor`: whether each sandbox kind can be used here, in one line each.
-pub fn describe() -> Vec<(SandboxKind, Result<(), String>)> {
+/// For `doctor`: whether each sandbox kind can be used here, in one line each, with a
+/// warning where it answers but likely cannot start a container (podman without an init
+/// for `--init`).
+pub fn describe() -> Vec<(SandboxKind, Result<Option<String>, String>)> {
     let plan = SandboxPlan::default();
     [SandboxKind::Bwrap, SandboxKind::Docker, SandboxKind::Podman]
         .into_iter()
-        .map(|k| (k, check_kind(k, &plan).map_err(|e| e.to_string())))
+        .map(|k| {
+            let found = check_kind(k, &plan).map_err(|e| e.to_string());
+            let warning = |()| {
+                (k == SandboxKind::Podman)
+                    .then(|| {
+                        InitSearch::here(find_on_path(k.name()).as_deref())
+                            .find()
+                            .err()
+                    })
+                    .flatten()
+            };
+            (k, found.map(warning))
+        })
         .collect()
 }
 

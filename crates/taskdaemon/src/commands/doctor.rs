@@ -169,7 +169,8 @@ fn sandbox(merged: &Settings, problems: &mut Vec<String>) -> Value {
     let mut available = serde_json::Map::new();
     for (kind, found) in sandbox::describe() {
         let text = match &found {
-            Ok(()) => "available".to_string(),
+            Ok(None) => "available".to_string(),
+            Ok(Some(warning)) => format!("available; warning: {warning}"),
             Err(e) => format!("unavailable: {}", e.lines().next().unwrap_or_default()),
         };
         if let (Err(e), true) = (&found, kinds.contains(&Some(kind))) {
