@@ -170,7 +170,7 @@ fn ensure_parent(dir: &Path) -> io::Result<()> {
 /// a torn mix, and after a crash the new contents are on disk once this returned. An
 /// existing file keeps its mode; a new one gets `0666 & !umask`.
 pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
-    replace(path, contents, true).map(drop)
+    replace(path, contents, Some(PendingSyncs::default())).map(drop)
 }
 
 /// [`write_atomic`] without the syncs: a reader, and a process killed at any moment, see
@@ -179,7 +179,7 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> io::Result<()> {
 /// process trees: after a reboot none of those processes exists), or that nothing is
 /// decided on after such a crash (a run's start record, an iteration's prompt copy).
 pub fn write_atomic_volatile(path: &Path, contents: &[u8]) -> io::Result<()> {
-    replace(path, contents, false).map(drop)
+    replace(path, contents, None).map(drop)
 }
 
 /// [`write_atomic`] in two steps, for a writer with other work to do while the disk
@@ -189,7 +189,7 @@ pub fn write_atomic_volatile(path: &Path, contents: &[u8]) -> io::Result<()> {
 /// or the new name with its contents missing: only for a file whose reader takes
 /// contents it cannot read as no file.
 pub fn write_atomic_sync_later(path: &Path, contents: &[u8]) -> io::Result<Unsynced> {
-    replace(path, contents, false)
+    replace(path, contents, None)
 }
 
 /// A file [`write_atomic_sync_later`] has put in place, not yet on disk.
@@ -212,7 +212,58 @@ impl Unsynced {
     }
 }
 
-fn replace(path: &Path, contents: &[u8], durable: bool) -> io::Result<Unsynced> {
+/// Data written to files (appended records, a log) whose sync a later durable write waits
+/// for: [`write_atomic_after`] syncs them together with its own contents, so one wait for
+/// the disk serves all of them, and makes its file visible only after.
+#[derive(Debug, Default)]
+pub struct PendingSyncs(Vec<File>);
+
+impl PendingSyncs {
+    pub fn push(&mut self, f: File) {
+        self.0.push(f);
+    }
+
+    /// How many files wait for their sync.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Sync each one's data and `also` (all of it), each on its own thread: the disk
+    /// sees the flushes at once. The first error, after all have ended.
+    fn sync_with(self, also: &File) -> io::Result<()> {
+        if self.0.is_empty() {
+            return also.sync_all();
+        }
+        std::thread::scope(|s| {
+            let others: Vec<_> = self.0.iter().map(|f| s.spawn(|| f.sync_data())).collect();
+            let mine = also.sync_all();
+            let theirs: Vec<io::Result<()>> = others
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(io::Error::other("sync panicked")))
+                })
+                .collect();
+            theirs.into_iter().chain([mine]).collect()
+        })
+    }
+}
+
+/// [`write_atomic`] once `pending` is on disk: their data and the new contents are synced
+/// at the same time, then the new file takes its name and the directory is synced. So after
+/// a crash of the machine `path` is the old file, or the new one with every pending file's
+/// data there before it.
+pub fn write_atomic_after(path: &Path, contents: &[u8], pending: PendingSyncs) -> io::Result<()> {
+    replace(path, contents, Some(pending)).map(drop)
+}
+
+/// `durable`: sync the contents (with these pending files) before the rename, and the
+/// directory after it; `None` syncs nothing.
+fn replace(path: &Path, contents: &[u8], durable: Option<PendingSyncs>) -> io::Result<Unsynced> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -232,9 +283,13 @@ fn replace(path: &Path, contents: &[u8], durable: bool) -> io::Result<Unsynced> 
             .set_permissions(fs::Permissions::from_mode(mode))?;
     }
     tmp.write_all(contents)?;
-    if durable {
-        tmp.as_file().sync_all()?;
-    }
+    let durable = match durable {
+        Some(pending) => {
+            pending.sync_with(tmp.as_file())?;
+            true
+        }
+        None => false,
+    };
     let file = tmp.persist(path).map_err(|e| e.error)?;
     // Make the rename itself durable.
     if durable && let Ok(d) = File::open(dir) {
@@ -305,6 +360,18 @@ pub fn append_record(path: &Path, record: &[u8], sync: bool) -> io::Result<()> {
     if sync {
         f.sync_data()?;
     }
+    Ok(())
+}
+
+/// [`append_record`] whose sync waits for a later [`write_atomic_after`] with `pending`.
+pub fn append_record_deferred(
+    path: &Path,
+    record: &[u8],
+    pending: &mut PendingSyncs,
+) -> io::Result<()> {
+    let mut f = open_append(path)?;
+    f.write_all(record)?;
+    pending.push(f);
     Ok(())
 }
 
@@ -399,6 +466,45 @@ mod tests {
         assert_eq!(fs::read_to_string(&p).unwrap(), "two");
         let names: Vec<_> = fs::read_dir(p.parent().unwrap()).unwrap().collect();
         assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn a_write_after_pending_appends_keeps_them_and_replaces_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (csv, log, state) = (
+            dir.path().join("logs/summary.csv"),
+            dir.path().join("logs/iteration-001.log"),
+            dir.path().join("run.json"),
+        );
+        write_atomic(&state, b"{\"n\":0}").unwrap();
+        let mut pending = PendingSyncs::default();
+        append_record_deferred(&csv, b"1,a\n", &mut pending).unwrap();
+        append_record_deferred(&log, b"iteration 1\n", &mut pending).unwrap();
+        append_record_deferred(&csv, b"2,b\n", &mut pending).unwrap();
+        assert_eq!(pending.0.len(), 3);
+        write_atomic_after(&state, b"{\"n\":2}", pending).unwrap();
+        assert_eq!(fs::read_to_string(&csv).unwrap(), "1,a\n2,b\n");
+        assert_eq!(fs::read_to_string(&log).unwrap(), "iteration 1\n");
+        assert_eq!(fs::read_to_string(&state).unwrap(), "{\"n\":2}");
+        // Nothing pending: a plain durable write; no temp file left either way.
+        write_atomic_after(&state, b"{}", PendingSyncs::default()).unwrap();
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        // Refused like every write: never through a link out of the work tree.
+        fs::create_dir_all(dir.path().join(".git")).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("out")).unwrap();
+        let e = write_atomic_after(
+            &dir.path().join("out/run.json"),
+            b"x",
+            PendingSyncs::default(),
+        )
+        .unwrap_err();
+        assert!(is_refused_link(&e), "{e}");
     }
 
     fn umask() -> u32 {

@@ -35,7 +35,7 @@ use crate::guards;
 use crate::lifecycle::stall;
 use crate::loops::{PromptTemplate, TemplateError};
 use crate::signals::{self, Signal};
-use crate::telemetry::{IterationLog, RunSummary, SummaryRow, count_stories, write_row};
+use crate::telemetry::{IterationLog, RunSummary, SummaryRow, count_stories, write_row_deferred};
 use crate::workspace::{StoppedLoop, Workspace, WorkspaceError};
 
 #[derive(Debug, thiserror::Error)]
@@ -144,6 +144,8 @@ pub async fn run_loop(
     }
     st.save_start(ws)?;
     let mut refused = preflight(&cfg, ctx);
+    // The last iteration's log and CSV row: synced with the state's next save.
+    let mut pending = crate::fsutil::PendingSyncs::default();
 
     let outcome = loop {
         if let Some(o) = refused.take() {
@@ -167,7 +169,16 @@ pub async fn run_loop(
         // An iteration that ends the run, or leaves it at a limit, is saved once, below,
         // with the outcome: nothing happens between the two saves that a crash could split.
         if let Some(o) = iteration(
-            &mut st, &cfg, n, remaining, &template, ws, &git, ctx, cancel,
+            &mut st,
+            &cfg,
+            n,
+            remaining,
+            &template,
+            ws,
+            &git,
+            ctx,
+            cancel,
+            &mut pending,
         )
         .await?
         {
@@ -178,13 +189,13 @@ pub async fn run_loop(
             break o;
         }
         st.elapsed_ms = elapsed.as_millis() as u64;
-        st.save(ws)?;
+        st.save_after(ws, std::mem::take(&mut pending))?;
     };
 
     st.elapsed_ms = (earlier + session.elapsed()).as_millis() as u64;
     st.outcome = Some(outcome.clone());
     st.updated_at = clock::now_rfc3339();
-    st.save(ws)?;
+    st.save_after(ws, pending)?;
     let summary = summarize(&st, &outcome, ws);
     ctx.events.emit(EngineEvent::RunFinished {
         summary: summary.clone(),
@@ -223,6 +234,7 @@ async fn iteration(
     git: &Git,
     ctx: &EngineContext,
     cancel: &CancellationToken,
+    pending: &mut crate::fsutil::PendingSyncs,
 ) -> Result<Option<Outcome>, EngineError> {
     let started = Instant::now();
     let started_at = clock::now_rfc3339();
@@ -307,7 +319,9 @@ async fn iteration(
     let short = commit.as_deref().map(|c| c[..c.len().min(12)].to_string());
     record_progress(st, n, started, &ran, &d, short.as_deref());
     let duration = started.elapsed();
-    record_row(st, cfg, n, duration, started_at, &ran, &d, &short, ws)?;
+    record_row(
+        st, cfg, n, duration, started_at, &ran, &d, &short, ws, pending,
+    )?;
     finish_iteration(
         st,
         cfg,
@@ -319,6 +333,7 @@ async fn iteration(
         short,
         log,
         &log_path,
+        pending,
         ctx,
     )
 }
@@ -1088,6 +1103,7 @@ fn record_row(
     d: &decide::Decision,
     short: &Option<String>,
     ws: &Workspace,
+    pending: &mut crate::fsutil::PendingSyncs,
 ) -> Result<(), EngineError> {
     let parsed = &ran.parsed;
     let (stories_complete, stories_total) = count_stories(&cfg.workdir).unwrap_or((0, 0));
@@ -1111,7 +1127,8 @@ fn record_row(
     };
     st.failures.waited_ms = 0;
     let csv = ws.summary_csv();
-    write_row(&csv, &row).map_err(io_err(format!("writing to {}", csv.display())))?;
+    write_row_deferred(&csv, &row, pending)
+        .map_err(io_err(format!("writing to {}", csv.display())))?;
     Ok(())
 }
 
@@ -1129,6 +1146,7 @@ fn finish_iteration(
     short: Option<String>,
     mut log: IterationLog,
     log_path: &std::path::Path,
+    pending: &mut crate::fsutil::PendingSyncs,
     ctx: &EngineContext,
 ) -> Result<Option<Outcome>, EngineError> {
     let decide::Decision {
@@ -1152,7 +1170,7 @@ fn finish_iteration(
             .map(|o| format!(" → loop ends: {}", o.label()))
             .unwrap_or_default()
     ));
-    log.finish()
+    log.finish_deferred(pending)
         .map_err(io_err(format!("writing {}", log_path.display())))?;
 
     let overhead = duration.saturating_sub(ran.agent.duration + validation_time);

@@ -459,6 +459,19 @@ impl RunState {
         self.write(ws, write_atomic)
     }
 
+    /// [`RunState::save`] once `pending` (the iteration's log and CSV row) is on disk: all
+    /// synced at once, the state's new file named last.
+    pub fn save_after(
+        &self,
+        ws: &Workspace,
+        pending: crate::fsutil::PendingSyncs,
+    ) -> Result<(), StateError> {
+        let path = ws.run_state();
+        let json = self.json(&path)?;
+        crate::fsutil::write_atomic_after(&path, &json, pending)
+            .map_err(|source| StateError::Write { path, source })
+    }
+
     /// Save the state a run starts from without the syncs. A process killed at any moment
     /// leaves it whole (`run --resume` goes on from it); a crash of the machine before the
     /// first iteration's end may leave the record before it, and this run then has done
@@ -473,11 +486,15 @@ impl RunState {
         how: fn(&std::path::Path, &[u8]) -> std::io::Result<()>,
     ) -> Result<(), StateError> {
         let path = ws.run_state();
-        let json = serde_json::to_vec_pretty(self).map_err(|e| StateError::Write {
-            path: path.clone(),
-            source: std::io::Error::other(e),
-        })?;
+        let json = self.json(&path)?;
         how(&path, &json).map_err(|source| StateError::Write { path, source })
+    }
+
+    fn json(&self, path: &std::path::Path) -> Result<Vec<u8>, StateError> {
+        serde_json::to_vec_pretty(self).map_err(|e| StateError::Write {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(e),
+        })
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::fsutil::{append_record, write_atomic};
+use crate::fsutil::{PendingSyncs, append_record, append_record_deferred, write_atomic};
 
 pub const CSV_COLUMNS: &[&str] = &[
     "iteration",
@@ -61,6 +61,26 @@ const TAIL: u64 = 16 * 1024;
 
 /// Write `row`: replace the row of the same (run id, iteration), else append.
 pub fn write_row(path: &Path, row: &SummaryRow) -> std::io::Result<()> {
+    write_row_with(path, row, |bytes| append_record(path, bytes, true))
+}
+
+/// [`write_row`] whose appended row is synced with the next `write_atomic_after` of
+/// `pending` (a replaced row is written and synced at once).
+pub fn write_row_deferred(
+    path: &Path,
+    row: &SummaryRow,
+    pending: &mut PendingSyncs,
+) -> std::io::Result<()> {
+    write_row_with(path, row, |bytes| {
+        append_record_deferred(path, bytes, pending)
+    })
+}
+
+fn write_row_with(
+    path: &Path,
+    row: &SummaryRow,
+    append: impl FnOnce(&[u8]) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let (window, offset) = match read_window(path) {
         Ok(w) => w,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Vec::new(), 0),
@@ -93,7 +113,7 @@ pub fn write_row(path: &Path, row: &SummaryRow) -> std::io::Result<()> {
             out.extend_from_slice(&existing[end..]);
             write_atomic(path, &out)
         }
-        None => append_record(path, &bytes, true),
+        None => append(&bytes),
     }
 }
 
@@ -250,9 +270,15 @@ mod tests {
                 .all(|l| l.contains(",before,continue,"))
         );
 
-        write_row(&p, &row("old", 1, Continue)).unwrap();
+        // Deferred: an appended row waits for the state's save; a replaced one is written
+        // and synced at once.
+        let mut pending = PendingSyncs::default();
+        write_row_deferred(&p, &row("old", 1, Continue), &mut pending).unwrap();
         write_row(&p, &row("r", 1, Continue)).unwrap();
-        write_row(&p, &row("r", 2, Interrupted)).unwrap();
+        write_row_deferred(&p, &row("r", 2, Interrupted), &mut pending).unwrap();
+        assert_eq!(pending.len(), 2);
+        write_row_deferred(&p, &row("r", 2, Interrupted), &mut pending).unwrap();
+        assert_eq!(pending.len(), 2);
         write_row(&p, &row("r", 2, Continue)).unwrap();
         write_row(&p, &row("r", 1, Rejected)).unwrap();
         write_row(&p, &row("r", 3, Complete)).unwrap();

@@ -17,6 +17,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::agent::Stream;
+use crate::fsutil::PendingSyncs;
 
 /// The default cap of one iteration's log (`max-log-size`).
 pub const DEFAULT_LOG_CAP: u64 = 50 * 1024 * 1024;
@@ -211,10 +212,23 @@ impl IterationLog {
     /// deleted or replaced the log (`rm -rf .ralph/logs`) took only its name: the open file
     /// still holds the iteration, and it is written back under that name, as is every file
     /// [`IterationLog::keep`] was given.
-    pub fn finish(mut self) -> std::io::Result<()> {
+    pub fn finish(self) -> std::io::Result<()> {
+        self.finish_with(None)
+    }
+
+    /// [`IterationLog::finish`] whose sync waits for the next
+    /// [`crate::fsutil::write_atomic_after`] of `pending` (the run state's save).
+    pub fn finish_deferred(self, pending: &mut PendingSyncs) -> std::io::Result<()> {
+        self.finish_with(Some(pending))
+    }
+
+    fn finish_with(mut self, pending: Option<&mut PendingSyncs>) -> std::io::Result<()> {
         self.flush_tail();
         self.out.flush()?;
-        self.out.get_ref().sync_data()?;
+        match pending {
+            Some(p) => p.push(self.out.get_ref().try_clone()?),
+            None => self.out.get_ref().sync_data()?,
+        }
         self.put_back_if_gone()?;
         for (path, contents) in &self.kept {
             if std::fs::symlink_metadata(path).is_err() {
@@ -330,6 +344,23 @@ mod tests {
         assert!(
             validation.len() as u64 > cap / 8,
             "the validation got its share"
+        );
+    }
+
+    #[test]
+    fn a_deferred_finish_writes_everything_and_leaves_the_sync_pending() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("iteration-001.log");
+        let mut log = IterationLog::create(&p, 64 * 1024).unwrap();
+        log.output(Stream::Stdout, b"agent says hi");
+        log.note("iteration 1 ended");
+        let mut pending = PendingSyncs::default();
+        log.finish_deferred(&mut pending).unwrap();
+        assert_eq!(pending.len(), 1);
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            text.contains("agent says hi") && text.contains("iteration 1 ended"),
+            "{text}"
         );
     }
 

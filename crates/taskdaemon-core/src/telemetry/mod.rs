@@ -7,6 +7,6 @@ mod iteration_log;
 mod summary;
 
 pub use archive::{ArchiveError, ArchiveReport, archive};
-pub use csv_row::{CSV_COLUMNS, SummaryRow, write_row};
+pub use csv_row::{CSV_COLUMNS, SummaryRow, write_row, write_row_deferred};
 pub use iteration_log::{DEFAULT_LOG_CAP, IterationLog, MIN_LOG_CAP, parse_size};
 pub use summary::{RunSummary, count_stories};
