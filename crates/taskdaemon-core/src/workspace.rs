@@ -64,22 +64,26 @@ impl Workspace {
         self.root.join("logs")
     }
     /// Move the `iteration-*` files of an earlier run into `logs/<name>/`, so the next run's
-    /// logs start fresh and nothing is overwritten. Whether any moved.
+    /// logs start fresh and nothing is overwritten, and with them its `run.json` (its last
+    /// state stays beside its logs, and the new run's first record takes a free name
+    /// instead of replacing a file). Whether any log moved.
     pub fn set_aside_logs(&self, name: &str) -> std::io::Result<bool> {
         let logs = self.logs_dir();
-        crate::fsutil::confine(&logs.join(name))?;
-        let Ok(entries) = std::fs::read_dir(&logs) else {
-            return Ok(false);
-        };
         let dest = logs.join(name);
+        crate::fsutil::confine(&dest.join("run.json"))?;
         let mut moved = false;
-        for e in entries.flatten() {
+        for e in std::fs::read_dir(&logs).into_iter().flatten().flatten() {
             let file = e.file_name();
             if file.to_string_lossy().starts_with("iteration-") {
-                std::fs::create_dir_all(&dest)?;
+                crate::fsutil::create_dir_confined(&dest)?;
                 std::fs::rename(e.path(), dest.join(&file))?;
                 moved = true;
             }
+        }
+        let state = self.run_state();
+        if std::fs::symlink_metadata(&state).is_ok_and(|m| m.is_file()) {
+            crate::fsutil::create_dir_confined(&dest)?;
+            std::fs::rename(&state, dest.join("run.json"))?;
         }
         Ok(moved)
     }
@@ -435,6 +439,38 @@ impl DecideFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_earlier_runs_logs_and_state_are_set_aside_together() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join(".git")).unwrap();
+        let ws = Workspace::new(d.path());
+        std::fs::create_dir_all(ws.logs_dir()).unwrap();
+        std::fs::write(ws.iteration_log(1), "log 1").unwrap();
+        std::fs::write(ws.prompt_file(1), "prompt 1").unwrap();
+        std::fs::write(ws.summary_csv(), "rows").unwrap();
+        std::fs::write(ws.run_state(), "{}").unwrap();
+        assert!(ws.set_aside_logs("r1").unwrap());
+        let dest = ws.logs_dir().join("r1");
+        assert_eq!(
+            std::fs::read_to_string(dest.join("iteration-001.log")).unwrap(),
+            "log 1"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dest.join("run.json")).unwrap(),
+            "{}"
+        );
+        assert!(!ws.run_state().exists() && !ws.iteration_log(1).exists());
+        // What all runs share stays.
+        assert_eq!(std::fs::read_to_string(ws.summary_csv()).unwrap(), "rows");
+        // Nothing left to move: nothing moves, nothing is made.
+        assert!(!ws.set_aside_logs("r2").unwrap());
+        assert!(!ws.logs_dir().join("r2").exists());
+        // A state but no logs (a run that never reached its first iteration): kept too.
+        std::fs::write(ws.run_state(), "{\"n\":1}").unwrap();
+        assert!(!ws.set_aside_logs("r3").unwrap());
+        assert!(ws.logs_dir().join("r3/run.json").exists());
+    }
 
     #[test]
     fn each_loop_is_told_its_own_continue_command() {
