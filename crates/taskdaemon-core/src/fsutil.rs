@@ -196,7 +196,8 @@ pub fn write_atomic_sync_later(path: &Path, contents: &[u8]) -> io::Result<Unsyn
 #[derive(Debug)]
 pub struct Unsynced {
     file: File,
-    dir: PathBuf,
+    /// The directory whose entry changed (`None`: written in place, the name stayed).
+    dir: Option<PathBuf>,
 }
 
 impl Unsynced {
@@ -204,12 +205,43 @@ impl Unsynced {
     /// is done as [`write_atomic`] does it: where the file system refuses it (some answer
     /// `EINVAL` to a directory), the contents are still synced.
     pub fn sync(self) -> io::Result<()> {
+        let Some(dir) = self.dir else {
+            return self.file.sync_data();
+        };
         self.file.sync_all()?;
-        if let Ok(d) = File::open(&self.dir) {
+        if let Ok(d) = File::open(&dir) {
             let _ = d.sync_all();
         }
         Ok(())
     }
+}
+
+/// A short record (a counter) written over an existing file of at most its length, in one
+/// `pwrite` at its start, so no file is made and none freed; `None` when there is no such
+/// file (missing, longer, not a regular file) and the caller writes it atomically instead.
+/// For a file read only under the lock its writer holds, whose reader refuses what it
+/// cannot parse: a crash of the machine before [`Unsynced::sync`] may leave the old record.
+pub fn overwrite_short_sync_later(path: &Path, contents: &[u8]) -> io::Result<Option<Unsynced>> {
+    use std::os::unix::fs::FileExt;
+    if contents.len() > 512 {
+        return Ok(None);
+    }
+    confine(path)?;
+    let f = match OpenOptions::new()
+        .write(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(nofollow_error(path, e)),
+    };
+    let m = f.metadata()?;
+    if !m.is_file() || m.len() > contents.len() as u64 {
+        return Ok(None);
+    }
+    f.write_all_at(contents, 0)?;
+    Ok(Some(Unsynced { file: f, dir: None }))
 }
 
 /// Data written to files (appended records, a log) whose sync a later durable write waits
@@ -297,7 +329,7 @@ fn replace(path: &Path, contents: &[u8], durable: Option<PendingSyncs>) -> io::R
     }
     Ok(Unsynced {
         file,
-        dir: dir.to_path_buf(),
+        dir: Some(dir.to_path_buf()),
     })
 }
 
@@ -505,6 +537,35 @@ mod tests {
         )
         .unwrap_err();
         assert!(is_refused_link(&e), "{e}");
+    }
+
+    #[test]
+    fn a_short_record_is_written_in_place_only_over_a_file_no_longer() {
+        use std::os::unix::fs::MetadataExt;
+        let (_d, repo, outside) = tree();
+        let p = repo.join(".git/taskdaemon/snapshot.seq");
+        // Missing: the caller writes it atomically.
+        assert!(overwrite_short_sync_later(&p, b"1\n").unwrap().is_none());
+        write_atomic(&p, b"9\n").unwrap();
+        let ino = fs::metadata(&p).unwrap().ino();
+        overwrite_short_sync_later(&p, b"10\n")
+            .unwrap()
+            .unwrap()
+            .sync()
+            .unwrap();
+        assert_eq!(fs::read_to_string(&p).unwrap(), "10\n");
+        assert_eq!(fs::metadata(&p).unwrap().ino(), ino, "the same file");
+        // Shorter than the file: not in place (it would leave the old tail).
+        assert!(overwrite_short_sync_later(&p, b"7\n").unwrap().is_none());
+        assert_eq!(fs::read_to_string(&p).unwrap(), "10\n");
+        // A link is refused, and what it points at untouched.
+        let target = outside.join("seq");
+        fs::write(&target, "1\n").unwrap();
+        fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink(&target, &p).unwrap();
+        let e = overwrite_short_sync_later(&p, b"11\n").unwrap_err();
+        assert!(is_refused_link(&e), "{e}");
+        assert_eq!(fs::read_to_string(&target).unwrap(), "1\n");
     }
 
     fn umask() -> u32 {

@@ -5,7 +5,9 @@
 //! listed every tag before: 14 → 24 ms per save from 20 to 1,020 tags), and two work trees
 //! saving at once never take the same number (two listings could).
 //!
-//! The file is replaced, and on disk before the tag that takes the number is made (it is
+//! The file is written over in place (a number only grows, so the new one covers the old;
+//! one `pwrite`, no file made and freed at each save), or replaced when it is missing or
+//! longer, and on disk before the tag that takes the number is made (it is
 //! synced while the work tree is captured, for a plain save, or while the snapshot's
 //! commit is written), so no tag outlives a crash with a number the file has not reached.
 //! A plain save takes its number before its capture and releases the lock meanwhile, so
@@ -71,8 +73,16 @@ impl Snapshots {
             None => self.tags()?.0.iter().map(|s| s.seq).max().unwrap_or(0),
         };
         let next = last.max(at_least).saturating_add(1);
-        let file = crate::fsutil::write_atomic_sync_later(&path, format!("{next}\n").as_bytes())
-            .map_err(io(&path))?;
+        let text = format!("{next}\n");
+        // Written in place while it is no longer than the new number (numbers only grow):
+        // no file made and freed at each save.
+        let file = match crate::fsutil::overwrite_short_sync_later(&path, text.as_bytes()) {
+            Ok(Some(f)) => f,
+            Ok(None) => {
+                crate::fsutil::write_atomic_sync_later(&path, text.as_bytes()).map_err(io(&path))?
+            }
+            Err(e) => return Err(io(&path)(e)),
+        };
         Ok((next, SeqUnsynced { file, path }))
     }
 
