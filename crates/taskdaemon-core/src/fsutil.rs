@@ -16,7 +16,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// The error for a path the harness refuses to follow; names the path and what to do.
@@ -220,7 +220,8 @@ impl Unsynced {
 /// `pwrite` at its start, so no file is made and none freed; `None` when there is no such
 /// file (missing, longer, not a regular file) and the caller writes it atomically instead.
 /// For a file read only under the lock its writer holds, whose reader refuses what it
-/// cannot parse: a crash of the machine before [`Unsynced::sync`] may leave the old record.
+/// cannot parse: a crash of the machine before [`Unsynced::sync`] may leave the old record
+/// or an unreadable one (one sector's write is taken to be whole or not at all).
 pub fn overwrite_short_sync_later(path: &Path, contents: &[u8]) -> io::Result<Option<Unsynced>> {
     use std::os::unix::fs::FileExt;
     if contents.len() > 512 {
@@ -233,26 +234,44 @@ pub fn overwrite_short_sync_later(path: &Path, contents: &[u8]) -> io::Result<Op
         .open(path)
     {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(nofollow_error(path, e)),
+        // A link is refused as every write refuses it; anything else (missing, not
+        // writable by us) is left to the atomic replace.
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+            return Err(nofollow_error(path, e));
+        }
+        Err(_) => return Ok(None),
     };
     let m = f.metadata()?;
-    if !m.is_file() || m.len() > contents.len() as u64 {
+    // A second name (a hard link) would see the write too: replace instead.
+    if !m.is_file() || m.nlink() != 1 || m.len() > contents.len() as u64 {
         return Ok(None);
     }
     f.write_all_at(contents, 0)?;
     Ok(Some(Unsynced { file: f, dir: None }))
 }
 
+/// `e`, saying which file it was about.
+fn named(path: &Path, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("syncing {}: {e}", path.display()))
+}
+
 /// Data written to files (appended records, a log) whose sync a later durable write waits
 /// for: [`write_atomic_after`] syncs them together with its own contents, so one wait for
 /// the disk serves all of them, and makes its file visible only after.
 #[derive(Debug, Default)]
-pub struct PendingSyncs(Vec<File>);
+pub struct PendingSyncs(Vec<(PathBuf, File)>);
 
 impl PendingSyncs {
-    pub fn push(&mut self, f: File) {
-        self.0.push(f);
+    /// `f`, open on `path` (named in an error of its sync).
+    pub fn push(&mut self, path: &Path, f: File) {
+        self.0.push((path.to_path_buf(), f));
+    }
+
+    /// Sync each one now (a run that ends on an error between its writes and its save).
+    pub fn sync_now(self) -> io::Result<()> {
+        self.0
+            .iter()
+            .try_for_each(|(p, f)| f.sync_data().map_err(|e| named(p, e)))
     }
 
     /// How many files wait for their sync.
@@ -271,13 +290,26 @@ impl PendingSyncs {
             return also.sync_all();
         }
         std::thread::scope(|s| {
-            let others: Vec<_> = self.0.iter().map(|f| s.spawn(|| f.sync_data())).collect();
+            // A thread that cannot be made (a process limit reached): that file is synced
+            // here instead.
+            let others: Vec<_> = self
+                .0
+                .iter()
+                .map(|(p, f)| {
+                    let sync = move || f.sync_data().map_err(|e| named(p, e));
+                    std::thread::Builder::new()
+                        .spawn_scoped(s, sync)
+                        .map_err(|_| sync())
+                })
+                .collect();
             let mine = also.sync_all();
             let theirs: Vec<io::Result<()>> = others
                 .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(io::Error::other("sync panicked")))
+                .map(|h| match h {
+                    Ok(h) => h
+                        .join()
+                        .unwrap_or_else(|_| Err(io::Error::other("a sync thread panicked"))),
+                    Err(done) => done,
                 })
                 .collect();
             theirs.into_iter().chain([mine]).collect()
@@ -403,7 +435,7 @@ pub fn append_record_deferred(
 ) -> io::Result<()> {
     let mut f = open_append(path)?;
     f.write_all(record)?;
-    pending.push(f);
+    pending.push(path, f);
     Ok(())
 }
 
@@ -513,7 +545,7 @@ mod tests {
         append_record_deferred(&csv, b"1,a\n", &mut pending).unwrap();
         append_record_deferred(&log, b"iteration 1\n", &mut pending).unwrap();
         append_record_deferred(&csv, b"2,b\n", &mut pending).unwrap();
-        assert_eq!(pending.0.len(), 3);
+        assert_eq!(pending.len(), 3);
         write_atomic_after(&state, b"{\"n\":2}", pending).unwrap();
         assert_eq!(fs::read_to_string(&csv).unwrap(), "1,a\n2,b\n");
         assert_eq!(fs::read_to_string(&log).unwrap(), "iteration 1\n");
@@ -541,7 +573,6 @@ mod tests {
 
     #[test]
     fn a_short_record_is_written_in_place_only_over_a_file_no_longer() {
-        use std::os::unix::fs::MetadataExt;
         let (_d, repo, outside) = tree();
         let p = repo.join(".git/taskdaemon/snapshot.seq");
         // Missing: the caller writes it atomically.

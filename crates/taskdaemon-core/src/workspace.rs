@@ -64,15 +64,18 @@ impl Workspace {
         self.root.join("logs")
     }
     /// Move the `iteration-*` files of an earlier run into `logs/<name>/`, so the next run's
-    /// logs start fresh and nothing is overwritten, and with them its `run.json` (its last
-    /// state stays beside its logs, and the new run's first record takes a free name
-    /// instead of replacing a file). Whether any log moved.
+    /// logs start fresh and nothing is overwritten. Whether any moved. `name` is an earlier
+    /// run's id, read from a file in the repository: one that is not a plain name
+    /// ([`is_plain_name`]) is refused.
     pub fn set_aside_logs(&self, name: &str) -> std::io::Result<bool> {
-        let logs = self.logs_dir();
-        let dest = logs.join(name);
+        let dest = self.set_aside_dir(name)?;
         crate::fsutil::confine(&dest.join("run.json"))?;
         let mut moved = false;
-        for e in std::fs::read_dir(&logs).into_iter().flatten().flatten() {
+        for e in std::fs::read_dir(self.logs_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             let file = e.file_name();
             if file.to_string_lossy().starts_with("iteration-") {
                 crate::fsutil::create_dir_confined(&dest)?;
@@ -80,12 +83,27 @@ impl Workspace {
                 moved = true;
             }
         }
-        let state = self.run_state();
-        if std::fs::symlink_metadata(&state).is_ok_and(|m| m.is_file()) {
-            crate::fsutil::create_dir_confined(&dest)?;
-            std::fs::rename(&state, dest.join("run.json"))?;
-        }
         Ok(moved)
+    }
+
+    /// Move `run.json` (an earlier run's, `name` its id) beside that run's logs, as
+    /// `logs/<name>/run.json`: the next run's first record then takes a free name instead
+    /// of replacing (and freeing) a file.
+    pub fn set_aside_state(&self, name: &str) -> std::io::Result<()> {
+        let dest = self.set_aside_dir(name)?;
+        crate::fsutil::confine(&dest.join("run.json"))?;
+        crate::fsutil::create_dir_confined(&dest)?;
+        std::fs::rename(self.run_state(), dest.join("run.json"))
+    }
+
+    fn set_aside_dir(&self, name: &str) -> std::io::Result<PathBuf> {
+        if !is_plain_name(name) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("`{name}` is not a run id (a run id is one plain file name)"),
+            ));
+        }
+        Ok(self.logs_dir().join(name))
     }
 
     pub fn summary_csv(&self) -> PathBuf {
@@ -436,12 +454,18 @@ impl DecideFile {
     }
 }
 
+/// A name that is one plain path component: not empty, no `/`, not `.` or `..` and not
+/// hidden (a run id read from a repository's files is untrusted).
+pub fn is_plain_name(name: &str) -> bool {
+    !name.is_empty() && !name.starts_with('.') && !name.contains(['/', '\0'])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn an_earlier_runs_logs_and_state_are_set_aside_together() {
+    fn an_earlier_runs_logs_and_state_are_set_aside_under_its_plain_id_only() {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join(".git")).unwrap();
         let ws = Workspace::new(d.path());
@@ -451,6 +475,7 @@ mod tests {
         std::fs::write(ws.summary_csv(), "rows").unwrap();
         std::fs::write(ws.run_state(), "{}").unwrap();
         assert!(ws.set_aside_logs("r1").unwrap());
+        ws.set_aside_state("r1").unwrap();
         let dest = ws.logs_dir().join("r1");
         assert_eq!(
             std::fs::read_to_string(dest.join("iteration-001.log")).unwrap(),
@@ -466,10 +491,16 @@ mod tests {
         // Nothing left to move: nothing moves, nothing is made.
         assert!(!ws.set_aside_logs("r2").unwrap());
         assert!(!ws.logs_dir().join("r2").exists());
-        // A state but no logs (a run that never reached its first iteration): kept too.
-        std::fs::write(ws.run_state(), "{\"n\":1}").unwrap();
-        assert!(!ws.set_aside_logs("r3").unwrap());
-        assert!(ws.logs_dir().join("r3/run.json").exists());
+        // An id from a crafted run.json never leads elsewhere in the tree.
+        std::fs::write(ws.iteration_log(1), "log 2").unwrap();
+        std::fs::write(ws.run_state(), "{}").unwrap();
+        for bad in ["../../src", "..", ".", "", "a/b", ".hidden"] {
+            assert!(!is_plain_name(bad), "{bad}");
+            assert!(ws.set_aside_logs(bad).is_err(), "{bad}");
+            assert!(ws.set_aside_state(bad).is_err(), "{bad}");
+        }
+        assert!(ws.iteration_log(1).exists() && ws.run_state().exists());
+        assert!(is_plain_name("20261129T103805-251b7888"));
     }
 
     #[test]

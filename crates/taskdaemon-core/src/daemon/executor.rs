@@ -271,7 +271,9 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
         });
     }
     // A new run in this worktree: the logs of the one before move aside.
-    if let Some(old) = RunState::load(&ws).ok().flatten() {
+    if let Some(old) = RunState::load(&ws).ok().flatten()
+        && crate::workspace::is_plain_name(&old.run_id)
+    {
         ws.set_aside_logs(&old.run_id)
             .map_err(|e| format!("moving the logs of run {} aside: {e}", old.run_id))?;
     }

@@ -168,7 +168,7 @@ pub async fn run_loop(
         let remaining = cfg.max_runtime().map(|m| m.saturating_sub(elapsed));
         // An iteration that ends the run, or leaves it at a limit, is saved once, below,
         // with the outcome: nothing happens between the two saves that a crash could split.
-        if let Some(o) = iteration(
+        let ended = iteration(
             &mut st,
             &cfg,
             n,
@@ -180,8 +180,12 @@ pub async fn run_loop(
             cancel,
             &mut pending,
         )
-        .await?
-        {
+        .await;
+        // Ended on an error after its row or log was written: they go to disk anyway.
+        let ended = ended.inspect_err(|_| {
+            let _ = std::mem::take(&mut pending).sync_now();
+        })?;
+        if let Some(o) = ended {
             break o;
         }
         let elapsed = earlier + session.elapsed();

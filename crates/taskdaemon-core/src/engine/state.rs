@@ -446,6 +446,14 @@ impl RunState {
             Ok(None) => return Ok(None),
             Err(source) => return Err(StateError::Read { path, source }),
         };
+        // Nothing in it: a start record a crash of the machine left without its contents
+        // (it is written without syncs; the run had done nothing a resume needs).
+        if text
+            .trim_matches(|c: char| c == '\0' || c.is_whitespace())
+            .is_empty()
+        {
+            return Ok(None);
+        }
         serde_json::from_str(&text)
             .map(Some)
             .map_err(|e| StateError::Corrupt {
@@ -474,9 +482,19 @@ impl RunState {
 
     /// Save the state a run starts from without the syncs. A process killed at any moment
     /// leaves it whole (`run --resume` goes on from it); a crash of the machine before the
-    /// first iteration's end may leave the record before it, and this run then has done
-    /// nothing a resume would need: its agent's work is in the work tree and git.
+    /// first iteration's end may leave the record before it, no record or an empty one
+    /// (read as none), and this run then has done nothing a resume would need: its agent's
+    /// work is in the work tree and git.
+    ///
+    /// An earlier run's record still there moves beside that run's logs first
+    /// ([`Workspace::set_aside_state`]), so this one takes a free name: no file is replaced
+    /// and freed at each start. Not moved (replaced, as before) when it cannot be.
     pub fn save_start(&self, ws: &Workspace) -> Result<(), StateError> {
+        if let Ok(Some(old)) = RunState::load(ws)
+            && old.run_id != self.run_id
+        {
+            let _ = ws.set_aside_state(&old.run_id);
+        }
         self.write(ws, write_atomic_volatile)
     }
 
@@ -525,4 +543,52 @@ pub fn clean_temp_files(ws: &Workspace) -> usize {
 
 fn default_max_stall() -> u32 {
     DEFAULT_MAX_STALL
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loops::Registry;
+
+    fn state(dir: &std::path::Path, id: &str) -> RunState {
+        let reg = Registry::load(None, &dir.join("no-loops-here")).unwrap();
+        let s = crate::config::Settings {
+            agent: Some("cmd:true".into()),
+            ..Default::default()
+        };
+        let cfg = RunConfig::resolve(dir, "t".into(), &s, &reg).unwrap();
+        RunState::new(cfg, id.into(), None, "now".into())
+    }
+
+    #[test]
+    fn a_start_record_sets_an_earlier_runs_aside_and_an_empty_one_reads_as_none() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join(".git")).unwrap();
+        let ws = Workspace::new(tmp.path());
+        let first = state(tmp.path(), "run-1");
+        first.save(&ws).unwrap();
+        // The same run again (a resume): its record is replaced in place.
+        first.save_start(&ws).unwrap();
+        assert!(!ws.logs_dir().join("run-1").exists());
+        // A new run: the earlier record moves beside its logs, the new one takes its name.
+        let second = state(tmp.path(), "run-2");
+        second.save_start(&ws).unwrap();
+        let kept = ws.logs_dir().join("run-1/run.json");
+        assert!(
+            std::fs::read_to_string(&kept)
+                .unwrap()
+                .contains("\"run-1\"")
+        );
+        assert_eq!(RunState::load(&ws).unwrap().unwrap().run_id, "run-2");
+        // A record a crash left without its contents is no record.
+        for empty in ["", "\0\0\0\0", " \n"] {
+            std::fs::write(ws.run_state(), empty).unwrap();
+            assert!(RunState::load(&ws).unwrap().is_none(), "{empty:?}");
+        }
+        std::fs::write(ws.run_state(), "{").unwrap();
+        assert!(matches!(
+            RunState::load(&ws),
+            Err(StateError::Corrupt { .. })
+        ));
+    }
 }

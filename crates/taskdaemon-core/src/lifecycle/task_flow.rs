@@ -312,9 +312,11 @@ pub fn new_run_state(
 ) -> Result<(RunState, Option<ReplacedRun>), TaskFlowError> {
     let head = Git::new(dir).head()?;
     let old = RunState::load(ws).ok().flatten();
+    // The id comes from a file in the repository: only a plain name names a directory.
     let old_name = old
         .as_ref()
         .map(|o| o.run_id.clone())
+        .filter(|id| crate::workspace::is_plain_name(id))
         .unwrap_or_else(|| format!("previous-{}", clock::now().strftime("%Y%m%dT%H%M%S")));
     let logs = ws.logs_dir().join(&old_name);
     let moved = ws

@@ -101,8 +101,16 @@ pub fn load_run(dir: &RunDir) -> Result<RunData, ReportError> {
         .ok_or_else(|| ReportError::NoRun {
             path: dir.ralph.clone(),
         })?;
-    // This run's own state only: a later run in the same directory replaced run.json.
-    let state = state.filter(|_| state_id.as_deref() == Some(run_id.as_str()));
+    // This run's own state only: a later run in the same directory set it aside beside
+    // this run's logs (`logs/<id>/run.json`), or replaced it (before that was done).
+    let state = state
+        .filter(|_| state_id.as_deref() == Some(run_id.as_str()))
+        .or_else(|| {
+            crate::workspace::is_plain_name(&run_id)
+                .then(|| read_state(&dir.ralph.join("logs").join(&run_id)))
+                .flatten()
+                .filter(|s| text_at(s, &["run_id"]).as_deref() == Some(run_id.as_str()))
+        });
     let logs = logs_dir(&dir.ralph, &run_id, state.is_some());
     let mut rows: Vec<Row> = read_rows(&dir.ralph.join("logs/summary.csv"));
     if let Some(l) = &logs

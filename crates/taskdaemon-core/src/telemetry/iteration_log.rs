@@ -226,7 +226,7 @@ impl IterationLog {
         self.flush_tail();
         self.out.flush()?;
         match pending {
-            Some(p) => p.push(self.out.get_ref().try_clone()?),
+            Some(p) => p.push(&self.path, self.out.get_ref().try_clone()?),
             None => self.out.get_ref().sync_data()?,
         }
         self.put_back_if_gone()?;
