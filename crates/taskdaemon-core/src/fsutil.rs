@@ -419,12 +419,18 @@ fn nofollow_error(path: &Path, e: io::Error) -> io::Error {
 /// Append one complete record (a CSV row, a log block) with a single `write` call and
 /// sync its data, so a crash leaves either the whole record or none of it.
 pub fn append_record(path: &Path, record: &[u8], sync: bool) -> io::Result<()> {
-    let mut f = open_append(path)?;
-    f.write_all(record)?;
+    let f = appended(path, record)?;
     if sync {
         f.sync_data()?;
     }
     Ok(())
+}
+
+/// `record` appended to `path` with one `write`: the file, not synced.
+fn appended(path: &Path, record: &[u8]) -> io::Result<File> {
+    let mut f = open_append(path)?;
+    f.write_all(record)?;
+    Ok(f)
 }
 
 /// [`append_record`] whose sync waits for a later [`write_atomic_after`] with `pending`.
@@ -433,9 +439,7 @@ pub fn append_record_deferred(
     record: &[u8],
     pending: &mut PendingSyncs,
 ) -> io::Result<()> {
-    let mut f = open_append(path)?;
-    f.write_all(record)?;
-    pending.push(path, f);
+    pending.push(path, appended(path, record)?);
     Ok(())
 }
 
@@ -679,7 +683,7 @@ mod tests {
     #[test]
     fn a_directory_swapped_for_a_link_out_after_a_write_is_refused() {
         let (_d, repo, outside) = tree();
-        // The first write finds the work tree (remembered for the process).
+        // Written once through the real directory, then the directory becomes a link.
         write_atomic(&repo.join(".ralph/logs/summary.csv"), b"x").unwrap();
         append_record(&repo.join(".ralph/logs/summary.csv"), b"y", false).unwrap();
         fs::remove_dir_all(repo.join(".ralph/logs")).unwrap();

@@ -69,7 +69,6 @@ impl Workspace {
     /// ([`is_plain_name`]) is refused.
     pub fn set_aside_logs(&self, name: &str) -> std::io::Result<bool> {
         let dest = self.set_aside_dir(name)?;
-        crate::fsutil::confine(&dest.join("run.json"))?;
         let mut moved = false;
         for e in std::fs::read_dir(self.logs_dir())
             .into_iter()
@@ -78,7 +77,9 @@ impl Workspace {
         {
             let file = e.file_name();
             if file.to_string_lossy().starts_with("iteration-") {
-                crate::fsutil::create_dir_confined(&dest)?;
+                if !moved {
+                    crate::fsutil::create_dir_confined(&dest)?;
+                }
                 std::fs::rename(e.path(), dest.join(&file))?;
                 moved = true;
             }
@@ -91,7 +92,6 @@ impl Workspace {
     /// of replacing (and freeing) a file.
     pub fn set_aside_state(&self, name: &str) -> std::io::Result<()> {
         let dest = self.set_aside_dir(name)?;
-        crate::fsutil::confine(&dest.join("run.json"))?;
         crate::fsutil::create_dir_confined(&dest)?;
         std::fs::rename(self.run_state(), dest.join("run.json"))
     }

@@ -490,10 +490,10 @@ impl RunState {
     /// ([`Workspace::set_aside_state`]), so this one takes a free name: no file is replaced
     /// and freed at each start. Not moved (replaced, as before) when it cannot be.
     pub fn save_start(&self, ws: &Workspace) -> Result<(), StateError> {
-        if let Ok(Some(old)) = RunState::load(ws)
-            && old.run_id != self.run_id
+        if let Some(id) = record_id(ws)
+            && id != self.run_id
         {
-            let _ = ws.set_aside_state(&old.run_id);
+            let _ = ws.set_aside_state(&id);
         }
         self.write(ws, write_atomic_volatile)
     }
@@ -518,6 +518,17 @@ impl RunState {
 
 fn default_log_cap() -> u64 {
     DEFAULT_LOG_CAP
+}
+
+/// The run id of the record in `run.json`, read alone (the rest is not needed to set it
+/// aside); `None` when there is none or it does not read.
+fn record_id(ws: &Workspace) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Id {
+        run_id: String,
+    }
+    let text = crate::fsutil::read_optional(&ws.run_state()).ok()??;
+    serde_json::from_str::<Id>(&text).ok().map(|r| r.run_id)
 }
 
 /// Remove the temporary files of atomic writes (`.tmp-*`) a kill left in `.ralph/` and its
