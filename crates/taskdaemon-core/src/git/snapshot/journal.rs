@@ -338,6 +338,9 @@ impl Snapshots {
         self.pause("refs");
         self.install_index(j, lock, index_raw)?;
         self.pause("index");
+        // The private index now holds the snapshot's work tree: the next save's status
+        // compares it with that snapshot, not with the one this rollback saved first.
+        self.remember_scan_head(&j.target.commit);
         Ok(found)
     }
 

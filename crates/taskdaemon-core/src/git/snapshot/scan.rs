@@ -204,6 +204,39 @@ mod tests {
     }
 
     #[test]
+    fn after_a_rollback_the_scan_compares_with_the_snapshot_restored() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path();
+        init(repo);
+        fs::write(repo.join("a"), "1").unwrap();
+        commit_all(repo, "one");
+        let s = Snapshots::open(repo).unwrap();
+        save(&s, 1);
+        fs::write(repo.join("a"), "2").unwrap();
+        let two = super::super::manual_save(&s, 2_000);
+        fs::write(repo.join("a"), "3").unwrap();
+        fs::write(repo.join("b"), "new").unwrap();
+        save(&s, 3);
+
+        // The private index now holds `two`'s work tree, and so does the scan's HEAD.
+        s.rollback(&two.tag, 4_000).unwrap();
+        let scan = repo.join(".git/taskdaemon/scan");
+        assert_eq!(
+            fs::read_to_string(scan.join("HEAD")).unwrap(),
+            format!("{}\n", two.commit)
+        );
+        assert_eq!(fs::read_to_string(repo.join("a")).unwrap(), "2");
+        assert!(!repo.join("b").exists());
+
+        // The next save finds what changed since the rollback, and only that.
+        fs::write(repo.join("a"), "5").unwrap();
+        fs::write(repo.join("c"), "c").unwrap();
+        let next = save(&s, 5);
+        assert_eq!(saved_paths(repo, &next), "a c");
+        assert_eq!(git(repo, &["show", &format!("{next}:a")]), "5");
+    }
+
+    #[test]
     fn a_reftable_repository_scans_plainly() {
         let d = tempfile::tempdir().unwrap();
         let repo = d.path().join("t");
