@@ -64,27 +64,43 @@ impl Workspace {
         self.root.join("logs")
     }
     /// Move the `iteration-*` files of an earlier run into `logs/<name>/`, so the next run's
-    /// logs start fresh and nothing is overwritten. Whether any moved. `name` is an earlier
-    /// run's id, read from a file in the repository: one that is not a plain name
-    /// ([`is_plain_name`]) is refused.
-    pub fn set_aside_logs(&self, name: &str) -> std::io::Result<bool> {
+    /// logs start fresh and nothing is overwritten, and remove the temporary files of atomic
+    /// writes (`.tmp-*`) a kill left there: one listing of `logs/`, which holds a directory
+    /// per earlier run (thousands in a long-lived project), at a new run's start, under its
+    /// lock. `name` is an earlier run's id, read from a file in the repository: one that is
+    /// not a plain name ([`is_plain_name`]) is refused.
+    pub fn set_aside_logs(&self, name: &str) -> std::io::Result<SetAside> {
         let dest = self.set_aside_dir(name)?;
-        let mut moved = false;
+        let mut done = SetAside::default();
         for e in std::fs::read_dir(self.logs_dir())
             .into_iter()
             .flatten()
             .flatten()
         {
             let file = e.file_name();
-            if file.to_string_lossy().starts_with("iteration-") {
-                if !moved {
+            let bytes = file.as_encoded_bytes();
+            if bytes.starts_with(b"iteration-") {
+                if !done.moved {
                     crate::fsutil::create_dir_confined(&dest)?;
                 }
                 std::fs::rename(e.path(), dest.join(&file))?;
-                moved = true;
+                done.moved = true;
+            } else if is_temp_file(&e) && std::fs::remove_file(e.path()).is_ok() {
+                done.removed_temps += 1;
             }
         }
-        Ok(moved)
+        Ok(done)
+    }
+
+    /// Remove the temporary files of atomic writes (`.tmp-*`) a kill left in `logs/` (a
+    /// new run with no earlier one to set aside, or a resumed one). How many went.
+    pub fn remove_log_temps(&self) -> usize {
+        remove_temps_in(&self.logs_dir())
+    }
+
+    /// The same in `.ralph/` itself.
+    pub fn remove_root_temps(&self) -> usize {
+        remove_temps_in(&self.root)
     }
 
     /// Move `run.json` (an earlier run's, `name` its id) beside that run's logs, as
@@ -454,6 +470,30 @@ impl DecideFile {
     }
 }
 
+/// What [`Workspace::set_aside_logs`] did: whether an earlier run's logs moved, and how
+/// many temporary files of unfinished writes it removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SetAside {
+    pub moved: bool,
+    pub removed_temps: usize,
+}
+
+/// A regular file named `.tmp-*`: what an atomic write leaves when killed before its rename.
+fn is_temp_file(e: &std::fs::DirEntry) -> bool {
+    e.file_name().as_encoded_bytes().starts_with(b".tmp-")
+        && e.file_type().is_ok_and(|t| t.is_file())
+}
+
+fn remove_temps_in(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| is_temp_file(e) && std::fs::remove_file(e.path()).is_ok())
+        .count()
+}
+
 /// A name that is one plain path component: not empty, no `/`, not `.` or `..` and not
 /// hidden (a run id read from a repository's files is untrusted).
 pub fn is_plain_name(name: &str) -> bool {
@@ -474,7 +514,20 @@ mod tests {
         std::fs::write(ws.prompt_file(1), "prompt 1").unwrap();
         std::fs::write(ws.summary_csv(), "rows").unwrap();
         std::fs::write(ws.run_state(), "{}").unwrap();
-        assert!(ws.set_aside_logs("r1").unwrap());
+        // What a killed atomic write left goes in the same listing; a directory so named
+        // is no such file and stays.
+        std::fs::write(ws.logs_dir().join(".tmp-a1"), "half").unwrap();
+        std::fs::create_dir(ws.logs_dir().join(".tmp-dir")).unwrap();
+        let done = ws.set_aside_logs("r1").unwrap();
+        assert_eq!(
+            done,
+            SetAside {
+                moved: true,
+                removed_temps: 1
+            }
+        );
+        assert!(!ws.logs_dir().join(".tmp-a1").exists());
+        assert!(ws.logs_dir().join(".tmp-dir").is_dir());
         ws.set_aside_state("r1").unwrap();
         let dest = ws.logs_dir().join("r1");
         assert_eq!(
@@ -489,7 +542,7 @@ mod tests {
         // What all runs share stays.
         assert_eq!(std::fs::read_to_string(ws.summary_csv()).unwrap(), "rows");
         // Nothing left to move: nothing moves, nothing is made.
-        assert!(!ws.set_aside_logs("r2").unwrap());
+        assert_eq!(ws.set_aside_logs("r2").unwrap(), SetAside::default());
         assert!(!ws.logs_dir().join("r2").exists());
         // An id from a crafted run.json never leads elsewhere in the tree.
         std::fs::write(ws.iteration_log(1), "log 2").unwrap();

@@ -271,11 +271,15 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
         });
     }
     // A new run in this worktree: the logs of the one before move aside.
-    if let Some(old) = RunState::load(&ws).ok().flatten()
-        && crate::workspace::is_plain_name(&old.run_id)
-    {
-        ws.set_aside_logs(&old.run_id)
-            .map_err(|e| format!("moving the logs of run {} aside: {e}", old.run_id))?;
+    // (Listing `logs/` once: the temporary files a killed write left there go with it.)
+    match RunState::load(&ws).ok().flatten() {
+        Some(old) if crate::workspace::is_plain_name(&old.run_id) => {
+            ws.set_aside_logs(&old.run_id)
+                .map_err(|e| format!("moving the logs of run {} aside: {e}", old.run_id))?;
+        }
+        _ => {
+            ws.remove_log_temps();
+        }
     }
     let cfg = config_for(
         &shared.paths.project,

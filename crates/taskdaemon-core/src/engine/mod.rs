@@ -121,7 +121,7 @@ pub async fn run_loop(
             "--max-cost is set but this agent's plain-text output reports no cost; the limit cannot trigger",
         );
     }
-    let cleaned = state::clean_temp_files(ws);
+    let cleaned = state::clean_temp_files(ws, resumed);
     if cleaned > 0 {
         warn(
             ctx,

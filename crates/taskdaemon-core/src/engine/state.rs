@@ -531,25 +531,12 @@ fn record_id(ws: &Workspace) -> Option<String> {
     serde_json::from_str::<Id>(&text).ok().map(|r| r.run_id)
 }
 
-/// Remove the temporary files of atomic writes (`.tmp-*`) a kill left in `.ralph/` and its
-/// logs. Called at the start of a run, under its lock. How many were removed.
-pub fn clean_temp_files(ws: &Workspace) -> usize {
-    let mut n = 0;
-    for dir in [ws.root().to_path_buf(), ws.logs_dir()] {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let is_file = e.file_type().is_ok_and(|t| t.is_file());
-            if is_file
-                && e.file_name().to_string_lossy().starts_with(".tmp-")
-                && std::fs::remove_file(e.path()).is_ok()
-            {
-                n += 1;
-            }
-        }
-    }
-    n
+/// Remove the temporary files of atomic writes (`.tmp-*`) a kill left in `.ralph/` and, for
+/// a resumed run, in its logs (a new run's start removed those as it set the earlier run's
+/// logs aside: `logs/` is listed once per start). Called at the start of a run, under its
+/// lock. How many were removed.
+pub fn clean_temp_files(ws: &Workspace, resumed: bool) -> usize {
+    ws.remove_root_temps() + if resumed { ws.remove_log_temps() } else { 0 }
 }
 
 fn default_max_stall() -> u32 {
@@ -569,6 +556,26 @@ mod tests {
         };
         let cfg = RunConfig::resolve(dir, "t".into(), &s, &reg).unwrap();
         RunState::new(cfg, id.into(), None, "now".into())
+    }
+
+    #[test]
+    fn a_resumed_run_cleans_its_logs_of_temp_files_and_a_new_one_leaves_that_to_the_set_aside() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(tmp.path());
+        std::fs::create_dir_all(ws.logs_dir()).unwrap();
+        let temps = [ws.root().join(".tmp-1"), ws.logs_dir().join(".tmp-2")];
+        for t in &temps {
+            std::fs::write(t, "half").unwrap();
+        }
+        // A new run: `.ralph/` only (its set-aside listed `logs/`).
+        assert_eq!(clean_temp_files(&ws, false), 1);
+        assert!(!temps[0].exists() && temps[1].exists());
+        // A resumed one: nothing set its logs aside, so they are looked at here.
+        assert_eq!(clean_temp_files(&ws, true), 1);
+        assert!(!temps[1].exists());
+        std::fs::write(ws.logs_dir().join("iteration-001.log"), "kept").unwrap();
+        assert_eq!(clean_temp_files(&ws, true), 0);
+        assert!(ws.logs_dir().join("iteration-001.log").exists());
     }
 
     #[test]

@@ -296,11 +296,13 @@ pub fn resolve_config(
     Ok(RunConfig::resolve(dir, task, settings, &registry)?)
 }
 
-/// An unfinished earlier run that a new one replaces, and where its logs went.
+/// An unfinished earlier run that a new one replaces, where its logs went, and how many
+/// temporary files of its unfinished writes were removed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplacedRun {
     pub run_id: String,
     pub logs: Option<PathBuf>,
+    pub removed_temps: usize,
 }
 
 /// A new run of `cfg` in `dir`: the logs of an earlier run move under `logs/<its id>/` (or
@@ -319,7 +321,7 @@ pub fn new_run_state(
         .filter(|id| crate::workspace::is_plain_name(id))
         .unwrap_or_else(|| format!("previous-{}", clock::now().strftime("%Y%m%dT%H%M%S")));
     let logs = ws.logs_dir().join(&old_name);
-    let moved = ws
+    let aside = ws
         .set_aside_logs(&old_name)
         .map_err(|source| TaskFlowError::SetAsideLogs {
             path: logs.clone(),
@@ -329,7 +331,8 @@ pub fn new_run_state(
         .filter(|o| o.outcome.as_ref().is_none_or(Outcome::resumable))
         .map(|o| ReplacedRun {
             run_id: o.run_id,
-            logs: moved.then_some(logs),
+            logs: aside.moved.then_some(logs),
+            removed_temps: aside.removed_temps,
         });
     let now = clock::now();
     let state = RunState::new(cfg, RunState::new_id(now), head, clock::rfc3339(now));

@@ -151,3 +151,57 @@ fn submit_still_refuses_a_missing_target_and_a_detached_head() {
     let r = env.run(&["submit", "plan", "idea", "--target", "packed"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
 }
+
+/// A new run lists `.ralph/logs/` (a directory per earlier run) once: the earlier run's
+/// logs are set aside and the temporary files of its killed writes removed in that one
+/// listing, and said; a resumed run removes them too.
+#[test]
+fn a_new_run_sets_the_earlier_logs_aside_and_removes_their_temp_files_at_once() {
+    let env = Env::new();
+    let run = |task: Option<&str>| {
+        let mut args = vec!["run"];
+        args.extend(task);
+        args.extend([
+            "--agent",
+            "cmd:true",
+            "--validate",
+            "true",
+            "--completion-promise",
+            "NEVER",
+            "--max-stuck",
+            "0",
+            "--max-iterations",
+            "1",
+        ]);
+        env.run(&args)
+    };
+    let first = run(Some("first"));
+    assert_eq!(first.code, 1, "{}", first.stderr);
+    let logs = env.repo().join(".ralph/logs");
+    let temps = [logs.join(".tmp-killed"), env.repo().join(".ralph/.tmp-killed")];
+    for t in &temps {
+        std::fs::write(t, "half a write").unwrap();
+    }
+    let second = run(Some("second"));
+    assert!(
+        second
+            .stderr
+            .contains("removed 1 temporary file(s) of writes the stopped run left unfinished"),
+        "{}",
+        second.stderr
+    );
+    assert!(temps.iter().all(|t| !t.exists()), "{}", second.stderr);
+    let aside = std::fs::read_dir(&logs)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .count();
+    assert_eq!(aside, 1, "the first run's logs, set aside");
+    assert!(logs.join("iteration-001.log").exists(), "the second run's own");
+
+    // Resumed (no task): nothing is set aside, the temp files still go.
+    std::fs::write(&temps[0], "half a write").unwrap();
+    let resumed = env.run(&["run", "--resume", "--max-iterations", "2"]);
+    assert!(!temps[0].exists(), "{}", resumed.stderr);
+    assert!(resumed.stderr.contains("removed 1 temporary file(s)"), "{}", resumed.stderr);
+}

@@ -237,6 +237,12 @@ pub(crate) fn render_replaced(r: &ReplacedRun) {
             .map(|l| format!(" (its logs are in {})", l.display()))
             .unwrap_or_default()
     );
+    if r.removed_temps > 0 {
+        eprintln!(
+            "taskdaemon: warning: removed {} temporary file(s) of writes the stopped run left unfinished",
+            r.removed_temps
+        );
+    }
 }
 
 /// A task flow's error: the person's to fix (exit 64) or the harness's.
