@@ -9,7 +9,8 @@
 //! `info/exclude` are the repository's own) and its `HEAD` is the last snapshot's commit,
 //! whose tree the private index's cache-tree matches nearly everywhere. `HEAD` is written
 //! after each save but a first one, which seeds the private index and scans against the
-//! user's HEAD anyway. The directory is nobody's worktree (`git worktree` lists only
+//! user's HEAD anyway, and after a rollback (the snapshot it restored, whose work tree the
+//! private index then holds). The directory is nobody's worktree (`git worktree` lists only
 //! `worktrees/`), it holds no ref, and nothing but that status reads it.
 //!
 //! Used only for a repository read plainly from its files ([`RepoFacts::plain`]: no
