@@ -178,7 +178,10 @@ fn a_new_run_sets_the_earlier_logs_aside_and_removes_their_temp_files_at_once() 
     let first = run(Some("first"));
     assert_eq!(first.code, 1, "{}", first.stderr);
     let logs = env.repo().join(".ralph/logs");
-    let temps = [logs.join(".tmp-killed"), env.repo().join(".ralph/.tmp-killed")];
+    let temps = [
+        logs.join(".tmp-killed"),
+        env.repo().join(".ralph/.tmp-killed"),
+    ];
     for t in &temps {
         std::fs::write(t, "half a write").unwrap();
     }
@@ -197,11 +200,18 @@ fn a_new_run_sets_the_earlier_logs_aside_and_removes_their_temp_files_at_once() 
         .filter(|e| e.path().is_dir())
         .count();
     assert_eq!(aside, 1, "the first run's logs, set aside");
-    assert!(logs.join("iteration-001.log").exists(), "the second run's own");
+    assert!(
+        logs.join("iteration-001.log").exists(),
+        "the second run's own"
+    );
 
     // Resumed (no task): nothing is set aside, the temp files still go.
     std::fs::write(&temps[0], "half a write").unwrap();
     let resumed = env.run(&["run", "--resume", "--max-iterations", "2"]);
     assert!(!temps[0].exists(), "{}", resumed.stderr);
-    assert!(resumed.stderr.contains("removed 1 temporary file(s)"), "{}", resumed.stderr);
+    assert!(
+        resumed.stderr.contains("removed 1 temporary file(s)"),
+        "{}",
+        resumed.stderr
+    );
 }
