@@ -63,12 +63,22 @@ impl Workspace {
     pub fn logs_dir(&self) -> PathBuf {
         self.root.join("logs")
     }
-    /// Move the `iteration-*` files of an earlier run into `logs/<name>/`, so the next run's
-    /// logs start fresh and nothing is overwritten, and remove the temporary files of atomic
-    /// writes (`.tmp-*`) a kill left there: one listing of `logs/`, which holds a directory
-    /// per earlier run (thousands in a long-lived project), at a new run's start, under its
-    /// lock. `name` is an earlier run's id, read from a file in the repository: one that is
-    /// not a plain name ([`is_plain_name`]) is refused.
+    /// `logs/runs/`: a directory per earlier run, out of `logs/` itself, which a run's start
+    /// lists (a long-lived project has thousands of earlier runs).
+    pub fn earlier_runs_dir(&self) -> PathBuf {
+        earlier_runs_in(&self.logs_dir())
+    }
+    /// Where the earlier run `name` (a plain name, [`is_plain_name`]) keeps its logs and
+    /// state: `logs/runs/<name>/`, or `logs/<name>/` where a build before that layout put
+    /// them; `None` when neither is there.
+    pub fn earlier_run_logs(&self, name: &str) -> Option<PathBuf> {
+        earlier_run_in(&self.logs_dir(), name)
+    }
+    /// Move the `iteration-*` files of an earlier run into `logs/runs/<name>/`, so the next
+    /// run's logs start fresh and nothing is overwritten, and remove the temporary files of
+    /// atomic writes (`.tmp-*`) a kill left there: one listing of `logs/`, at a new run's
+    /// start, under its lock. `name` is an earlier run's id, read from a file in the
+    /// repository: one that is not a plain name ([`is_plain_name`]) is refused.
     pub fn set_aside_logs(&self, name: &str) -> std::io::Result<SetAside> {
         let dest = self.set_aside_dir(name)?;
         let mut done = SetAside::default();
@@ -104,8 +114,8 @@ impl Workspace {
     }
 
     /// Move `run.json` (an earlier run's, `name` its id) beside that run's logs, as
-    /// `logs/<name>/run.json`: the next run's first record then takes a free name instead
-    /// of replacing (and freeing) a file.
+    /// `logs/runs/<name>/run.json`: the next run's first record then takes a free name
+    /// instead of replacing (and freeing) a file.
     pub fn set_aside_state(&self, name: &str) -> std::io::Result<()> {
         let dest = self.set_aside_dir(name)?;
         crate::fsutil::create_dir_confined(&dest)?;
@@ -119,7 +129,7 @@ impl Workspace {
                 format!("`{name}` is not a run id (a run id is one plain file name)"),
             ));
         }
-        Ok(self.logs_dir().join(name))
+        Ok(self.earlier_runs_dir().join(name))
     }
 
     pub fn summary_csv(&self) -> PathBuf {
@@ -478,6 +488,24 @@ pub struct SetAside {
     pub removed_temps: usize,
 }
 
+/// `<logs>/runs/`, where earlier runs' directories go (`logs` a `.ralph/logs/`, also one
+/// kept elsewhere).
+pub fn earlier_runs_in(logs: &Path) -> PathBuf {
+    logs.join("runs")
+}
+
+/// The directory of the earlier run `name` under `logs`: `runs/<name>/`, else the
+/// `<name>/` of the layout before; `None` for a name that is not plain or a run with
+/// neither.
+pub fn earlier_run_in(logs: &Path, name: &str) -> Option<PathBuf> {
+    if !is_plain_name(name) {
+        return None;
+    }
+    [earlier_runs_in(logs).join(name), logs.join(name)]
+        .into_iter()
+        .find(|d| std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()))
+}
+
 /// A regular file named `.tmp-*`: what an atomic write leaves when killed before its rename.
 fn is_temp_file(e: &std::fs::DirEntry) -> bool {
     e.file_name().as_encoded_bytes().starts_with(b".tmp-")
@@ -529,7 +557,8 @@ mod tests {
         assert!(!ws.logs_dir().join(".tmp-a1").exists());
         assert!(ws.logs_dir().join(".tmp-dir").is_dir());
         ws.set_aside_state("r1").unwrap();
-        let dest = ws.logs_dir().join("r1");
+        let dest = ws.logs_dir().join("runs/r1");
+        assert_eq!(ws.earlier_run_logs("r1"), Some(dest.clone()));
         assert_eq!(
             std::fs::read_to_string(dest.join("iteration-001.log")).unwrap(),
             "log 1"
@@ -543,7 +572,12 @@ mod tests {
         assert_eq!(std::fs::read_to_string(ws.summary_csv()).unwrap(), "rows");
         // Nothing left to move: nothing moves, nothing is made.
         assert_eq!(ws.set_aside_logs("r2").unwrap(), SetAside::default());
-        assert!(!ws.logs_dir().join("r2").exists());
+        assert!(!ws.earlier_runs_dir().join("r2").exists());
+        assert_eq!(ws.earlier_run_logs("r2"), None);
+        // A run a build before this layout set aside is found where it put it.
+        std::fs::create_dir(ws.logs_dir().join("r0")).unwrap();
+        assert_eq!(ws.earlier_run_logs("r0"), Some(ws.logs_dir().join("r0")));
+        assert_eq!(ws.earlier_run_logs("../r0"), None);
         // An id from a crafted run.json never leads elsewhere in the tree.
         std::fs::write(ws.iteration_log(1), "log 2").unwrap();
         std::fs::write(ws.run_state(), "{}").unwrap();

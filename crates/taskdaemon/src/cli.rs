@@ -146,6 +146,21 @@ fn json_wanted() -> bool {
 
 /// Print an error for people (`error:` in red when colour is on) or, with `--json`, as
 /// `{"error":…,"hint":…,"exit":N}` on stdout.
+/// An error and its causes: on one line (`a: b: c`), or with `verbose` a cause per line.
+/// A cause whose text a message before it already holds (an error that says its source
+/// and also gives it as its source) is not said again.
+fn error_text(e: &anyhow::Error, verbose: bool) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1).map(|c| c.to_string()) {
+        if out.contains(&cause) {
+            continue;
+        }
+        out.push_str(if verbose { "\n  caused by: " } else { ": " });
+        out.push_str(&cause);
+    }
+    out
+}
+
 fn report_error(message: &str, code: i32) {
     let (what, hint) = match message.split_once("\n  hint: ") {
         Some((w, h)) => (w.trim_end(), Some(h.trim())),
@@ -236,16 +251,7 @@ pub fn main() -> ExitCode {
             } else {
                 exit_code::INTERNAL
             };
-            if crate::out::level() > 0 {
-                let causes: Vec<String> = e
-                    .chain()
-                    .skip(1)
-                    .map(|c| format!("\n  caused by: {c}"))
-                    .collect();
-                report_error(&format!("{e}{}", causes.concat()), code);
-            } else {
-                report_error(&format!("{e:#}"), code);
-            }
+            report_error(&error_text(&e, crate::out::level() > 0), code);
             code
         }
     };
@@ -324,6 +330,41 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_error_says_each_cause_once() {
+        /// Says its source and gives it as its source, as a `thiserror` field named
+        /// `source` does.
+        #[derive(Debug)]
+        struct Outer {
+            source: std::io::Error,
+        }
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "moving logs: {}", self.source)
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.source)
+            }
+        }
+        let io = || std::io::Error::other("refusing to use x\n  hint: remove the link");
+        let e = anyhow::Error::new(Outer { source: io() });
+        assert_eq!(
+            super::error_text(&e, false),
+            "moving logs: refusing to use x\n  hint: remove the link"
+        );
+        let e = anyhow::Error::new(io()).context("reading the plan");
+        assert_eq!(
+            super::error_text(&e, false),
+            "reading the plan: refusing to use x\n  hint: remove the link"
+        );
+        assert_eq!(
+            super::error_text(&e, true),
+            "reading the plan\n  caused by: refusing to use x\n  hint: remove the link"
+        );
+    }
+
     use clap::CommandFactory;
 
     /// Every command and subcommand, with its path (`taskdaemon plan diff`).

@@ -13,7 +13,7 @@ use super::events::{AGENT_LINE_MAX, AgentStream, DaemonEvent, Subject, WaitReaso
 use crate::agent::{Activity, FailureClass};
 use crate::config::{self, Settings};
 use crate::engine::{
-    EngineContext, EngineEvent, EventSink, Outcome, RunConfig, RunState, run_loop,
+    Begin, EngineContext, EngineEvent, EventSink, Outcome, RunConfig, RunState, run_loop,
 };
 use crate::git::Git;
 use crate::git::worktree::Worktrees;
@@ -128,9 +128,10 @@ async fn execute_inner(
         ws,
         worktree,
         state,
-        resumed,
+        begin,
         _lock,
     } = prep;
+    let resumed = begin.is_resumed();
     let run_id = l.run.id.clone();
     if let Some(done) = state.outcome.clone().filter(|o| !o.resumable()) {
         // The engine finished before the daemon could record it (a crash in between).
@@ -190,7 +191,7 @@ async fn execute_inner(
             }
         })
     };
-    let result = run_loop(state, &ws, &ctx, cancel, resumed).await;
+    let result = run_loop(state, &ws, &ctx, cancel, begin).await;
     drop(ctx);
     let _ = forward.await;
     result.map(|(o, _)| o).map_err(|e| e.to_string())
@@ -200,7 +201,7 @@ struct Prepared {
     ws: Workspace,
     worktree: PathBuf,
     state: RunState,
-    resumed: bool,
+    begin: Begin,
     _lock: crate::workspace::RunLock,
 }
 
@@ -266,21 +267,20 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
             ws,
             worktree: path,
             state: st,
-            resumed: true,
+            begin: Begin::Resumed,
             _lock: lock,
         });
     }
     // A new run in this worktree: the logs of the one before move aside.
     // (Listing `logs/` once: the temporary files a killed write left there go with it.)
-    match RunState::load(&ws).ok().flatten() {
+    let temps_removed = match RunState::load(&ws).ok().flatten() {
         Some(old) if crate::workspace::is_plain_name(&old.run_id) => {
             ws.set_aside_logs(&old.run_id)
-                .map_err(|e| format!("moving the logs of run {} aside: {e}", old.run_id))?;
+                .map_err(|e| format!("moving the logs of run {} aside: {e}", old.run_id))?
+                .removed_temps
         }
-        _ => {
-            ws.remove_log_temps();
-        }
-    }
+        _ => ws.remove_log_temps(),
+    };
     let cfg = config_for(
         &shared.paths.project,
         shared.config.as_deref(),
@@ -307,7 +307,13 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
     Ok(Prepared {
         ws,
         worktree: path,
-        resumed: l.from_elsewhere && state.iterations_done > 0,
+        // Going on from another machine's record: resumed (the engine looks at `logs/`
+        // again, which its files were just set aside from: nothing left to find there).
+        begin: if l.from_elsewhere && state.iterations_done > 0 {
+            Begin::Resumed
+        } else {
+            Begin::New { temps_removed }
+        },
         state,
         _lock: lock,
     })

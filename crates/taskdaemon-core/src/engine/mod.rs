@@ -74,14 +74,31 @@ pub struct EngineContext {
     pub events: EventSink,
 }
 
+/// How a run begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Begin {
+    /// A new run: its start set the earlier run's logs aside, and removed the temporary
+    /// files of killed writes it found in `logs/` while at it (`temps_removed`).
+    New { temps_removed: usize },
+    /// A run going on from its saved state.
+    Resumed,
+}
+
+impl Begin {
+    pub fn is_resumed(self) -> bool {
+        self == Begin::Resumed
+    }
+}
+
 /// Run the loop of `st` until an outcome. State is saved after every iteration.
 pub async fn run_loop(
     mut st: RunState,
     ws: &Workspace,
     ctx: &EngineContext,
     cancel: &CancellationToken,
-    resumed: bool,
+    begin: Begin,
 ) -> Result<(Outcome, RunSummary), EngineError> {
+    let resumed = begin.is_resumed();
     let cfg = st.config.clone();
     let template = PromptTemplate::compile(&cfg.loop_name, &cfg.loop_def.prompt_template)?;
     let git = Git::new(&cfg.workdir);
@@ -121,7 +138,11 @@ pub async fn run_loop(
             "--max-cost is set but this agent's plain-text output reports no cost; the limit cannot trigger",
         );
     }
-    let cleaned = state::clean_temp_files(ws, resumed);
+    let cleaned = state::clean_temp_files(ws, resumed)
+        + match begin {
+            Begin::New { temps_removed } => temps_removed,
+            Begin::Resumed => 0,
+        };
     if cleaned > 0 {
         warn(
             ctx,

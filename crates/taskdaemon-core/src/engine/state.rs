@@ -587,11 +587,11 @@ mod tests {
         first.save(&ws).unwrap();
         // The same run again (a resume): its record is replaced in place.
         first.save_start(&ws).unwrap();
-        assert!(!ws.logs_dir().join("run-1").exists());
+        assert!(!ws.earlier_runs_dir().join("run-1").exists());
         // A new run: the earlier record moves beside its logs, the new one takes its name.
         let second = state(tmp.path(), "run-2");
         second.save_start(&ws).unwrap();
-        let kept = ws.logs_dir().join("run-1/run.json");
+        let kept = ws.earlier_runs_dir().join("run-1/run.json");
         assert!(
             std::fs::read_to_string(&kept)
                 .unwrap()

@@ -16,8 +16,8 @@ use super::{LifecycleError, TaskEnd, TaskStart, begin_task, end_task};
 use crate::agent::tracked::{self, Leftover};
 use crate::clock;
 use crate::config::{self, Settings};
+use crate::engine::{Begin, StateError, run_loop};
 use crate::engine::{EngineContext, EngineError, Outcome, ResolveError, RunConfig, RunState};
-use crate::engine::{StateError, run_loop};
 use crate::git::snapshot::{Snapshots, WaitTold};
 use crate::git::{Git, GitError};
 use crate::loops::{LoopError, Registry};
@@ -144,12 +144,13 @@ pub enum TaskFlowError {
 impl TaskFlowError {
     /// Whether a person must fix something (exit 64), rather than the harness failing.
     pub fn is_user_fault(&self) -> bool {
-        !matches!(
-            self,
-            TaskFlowError::Engine(_)
-                | TaskFlowError::SetAsideLogs { .. }
-                | TaskFlowError::TakeOver { .. }
-        )
+        match self {
+            // A link in the repository that would lead the move out of it: the repository's
+            // to fix (the message says how).
+            TaskFlowError::SetAsideLogs { source, .. } => crate::fsutil::is_refused_link(source),
+            TaskFlowError::Engine(_) | TaskFlowError::TakeOver { .. } => false,
+            _ => true,
+        }
     }
 }
 
@@ -221,13 +222,17 @@ pub async fn run_task(
         report: &report,
     });
     cfg.task = start.task_text.clone();
-    let (mut state, replaced) = new_run_state(dir, ws, cfg)?;
+    let NewRun {
+        mut state,
+        replaced,
+        begin,
+    } = new_run_state(dir, ws, cfg)?;
     if let Some(r) = &replaced {
         host.event(TaskEvent::RunReplaced { replaced: r });
     }
     state.task = Some(start.number);
     let ctx = host.engine(&state);
-    let (outcome, summary) = run_loop(state, ws, &ctx, cancel, false).await?;
+    let (outcome, summary) = run_loop(state, ws, &ctx, cancel, begin).await?;
     drop(ctx);
     let end = end_task(dir, ws, start.number, &outcome, summary.iterations)?;
     Ok(TaskFlowEnd::Finished(Box::new(TaskFinished {
@@ -302,16 +307,23 @@ pub fn resolve_config(
 pub struct ReplacedRun {
     pub run_id: String,
     pub logs: Option<PathBuf>,
-    pub removed_temps: usize,
 }
 
-/// A new run of `cfg` in `dir`: the logs of an earlier run move under `logs/<its id>/` (or
-/// `logs/previous-<time>/` when its state is gone); an unfinished one is returned replaced.
-pub fn new_run_state(
-    dir: &Path,
-    ws: &Workspace,
-    cfg: RunConfig,
-) -> Result<(RunState, Option<ReplacedRun>), TaskFlowError> {
+/// A new run, made by [`new_run_state`].
+#[derive(Debug)]
+pub struct NewRun {
+    pub state: RunState,
+    /// The unfinished earlier run it replaces, if any.
+    pub replaced: Option<ReplacedRun>,
+    /// How it begins: the temporary files of killed writes removed from `logs/` while the
+    /// earlier run's logs were set aside, which the engine says with its other warnings.
+    pub begin: Begin,
+}
+
+/// A new run of `cfg` in `dir`: the logs of an earlier run move under `logs/runs/<its id>/`
+/// (or `logs/runs/previous-<time>/` when its state is gone); an unfinished one is returned
+/// replaced.
+pub fn new_run_state(dir: &Path, ws: &Workspace, cfg: RunConfig) -> Result<NewRun, TaskFlowError> {
     let head = Git::new(dir).head()?;
     let old = RunState::load(ws).ok().flatten();
     // The id comes from a file in the repository: only a plain name names a directory.
@@ -320,7 +332,7 @@ pub fn new_run_state(
         .map(|o| o.run_id.clone())
         .filter(|id| crate::workspace::is_plain_name(id))
         .unwrap_or_else(|| format!("previous-{}", clock::now().strftime("%Y%m%dT%H%M%S")));
-    let logs = ws.logs_dir().join(&old_name);
+    let logs = ws.earlier_runs_dir().join(&old_name);
     let aside = ws
         .set_aside_logs(&old_name)
         .map_err(|source| TaskFlowError::SetAsideLogs {
@@ -332,11 +344,15 @@ pub fn new_run_state(
         .map(|o| ReplacedRun {
             run_id: o.run_id,
             logs: aside.moved.then_some(logs),
-            removed_temps: aside.removed_temps,
         });
     let now = clock::now();
-    let state = RunState::new(cfg, RunState::new_id(now), head, clock::rfc3339(now));
-    Ok((state, replaced))
+    Ok(NewRun {
+        state: RunState::new(cfg, RunState::new_id(now), head, clock::rfc3339(now)),
+        replaced,
+        begin: Begin::New {
+            temps_removed: aside.removed_temps,
+        },
+    })
 }
 
 /// End every process a killed foreground loop in `workdir` left running, and record this

@@ -102,13 +102,12 @@ pub fn load_run(dir: &RunDir) -> Result<RunData, ReportError> {
             path: dir.ralph.clone(),
         })?;
     // This run's own state only: a later run in the same directory set it aside beside
-    // this run's logs (`logs/<id>/run.json`), or replaced it (before that was done).
+    // this run's logs (`logs/runs/<id>/run.json`), or replaced it (before that was done).
     let state = state
         .filter(|_| state_id.as_deref() == Some(run_id.as_str()))
         .or_else(|| {
-            crate::workspace::is_plain_name(&run_id)
-                .then(|| read_state(&dir.ralph.join("logs").join(&run_id)))
-                .flatten()
+            crate::workspace::earlier_run_in(&dir.ralph.join("logs"), &run_id)
+                .and_then(|d| read_state(&d))
                 .filter(|s| text_at(s, &["run_id"]).as_deref() == Some(run_id.as_str()))
         });
     let logs = logs_dir(&dir.ralph, &run_id, state.is_some());
@@ -186,11 +185,11 @@ fn fill_from_state(run: &mut RunData, s: &Value) {
     run.gate_failures = small("gate_failures");
 }
 
-/// The directory of the run's iteration files: its own `logs/<run id>/`, else `logs/`
-/// when `run.json` names this run (a directory's current run).
+/// The directory of the run's iteration files: its own `logs/runs/<run id>/` (or the
+/// `logs/<run id>/` of the layout before), else `logs/` when `run.json` names this run (a
+/// directory's current run).
 fn logs_dir(ralph: &Path, run_id: &str, current: bool) -> Option<PathBuf> {
-    let own = ralph.join("logs").join(run_id);
-    if own.is_dir() {
+    if let Some(own) = crate::workspace::earlier_run_in(&ralph.join("logs"), run_id) {
         return Some(own);
     }
     current.then(|| ralph.join("logs"))

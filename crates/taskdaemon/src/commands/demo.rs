@@ -88,7 +88,9 @@ pub fn run(args: DemoArgs, _ctx: &Ctx) -> anyhow::Result<i32> {
             script.display()
         );
     }
-    let (_, summary) = super::util::drive(&ws, state, false, args.json)?;
+    // A scratch directory of its own: no earlier run, no temporary file.
+    let begin = taskdaemon_core::engine::Begin::New { temps_removed: 0 };
+    let (_, summary) = super::util::drive(&ws, state, begin, args.json)?;
     if !args.json {
         println!("\nThe demo's record:");
         println!(

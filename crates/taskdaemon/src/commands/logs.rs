@@ -62,11 +62,12 @@ fn log_dirs(paths: &DaemonPaths, run: &LoopRun) -> Vec<PathBuf> {
         bases.push(wt.join(".ralph"));
     }
     for b in bases {
-        dirs.push(b.join("logs").join(&run.id));
+        let logs = b.join("logs");
+        dirs.extend(taskdaemon_core::workspace::earlier_run_in(&logs, &run.id));
         // The current run's logs are at the top of logs/ while run.json names it.
         let state = std::fs::read_to_string(b.join("run.json")).unwrap_or_default();
         if state.contains(&format!("\"run_id\": \"{}\"", run.id)) {
-            dirs.push(b.join("logs"));
+            dirs.push(logs);
         }
     }
     dirs
@@ -339,10 +340,10 @@ fn local_dir(ws: &Workspace, reference: Option<&str>) -> anyhow::Result<Option<(
     Ok(match (reference, current) {
         (None, Some(id)) => Some((id, ws.logs_dir())),
         (Some(r), Some(id)) if id.starts_with(r) => Some((id, ws.logs_dir())),
-        (Some(r), _) => {
-            let d = ws.logs_dir().join(r);
-            (!r.contains('/') && !iteration_files(&d).is_empty()).then(|| (r.to_string(), d))
-        }
+        (Some(r), _) => ws
+            .earlier_run_logs(r)
+            .filter(|d| !iteration_files(d).is_empty())
+            .map(|d| (r.to_string(), d)),
         (None, None) => None,
     })
 }

@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use clap::Args;
 use taskdaemon_core::config::Settings;
 use taskdaemon_core::engine::standalone::standalone_context;
-use taskdaemon_core::engine::{Outcome, RunConfig, RunState};
+use taskdaemon_core::engine::{Begin, Outcome, RunConfig, RunState};
 use taskdaemon_core::workspace::Workspace;
 
 use super::Ctx;
@@ -88,17 +88,17 @@ pub fn run(args: RunArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let flags = args.flags.settings();
 
     // The task file is read once an interrupted rollback has put the work tree back.
-    let (state, resumed) = match args.task()? {
-        None => (resume_state(&ws, &flags)?, true),
+    let (state, begin) = match args.task()? {
+        None => (resume_state(&ws, &flags)?, Begin::Resumed),
         Some(task) => {
             let settings = settings(&dir, &flags, ctx.config.as_deref())?;
             let mut cfg = resolve(&dir, task, &settings)?;
             cascade_context(&dir, &mut cfg, &args.vars)?;
-            (new_state(&dir, &ws, cfg)?, false)
+            new_state(&dir, &ws, cfg)?
         }
     };
     let task = state.task;
-    let (outcome, summary) = drive(&ws, state, resumed, args.json)?;
+    let (outcome, summary) = drive(&ws, state, begin, args.json)?;
     if let Some(number) = task {
         finish_task(&dir, &ws, number, &outcome, &summary, args.json)?;
     }

@@ -885,7 +885,7 @@ fn a_new_run_keeps_the_previous_runs_logs() {
     );
     let log = std::fs::read_to_string(env.repo().join(".ralph/logs/iteration-001.log")).unwrap();
     assert!(log.contains("second") && !log.contains("first"), "{log}");
-    let kept: Vec<_> = std::fs::read_dir(env.repo().join(".ralph/logs"))
+    let kept: Vec<_> = std::fs::read_dir(env.repo().join(".ralph/logs/runs"))
         .unwrap()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("previous-"))

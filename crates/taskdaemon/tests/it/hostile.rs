@@ -152,6 +152,31 @@ fn symlinked_state_files_and_directories_are_refused_and_nothing_is_written_outs
     }
 }
 
+/// An earlier run's logs are set aside under `.ralph/logs/runs/`: a link there leads
+/// nothing out of the repository.
+#[test]
+fn a_linked_earlier_runs_directory_is_refused_and_nothing_is_written_outside() {
+    let env = Env::new();
+    assert_eq!(run_once(&env).code, 0);
+    let outside = env.root().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, env.repo().join(".ralph/logs/runs")).unwrap();
+    let r = run_once(&env);
+    assert_eq!(r.code, 64, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("refusing to use"), "{}", r.stderr);
+    assert_eq!(
+        r.stderr.matches("hint:").count(),
+        1,
+        "said once: {}",
+        r.stderr
+    );
+    assert!(files_under(&outside).is_empty());
+    assert!(
+        env.repo().join(".ralph/logs/iteration-001.log").exists(),
+        "the earlier run's logs stay where they were"
+    );
+}
+
 #[test]
 fn a_current_spec_pointing_outside_is_refused() {
     let env = Env::new();

@@ -152,65 +152,86 @@ fn submit_still_refuses_a_missing_target_and_a_detached_head() {
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
 }
 
-/// A new run lists `.ralph/logs/` (a directory per earlier run) once: the earlier run's
-/// logs are set aside and the temporary files of its killed writes removed in that one
-/// listing, and said; a resumed run removes them too.
+/// A new run lists `.ralph/logs/` once, whatever the project's history: the earlier run's
+/// logs go to `logs/runs/<id>/` and the temporary files of killed writes are removed in that
+/// one listing, and said with the run's other warnings (also after a run that finished);
+/// a resumed run removes them too.
 #[test]
 fn a_new_run_sets_the_earlier_logs_aside_and_removes_their_temp_files_at_once() {
     let env = Env::new();
-    let run = |task: Option<&str>| {
-        let mut args = vec!["run"];
-        args.extend(task);
-        args.extend([
-            "--agent",
-            "cmd:true",
-            "--validate",
-            "true",
-            "--completion-promise",
-            "NEVER",
-            "--max-stuck",
-            "0",
-            "--max-iterations",
-            "1",
-        ]);
+    // `until_done`: validation passing ends the run; else the loop waits for a promise
+    // that never comes and a limit stops it (resumable: the next run replaces it).
+    let run = |task: &str, until_done: bool| {
+        let mut args = vec!["run", task, "--agent", "cmd:true", "--validate", "true"];
+        if !until_done {
+            args.extend(["--completion-promise", "NEVER", "--max-stuck", "0"]);
+        }
+        args.extend(["--max-iterations", "1"]);
         env.run(&args)
     };
-    let first = run(Some("first"));
-    assert_eq!(first.code, 1, "{}", first.stderr);
     let logs = env.repo().join(".ralph/logs");
     let temps = [
         logs.join(".tmp-killed"),
         env.repo().join(".ralph/.tmp-killed"),
     ];
-    for t in &temps {
-        std::fs::write(t, "half a write").unwrap();
+    let plant = || {
+        for t in &temps {
+            std::fs::write(t, "half a write").unwrap();
+        }
+    };
+    // After a run that finished, and after one a limit stopped (which is replaced).
+    for (until_done, code) in [(true, 0), (false, 1)] {
+        let before = run("earlier", until_done);
+        assert_eq!(before.code, code, "{}", before.stderr);
+        plant();
+        let next = run("next", false);
+        assert!(
+            next.stderr
+                .contains("removed 2 temporary file(s) of writes a stopped run left unfinished"),
+            "{until_done}: {}",
+            next.stderr
+        );
+        assert!(
+            temps.iter().all(|t| !t.exists()),
+            "{until_done}: {}",
+            next.stderr
+        );
     }
-    let second = run(Some("second"));
-    assert!(
-        second
-            .stderr
-            .contains("removed 1 temporary file(s) of writes the stopped run left unfinished"),
-        "{}",
-        second.stderr
-    );
-    assert!(temps.iter().all(|t| !t.exists()), "{}", second.stderr);
-    let aside = std::fs::read_dir(&logs)
+    // Out of `logs/` itself, which the next start lists again.
+    let dirs: Vec<String> = std::fs::read_dir(&logs)
         .unwrap()
         .flatten()
         .filter(|e| e.path().is_dir())
-        .count();
-    assert_eq!(aside, 1, "the first run's logs, set aside");
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(dirs, ["runs"]);
+    let aside = std::fs::read_dir(logs.join("runs")).unwrap().count();
+    assert_eq!(aside, 3, "the earlier runs' logs, set aside");
     assert!(
         logs.join("iteration-001.log").exists(),
-        "the second run's own"
+        "the last run's own"
+    );
+    // `logs <id>` finds an earlier run there.
+    let first = std::fs::read_dir(logs.join("runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .min()
+        .unwrap();
+    let shown = env.run(&["logs", &first]);
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+    assert!(
+        shown.stdout.contains("iteration-001.log"),
+        "{}",
+        shown.stdout
     );
 
     // Resumed (no task): nothing is set aside, the temp files still go.
-    std::fs::write(&temps[0], "half a write").unwrap();
+    plant();
     let resumed = env.run(&["run", "--resume", "--max-iterations", "2"]);
-    assert!(!temps[0].exists(), "{}", resumed.stderr);
+    assert!(temps.iter().all(|t| !t.exists()), "{}", resumed.stderr);
     assert!(
-        resumed.stderr.contains("removed 1 temporary file(s)"),
+        resumed.stderr.contains("removed 2 temporary file(s)"),
         "{}",
         resumed.stderr
     );

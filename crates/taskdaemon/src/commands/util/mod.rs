@@ -13,7 +13,7 @@ use taskdaemon_core::agent::tracked::Leftover;
 use taskdaemon_core::config::{self, Dur, Settings};
 use taskdaemon_core::duration::parse_duration;
 use taskdaemon_core::engine::{
-    EngineContext, EventSink, Outcome, RunConfig, RunState, exit_code, run_loop,
+    Begin, EngineContext, EventSink, Outcome, RunConfig, RunState, exit_code, run_loop,
 };
 use taskdaemon_core::git::snapshot::Snapshots;
 use taskdaemon_core::lifecycle::TaskEnd;
@@ -218,13 +218,17 @@ pub(crate) fn resolve(dir: &Path, task: String, settings: &Settings) -> anyhow::
     task_flow::resolve_config(dir, task, settings).map_err(user)
 }
 
-/// A new run of `cfg`; the logs of an earlier run move aside.
-pub(crate) fn new_state(dir: &Path, ws: &Workspace, cfg: RunConfig) -> anyhow::Result<RunState> {
-    let (state, replaced) = task_flow::new_run_state(dir, ws, cfg).map_err(flow_err)?;
-    if let Some(r) = replaced {
-        render_replaced(&r);
+/// A new run of `cfg`, and how it begins; the logs of an earlier run move aside.
+pub(crate) fn new_state(
+    dir: &Path,
+    ws: &Workspace,
+    cfg: RunConfig,
+) -> anyhow::Result<(RunState, Begin)> {
+    let new = task_flow::new_run_state(dir, ws, cfg).map_err(flow_err)?;
+    if let Some(r) = &new.replaced {
+        render_replaced(r);
     }
-    Ok(state)
+    Ok((new.state, new.begin))
 }
 
 /// "starting a new run; the unfinished run … is replaced".
@@ -237,12 +241,6 @@ pub(crate) fn render_replaced(r: &ReplacedRun) {
             .map(|l| format!(" (its logs are in {})", l.display()))
             .unwrap_or_default()
     );
-    if r.removed_temps > 0 {
-        eprintln!(
-            "taskdaemon: warning: removed {} temporary file(s) of writes the stopped run left unfinished",
-            r.removed_temps
-        );
-    }
 }
 
 /// A task flow's error: the person's to fix (exit 64) or the harness's.
@@ -258,7 +256,7 @@ pub(crate) fn flow_err(e: TaskFlowError) -> anyhow::Error {
 pub fn drive(
     ws: &Workspace,
     state: RunState,
-    resumed: bool,
+    begin: Begin,
     json: bool,
 ) -> anyhow::Result<(Outcome, RunSummary)> {
     take_over_processes(&state)?;
@@ -268,7 +266,7 @@ pub fn drive(
             script_runner: std::env::current_exe().context("finding the taskdaemon executable")?,
             events,
         };
-        let result = run_loop(state, ws, &ctx, &cancel, resumed).await;
+        let result = run_loop(state, ws, &ctx, &cancel, begin).await;
         drop(ctx);
         rendering.finish().await;
         Ok(result?)
