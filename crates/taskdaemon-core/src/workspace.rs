@@ -69,10 +69,10 @@ impl Workspace {
         earlier_runs_in(&self.logs_dir())
     }
     /// Where the earlier run `name` (a plain name, [`is_plain_name`]) keeps its logs and
-    /// state: `logs/runs/<name>/`, or `logs/<name>/` where a build before that layout put
-    /// them; `None` when neither is there.
-    pub fn earlier_run_logs(&self, name: &str) -> Option<PathBuf> {
-        earlier_run_in(&self.logs_dir(), name)
+    /// state: `logs/runs/<name>/`, and `logs/<name>/` where a build before that layout put
+    /// them (the existing ones, in that order).
+    pub fn earlier_run_logs(&self, name: &str) -> Vec<PathBuf> {
+        earlier_run_dirs(&self.logs_dir(), name)
     }
     /// Move the `iteration-*` files of an earlier run into `logs/runs/<name>/`, so the next
     /// run's logs start fresh and nothing is overwritten, and remove the temporary files of
@@ -81,6 +81,8 @@ impl Workspace {
     /// repository: one that is not a plain name ([`is_plain_name`]) is refused.
     pub fn set_aside_logs(&self, name: &str) -> std::io::Result<SetAside> {
         let dest = self.set_aside_dir(name)?;
+        // Nothing is moved or removed through a link that leads out of the repository.
+        crate::fsutil::confine(&self.logs_dir().join(".probe"))?;
         let mut done = SetAside::default();
         for e in std::fs::read_dir(self.logs_dir())
             .into_iter()
@@ -494,16 +496,17 @@ pub fn earlier_runs_in(logs: &Path) -> PathBuf {
     logs.join("runs")
 }
 
-/// The directory of the earlier run `name` under `logs`: `runs/<name>/`, else the
-/// `<name>/` of the layout before; `None` for a name that is not plain or a run with
-/// neither.
-pub fn earlier_run_in(logs: &Path, name: &str) -> Option<PathBuf> {
+/// The directories of the earlier run `name` under `logs` that exist: `runs/<name>/`, then
+/// the `<name>/` of the layout before (a run set aside across an upgrade may have its
+/// logs in one and its state in the other); none for a name that is not plain.
+pub fn earlier_run_dirs(logs: &Path, name: &str) -> Vec<PathBuf> {
     if !is_plain_name(name) {
-        return None;
+        return Vec::new();
     }
     [earlier_runs_in(logs).join(name), logs.join(name)]
         .into_iter()
-        .find(|d| std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()))
+        .filter(|d| std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()))
+        .collect()
 }
 
 /// A regular file named `.tmp-*`: what an atomic write leaves when killed before its rename.
@@ -513,6 +516,10 @@ fn is_temp_file(e: &std::fs::DirEntry) -> bool {
 }
 
 fn remove_temps_in(dir: &Path) -> usize {
+    // Never through a link that leads out of the repository (the run refuses it later).
+    if crate::fsutil::confine(&dir.join(".probe")).is_err() {
+        return 0;
+    }
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };
@@ -558,7 +565,7 @@ mod tests {
         assert!(ws.logs_dir().join(".tmp-dir").is_dir());
         ws.set_aside_state("r1").unwrap();
         let dest = ws.logs_dir().join("runs/r1");
-        assert_eq!(ws.earlier_run_logs("r1"), Some(dest.clone()));
+        assert_eq!(ws.earlier_run_logs("r1"), std::slice::from_ref(&dest));
         assert_eq!(
             std::fs::read_to_string(dest.join("iteration-001.log")).unwrap(),
             "log 1"
@@ -573,11 +580,16 @@ mod tests {
         // Nothing left to move: nothing moves, nothing is made.
         assert_eq!(ws.set_aside_logs("r2").unwrap(), SetAside::default());
         assert!(!ws.earlier_runs_dir().join("r2").exists());
-        assert_eq!(ws.earlier_run_logs("r2"), None);
+        assert!(ws.earlier_run_logs("r2").is_empty());
         // A run a build before this layout set aside is found where it put it.
         std::fs::create_dir(ws.logs_dir().join("r0")).unwrap();
-        assert_eq!(ws.earlier_run_logs("r0"), Some(ws.logs_dir().join("r0")));
-        assert_eq!(ws.earlier_run_logs("../r0"), None);
+        assert_eq!(ws.earlier_run_logs("r0"), [ws.logs_dir().join("r0")]);
+        std::fs::create_dir_all(ws.earlier_runs_dir().join("r0")).unwrap();
+        assert_eq!(
+            ws.earlier_run_logs("r0"),
+            [ws.earlier_runs_dir().join("r0"), ws.logs_dir().join("r0")]
+        );
+        assert!(ws.earlier_run_logs("../r0").is_empty());
         // An id from a crafted run.json never leads elsewhere in the tree.
         std::fs::write(ws.iteration_log(1), "log 2").unwrap();
         std::fs::write(ws.run_state(), "{}").unwrap();

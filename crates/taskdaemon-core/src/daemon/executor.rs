@@ -267,7 +267,7 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
             ws,
             worktree: path,
             state: st,
-            begin: Begin::Resumed,
+            begin: Begin::Resumed { temps_removed: 0 },
             _lock: lock,
         });
     }
@@ -307,10 +307,9 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
     Ok(Prepared {
         ws,
         worktree: path,
-        // Going on from another machine's record: resumed (the engine looks at `logs/`
-        // again, which its files were just set aside from: nothing left to find there).
+        // Going on from another machine's record: resumed.
         begin: if l.from_elsewhere && state.iterations_done > 0 {
-            Begin::Resumed
+            Begin::Resumed { temps_removed }
         } else {
             Begin::New { temps_removed }
         },

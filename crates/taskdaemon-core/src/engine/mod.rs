@@ -74,19 +74,26 @@ pub struct EngineContext {
     pub events: EventSink,
 }
 
-/// How a run begins.
+/// How a run begins, and how many temporary files of killed writes its start removed from
+/// `logs/` before the engine (while setting an earlier run's logs aside): the engine says
+/// them with the ones it removes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Begin {
-    /// A new run: its start set the earlier run's logs aside, and removed the temporary
-    /// files of killed writes it found in `logs/` while at it (`temps_removed`).
+    /// A new run: the engine leaves `logs/` alone (its start listed it).
     New { temps_removed: usize },
-    /// A run going on from its saved state.
-    Resumed,
+    /// A run going on from a saved state: the engine removes what a kill left in `logs/`.
+    Resumed { temps_removed: usize },
 }
 
 impl Begin {
     pub fn is_resumed(self) -> bool {
-        self == Begin::Resumed
+        matches!(self, Begin::Resumed { .. })
+    }
+
+    fn temps_removed(self) -> usize {
+        match self {
+            Begin::New { temps_removed } | Begin::Resumed { temps_removed } => temps_removed,
+        }
     }
 }
 
@@ -138,11 +145,7 @@ pub async fn run_loop(
             "--max-cost is set but this agent's plain-text output reports no cost; the limit cannot trigger",
         );
     }
-    let cleaned = state::clean_temp_files(ws, resumed)
-        + match begin {
-            Begin::New { temps_removed } => temps_removed,
-            Begin::Resumed => 0,
-        };
+    let cleaned = state::clean_temp_files(ws, resumed) + begin.temps_removed();
     if cleaned > 0 {
         warn(
             ctx,

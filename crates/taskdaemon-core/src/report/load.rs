@@ -106,9 +106,10 @@ pub fn load_run(dir: &RunDir) -> Result<RunData, ReportError> {
     let state = state
         .filter(|_| state_id.as_deref() == Some(run_id.as_str()))
         .or_else(|| {
-            crate::workspace::earlier_run_in(&dir.ralph.join("logs"), &run_id)
-                .and_then(|d| read_state(&d))
-                .filter(|s| text_at(s, &["run_id"]).as_deref() == Some(run_id.as_str()))
+            crate::workspace::earlier_run_dirs(&dir.ralph.join("logs"), &run_id)
+                .iter()
+                .filter_map(|d| read_state(d))
+                .find(|s| text_at(s, &["run_id"]).as_deref() == Some(run_id.as_str()))
         });
     let logs = logs_dir(&dir.ralph, &run_id, state.is_some());
     let mut rows: Vec<Row> = read_rows(&dir.ralph.join("logs/summary.csv"));
@@ -189,10 +190,20 @@ fn fill_from_state(run: &mut RunData, s: &Value) {
 /// `logs/<run id>/` of the layout before), else `logs/` when `run.json` names this run (a
 /// directory's current run).
 fn logs_dir(ralph: &Path, run_id: &str, current: bool) -> Option<PathBuf> {
-    if let Some(own) = crate::workspace::earlier_run_in(&ralph.join("logs"), run_id) {
-        return Some(own);
+    let own = crate::workspace::earlier_run_dirs(&ralph.join("logs"), run_id);
+    let with_logs = own.iter().find(|d| has_iteration_files(d));
+    if let Some(d) = with_logs.or(own.first()) {
+        return Some(d.clone());
     }
     current.then(|| ralph.join("logs"))
+}
+
+fn has_iteration_files(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.file_name().as_encoded_bytes().starts_with(b"iteration-"))
 }
 
 fn num<T: std::str::FromStr + Default>(row: &Row, key: &str) -> T {

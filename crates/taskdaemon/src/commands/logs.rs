@@ -63,7 +63,7 @@ fn log_dirs(paths: &DaemonPaths, run: &LoopRun) -> Vec<PathBuf> {
     }
     for b in bases {
         let logs = b.join("logs");
-        dirs.extend(taskdaemon_core::workspace::earlier_run_in(&logs, &run.id));
+        dirs.extend(taskdaemon_core::workspace::earlier_run_dirs(&logs, &run.id));
         // The current run's logs are at the top of logs/ while run.json names it.
         let state = std::fs::read_to_string(b.join("run.json")).unwrap_or_default();
         if state.contains(&format!("\"run_id\": \"{}\"", run.id)) {
@@ -342,7 +342,8 @@ fn local_dir(ws: &Workspace, reference: Option<&str>) -> anyhow::Result<Option<(
         (Some(r), Some(id)) if id.starts_with(r) => Some((id, ws.logs_dir())),
         (Some(r), _) => ws
             .earlier_run_logs(r)
-            .filter(|d| !iteration_files(d).is_empty())
+            .into_iter()
+            .find(|d| !iteration_files(d).is_empty())
             .map(|d| (r.to_string(), d)),
         (None, None) => None,
     })

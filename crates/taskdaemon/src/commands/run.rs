@@ -89,7 +89,10 @@ pub fn run(args: RunArgs, ctx: &Ctx) -> anyhow::Result<i32> {
 
     // The task file is read once an interrupted rollback has put the work tree back.
     let (state, begin) = match args.task()? {
-        None => (resume_state(&ws, &flags)?, Begin::Resumed),
+        None => (
+            resume_state(&ws, &flags)?,
+            Begin::Resumed { temps_removed: 0 },
+        ),
         Some(task) => {
             let settings = settings(&dir, &flags, ctx.config.as_deref())?;
             let mut cfg = resolve(&dir, task, &settings)?;

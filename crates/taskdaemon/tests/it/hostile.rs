@@ -138,6 +138,9 @@ fn symlinked_state_files_and_directories_are_refused_and_nothing_is_written_outs
             std::fs::write(&f, "precious\n").unwrap();
             f
         } else {
+            // Named like the temporary file of a killed write: a start removes those from
+            // `.ralph/` and its logs, never through a link.
+            std::fs::write(outside.join(".tmp-precious"), "precious\n").unwrap();
             outside.clone()
         };
         let before = files_under(&outside);
