@@ -144,8 +144,6 @@ fn json_wanted() -> bool {
     std::env::args_os().skip(1).any(|a| a == "--json")
 }
 
-/// Print an error for people (`error:` in red when colour is on) or, with `--json`, as
-/// `{"error":…,"hint":…,"exit":N}` on stdout.
 /// An error and its causes: on one line (`a: b: c`), or with `verbose` a cause per line.
 /// A cause whose text a message before it already holds (an error that says its source
 /// and also gives it as its source) is not said again.
@@ -161,6 +159,8 @@ fn error_text(e: &anyhow::Error, verbose: bool) -> String {
     out
 }
 
+/// Print an error for people (`error:` in red when colour is on) or, with `--json`, as
+/// `{"error":…,"hint":…,"exit":N}` on stdout.
 fn report_error(message: &str, code: i32) {
     let (what, hint) = match message.split_once("\n  hint: ") {
         Some((w, h)) => (w.trim_end(), Some(h.trim())),

@@ -301,8 +301,7 @@ pub fn resolve_config(
     Ok(RunConfig::resolve(dir, task, settings, &registry)?)
 }
 
-/// An unfinished earlier run that a new one replaces, where its logs went, and how many
-/// temporary files of its unfinished writes were removed.
+/// An unfinished earlier run that a new one replaces, and where its logs went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplacedRun {
     pub run_id: String,
