@@ -69,6 +69,10 @@ pub struct Settings {
     pub max_runtime: Option<Dur>,
     pub max_cost: Option<f64>,
     pub completion_promise: Option<String>,
+    /// Turn off the evidence protection (a changed validation script, deleted or skipped
+    /// tests, fewer tests run): findings are warnings, loudly. Never from a repository's
+    /// own config: only flags, `TASKDAEMON_ALLOW_TEST_CHANGES`, the user's config or `--config`.
+    pub allow_test_changes: Option<bool>,
     /// Time between TERM and KILL when an agent is stopped.
     pub kill_grace: Option<Dur>,
     /// The cap of one iteration's log: `50MB` (the default), `512KB`, `1GB`.
@@ -159,6 +163,7 @@ impl Settings {
             max_runtime: over.max_runtime.or(self.max_runtime),
             max_cost: over.max_cost.or(self.max_cost),
             completion_promise: over.completion_promise.or(self.completion_promise),
+            allow_test_changes: over.allow_test_changes.or(self.allow_test_changes),
             kill_grace: over.kill_grace.or(self.kill_grace),
             max_log_size: over.max_log_size.or(self.max_log_size),
             task_parser: over.task_parser.or(self.task_parser),
@@ -341,6 +346,10 @@ pub enum ConfigError {
     },
     #[error("{0}")]
     Invalid(YamlError),
+    #[error(
+        "{path}: `allow-test-changes` cannot be set in a repository's own config: it turns off the check that the agent did not change its evidence, and an agent or a cloned repository can write this file\n  hint: remove the key; to allow test changes for one run, pass --allow-test-changes (or set it in ~/.config/taskdaemon/config.yaml)"
+    )]
+    UntrustedKey { path: PathBuf },
 }
 
 /// Read one settings file. A missing file is an error: callers decide whether a file is
@@ -394,7 +403,14 @@ pub fn load_layers(repo: &Path, explicit: Option<&Path>) -> Result<Settings, Con
     };
     let project = match explicit {
         Some(p) => load_file(p)?,
-        None => load_optional(&project_config_path(repo))?,
+        None => {
+            let path = project_config_path(repo);
+            let project = load_optional(&path)?;
+            if project.allow_test_changes.is_some() {
+                return Err(ConfigError::UntrustedKey { path });
+            }
+            project
+        }
     };
     Ok(user.merge(project))
 }
@@ -610,6 +626,7 @@ const UNSET_MEANS: &[(&str, &str)] = &[
     ("max-runtime", "(unset: no limit)"),
     ("max-cost", "(unset: no limit)"),
     ("completion-promise", "(unset: validation alone)"),
+    ("allow-test-changes", "false"),
     ("parse-agent", "(unset: the built-in rules)"),
     ("queue-max-loops", "(unset: only each machine's max-loops)"),
     (

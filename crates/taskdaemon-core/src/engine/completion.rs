@@ -14,12 +14,14 @@ use tokio_util::sync::CancellationToken;
 use super::state::{RunConfig, RunState};
 use super::{EngineContext, EngineError, EngineEvent};
 use crate::gates::contract::{Contract, check_contract};
+use crate::gates::evidence::Tally;
 use crate::gates::phase;
 use crate::gates::scope::{GateResult, GitWorld, Severity, scope_gates};
 use crate::gates::{Validation, run_validation};
 use crate::git::Git;
 use crate::git::snapshot::Snapshots;
 use crate::lifecycle::plan::{MarkerKind, Plan, PlanProblem};
+use crate::telemetry::IterationLog;
 use crate::workspace::Workspace;
 
 /// Consecutive rejected completions before the task is aborted.
@@ -31,6 +33,15 @@ pub enum Verdict {
     Swallowed,
     Rejected {
         attempt: u32,
+        /// The first blocking result's message.
+        first: String,
+        /// The agent changed its own evidence: the iteration counts toward stuck, commit or not.
+        tampered: bool,
+    },
+    /// A requirement the harness cannot measure and the agent cannot make measurable: the
+    /// person is asked (DECIDE).
+    Ask {
+        question: String,
     },
     Abort {
         reason: String,
@@ -43,16 +54,21 @@ fn io(what: String) -> impl FnOnce(std::io::Error) -> EngineError {
 
 pub async fn gates(
     st: &mut RunState,
-    cfg: &RunConfig,
     n: u32,
+    tally: Option<Tally>,
     ws: &Workspace,
+    log: &mut IterationLog,
     ctx: &EngineContext,
     cancel: &CancellationToken,
 ) -> Result<Verdict, EngineError> {
+    let cfg = &st.config.clone();
     let workdir = &cfg.workdir;
     let plan = read_plan(workdir)?;
-    // The task's own requirements are checked first, whatever the plan says (issue 12).
-    let mut results = contract(st, cfg, ws, plan.as_ref())?;
+    // The evidence first (issue 36), then the task's own requirements, whatever the plan
+    // says (issue 12).
+    let (mut results, evidence_diffs) = super::evidence::check(st, tally, ctx, n)?;
+    let tampered = results.iter().any(GateResult::blocks);
+    results.extend(contract(st, cfg, ws, plan.as_ref())?);
     results.extend(no_work(st, cfg)?);
     results.extend(summary_note(st, ws)?);
     let swallow =
@@ -62,7 +78,7 @@ pub async fn gates(
             iteration: n,
             gate: "phase".into(),
             passed: false,
-            severity: Severity::Soft,
+            severity: Severity::Hard,
             message: "completion claimed in the plan phase: ignored; the plan is validated at the top of the next iteration".into(),
         });
         if !results.iter().any(GateResult::blocks) {
@@ -72,7 +88,23 @@ pub async fn gates(
         results.extend(plan_problems(workdir, plan.as_ref()));
         results.extend(scope(st, cfg, plan.as_ref(), cancel).await?);
     }
+    for r in results.iter_mut() {
+        if r.severity == Severity::Ask && !r.passed && st.waived.contains(&waiver_key(r)) {
+            r.passed = true;
+            r.message = format!("accepted by a person's answer: {}", r.message);
+        }
+    }
     for r in &results {
+        log.note(&format!(
+            "gate {}: {}{}",
+            r.gate,
+            match (r.passed, r.severity) {
+                (true, _) => "",
+                (false, Severity::Hard | Severity::Ask) => "not met: ",
+                (false, Severity::Soft) => "reminder: ",
+            },
+            r.message
+        ));
         ctx.events.emit(EngineEvent::Gate {
             iteration: n,
             gate: r.gate.clone(),
@@ -81,11 +113,16 @@ pub async fn gates(
             message: r.message.clone(),
         });
     }
+    if let Some((keys, question)) = unmeasurable(&results) {
+        st.gate_question = keys;
+        return Ok(Verdict::Ask { question });
+    }
     let hard: Vec<&GateResult> = results.iter().filter(|r| r.blocks()).collect();
     if hard.is_empty() {
         st.gate_failures = 0;
         return Ok(Verdict::Complete);
     }
+    let first = hard[0].message.clone();
     st.gate_failures += 1;
     let attempt = st.gate_failures;
     if attempt >= MAX_GATE_FAILURES {
@@ -101,8 +138,12 @@ pub async fn gates(
                         "iteration {n}: {cause}, but the task was not failed (its rollback was not begun): {e}"
                     ),
                 );
-                ws.write_feedback(&rejection_text(attempt, &results, swallow))?;
-                return Ok(Verdict::Rejected { attempt });
+                ws.write_feedback(&rejection_text(attempt, &results, swallow, &evidence_diffs))?;
+                return Ok(Verdict::Rejected {
+                    attempt,
+                    first,
+                    tampered,
+                });
             }
             r => r?,
         };
@@ -118,12 +159,64 @@ pub async fn gates(
         };
         return Ok(Verdict::Abort { reason });
     }
-    ws.write_feedback(&rejection_text(attempt, &results, swallow))?;
-    Ok(Verdict::Rejected { attempt })
+    ws.write_feedback(&rejection_text(attempt, &results, swallow, &evidence_diffs))?;
+    Ok(Verdict::Rejected {
+        attempt,
+        first,
+        tampered,
+    })
+}
+
+/// The blocking results the agent cannot fix (the harness cannot read the file they are
+/// counted in; the person did not accept the work without them yet): their keys, and the
+/// question for the person.
+fn unmeasurable(results: &[GateResult]) -> Option<(Vec<String>, String)> {
+    let asked: Vec<&GateResult> = results
+        .iter()
+        .filter(|r| r.blocks() && r.severity == Severity::Ask)
+        .collect();
+    if asked.is_empty() {
+        return None;
+    }
+    let what: Vec<&str> = asked.iter().map(|r| r.message.as_str()).collect();
+    Some((
+        asked.iter().map(|r| waiver_key(r)).collect(),
+        format!(
+            "{} Answer `accept` to accept the work without {} (`taskdaemon answer accept`, then `taskdaemon run --resume`), or answer with what the agent should do instead.",
+            what.join(" "),
+            if asked.len() == 1 {
+                "this check"
+            } else {
+                "these checks"
+            }
+        ),
+    ))
+}
+
+/// A person's answer to the gates' question: `accept` waives that requirement for the
+/// rest of the run; any other answer is guidance for the agent (it is in the prompt).
+pub fn take_answer(st: &mut RunState, answer: Option<&str>) {
+    let Some(answer) = answer else {
+        return;
+    };
+    let asked = std::mem::take(&mut st.gate_question);
+    if answer.trim().to_lowercase().starts_with("accept") {
+        st.waived.extend(asked);
+    }
+}
+
+/// What a person's `accept` of a gate question is remembered by.
+fn waiver_key(r: &GateResult) -> String {
+    format!("{}: {}", r.gate, r.message)
 }
 
 /// `feedback.md` after a rejected completion.
-fn rejection_text(attempt: u32, results: &[GateResult], plan_phase: bool) -> String {
+fn rejection_text(
+    attempt: u32,
+    results: &[GateResult],
+    plan_phase: bool,
+    evidence: &str,
+) -> String {
     let list: String = results
         .iter()
         .filter(|r| r.blocks())
@@ -136,7 +229,7 @@ fn rejection_text(attempt: u32, results: &[GateResult], plan_phase: bool) -> Str
         .collect();
     format!(
         "## Gate failures (attempt {attempt} of {MAX_GATE_FAILURES})\n\n\
-The validation passed, but the harness's checks of this task are not met, so the task is not done:\n{list}{}{}\n\
+The validation passed, but the harness's checks of this task are not met, so the task is not done:\n{list}{evidence}{}{}\n\
 Fix these first. After {MAX_GATE_FAILURES} rejected completions in a row the run fails (a task is rolled back to task-N-pre).\n",
         if soft.is_empty() {
             String::new()

@@ -124,7 +124,14 @@ pub enum GateVerdict {
     Complete,
     /// Plan phase: the claim does not count.
     Swallowed,
-    Rejected,
+    Rejected {
+        /// The agent changed its own evidence: counts toward stuck whatever HEAD did.
+        tampered: bool,
+    },
+    /// The harness cannot measure a requirement and the agent cannot fix that: DECIDE.
+    Ask {
+        question: String,
+    },
     Abort {
         reason: String,
     },
@@ -385,8 +392,14 @@ fn gate_rules(ev: &Evidence, policy: &Policy, d: &mut Decision) {
             d.outcome = IterationOutcome::PlanPhase;
             d.note.push_str("; completion ignored in the plan phase");
         }
-        Some(GateVerdict::Rejected) => {
+        Some(GateVerdict::Rejected { .. }) => {
             d.outcome = IterationOutcome::Rejected;
+        }
+        Some(GateVerdict::Ask { question }) => {
+            d.outcome = IterationOutcome::Decide;
+            d.run_outcome = Some(Outcome::Decide {
+                question: question.clone(),
+            });
         }
         Some(GateVerdict::Abort { reason }) => {
             d.outcome = IterationOutcome::Failed;
@@ -426,12 +439,17 @@ fn guard_rules(ev: &Evidence, policy: &Policy, d: &mut Decision) {
         });
         return;
     }
-    c.stuck = guards::next_stuck_count(
-        c.stuck,
-        ev.head_before.as_deref(),
-        ev.head_after.as_deref(),
-        ev.timed_out,
-    );
+    c.stuck = if matches!(ev.gates, Some(GateVerdict::Rejected { tampered: true })) {
+        // A commit that changes the evidence is no progress.
+        c.stuck + 1
+    } else {
+        guards::next_stuck_count(
+            c.stuck,
+            ev.head_before.as_deref(),
+            ev.head_after.as_deref(),
+            ev.timed_out,
+        )
+    };
     d.stuck_counted = c.stuck > 0;
     if guards::is_stuck(c.stuck, policy.max_stuck) {
         d.outcome = IterationOutcome::Stuck;

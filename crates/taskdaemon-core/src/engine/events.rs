@@ -25,6 +25,11 @@ pub enum EngineEvent {
     Warning {
         message: String,
     },
+    /// The evidence baseline recorded (or read back) before iteration 1: what completions
+    /// are compared with (issue 36).
+    Evidence {
+        message: String,
+    },
     /// A gate's verdict: `phase` (plan validated / claim swallowed) or `scope:SECTION:MARKER`.
     Gate {
         iteration: u32,

@@ -8,6 +8,7 @@ mod state;
 mod completion;
 pub mod decide;
 pub mod events;
+mod evidence;
 pub mod failures;
 pub mod standalone;
 mod watch;
@@ -28,6 +29,7 @@ pub use state::{
 use crate::agent::{OutputFormat, ProcessSpec, step};
 use crate::clock;
 use crate::duration::format_duration;
+use crate::gates::evidence::{Tally, TallyLines};
 use crate::gates::{Validation, run_validation};
 use crate::git::snapshot::Snapshots;
 use crate::git::{Git, GitError};
@@ -168,6 +170,9 @@ pub async fn run_loop(
     }
     st.save_start(ws)?;
     let mut refused = preflight(&cfg, ctx);
+    if refused.is_none() {
+        evidence::record(&mut st, resumed, ctx, cancel).await?;
+    }
     // The last iteration's log and CSV row: synced with the state's next save.
     let mut pending = crate::fsutil::PendingSyncs::default();
 
@@ -269,6 +274,7 @@ async fn iteration(
 
     let phase_note = phase_step(st, cfg, n, ws, ctx)?;
     let written = write_prompt(st, n, template, ws, git)?;
+    completion::take_answer(st, written.answer.as_deref());
     let log_path = ws.iteration_log(n);
     let mut log = open_log(
         st,
@@ -416,6 +422,8 @@ struct WrittenPrompt {
     path: PathBuf,
     /// A human's answer to an earlier DECIDE, as it went into the prompt.
     decision: Option<String>,
+    /// The answer alone.
+    answer: Option<String>,
 }
 
 /// Render the prompt (with a human's answer to an earlier DECIDE) and write it.
@@ -444,6 +452,7 @@ fn write_prompt(
         prompt,
         path,
         decision,
+        answer: decide.and_then(|d| d.answer),
     })
 }
 
@@ -721,6 +730,7 @@ async fn gather(
         ..decide::Evidence::default()
     };
     let mut validation_time = Duration::ZERO;
+    let mut tally = None;
     if let Some(reason) = &ev.no_work {
         log.note(reason);
     }
@@ -728,13 +738,15 @@ async fn gather(
         ev.signal = signals_step(cfg, n, &ran.parsed, prompt, log, ctx);
         if !matches!(ev.signal, Some(Signal::Blocked(_) | Signal::Decide(_))) {
             let claimed = ev.signal == Some(Signal::Complete);
-            let (v, t) = validate_step(cfg, n, claimed, ran.env.clone(), log, ctx, cancel).await?;
+            let (v, t, counted) =
+                validate_step(cfg, n, claimed, ran.env.clone(), log, ctx, cancel).await?;
             ev.validation = Some(v);
             validation_time = t;
+            tally = counted;
         }
     }
     if decide::completing(&ev, &policy(cfg)).is_some() {
-        ev.gates = Some(completion_step(st, cfg, n, ws, log, ctx, cancel).await?);
+        ev.gates = Some(completion_step(st, n, tally, ws, log, ctx, cancel).await?);
     }
     ev.cost_usd = st.cost_usd;
     Ok((ev, validation_time))
@@ -958,8 +970,8 @@ fn signals_step(
     scan.signal
 }
 
-/// The validation command, when there is one: its run as evidence, and its time.
-#[allow(clippy::too_many_arguments)]
+/// The validation command, when there is one: its run as evidence, its time, and the
+/// tests its output says ran.
 async fn validate_step(
     cfg: &RunConfig,
     n: u32,
@@ -968,10 +980,11 @@ async fn validate_step(
     log: &mut IterationLog,
     ctx: &EngineContext,
     cancel: &CancellationToken,
-) -> Result<(decide::ValidationEvidence, Duration), EngineError> {
+) -> Result<(decide::ValidationEvidence, Duration, Option<Tally>), EngineError> {
     let Some(cmd) = &cfg.validate else {
-        return Ok((decide::ValidationEvidence::NotRun, Duration::ZERO));
+        return Ok((decide::ValidationEvidence::NotRun, Duration::ZERO, None));
     };
+    let mut tally = TallyLines::default();
     ctx.events.emit(EngineEvent::ValidationStarted {
         iteration: n,
         command: cmd.clone(),
@@ -989,7 +1002,10 @@ async fn validate_step(
             sandbox: &cfg.sandbox,
         },
         cancel,
-        |line| log.output(crate::agent::Stream::Stdout, line.as_bytes()),
+        |line| {
+            tally.push(line);
+            log.output(crate::agent::Stream::Stdout, line.as_bytes())
+        },
     )
     .await
     .map_err(io_err(format!("running validation `{cmd}`")))?;
@@ -1045,29 +1061,33 @@ async fn validate_step(
             output: v.output.clone(),
         }
     };
-    Ok((evidence, v.duration))
+    Ok((evidence, v.duration, tally.tally()))
 }
 
 /// The completion gates: the harness's last word on evidence that says done.
 async fn completion_step(
     st: &mut RunState,
-    cfg: &RunConfig,
     n: u32,
+    tally: Option<Tally>,
     ws: &Workspace,
     log: &mut IterationLog,
     ctx: &EngineContext,
     cancel: &CancellationToken,
 ) -> Result<decide::GateVerdict, EngineError> {
     Ok(
-        match completion::gates(st, cfg, n, ws, ctx, cancel).await? {
+        match completion::gates(st, n, tally, ws, log, ctx, cancel).await? {
             completion::Verdict::Complete => decide::GateVerdict::Complete,
             completion::Verdict::Swallowed => {
                 log.note("completion claimed in the plan phase: ignored (spec 4)");
                 decide::GateVerdict::Swallowed
             }
-            completion::Verdict::Rejected { attempt } => {
+            completion::Verdict::Rejected {
+                attempt,
+                first,
+                tampered,
+            } => {
                 let reason = format!(
-                    "the harness's gates rejected the completion (attempt {attempt} of {}); see .ralph/feedback.md",
+                    "the harness's gates rejected the completion (attempt {attempt} of {}): {first}; see .ralph/feedback.md",
                     completion::MAX_GATE_FAILURES
                 );
                 log.note(&reason);
@@ -1075,7 +1095,13 @@ async fn completion_step(
                     iteration: n,
                     reason,
                 });
-                decide::GateVerdict::Rejected
+                decide::GateVerdict::Rejected { tampered }
+            }
+            completion::Verdict::Ask { question } => {
+                log.note(&format!(
+                    "the harness cannot measure a requirement: DECIDE: {question}"
+                ));
+                decide::GateVerdict::Ask { question }
             }
             completion::Verdict::Abort { reason } => {
                 log.note(&reason);

@@ -156,6 +156,8 @@ pub fn variables(
         String::new()
     };
     set("plan-instructions", json!(plan_instructions));
+    let rules = st.evidence.as_ref().map(|b| b.rules()).unwrap_or_default();
+    set("evidence-rules", json!(rules));
     let status = if t.uses("git-status") {
         bound_text(&git.status_porcelain()?, MAX_STATUS)
     } else {

@@ -62,6 +62,9 @@ pub struct RunConfig {
     /// Direct API agents' settings (`api:` in config).
     #[serde(default)]
     pub api: crate::agent::api::ApiSettings,
+    /// `--allow-test-changes`: changes of the evidence are warnings, not rejections.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_test_changes: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +144,7 @@ impl RunConfig {
             failure_policy: Default::default(),
             sandbox: Default::default(),
             api: Default::default(),
+            allow_test_changes: false,
             loop_def: def,
         };
         cfg.apply(s, false)?;
@@ -195,6 +199,9 @@ impl RunConfig {
         }
         if let Some(n) = s.max_stuck {
             self.max_stuck = n;
+        }
+        if let Some(a) = s.allow_test_changes {
+            self.allow_test_changes = a;
         }
         if let Some(n) = s.max_stall {
             self.max_stall = n;
@@ -366,6 +373,16 @@ pub struct RunState {
     /// Agent failures: a wait in progress, failures in a row.
     #[serde(default)]
     pub failures: super::failures::FailureState,
+    /// The evidence as it was when the run started (issue 36): in memory, and in the git
+    /// directory for a resume (`gates::evidence::Baseline::path`), never in `run.json`.
+    #[serde(skip)]
+    pub evidence: Option<std::sync::Arc<crate::gates::evidence::Baseline>>,
+    /// The gate question a person was asked (DECIDE), and the requirements they waived by
+    /// answering `accept`: those are not asked again in this run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gate_question: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waived: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -436,6 +453,9 @@ impl RunState {
             gate_failures: 0,
             start_head: None,
             failures: Default::default(),
+            evidence: None,
+            gate_question: Vec::new(),
+            waived: Vec::new(),
         }
     }
 

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::count::count_items;
+use super::count::{Measure, Unit, count_items, measure};
 use super::scope::{GateResult, ScopeWorld, Severity};
 use crate::lifecycle::parser::{Marker, ParsedTask, TaskKind, files_for};
 use crate::lifecycle::plan::{MarkerKind, Plan};
@@ -199,12 +199,10 @@ impl Contract {
     }
 }
 
-/// The files a requirement is checked in: its mapped files, else those of the plan
-/// sections holding its marker for this task (PRESERVED holds for every task).
+/// The files a requirement is checked in: those of the plan sections holding its marker
+/// for this task (PRESERVED holds for every task), else its mapped files: the plan is where
+/// the agent says which file holds the list when the parser's mapping found another.
 fn files_of(r: &Requirement, task: u32, plan: Option<&Plan>) -> Vec<String> {
-    if !r.files.is_empty() {
-        return r.files.clone();
-    }
     let mut out = BTreeSet::new();
     if let Some(plan) = plan {
         for (s, m) in plan.marked_for(task) {
@@ -212,6 +210,9 @@ fn files_of(r: &Requirement, task: u32, plan: Option<&Plan>) -> Vec<String> {
                 out.extend(s.files.iter().cloned());
             }
         }
+    }
+    if out.is_empty() {
+        return r.files.clone();
     }
     out.into_iter().collect()
 }
@@ -221,6 +222,96 @@ fn total(files: &[String], read: impl Fn(&str) -> Option<String>) -> usize {
         .iter()
         .map(|f| read(f).map(|t| count_items(f, &t)).unwrap_or(0))
         .sum()
+}
+
+/// The items of a requirement's files on one side (at `task-N-pre`, or now), or why they
+/// cannot be counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Counted {
+    /// `unit` is `None` when no file held a countable collection (or none exists).
+    Items { count: usize, unit: Option<Unit> },
+    /// The agent can make it countable: what is wrong.
+    Fix(String),
+    /// Only a person can resolve it: the harness cannot read a file.
+    Ask(String),
+}
+
+fn counted(files: &[String], task: u32, before: bool, world: &dyn ScopeWorld) -> Counted {
+    let (mut count, mut unit) = (0, None);
+    for f in files {
+        let bytes = if before {
+            world.before_bytes(f)
+        } else {
+            world.now_bytes(f)
+        };
+        let Some(bytes) = bytes else {
+            continue;
+        };
+        match measure(f, &bytes) {
+            Measure::Items { count: n, unit: u } => {
+                count += n;
+                unit = unit.or(Some(u));
+            }
+            Measure::NoList => {}
+            Measure::Binary => {
+                return Counted::Ask(format!(
+                    "{f} is not a text file{}: the harness cannot count items in it",
+                    if before {
+                        format!(" at task-{task}-pre")
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+            Measure::Unparsable(why) if before => {
+                return Counted::Ask(format!(
+                    "{f} did not parse at task-{task}-pre ({why}), so the items it held then cannot be counted"
+                ));
+            }
+            Measure::Unparsable(why) => {
+                return Counted::Fix(format!(
+                    "{f} does not parse now ({why}): the harness counts its items by parsing it; fix its syntax"
+                ));
+            }
+        }
+    }
+    Counted::Items { count, unit }
+}
+
+/// Both sides counted, or the result that says why they cannot be.
+fn count_both(
+    files: &[String],
+    task: u32,
+    label: &str,
+    world: &dyn ScopeWorld,
+    fail: &dyn Fn(Severity, String) -> GateResult,
+) -> Result<(usize, usize, Unit), GateResult> {
+    let sides = (
+        counted(files, task, true, world),
+        counted(files, task, false, world),
+    );
+    let cannot = |why: &str, severity| {
+        fail(
+            severity,
+            format!("task requirement {label} cannot be checked: {why}."),
+        )
+    };
+    match sides {
+        (Counted::Ask(why), _) | (_, Counted::Ask(why)) => Err(cannot(&why, Severity::Ask)),
+        (_, Counted::Fix(why)) | (Counted::Fix(why), _) => Err(cannot(&why, Severity::Hard)),
+        (Counted::Items { count: b, unit: ub }, Counted::Items { count: n, unit: un }) => {
+            match un.or(ub) {
+                Some(unit) => Ok((b, n, unit)),
+                None => Err(cannot(
+                    &format!(
+                        "{} hold(s) no list, table, array, map or enum the harness can count. Put the items into the file that holds the list; if that is another file, name it in the plan: a section with `Files: path` holding the `TASK-{task}` marker",
+                        files.join(", ")
+                    ),
+                    Severity::Hard,
+                )),
+            }
+        }
+    }
 }
 
 /// A line as an item: trimmed, without a trailing `,`/`;`; lines of brackets alone are
@@ -272,18 +363,13 @@ fn check_one(
 ) -> GateResult {
     let gate = format!("task:{}", r.check.label().to_lowercase());
     let label = format!("[{}] {}", r.check.label(), r.text);
-    let fail = |message: String| GateResult {
+    let result = |severity: Severity, passed: bool, message: String| GateResult {
         gate: gate.clone(),
-        severity: Severity::Hard,
-        passed: false,
+        severity,
+        passed,
         message,
     };
-    let pass = |message: String| GateResult {
-        gate: gate.clone(),
-        severity: Severity::Hard,
-        passed: true,
-        message,
-    };
+    let fail = |message: String| result(Severity::Hard, false, message);
     let files = files_of(r, task, plan);
     if files.is_empty() {
         return fail(format!(
@@ -291,73 +377,146 @@ fn check_one(
             r.check.marker().label()
         ));
     }
-    let (b, n) = (
-        total(&files, |f| world.before(f)),
-        total(&files, |f| world.now(f)),
-    );
     let where_ = files.join(", ");
     match r.check {
-        Check::Add { count } => {
-            let want = b + count as usize;
-            let changed = files.iter().any(|f| world.before(f) != world.now(f));
-            if b == 0 && n == 0 && changed {
-                // No list, array or repeated element to count in: the validation decides.
-                return GateResult {
-                    gate: gate.clone(),
-                    severity: Severity::Soft,
-                    passed: false,
-                    message: format!(
-                        "task requirement {label}: {where_} changed, but holds no list, array or repeated element to count, so the {count} new items were not counted"
-                    ),
-                };
-            }
-            if n == want {
-                pass(format!(
-                    "task requirement {label}: {b} + {count} = {n} items in {where_}"
-                ))
-            } else {
-                fail(format!(
-                    "task requirement {label}: expected {want} items ({b} + {count}) in {where_}, found {n}. Add exactly {count} new items next to the existing ones; do not convert or replace them."
-                ))
+        Check::Add { .. } | Check::Remove { count: Some(_) } => {
+            let cannot = |severity, message| result(severity, false, message);
+            match count_both(&files, task, &label, world, &cannot) {
+                Ok((b, n, unit)) => {
+                    let (passed, message) = counted_check(r.check, &label, &where_, (b, n), unit);
+                    result(Severity::Hard, passed, message)
+                }
+                Err(cannot) => cannot,
             }
         }
-        Check::Preserve => {
-            if n < b {
-                return fail(format!(
-                    "task requirement PRESERVE {}: had {b} items in {where_}, now {n}; the existing ones must stay.",
-                    r.text
-                ));
-            }
-            let lost = lost_lines(&files, world);
-            if lost.is_empty() {
-                pass(format!(
-                    "task requirement PRESERVE {}: all {b} items kept in {where_}",
-                    r.text
-                ))
-            } else {
-                fail(format!(
-                    "task requirement PRESERVE {}: existing items were changed or removed: {}. Restore them as they were at task-{task}-pre; add new items instead.",
-                    r.text,
-                    lost.join("; ")
-                ))
-            }
-        }
-        Check::Remove { count } => {
+        Check::Preserve => preserve(r, task, &files, world, &where_, &gate),
+        Check::Remove { count: None } => {
+            let (b, n) = (
+                total(&files, |f| world.before(f)),
+                total(&files, |f| world.now(f)),
+            );
             let changed = files.iter().any(|f| world.before(f) != world.now(f));
-            let done = match count {
-                Some(k) => n + k as usize <= b,
-                None => n < b || changed,
-            };
-            if done {
-                pass(format!(
-                    "task requirement {label}: {b} → {n} items in {where_}"
-                ))
+            if n < b || changed {
+                result(
+                    Severity::Hard,
+                    true,
+                    format!("task requirement {label}: {b} → {n} items in {where_}"),
+                )
             } else {
                 fail(format!(
                     "task requirement {label}: still present in {where_} ({b} → {n} items)"
                 ))
             }
         }
+    }
+}
+
+/// An exact ADD or a counted REMOVE: whether it holds, and what to say.
+fn counted_check(
+    check: Check,
+    label: &str,
+    where_: &str,
+    (b, n): (usize, usize),
+    unit: Unit,
+) -> (bool, String) {
+    let unit = unit.plural();
+    match check {
+        Check::Add { count } => {
+            let want = b + count as usize;
+            if n == want {
+                (
+                    true,
+                    format!("task requirement {label}: {b} + {count} = {n} {unit} in {where_}"),
+                )
+            } else {
+                (
+                    false,
+                    format!(
+                        "task requirement {label}: expected {want} {unit}, found {n} in {where_} ({b} at the start + {count}). Add exactly {count} new items next to the existing ones; do not convert or replace them."
+                    ),
+                )
+            }
+        }
+        Check::Remove { count: Some(k) } => {
+            let at_most = b.saturating_sub(k as usize);
+            (
+                n <= at_most,
+                format!(
+                    "task requirement {label}: {b} → {n} {unit} in {where_} (at most {at_most} when done)"
+                ),
+            )
+        }
+        _ => (
+            false,
+            format!("task requirement {label}: not a counted requirement"),
+        ),
+    }
+}
+
+/// PRESERVE: no fewer items, and none of the existing lines changed.
+fn preserve(
+    r: &Requirement,
+    task: u32,
+    files: &[String],
+    world: &dyn ScopeWorld,
+    where_: &str,
+    gate: &str,
+) -> GateResult {
+    let (b, n) = (
+        total(files, |f| world.before(f)),
+        total(files, |f| world.now(f)),
+    );
+    let result = |passed: bool, message: String| GateResult {
+        gate: gate.to_string(),
+        severity: Severity::Hard,
+        passed,
+        message,
+    };
+    let binary = files.iter().find(|f| {
+        [world.before_bytes(f), world.now_bytes(f)]
+            .into_iter()
+            .flatten()
+            .any(|b| measure(f, &b) == Measure::Binary)
+    });
+    if let Some(f) = binary {
+        return GateResult {
+            severity: Severity::Ask,
+            ..result(
+                false,
+                format!(
+                    "task requirement PRESERVE {} cannot be checked: {f} is not a text file: the harness cannot tell whether its items were kept.",
+                    r.text
+                ),
+            )
+        };
+    }
+    if n < b {
+        return result(
+            false,
+            format!(
+                "task requirement PRESERVE {}: had {b} items in {where_}, now {n}; the existing ones must stay.",
+                r.text
+            ),
+        );
+    }
+    let lost = lost_lines(files, world);
+    if lost.is_empty() {
+        result(
+            true,
+            format!(
+                "task requirement PRESERVE {}: all {b} items kept in {where_}",
+                r.text
+            ),
+        )
+    } else {
+        result(
+            false,
+            format!(
+                "task requirement PRESERVE {}: existing items were changed or removed: {}. Restore them as they were at task-{task}-pre; add new items instead.",
+                r.text,
+                lost.join("; ")
+            ),
+        )
     }
 }
 
@@ -436,7 +595,7 @@ mod tests {
         eleven.push("n3");
         let b = blocks(&c, &world(&eleven), None);
         assert!(
-            b[0].contains("expected 10 items (8 + 2) in src/flavors.ts, found 11"),
+            b[0].contains("expected 10 elements, found 11 in src/flavors.ts (8 at the start + 2)"),
             "{b:?}"
         );
         let mut converted = EIGHT.to_vec();

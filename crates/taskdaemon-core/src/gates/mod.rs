@@ -3,6 +3,7 @@
 
 pub mod contract;
 pub mod count;
+pub mod evidence;
 pub mod phase;
 pub mod scope;
 mod validation;

@@ -10,8 +10,13 @@ use crate::lifecycle::plan::{Marker, MarkerKind, Plan, Section};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Severity {
+    /// Blocks the completion; the agent can fix it.
     Hard,
+    /// A reminder: reported, never blocks.
     Soft,
+    /// Blocks the completion, and only a person can resolve it (the harness cannot
+    /// measure the requirement): the run stops with DECIDE.
+    Ask,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -41,7 +46,7 @@ impl GateResult {
     }
     /// A failure that blocks completion.
     pub fn blocks(&self) -> bool {
-        !self.passed && self.severity == Severity::Hard
+        !self.passed && self.severity != Severity::Soft
     }
 }
 
@@ -50,6 +55,14 @@ pub trait ScopeWorld {
     fn before(&self, path: &str) -> Option<String>;
     fn now(&self, path: &str) -> Option<String>;
     fn check_passes(&self, command: &str) -> bool;
+    /// The file's bytes at the baseline (a binary file is not text).
+    fn before_bytes(&self, path: &str) -> Option<Vec<u8>> {
+        self.before(path).map(String::into_bytes)
+    }
+    /// The file's bytes now.
+    fn now_bytes(&self, path: &str) -> Option<Vec<u8>> {
+        self.now(path).map(String::into_bytes)
+    }
 }
 
 /// The real world: files at a baseline commit (`git show`), files on disk, and FIX checks
@@ -64,17 +77,22 @@ pub struct GitWorld {
 
 impl ScopeWorld for GitWorld {
     fn before(&self, path: &str) -> Option<String> {
+        self.before_bytes(path)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+    fn now(&self, path: &str) -> Option<String> {
+        std::fs::read_to_string(self.workdir.join(path)).ok()
+    }
+    fn before_bytes(&self, path: &str) -> Option<Vec<u8>> {
         let out = self
             .git
             .call(&["show", &format!("{}:./{path}", self.baseline)])
             .output()
             .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+        out.status.success().then_some(out.stdout)
     }
-    fn now(&self, path: &str) -> Option<String> {
-        std::fs::read_to_string(self.workdir.join(path)).ok()
+    fn now_bytes(&self, path: &str) -> Option<Vec<u8>> {
+        std::fs::read(self.workdir.join(path)).ok()
     }
     fn check_passes(&self, command: &str) -> bool {
         self.checks.get(command).copied().unwrap_or(false)

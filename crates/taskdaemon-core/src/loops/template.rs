@@ -22,6 +22,8 @@ pub const VARIABLES: &[&str] = &[
     "completion-promise",
     "feedback",
     "plan-instructions",
+    // What the harness recorded as the task's fixed evidence (issue 36).
+    "evidence-rules",
     // The cascade's loops (spec 3 §4); empty in a loop that was not spawned with them.
     "user-request",
     "current-plan",

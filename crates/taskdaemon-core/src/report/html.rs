@@ -29,6 +29,7 @@ body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;backg
 main{max-width:1180px;margin:0 auto;padding:20px 24px 60px}
 h1{font-size:22px;margin:0 0 2px}h2{font-size:18px;margin:28px 0 6px;border-bottom:1px solid #d5d9df;padding-bottom:4px}
 h3{font-size:15px;margin:18px 0 6px}.sub{color:#5a626c;margin:0 0 14px}
+.warn{background:#fff4e0;border:1px solid #e0a030;border-radius:6px;padding:8px 12px}
 .cards{display:flex;flex-wrap:wrap;gap:10px;margin:10px 0}
 .card{background:#fff;border:1px solid #dde1e6;border-radius:6px;padding:8px 12px;min-width:112px}
 .card b{display:block;font-size:17px}.card span{color:#5a626c;font-size:12px}
@@ -191,6 +192,11 @@ fn summary_cards(out: &mut String, run: &RunData) {
         "waited (usage limits, backoff)",
     );
     out.push_str("</div>");
+    if run.allow_test_changes {
+        out.push_str(
+            "<p class=\"warn\"><b>Warning:</b> this run was started with <code>--allow-test-changes</code>: the evidence protection was off, so changes of the validation's files and of the tests were only warned about (see the gate notes of each iteration).</p>",
+        );
+    }
     if let Some(r) = &run.reason {
         let _ = write!(out, "<p><b>Final summary:</b> {}</p>", esc(r));
     }

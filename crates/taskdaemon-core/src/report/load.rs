@@ -184,6 +184,10 @@ fn fill_from_state(run: &mut RunData, s: &Value) {
     run.stall_count = small("stall_count");
     run.stall_recoveries = small("stall_recoveries");
     run.gate_failures = small("gate_failures");
+    run.allow_test_changes = s
+        .pointer("/config/allow_test_changes")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
 }
 
 /// The directory of the run's iteration files: its own `logs/runs/<run id>/` (or the

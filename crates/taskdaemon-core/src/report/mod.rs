@@ -202,6 +202,8 @@ pub struct RunData {
     pub stall_count: u32,
     pub stall_recoveries: u32,
     pub gate_failures: u32,
+    /// `--allow-test-changes`: the evidence protection was off.
+    pub allow_test_changes: bool,
     pub iterations: Vec<Iteration>,
     pub snapshots: Vec<SnapshotMark>,
     /// Merge commits made in the run's range (`git log --merges`), one line each.

@@ -185,7 +185,7 @@ pub fn diff(args: DiffArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     for r in &results {
         let mark = match (r.passed, r.severity) {
             (true, _) => "ok  ",
-            (false, Severity::Hard) => "FAIL",
+            (false, Severity::Hard | Severity::Ask) => "FAIL",
             (false, Severity::Soft) => "warn",
         };
         println!("{mark} {}", r.message);

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use taskdaemon_core::agent::Activity;
 use taskdaemon_core::duration::format_duration;
 use taskdaemon_core::engine::EngineEvent;
+use taskdaemon_core::gates::scope::Severity;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 pub use summary::summary_block;
@@ -119,15 +120,21 @@ impl Renderer {
                 ));
             }
             EngineEvent::Warning { message } => self.note(&format!("warning: {message}")),
+            EngineEvent::Evidence { message } => self.note(&message),
             EngineEvent::Gate {
                 iteration,
                 gate,
                 passed,
                 message,
+                severity,
                 ..
             } => self.note(&format!(
                 "iteration {iteration}: gate {gate}: {}{message}",
-                if passed { "" } else { "not met: " }
+                match (passed, severity) {
+                    (true, _) => "",
+                    (false, Severity::Soft) => "reminder: ",
+                    (false, _) => "not met: ",
+                }
             )),
             EngineEvent::Stall {
                 iteration,

@@ -23,6 +23,7 @@ mod core_flow;
 mod core_moves;
 mod daemon;
 mod daemon_events;
+mod evidence;
 mod gates;
 mod hostile;
 mod kills;

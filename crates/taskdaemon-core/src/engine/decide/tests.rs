@@ -156,7 +156,7 @@ fn table() -> Vec<Row> {
         row("gates reject the claim", |e, _, _| {
             e.signal = Some(Signal::Complete);
             e.validation = Some(ValidationEvidence::Passed);
-            e.gates = Some(GateVerdict::Rejected);
+            e.gates = Some(GateVerdict::Rejected { tampered: false });
         })
         .want(O::Rejected, None, 1),
         row("gates abort", |e, _, _| {

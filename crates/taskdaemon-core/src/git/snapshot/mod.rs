@@ -459,6 +459,37 @@ pub struct Snapshots {
     notices: std::sync::Arc<std::sync::Mutex<Vec<Notice>>>,
 }
 
+/// The files of the index of the work tree at `dir` (paths relative to its top), read from
+/// the index file without git when it is plain (`index_file.rs`), else from `git ls-files`.
+pub fn tracked_files(dir: &Path) -> Result<Vec<String>, GitError> {
+    let git = Git::new(dir);
+    let facts = git.facts()?;
+    let oid_len = if facts.object_format == "sha256" {
+        32
+    } else {
+        20
+    };
+    if !facts.index.exists() {
+        return Ok(Vec::new());
+    }
+    if let Ok(bytes) = fs::read(&facts.index)
+        && let Some(entries) = index_file::parse(&bytes, oid_len)
+    {
+        let mut paths: Vec<String> = entries
+            .paths()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        paths.dedup();
+        return Ok(paths);
+    }
+    let out = git.call(&["ls-files", "-z", "-c"]).bytes()?;
+    Ok(out
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect())
+}
+
 impl Snapshots {
     /// The snapshots of the work tree containing `dir`.
     pub fn open(dir: &Path) -> Result<Snapshots, SnapshotError> {

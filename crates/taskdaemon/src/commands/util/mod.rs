@@ -99,6 +99,9 @@ pub struct RunFlags {
     /// Confine the agent and the validation command: none, bwrap, docker, podman (docs/sandbox.md) [default: none].
     #[arg(long, value_name = "KIND", env = "TASKDAEMON_SANDBOX", value_parser = sandbox_kind)]
     pub sandbox: Option<SandboxKind>,
+    /// Turn off the evidence protection for this run: a changed validation script, deleted or skipped tests and fewer tests run are warnings (in the output, the log and the report), not rejections.
+    #[arg(long, env = "TASKDAEMON_ALLOW_TEST_CHANGES")]
+    pub allow_test_changes: bool,
 }
 
 pub(crate) fn sandbox_kind(s: &str) -> Result<SandboxKind, String> {
@@ -135,6 +138,7 @@ impl RunFlags {
             no_progress_timeout: self.no_progress_timeout,
             pause_at_usage: self.pause_at_usage,
             sandbox: self.sandbox,
+            allow_test_changes: self.allow_test_changes.then_some(true),
             ..Settings::default()
         }
     }

@@ -1,0 +1,260 @@
+//! The evidence as it was when a run (or a task) started: the validation's own sources
+//! (`commands.rs`), every test file with its tests, skip markers and assertions
+//! (`testfiles.rs`), and the tests the validation ran then (`runners.rs`). Kept in memory
+//! by the engine and in `<git-dir>/taskdaemon/evidence/<run-id>.json` for a resume: not in
+//! `.ralph/`, the workspace the agent writes.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::commands::{self, Entry, Source};
+use super::runners::Tally;
+use super::testfiles::{self, TestScan};
+use crate::fingerprint::fnv1a_hex;
+use crate::git::GitError;
+
+const VERSION: u32 = 1;
+/// A source's text is kept for the diff in the next prompt up to this size (its hash always).
+const MAX_TEXT: usize = 64 * 1024;
+/// Test files larger than this are hashed, not scanned (generated data, not tests).
+const MAX_TEST_FILE: u64 = 4 * 1024 * 1024;
+/// At most this many test files are kept.
+const MAX_TEST_FILES: usize = 50_000;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Baseline {
+    pub version: u32,
+    /// The validation command the sources were found from.
+    pub validate: Option<String>,
+    /// What the validation goes through (paths relative to the run's directory).
+    pub sources: Vec<SourceText>,
+    /// The test files (paths relative to the top of the work tree).
+    pub tests: Vec<TestFile>,
+    /// What the validation's output said at the start (`None`: no runner summary, or not run).
+    pub tally: Option<Tally>,
+    /// Test files this run's task may change (it names them).
+    pub allowed: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SourceText {
+    pub path: String,
+    pub entry: Entry,
+    pub hash: String,
+    /// The text, when small enough to show a diff of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+impl SourceText {
+    pub fn source(&self) -> Source {
+        Source {
+            path: self.path.clone(),
+            entry: self.entry.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct TestFile {
+    pub path: String,
+    pub hash: String,
+    pub scan: TestScan,
+}
+
+/// What a baseline is taken of.
+pub struct Capture<'a> {
+    /// The top of the work tree.
+    pub top: &'a Path,
+    /// Where the validation runs.
+    pub workdir: &'a Path,
+    pub validate: Option<&'a str>,
+    /// The task's text: a sentence that asks to change named tests allows that.
+    pub task: &'a str,
+    /// Files the work source allows to change besides (a tasks.md task's **Files**).
+    pub also_allowed: &'a [String],
+}
+
+impl Baseline {
+    /// The evidence now. The test files are the index's (no untracked file counts).
+    pub fn capture(c: &Capture<'_>) -> Result<Baseline, GitError> {
+        let sources = c
+            .validate
+            .map(|v| commands::sources(v, c.workdir))
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|s| {
+                let text = commands::text_of(&s, c.workdir)?;
+                Some(SourceText {
+                    hash: fnv1a_hex(text.as_bytes()),
+                    text: (text.len() <= MAX_TEXT).then_some(text),
+                    path: s.path,
+                    entry: s.entry,
+                })
+            })
+            .collect();
+        let listed = crate::git::snapshot::tracked_files(c.top)?;
+        let tests = test_files(c.top, &listed);
+        let names: Vec<String> = tests.iter().map(|t| t.path.clone()).collect();
+        let mut allowed = super::allowed::allowed_changes(c.task, &names);
+        allowed.extend(c.also_allowed.iter().filter(|f| names.contains(f)).cloned());
+        allowed.sort();
+        allowed.dedup();
+        Ok(Baseline {
+            version: VERSION,
+            validate: c.validate.map(String::from),
+            sources,
+            tests,
+            tally: None,
+            allowed,
+        })
+    }
+
+    /// Where a run's baseline is kept.
+    pub fn path(git_dir: &Path, run_id: &str) -> PathBuf {
+        git_dir
+            .join("taskdaemon")
+            .join("evidence")
+            .join(format!("{run_id}.json"))
+    }
+
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let text = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        crate::fsutil::write_atomic_volatile(path, &text)
+    }
+
+    /// A saved baseline; `None` when there is none or it is not one this version reads.
+    pub fn load(path: &Path) -> std::io::Result<Option<Baseline>> {
+        let Some(text) = crate::fsutil::read_optional(path)? else {
+            return Ok(None);
+        };
+        Ok(serde_json::from_str::<Baseline>(&text)
+            .ok()
+            .filter(|b| b.version == VERSION))
+    }
+
+    /// How many tests the test files define.
+    pub fn test_count(&self) -> usize {
+        self.tests.iter().map(|t| t.scan.tests.len()).sum()
+    }
+
+    /// One line for the run's start: what the harness will compare with.
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.sources.is_empty() {
+            let names: Vec<String> = self
+                .sources
+                .iter()
+                .map(|s| s.entry.describe(&s.path))
+                .collect();
+            parts.push(format!("the validation's own files ({})", names.join(", ")));
+        }
+        parts.push(format!(
+            "{} test file(s) with {} test(s)",
+            self.tests.len(),
+            self.test_count()
+        ));
+        if let Some(t) = &self.tally {
+            parts.push(format!("{} test(s) ran, {} passed", t.ran, t.passed));
+        }
+        format!("evidence recorded: {}", parts.join("; "))
+    }
+
+    /// What the agent is told once in its prompt (empty when there is nothing to protect).
+    pub fn rules(&self) -> String {
+        if self.sources.is_empty() && self.tests.is_empty() && self.tally.is_none() {
+            return String::new();
+        }
+        let mut s = String::from(
+            "## Fixed evidence\nThe harness recorded the evidence this task is judged by when the run started, and compares every completion with it:",
+        );
+        if let Some(v) = &self.validate {
+            s.push_str(&format!(" the validation `{v}`"));
+            let names: Vec<String> = self
+                .sources
+                .iter()
+                .map(|x| x.entry.describe(&x.path))
+                .collect();
+            if !names.is_empty() {
+                s.push_str(&format!(" and what it runs ({})", names.join(", ")));
+            }
+            s.push(',');
+        }
+        if !self.tests.is_empty() {
+            s.push_str(&format!(
+                " the {} test file(s) and the {} test(s) they define,",
+                self.tests.len(),
+                self.test_count()
+            ));
+        }
+        if let Some(t) = self.tally.filter(|t| t.ran > 0) {
+            s.push_str(&format!(" the {} test(s) the validation ran,", t.ran));
+        }
+        if s.ends_with(',') {
+            s.pop();
+        }
+        s.push_str(". Do not edit, delete, skip or weaken them: a completion that changes them is rejected. Add new tests freely. If a test itself is wrong, say so with DECIDE instead of changing it.");
+        if !self.allowed.is_empty() {
+            s.push_str(&format!(
+                " This task names tests to change: {} may change.",
+                self.allowed.join(", ")
+            ));
+        }
+        s
+    }
+}
+
+/// The test files among `listed` (paths from the top), scanned.
+fn test_files(top: &Path, listed: &[String]) -> Vec<TestFile> {
+    let mut out = Vec::new();
+    for path in listed {
+        if out.len() >= MAX_TEST_FILES || harness_file(path) {
+            continue;
+        }
+        let by_path = testfiles::is_test_file(path, None);
+        if !by_path && !path.ends_with(".rs") {
+            continue;
+        }
+        if let Some(t) = test_file(top, path, by_path) {
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// The harness's own files are never tests.
+fn harness_file(path: &str) -> bool {
+    path.starts_with(".ralph/") || path.starts_with(".taskdaemon/")
+}
+
+/// One file as a test file now (`None`: gone, unreadable, or not a test file).
+pub fn test_file(top: &Path, path: &str, by_path: bool) -> Option<TestFile> {
+    let full = top.join(path);
+    let meta = std::fs::symlink_metadata(&full).ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    let bytes = std::fs::read(&full).ok()?;
+    let hash = fnv1a_hex(&bytes);
+    let text = String::from_utf8_lossy(&bytes);
+    if !by_path && !testfiles::is_test_file(path, Some(&text)) {
+        return None;
+    }
+    let scan = if meta.len() > MAX_TEST_FILE {
+        TestScan::default()
+    } else {
+        testfiles::scan(path, &text)
+    };
+    Some(TestFile {
+        path: path.to_string(),
+        hash,
+        scan,
+    })
+}
