@@ -152,6 +152,7 @@ fn config_for(shared: &Shared, worktree: &Path, l: &Launch) -> Result<ImplementC
         },
         max_task_iterations: MAX_TASK_ITERATIONS,
         verify_timeout: Some(VERIFY_TIMEOUT),
+        allow_test_changes: s.allow_test_changes.unwrap_or(false),
         limits: crate::worklist::Limits {
             max_cost: s.max_cost,
             max_runtime: s.max_runtime.map(|d| d.0),

@@ -59,14 +59,20 @@ pub(super) async fn record(
         also_allowed: &[],
     })?;
     let mut complete = true;
-    if let Some(cmd) = cfg.validate.as_deref() {
+    // The tests it runs are counted only where there is evidence to count: a project
+    // without test files or validation scripts has none for the validation to lose.
+    if let Some(cmd) = cfg.validate.as_deref()
+        && b.has_evidence()
+    {
         let (tally, interrupted) = baseline_validation(st, cmd, ctx, cancel).await?;
         b.tally = tally;
         complete = !interrupted;
     }
-    ctx.events.emit(EngineEvent::Evidence {
-        message: b.summary(),
-    });
+    if b.has_evidence() {
+        ctx.events.emit(EngineEvent::Evidence {
+            message: b.summary(),
+        });
+    }
     if cfg.allow_test_changes {
         warn(
             ctx,

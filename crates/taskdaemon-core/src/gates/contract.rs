@@ -199,10 +199,18 @@ impl Contract {
     }
 }
 
-/// The files a requirement is checked in: those of the plan sections holding its marker
-/// for this task (PRESERVED holds for every task), else its mapped files: the plan is where
-/// the agent says which file holds the list when the parser's mapping found another.
+/// The files a requirement is checked in: its mapped files (the harness's own, whatever
+/// the plan says), else those of the plan sections holding its marker for this task
+/// (PRESERVED holds for every task).
 fn files_of(r: &Requirement, task: u32, plan: Option<&Plan>) -> Vec<String> {
+    if !r.files.is_empty() {
+        return r.files.clone();
+    }
+    plan_files(r, task, plan)
+}
+
+/// The files of the plan sections holding the requirement's marker for this task.
+fn plan_files(r: &Requirement, task: u32, plan: Option<&Plan>) -> Vec<String> {
     let mut out = BTreeSet::new();
     if let Some(plan) = plan {
         for (s, m) in plan.marked_for(task) {
@@ -210,9 +218,6 @@ fn files_of(r: &Requirement, task: u32, plan: Option<&Plan>) -> Vec<String> {
                 out.extend(s.files.iter().cloned());
             }
         }
-    }
-    if out.is_empty() {
-        return r.files.clone();
     }
     out.into_iter().collect()
 }
@@ -279,13 +284,22 @@ fn counted(files: &[String], task: u32, before: bool, world: &dyn ScopeWorld) ->
 }
 
 /// Both sides counted, or the result that says why they cannot be.
+/// Why a requirement's files could not be counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Uncountable {
+    /// Nothing countable in them: another file may hold the list.
+    NoList,
+    /// A file the agent broke, or one the harness cannot read.
+    Other,
+}
+
 fn count_both(
     files: &[String],
     task: u32,
     label: &str,
     world: &dyn ScopeWorld,
     fail: &dyn Fn(Severity, String) -> GateResult,
-) -> Result<(usize, usize, Unit), GateResult> {
+) -> Result<(usize, usize, Unit), (GateResult, Uncountable)> {
     let sides = (
         counted(files, task, true, world),
         counted(files, task, false, world),
@@ -297,17 +311,24 @@ fn count_both(
         )
     };
     match sides {
-        (Counted::Ask(why), _) | (_, Counted::Ask(why)) => Err(cannot(&why, Severity::Ask)),
-        (_, Counted::Fix(why)) | (Counted::Fix(why), _) => Err(cannot(&why, Severity::Hard)),
+        (Counted::Ask(why), _) | (_, Counted::Ask(why)) => {
+            Err((cannot(&why, Severity::Ask), Uncountable::Other))
+        }
+        (_, Counted::Fix(why)) | (Counted::Fix(why), _) => {
+            Err((cannot(&why, Severity::Hard), Uncountable::Other))
+        }
         (Counted::Items { count: b, unit: ub }, Counted::Items { count: n, unit: un }) => {
             match un.or(ub) {
                 Some(unit) => Ok((b, n, unit)),
-                None => Err(cannot(
-                    &format!(
-                        "{} hold(s) no list, table, array, map or enum the harness can count. Put the items into the file that holds the list; if that is another file, name it in the plan: a section with `Files: path` holding the `TASK-{task}` marker",
-                        files.join(", ")
+                None => Err((
+                    cannot(
+                        &format!(
+                            "{} hold(s) no list, table, array, map or enum the harness can count. Put the items into the file that holds the list; if that is another file, name it in the plan: a section with `Files: path` holding the `TASK-{task}` marker",
+                            files.join(", ")
+                        ),
+                        Severity::Hard,
                     ),
-                    Severity::Hard,
+                    Uncountable::NoList,
                 )),
             }
         }
@@ -381,12 +402,24 @@ fn check_one(
     match r.check {
         Check::Add { .. } | Check::Remove { count: Some(_) } => {
             let cannot = |severity, message| result(severity, false, message);
-            match count_both(&files, task, &label, world, &cannot) {
+            let mut used = files.clone();
+            let mut counts = count_both(&used, task, &label, world, &cannot);
+            // The mapped files hold nothing countable: the plan may name the file that does.
+            let planned = plan_files(r, task, plan);
+            if matches!(counts, Err((_, Uncountable::NoList)))
+                && !planned.is_empty()
+                && planned != used
+            {
+                used = planned;
+                counts = count_both(&used, task, &label, world, &cannot);
+            }
+            match counts {
                 Ok((b, n, unit)) => {
-                    let (passed, message) = counted_check(r.check, &label, &where_, (b, n), unit);
+                    let (passed, message) =
+                        counted_check(r.check, &label, &used.join(", "), (b, n), unit);
                     result(Severity::Hard, passed, message)
                 }
-                Err(cannot) => cannot,
+                Err((cannot, _)) => cannot,
             }
         }
         Check::Preserve => preserve(r, task, &files, world, &where_, &gate),

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::agent::{AgentJob, AgentRun, AgentSetup, prompt_path, run_agent};
 use super::events::{WorklistEvent, WorklistSink};
+use super::evidence::{TaskEvidence, VerifyRun};
 use super::guards::{Guards, Limits, Row, limit_detail, stop_detail};
 use super::prompt::{ParallelPaths, TaskPrompt, task_prompt};
 use super::state::{ImplementState, ParallelGroup, TaskStatus};
@@ -50,6 +51,8 @@ pub struct ImplementConfig {
     pub verify_timeout: Option<Duration>,
     /// `--max-stuck`, `--max-cost`, `--max-runtime`.
     pub limits: Limits,
+    /// `--allow-test-changes`: changes of a task's evidence are warnings, not rejections.
+    pub allow_test_changes: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -82,6 +85,8 @@ struct Coord<'a> {
     events: &'a WorklistSink,
     cancel: &'a CancellationToken,
     guards: std::sync::Mutex<Guards>,
+    /// Each task's evidence baseline (layer 6).
+    evidence: TaskEvidence,
 }
 
 /// Check what `implement` needs before anything changes: tasks.md exists and git tracks it.
@@ -130,7 +135,20 @@ pub async fn implement(
     if guards.cost_limit_blind(cfg.setup.format) {
         events.warn("--max-cost is set but this agent's plain-text output reports no cost; the limit cannot trigger");
     }
-    let c = Coord::new(cfg, events, cancel, guards);
+    let spec_name = cfg
+        .spec_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let evidence = TaskEvidence::new(
+        &cfg.repo,
+        &format!("implement-{spec_name}"),
+        cfg.allow_test_changes,
+    )?;
+    if cfg.allow_test_changes {
+        events.warn("--allow-test-changes: the evidence protection is OFF for this run: changed Verify scripts, deleted or skipped tests and fewer tests run are only warned about");
+    }
+    let c = Coord::new(cfg, events, cancel, guards, evidence);
     Git::new(&cfg.spec_dir).ensure_excluded(IGNORED)?;
     Git::new(&cfg.repo).ensure_excluded(crate::workspace::IGNORED)?;
     let mut tasks = tasks_now;
@@ -238,6 +256,7 @@ impl<'a> Coord<'a> {
         events: &'a WorklistSink,
         cancel: &'a CancellationToken,
         guards: Guards,
+        evidence: TaskEvidence,
     ) -> Coord<'a> {
         let spec_rel = cfg
             .spec_dir
@@ -261,6 +280,17 @@ impl<'a> Coord<'a> {
             events,
             cancel,
             guards: std::sync::Mutex::new(guards),
+            evidence,
+        }
+    }
+
+    /// How a task's Verify command runs for its baseline.
+    fn verify_run(&self) -> VerifyRun<'_> {
+        VerifyRun {
+            timeout: self.cfg.verify_timeout,
+            grace: self.cfg.setup.grace,
+            sandbox: &self.cfg.setup.sandbox,
+            cancel: self.cancel,
         }
     }
 
@@ -608,6 +638,12 @@ impl Coord<'_> {
             )
             .await
             .map_err(WorklistError::io(tree))?;
+            let output = verified.as_ref().map(|(_, r)| r.output.clone());
+            let (changed, warnings) = self.evidence.check(&task.id, tree, output.as_deref());
+            for w in warnings {
+                self.events.warn(w);
+            }
+            failures.extend(changed);
             if let Some((cmd, r)) = verified {
                 self.events.emit(WorklistEvent::VerifyCommand {
                     task_id: task.id.clone(),
@@ -679,6 +715,7 @@ impl Coord<'_> {
         let checked_before: BTreeSet<usize> =
             tasks.iter().filter(|t| t.done).map(|t| t.index).collect();
         let head_before = self.git.head()?;
+        self.evidence.before(task, &self.verify_run()).await?;
         let job = self.job(task, st, &self.cfg.repo, false)?;
         self.started(task, st, &job, false);
         let started = Started::of(&job);
@@ -723,6 +760,7 @@ impl Coord<'_> {
             Some((claim, commit)),
         )?;
         let result = if failures.is_empty() {
+            self.evidence.done(task);
             let commits = self.commits_since(&self.cfg.repo, head_before.as_deref())?;
             self.events.emit(WorklistEvent::TaskCompleted {
                 task_id: task.id.clone(),
@@ -751,6 +789,9 @@ impl Coord<'_> {
         };
         let checked_before: BTreeSet<usize> =
             tasks.iter().filter(|t| t.done).map(|t| t.index).collect();
+        for &i in group {
+            self.evidence.before(&tasks[i], &self.verify_run()).await?;
+        }
         // One worktree manager: the loops' (`git::worktree`), with the work lists' own
         // base inside the git directory.
         let wts = Worktrees::open(&self.cfg.repo, &worklist_worktrees(&self.git)?)?;
@@ -874,6 +915,7 @@ impl Coord<'_> {
                 }
             }
             let result = if failures.is_empty() {
+                self.evidence.done(task);
                 self.events.emit(WorklistEvent::TaskCompleted {
                     task_id: task.id.clone(),
                     task_index: *i,

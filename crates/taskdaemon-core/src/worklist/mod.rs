@@ -9,6 +9,7 @@ pub mod contradiction;
 pub mod coordinator;
 pub mod current_spec;
 pub mod events;
+mod evidence;
 pub mod guards;
 pub mod lock;
 pub mod loop_prompt;

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::WorklistError;
 use super::agent::{AgentJob, AgentRun, AgentSetup, JobContract, prompt_path, run_agent};
 use super::events::{WorklistEvent, WorklistSink};
+use super::evidence::TaskEvidence;
 use super::guards::{Guards, Limits, Row, limit_detail, stop_detail};
 use super::stories_rules::{self, APPROVED, CHANGES_REQUESTED, Mode, NEEDS_REVIEW, Story};
 use crate::engine::Outcome;
@@ -37,6 +38,8 @@ pub struct StoriesConfig {
     pub max_iterations: u32,
     /// `--max-stuck`, `--max-cost`, `--max-runtime`.
     pub limits: Limits,
+    /// `--allow-test-changes`: changes of the tests are warnings, not rejections.
+    pub allow_test_changes: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -108,6 +111,11 @@ pub async fn run_stories(
     if g.cost_limit_blind(cfg.setup.format) {
         events.warn("--max-cost is set but this agent's plain-text output reports no cost; the limit cannot trigger");
     }
+    let evidence = TaskEvidence::new(&cfg.repo, EVIDENCE_ID, cfg.allow_test_changes)?;
+    evidence.record(EVIDENCE_ID, "")?;
+    if cfg.allow_test_changes {
+        events.warn("--allow-test-changes: the evidence protection is OFF for this run: deleted or skipped tests are only warned about");
+    }
     let mut previous_error: Option<String> = None;
     let mut iteration = 0u32;
     loop {
@@ -142,6 +150,7 @@ pub async fn run_stories(
             mode: &mode,
             snapshot: &snapshot,
             stories: &stories,
+            evidence: &evidence,
         };
         match one_iteration(
             cfg,
@@ -201,7 +210,12 @@ struct Step<'a> {
     mode: &'a Mode,
     snapshot: &'a str,
     stories: &'a [Story],
+    /// The test files as they were when the run started.
+    evidence: &'a TaskEvidence,
 }
+
+/// The key of a stories run's baseline.
+const EVIDENCE_ID: &str = "stories";
 
 /// Run one agent in `mode` and judge it: the loop's outcome when this iteration ends it.
 #[allow(clippy::too_many_arguments)]
@@ -306,6 +320,15 @@ fn judge(
         .map_err(|m| format!("{} is broken after the iteration: {m}", rel.display()))
         .and_then(|after| {
             stories_rules::check(mode, step.stories, &after, cfg.review).map(|c| (after, c))
+        })
+        .and_then(|ok| {
+            let (failures, warnings) = step.evidence.check(EVIDENCE_ID, &cfg.repo, None);
+            warnings.into_iter().for_each(|w| events.warn(w));
+            if failures.is_empty() {
+                Ok(ok)
+            } else {
+                Err(super::verify::reason(&failures))
+            }
         });
     let said_complete = matches!(
         signals::scan(&run.words, "COMPLETE").signal,

@@ -66,7 +66,9 @@ pub fn run(args: ImplementArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     // No snapshot rollback may change the work tree under the loop.
     let _no_rollback = hold_for_loop(&repo)?;
     take_over_worklist(&spec, &setup)?;
+    let allow_test_changes = args.limits.allow_test_changes(&repo, ctx)?;
     let cfg = ImplementConfig {
+        allow_test_changes,
         spec_dir: spec,
         repo,
         setup,

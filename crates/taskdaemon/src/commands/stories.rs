@@ -77,7 +77,9 @@ pub fn run(args: StoriesArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let review = !args.skip_review;
     let _no_rollback = super::util::hold_for_loop(&repo)?;
     take_over_worklist(&file, &setup)?;
+    let allow_test_changes = args.limits.allow_test_changes(&repo, ctx)?;
     let cfg = StoriesConfig {
+        allow_test_changes,
         file,
         repo,
         setup,

@@ -645,3 +645,90 @@ fn a_requirement_on_a_file_the_harness_cannot_read_asks_the_person() {
         r.stderr
     );
 }
+
+/// A work-list agent (a shell program): attempt 1 of a task runs `cheat`, later attempts
+/// `fix`; then it checks the task's box, commits and says TASK_COMPLETE.
+fn worklist_agent(env: &Env, cheat: &str, fix: &str) -> String {
+    let root = env.root().display().to_string();
+    let script = format!(
+        r#"#!/bin/sh
+R='{root}'
+id="$TASKDAEMON_TASK_ID"
+cat > /dev/null
+n=$(cat "$R/n-$id" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$R/n-$id"
+if [ "$n" = 1 ]; then {cheat}; else {fix}; fi
+git add -A && git commit -qm "task $id attempt $n"
+sed -i "s/^- \[ \] $id /- [x] $id /" "$TASKDAEMON_TASKS_FILE"
+git add -A "$TASKDAEMON_SPEC_DIR" && git commit -qm "mark $id"
+echo "done. TASK_COMPLETE"
+"#
+    );
+    let p = env.root().join("worklist-agent.sh");
+    std::fs::write(&p, script).unwrap();
+    format!("cmd:sh {}", p.display())
+}
+
+#[test]
+fn implement_rejects_a_task_whose_agent_rewrote_its_verify_script() {
+    let env = project(&[
+        ("test.sh", TEST_SH),
+        ("calc.sh", "echo 0\n"),
+        (
+            "specs/calc/tasks.md",
+            "- [ ] 1.1 Make calc add\n  - **Do**: implement calc.sh\n  - **Files**: calc.sh\n  - **Verify**: `sh test.sh`\n",
+        ),
+    ]);
+    let repo = env.repo();
+    let fix = format!(
+        "git checkout HEAD~{} -- test.sh 2>/dev/null || git show $(git rev-list --max-parents=0 HEAD | head -1):test.sh > test.sh; printf '%s' '{}' > calc.sh",
+        2,
+        CALC_GOOD.replace('\'', "'\\''")
+    );
+    let a = worklist_agent(&env, "echo 'echo ok' > test.sh", &fix);
+    let r = env.run(&["implement", "specs/calc", "--agent", &a]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let all = format!("{}{}", r.stdout, r.stderr);
+    assert!(
+        all.contains("layer 6: `test.sh` changed since the run started"),
+        "{all}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("test.sh")).unwrap(),
+        TEST_SH
+    );
+}
+
+#[test]
+fn stories_reject_an_iteration_that_deleted_a_test() {
+    let env = py_project();
+    let repo = env.repo();
+    std::fs::write(
+        repo.join("prd.json"),
+        "{\"userStories\": [{\"id\": \"US-1\", \"title\": \"Add\", \"description\": \"add works\", \"acceptanceCriteria\": [\"add(2, 3) is 5\"], \"priority\": 1, \"passes\": false, \"dependsOn\": []}]}\n",
+    )
+    .unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "stories"]);
+    let script = env.root().join("story.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\ncat > /dev/null\ngit rm -q tests/test_calc.py\nsed -i 's/\"passes\": false/\"passes\": true/' \"$TASKDAEMON_STORIES_FILE\"\ngit add -A && git commit -qm story\necho '<promise>COMPLETE</promise>'\n",
+    )
+    .unwrap();
+    let a = format!("cmd:sh {}", script.display());
+    let r = env.run(&[
+        "stories",
+        "prd.json",
+        "--skip-review",
+        "--agent",
+        &a,
+        "--max-iterations",
+        "2",
+    ]);
+    assert_ne!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let all = format!("{}{}", r.stdout, r.stderr);
+    assert!(
+        all.contains("tests/test_calc.py was deleted since the run started"),
+        "{all}"
+    );
+}

@@ -359,7 +359,7 @@ fn scenarios_traced_in_spec_4() {
     );
     assert!(
         r.stderr
-            .contains("gate summary: not met: `.ralph/summary.md` is empty"),
+            .contains("gate summary: reminder: `.ralph/summary.md` is empty"),
         "{}",
         r.stderr
     );
@@ -569,7 +569,7 @@ fn rejected_for_the_count(env: &Env, agent: &str) -> String {
     assert_ne!(r.code, 0, "{}", r.stderr);
     assert!(
         r.stderr
-            .contains("expected 10 items (8 + 2) in src/flavors.ts, found 8"),
+            .contains("expected 10 elements, found 8 in src/flavors.ts (8 at the start + 2)"),
         "{}",
         r.stderr
     );
@@ -665,8 +665,9 @@ fn vibrant_energy_c_markers_in_the_wrong_section_and_d_correct_markers() {
     ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(
-        r.stderr
-            .contains("[ADD] Add 2 more drinks for nighttime: 8 + 2 = 10 items in src/flavors.ts"),
+        r.stderr.contains(
+            "[ADD] Add 2 more drinks for nighttime: 8 + 2 = 10 elements in src/flavors.ts"
+        ),
         "{}",
         r.stderr
     );

@@ -359,7 +359,7 @@ fn an_ambiguous_task_asks_first_and_starts_once_answered() {
     let agent = env.script(
         "a.yaml",
         &format!(
-            "after-last: repeat-last\niterations:\n  - steps:\n      - write: {{ path: .ralph/plan.md, content: {plan:?} }}\n      - write: {{ path: src/data/flavors.ts, content: \"// src/data/flavors.ts\\nmoonlit\\ndeep rest\\n\" }}\n      - commit: two nighttime drinks\n      - say: \"<promise>COMPLETE</promise>\"\n",
+            "after-last: repeat-last\niterations:\n  - steps:\n      - write: {{ path: .ralph/plan.md, content: {plan:?} }}\n      - write: {{ path: src/data/flavors.ts, content: \"// src/data/flavors.ts\\nexport const flavors = [\\\"moonlit\\\", \\\"deep rest\\\"];\\n\" }}\n      - commit: two nighttime drinks\n      - say: \"<promise>COMPLETE</promise>\"\n",
             plan = "## drinks\nFiles: src/data/flavors.ts\n<!-- TASK-1 [ADD]: 2 nighttime drinks -->\n<!-- EXISTING drinks PRESERVED -->\n"
         ),
     );

@@ -140,6 +140,11 @@ impl Baseline {
             .filter(|b| b.version == VERSION))
     }
 
+    /// Whether there is anything to protect: the validation's own files, or test files.
+    pub fn has_evidence(&self) -> bool {
+        !self.sources.is_empty() || !self.tests.is_empty()
+    }
+
     /// How many tests the test files define.
     pub fn test_count(&self) -> usize {
         self.tests.iter().map(|t| t.scan.tests.len()).sum()

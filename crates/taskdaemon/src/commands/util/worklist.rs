@@ -34,9 +34,22 @@ pub struct LimitFlags {
     /// Stop (exit 1) once the loop has taken DUR.
     #[arg(long, value_name = "DUR", value_parser = dur)]
     pub max_runtime: Option<Dur>,
+    /// Turn off the evidence protection: a changed Verify script, deleted or skipped tests and fewer tests run are warnings, not rejections.
+    #[arg(long, env = "TASKDAEMON_ALLOW_TEST_CHANGES")]
+    pub allow_test_changes: bool,
 }
 
 impl LimitFlags {
+    /// `--allow-test-changes`, or the user's config (`allow-test-changes: true`).
+    pub fn allow_test_changes(&self, dir: &Path, ctx: &Ctx) -> anyhow::Result<bool> {
+        let flags = Settings {
+            allow_test_changes: self.allow_test_changes.then_some(true),
+            ..Settings::default()
+        };
+        let s = settings(dir, &flags, ctx.config.as_deref())?;
+        Ok(s.allow_test_changes.unwrap_or(false))
+    }
+
     pub fn limits(&self) -> anyhow::Result<worklist::Limits> {
         if let Some(c) = self.max_cost
             && !(c.is_finite() && c > 0.0)
