@@ -517,7 +517,7 @@ impl Coord<'_> {
         } else {
             progress::path(&self.cfg.spec_dir)
         };
-        let prompt = task_prompt(&TaskPrompt {
+        let mut prompt = task_prompt(&TaskPrompt {
             task,
             spec_name: &self.spec_name,
             spec_rel: &self.spec_rel,
@@ -536,6 +536,10 @@ impl Coord<'_> {
                 progress_file: &progress_file,
             }),
         });
+        let rules = self.evidence.rules(&task.id);
+        if !rules.is_empty() {
+            prompt.push_str(&format!("\n\n{rules}\n"));
+        }
         let mut g = self.guards();
         let contract = g.contract(role(task));
         Ok(AgentJob {

@@ -173,6 +173,11 @@ impl TaskEvidence {
         (failures, Vec::new())
     }
 
+    /// What the agent of `id` is told once about its fixed evidence (empty: nothing kept).
+    pub fn rules(&self, id: &str) -> String {
+        self.known().get(id).map(|b| b.rules()).unwrap_or_default()
+    }
+
     /// The task was accepted: its baseline is done with.
     pub fn done(&self, task: &Task) {
         self.known().remove(&task.id);

@@ -237,7 +237,10 @@ async fn one_iteration(
     let contract = g.contract(loop_type(mode));
     let prompt = g.prompt(
         &contract,
-        &story_prompt(cfg, rel, step.stories, mode, previous_error.as_deref()),
+        &with_rules(
+            story_prompt(cfg, rel, step.stories, mode, previous_error.as_deref()),
+            &step.evidence.rules(EVIDENCE_ID),
+        ),
     )?;
     events.emit(WorklistEvent::StoryIteration {
         iteration,
@@ -601,6 +604,15 @@ fn story_block(s: &Story) -> String {
         let _ = writeln!(b, "Notes: {}", s.notes);
     }
     b
+}
+
+/// The story's prompt with the evidence's rules (said once).
+fn with_rules(prompt: String, rules: &str) -> String {
+    if rules.is_empty() {
+        prompt
+    } else {
+        format!("{prompt}\n\n{rules}\n")
+    }
 }
 
 fn story_prompt(

@@ -732,3 +732,99 @@ fn stories_reject_an_iteration_that_deleted_a_test() {
         "{all}"
     );
 }
+
+/// Whether `python3 -m pytest` works here; without it the pytest test is skipped loudly,
+/// and fails under CI (`.ci/run` installs pytest).
+fn have_pytest(test: &str) -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import pytest"])
+        .env("PATH", crate::harness::narrowed_path())
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{test}: pytest is not installed (CI installs it)"
+        );
+        eprintln!("\n*** SKIPPED {test}: pytest not installed ***\n");
+    }
+    ok
+}
+
+#[test]
+fn with_real_pytest_a_deleted_or_skipped_test_is_rejected_though_pytest_passes() {
+    let io_test = "def test_read():\n    assert open('calc.py').read()\n";
+    let make = || {
+        project(&[
+            ("calc.py", "def add(a, b):\n    return a + b\n"),
+            ("tests/test_calc.py", PY_TEST),
+            ("tests/test_io.py", io_test),
+            (
+                "tests/conftest.py",
+                "import sys, os\nsys.path.insert(0, os.getcwd())\n",
+            ),
+        ])
+    };
+    let env = make();
+    if !have_pytest("evidence::with_real_pytest") {
+        return;
+    }
+    let run = |env: &Env, agent: &str| {
+        env.run(&[
+            "run",
+            "Speed up add in calc.py",
+            "--agent",
+            agent,
+            "--validate",
+            "python3 -m pytest -q -p no:cacheprovider",
+            "--max-iterations",
+            "1",
+        ])
+    };
+    let deleted = agent(
+        &env,
+        "delete.yaml",
+        &[vec![
+            run_step("git rm -q tests/test_calc.py"),
+            commit("x"),
+            complete(),
+        ]],
+    );
+    let r = run(&env, &deleted);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("validation passed"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("tests/test_calc.py was deleted since the run started"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("3 tests ran at the start, 1 now"),
+        "{}",
+        r.stderr
+    );
+
+    let env = make();
+    let skipped = PY_TEST.replace(
+        "def test_add():",
+        "import pytest\n@pytest.mark.skip\ndef test_add():",
+    );
+    let skip = agent(
+        &env,
+        "skip.yaml",
+        &[vec![
+            write("tests/test_calc.py", &skipped),
+            commit("x"),
+            complete(),
+        ]],
+    );
+    let r = run(&env, &skip);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("`@pytest.mark.skip`"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("3 tests ran at the start, 2 now"),
+        "{}",
+        r.stderr
+    );
+}

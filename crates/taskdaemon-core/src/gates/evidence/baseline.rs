@@ -161,11 +161,13 @@ impl Baseline {
                 .collect();
             parts.push(format!("the validation's own files ({})", names.join(", ")));
         }
-        parts.push(format!(
-            "{} test file(s) with {} test(s)",
-            self.tests.len(),
-            self.test_count()
-        ));
+        if !self.tests.is_empty() {
+            parts.push(format!(
+                "{} test file(s) with {} test(s)",
+                self.tests.len(),
+                self.test_count()
+            ));
+        }
         if let Some(t) = &self.tally {
             parts.push(format!("{} test(s) ran, {} passed", t.ran, t.passed));
         }
@@ -178,7 +180,7 @@ impl Baseline {
             return String::new();
         }
         let mut s = String::from(
-            "## Fixed evidence\nThe harness recorded the evidence this task is judged by when the run started, and compares every completion with it:",
+            "## Fixed evidence\nThe harness recorded the evidence this task is judged by before the work started, and compares every completion with it:",
         );
         if let Some(v) = &self.validate {
             s.push_str(&format!(" the validation `{v}`"));
