@@ -92,6 +92,13 @@ pub(super) async fn record(
     Ok(())
 }
 
+/// A completed run's baseline is done with (a resume of it has nothing left to judge).
+pub(super) fn forget(st: &RunState) {
+    if let Ok(facts) = Git::new(&st.config.workdir).facts() {
+        let _ = std::fs::remove_file(Baseline::path(&facts.git_dir, &st.run_id));
+    }
+}
+
 /// One run of the validation before the agent's first iteration: how many tests it runs.
 async fn baseline_validation(
     st: &RunState,

@@ -229,6 +229,9 @@ pub async fn run_loop(
     st.outcome = Some(outcome.clone());
     st.updated_at = clock::now_rfc3339();
     st.save_after(ws, pending)?;
+    if matches!(outcome, Outcome::Complete { .. }) {
+        evidence::forget(&st);
+    }
     let summary = summarize(&st, &outcome, ws);
     ctx.events.emit(EngineEvent::RunFinished {
         summary: summary.clone(),

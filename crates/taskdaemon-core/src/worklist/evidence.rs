@@ -44,7 +44,7 @@ impl TaskEvidence {
         let facts = Git::new(repo).facts()?;
         Ok(TaskEvidence {
             repo: facts.toplevel.clone(),
-            dir: facts.git_dir.join("taskdaemon").join("evidence"),
+            dir: crate::gates::evidence::evidence_dir(&facts.git_dir),
             list: list.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"),
             allow,
             known: Mutex::new(HashMap::new()),

@@ -828,3 +828,31 @@ fn with_real_pytest_a_deleted_or_skipped_test_is_rejected_though_pytest_passes()
         r.stderr
     );
 }
+
+#[test]
+fn the_baseline_of_a_run_holds_across_a_resume() {
+    let env = calc_project();
+    let repo = env.repo();
+    let a = agent(
+        &env,
+        "slow-cheat.yaml",
+        &[
+            vec![write("test.sh", "echo ok\n"), commit("simplify the test")],
+            vec![complete()],
+        ],
+    );
+    // Iteration 1 passes the (changed) validation but does not promise: no claim yet.
+    let r = run_calc(&env, &a, &["--max-iterations", "1", "--completion-promise", "COMPLETE"]);
+    assert_eq!(r.code, 1, "limit: {}", r.stderr);
+    let r = env.run(&["run", "--resume", "--max-iterations", "2"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("`test.sh` changed since the run started"),
+        "the baseline is the first start's, not the resume's: {}",
+        r.stderr
+    );
+    assert_eq!(outcomes(&repo), ["continue", "rejected"]);
+    // Kept outside the repository and its git directory.
+    let kept = env.home().join(".local/state/taskdaemon/evidence");
+    assert!(kept.is_dir(), "{}", kept.display());
+}

@@ -1,8 +1,9 @@
 //! The evidence as it was when a run (or a task) started: the validation's own sources
 //! (`commands.rs`), every test file with its tests, skip markers and assertions
 //! (`testfiles.rs`), and the tests the validation ran then (`runners.rs`). Kept in memory
-//! by the engine and in `<git-dir>/taskdaemon/evidence/<run-id>.json` for a resume: not in
-//! `.ralph/`, the workspace the agent writes.
+//! by the engine and, for a resume, in the user's state directory
+//! (`$XDG_STATE_HOME/taskdaemon/evidence/<repository key>/<run-id>.json`): not in `.ralph/`
+//! nor in the git directory, which an agent writes (a sandboxed one cannot write there).
 
 use std::path::{Path, PathBuf};
 
@@ -116,10 +117,7 @@ impl Baseline {
 
     /// Where a run's baseline is kept.
     pub fn path(git_dir: &Path, run_id: &str) -> PathBuf {
-        git_dir
-            .join("taskdaemon")
-            .join("evidence")
-            .join(format!("{run_id}.json"))
+        evidence_dir(git_dir).join(format!("{run_id}.json"))
     }
 
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
@@ -215,6 +213,26 @@ impl Baseline {
             ));
         }
         s
+    }
+}
+
+/// The directory of the baselines of the work tree whose git directory is `git_dir`: in the
+/// user's state directory, keyed by that path (the git directory itself without a home).
+pub fn evidence_dir(git_dir: &Path) -> PathBuf {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".local").join("state"))
+        });
+    match state {
+        Some(s) => s
+            .join("taskdaemon")
+            .join("evidence")
+            .join(fnv1a_hex(git_dir.as_os_str().as_encoded_bytes())),
+        None => git_dir.join("taskdaemon").join("evidence"),
     }
 }
 

@@ -19,7 +19,7 @@ pub mod runners;
 pub mod testfiles;
 
 pub use allowed::allowed_changes;
-pub use baseline::{Baseline, Capture, SourceText, TestFile};
+pub use baseline::{Baseline, Capture, SourceText, TestFile, evidence_dir};
 pub use compare::{Finding, compare};
 pub use runners::Tally;
 
