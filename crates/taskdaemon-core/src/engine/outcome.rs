@@ -104,7 +104,7 @@ impl Outcome {
                 "decision needed: {question}. Answer with `taskdaemon answer \"…\"`, then `taskdaemon run --resume`"
             ),
             Outcome::Stuck { iterations } => format!(
-                "no new commit in {iterations} consecutive iterations; read the iteration logs, then `taskdaemon run --resume` (the stuck count restarts)"
+                "no progress in {iterations} consecutive iterations (no new commit, or only commits the harness rejected for changing the evidence); read the iteration logs, then `taskdaemon run --resume` (the stuck count restarts)"
             ),
             Outcome::Failed { reason } => reason.clone(),
             Outcome::AgentFailed { class, reason } => format!("{}: {reason}", class.name()),

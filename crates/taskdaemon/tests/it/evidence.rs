@@ -228,6 +228,23 @@ fn run_py(env: &Env, agent: &str) -> Run {
     ])
 }
 
+/// An agent that puts `@pytest.mark.skip` on `test_add` and claims completion.
+fn skipping_agent(env: &Env) -> String {
+    let skipped = PY_TEST.replace(
+        "def test_add():",
+        "import pytest\n@pytest.mark.skip\ndef test_add():",
+    );
+    agent(
+        env,
+        "skip.yaml",
+        &[vec![
+            write("tests/test_calc.py", &skipped),
+            commit("x"),
+            complete(),
+        ]],
+    )
+}
+
 #[test]
 fn deleting_or_skipping_a_python_test_is_rejected() {
     let env = py_project();
@@ -251,19 +268,7 @@ fn deleting_or_skipping_a_python_test_is_rejected() {
     assert!(r.stderr.contains("`test_add`"), "{}", r.stderr);
 
     let env = py_project();
-    let skipped = PY_TEST.replace(
-        "def test_add():",
-        "import pytest\n@pytest.mark.skip\ndef test_add():",
-    );
-    let skip = agent(
-        &env,
-        "skip.yaml",
-        &[vec![
-            write("tests/test_calc.py", &skipped),
-            commit("x"),
-            complete(),
-        ]],
-    );
+    let skip = skipping_agent(&env);
     let r = run_py(&env, &skip);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stderr.contains("`@pytest.mark.skip`"), "{}", r.stderr);
@@ -806,19 +811,7 @@ fn with_real_pytest_a_deleted_or_skipped_test_is_rejected_though_pytest_passes()
     );
 
     let env = make();
-    let skipped = PY_TEST.replace(
-        "def test_add():",
-        "import pytest\n@pytest.mark.skip\ndef test_add():",
-    );
-    let skip = agent(
-        &env,
-        "skip.yaml",
-        &[vec![
-            write("tests/test_calc.py", &skipped),
-            commit("x"),
-            complete(),
-        ]],
-    );
+    let skip = skipping_agent(&env);
     let r = run(&env, &skip);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stderr.contains("`@pytest.mark.skip`"), "{}", r.stderr);
@@ -842,7 +835,11 @@ fn the_baseline_of_a_run_holds_across_a_resume() {
         ],
     );
     // Iteration 1 passes the (changed) validation but does not promise: no claim yet.
-    let r = run_calc(&env, &a, &["--max-iterations", "1", "--completion-promise", "COMPLETE"]);
+    let r = run_calc(
+        &env,
+        &a,
+        &["--max-iterations", "1", "--completion-promise", "COMPLETE"],
+    );
     assert_eq!(r.code, 1, "limit: {}", r.stderr);
     let r = env.run(&["run", "--resume", "--max-iterations", "2"]);
     assert_eq!(r.code, 1, "{}", r.stderr);
