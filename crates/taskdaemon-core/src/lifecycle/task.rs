@@ -247,7 +247,9 @@ pub fn begin_task(
             .unwrap_or(0)
     };
     let mut task_text = task_md(number, &previous_ref, message, parsed, clarification);
-    task_text.push_str(&contract.describe(&count_now));
+    let mut checks = contract.describe(&count_now);
+    checks.push_str(&tests_to_change(message, &repo_files, checks.is_empty()));
+    task_text.push_str(&checks);
     files.write(&files.task(), &task_text)?;
     if files.read(&files.origin())?.is_none() {
         files.write(
@@ -261,6 +263,29 @@ pub fn begin_task(
         history_line,
         task_text,
     })
+}
+
+/// The line of "Checks at completion" that names the tests a task asks to change (issue 36):
+/// those may change, every other piece of evidence may not. Empty when it names none.
+fn tests_to_change(message: &str, files: &[String], with_header: bool) -> String {
+    let tests: Vec<String> = files
+        .iter()
+        .filter(|f| crate::gates::evidence::testfiles::is_test_file(f, None))
+        .cloned()
+        .collect();
+    let allowed = crate::gates::evidence::allowed_changes(message, &tests);
+    if allowed.is_empty() {
+        return String::new();
+    }
+    format!(
+        "{}- Tests this task may change (it names them): {}. Every other test, the validation's own files and the number of tests that run are fixed evidence: a completion that changes them is rejected.\n",
+        if with_header {
+            "\n## Checks at completion\n"
+        } else {
+            ""
+        },
+        allowed.join(", ")
+    )
 }
 
 /// End task `number`: record its status and, when its evidence was verified, snapshot

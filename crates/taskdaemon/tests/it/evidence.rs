@@ -486,8 +486,8 @@ fn a_cargo_project_that_loses_three_of_five_tests_is_rejected_by_the_count_that_
     assert!(r.stderr.contains("`#[ignore]`"), "{}", r.stderr);
 }
 
-#[test]
-fn a_task_that_names_a_test_may_remove_it() {
+/// The legacy-parser project and a `task` to remove its obsolete test, whose agent runs `rm`.
+fn remove_legacy_test(rm: &str) -> (Run, Env) {
     let env = project(&[
         ("parser.py", "def parse(s):\n    return s\n"),
         ("tests/test_calc.py", PY_TEST),
@@ -496,12 +496,11 @@ fn a_task_that_names_a_test_may_remove_it() {
             "def test_legacy_parse():\n    assert True\n",
         ),
     ]);
-    let repo = env.repo();
     let a = agent(
         &env,
         "remove.yaml",
         &[vec![
-            run_step("git rm -q tests/test_legacy_parser.py"),
+            run_step(rm),
             run_step("echo 'Removed the legacy parser test' > .ralph/summary.md"),
             commit("remove"),
             complete(),
@@ -515,12 +514,31 @@ fn a_task_that_names_a_test_may_remove_it() {
         "--validate",
         "true",
         "--max-iterations",
-        "2",
+        "1",
     ]);
+    (r, env)
+}
+
+#[test]
+fn a_task_that_names_a_test_may_remove_it_and_only_it() {
+    let (r, env) = remove_legacy_test("git rm -q tests/test_legacy_parser.py");
     assert_eq!(r.code, 0, "{}", r.stderr);
+    let repo = env.repo();
     assert!(has_tag(&repo, "task-1-post"), "{}", r.stderr);
     let task = std::fs::read_to_string(repo.join(".ralph/task.md")).unwrap();
-    assert!(task.contains("tests/test_legacy_parser.py"), "{task}");
+    assert!(
+        task.contains("- Tests this task may change (it names them): tests/test_legacy_parser.py."),
+        "{task}"
+    );
+    let (r, env) = remove_legacy_test("git rm -q tests/test_legacy_parser.py tests/test_calc.py");
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("tests/test_calc.py was deleted since the run started"),
+        "{}",
+        r.stderr
+    );
+    assert!(!has_tag(&env.repo(), "task-1-post"));
 }
 
 /// `task "Add 2 new fruits to FILE"` with an agent that writes `after`.

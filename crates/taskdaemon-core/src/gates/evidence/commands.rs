@@ -141,6 +141,22 @@ fn program(
             tool(base, args, root, dir, out);
         }
     }
+    // CI configuration a command names (`act -W .github/workflows/ci.yml`) is evidence.
+    for a in args.iter().filter(|a| ci_config(a)) {
+        push_file(a, root, dir, out);
+    }
+}
+
+/// A path of a CI system's configuration.
+fn ci_config(path: &str) -> bool {
+    let p = path.trim_start_matches("./");
+    p.starts_with(".github/workflows/")
+        || p.starts_with(".circleci/")
+        || p.starts_with(".buildkite/")
+        || p == ".gitlab-ci.yml"
+        || p == ".travis.yml"
+        || p == "azure-pipelines.yml"
+        || p == "Jenkinsfile"
 }
 
 /// The first argument that is not a flag: the script the interpreter runs.
@@ -703,6 +719,11 @@ mod tests {
             ["`test.sh`"]
         );
         assert!(sources("sh missing.sh; echo ok > test.sh", d.path()).is_empty());
+        let d = repo(&[(".github/workflows/ci.yml", "on: push")]);
+        assert_eq!(
+            names(&sources("act -W .github/workflows/ci.yml", d.path())),
+            ["`.github/workflows/ci.yml`"]
+        );
     }
 
     #[test]
