@@ -871,3 +871,46 @@ fn the_baseline_of_a_run_holds_across_a_resume() {
     let kept = env.home().join(".local/state/taskdaemon/evidence");
     assert!(kept.is_dir(), "{}", kept.display());
 }
+
+#[test]
+fn a_test_weakened_in_place_or_moved_without_its_assertions_is_rejected() {
+    let env = py_project();
+    let weak = PY_TEST.replace("assert add(2, 3) == 5", "assert True");
+    let a = agent(
+        &env,
+        "weak.yaml",
+        &[vec![
+            write("tests/test_calc.py", &weak),
+            commit("x"),
+            complete(),
+        ]],
+    );
+    let r = run_py(&env, &a);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("`assert True` at line 4 added since the run started"),
+        "{}",
+        r.stderr
+    );
+
+    let env = py_project();
+    let hollow = "def test_add():\n    pass\n\ndef test_add_zero():\n    pass\n";
+    let a = agent(
+        &env,
+        "hollow.yaml",
+        &[vec![
+            run_step("git rm -q tests/test_calc.py"),
+            write("tests/test_math.py", hollow),
+            commit("x"),
+            complete(),
+        ]],
+    );
+    let r = run_py(&env, &a);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("tests/test_calc.py was deleted since the run started and its tests reappear elsewhere without 2 of its 2 assertion(s)"),
+        "{}",
+        r.stderr
+    );
+}

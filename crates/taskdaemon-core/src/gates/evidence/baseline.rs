@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::assertions;
 use super::commands::{self, Entry, Source};
 use super::runners::Tally;
 use super::testfiles::{self, TestScan};
@@ -65,6 +66,12 @@ pub struct TestFile {
     pub path: String,
     pub hash: String,
     pub scan: TestScan,
+    /// Fingerprints of its assertion lines (a moved test must bring them along).
+    #[serde(default)]
+    pub asserted: Vec<u64>,
+    /// Its assertions that can never fail (`assert True`).
+    #[serde(default)]
+    pub trivial: Vec<testfiles::Skip>,
 }
 
 /// What a baseline is taken of.
@@ -272,14 +279,23 @@ pub fn test_file(top: &Path, path: &str, by_path: bool) -> Option<TestFile> {
     if !by_path && !testfiles::is_test_file(path, Some(&text)) {
         return None;
     }
-    let scan = if meta.len() > MAX_TEST_FILE {
-        TestScan::default()
-    } else {
-        testfiles::scan(path, &text)
-    };
+    if meta.len() > MAX_TEST_FILE {
+        return Some(TestFile {
+            path: path.to_string(),
+            hash,
+            scan: TestScan::default(),
+            asserted: Vec::new(),
+            trivial: Vec::new(),
+        });
+    }
     Some(TestFile {
         path: path.to_string(),
         hash,
-        scan,
+        scan: testfiles::scan(path, &text),
+        asserted: assertions::lines(&text),
+        trivial: assertions::trivial(&text)
+            .into_iter()
+            .map(|(line, marker)| testfiles::Skip { line, marker })
+            .collect(),
     })
 }

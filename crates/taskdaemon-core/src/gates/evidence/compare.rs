@@ -132,6 +132,7 @@ fn tests(b: &Baseline, top: &Path) -> Tests {
 struct Moved {
     names: HashMap<String, usize>,
     hashes: Vec<String>,
+    asserted: HashMap<u64, usize>,
 }
 
 impl Moved {
@@ -145,10 +146,14 @@ impl Moved {
         let mut m = Moved {
             names: HashMap::new(),
             hashes: Vec::new(),
+            asserted: HashMap::new(),
         };
         for p in listed.split(|c| *c == 0).filter(|p| !p.is_empty()) {
             let p = String::from_utf8_lossy(p);
-            if known.contains(p.as_ref()) || p.starts_with(".ralph/") {
+            if known.contains(p.as_ref())
+                || p.starts_with(".ralph/")
+                || p.starts_with(".taskdaemon/")
+            {
                 continue;
             }
             let by_path = testfiles::is_test_file(&p, None);
@@ -159,6 +164,9 @@ impl Moved {
                 for n in t.scan.tests {
                     *m.names.entry(n).or_default() += 1;
                 }
+                for a in t.asserted {
+                    *m.asserted.entry(a).or_default() += 1;
+                }
                 m.hashes.push(t.hash);
             }
         }
@@ -167,15 +175,34 @@ impl Moved {
 
     /// Take `name` from the moved tests; whether it was there.
     fn take(&mut self, name: &str) -> bool {
-        match self.names.get_mut(name) {
-            Some(n) if *n > 0 => {
-                *n -= 1;
-                true
-            }
-            _ => false,
-        }
+        take(&mut self.names, name)
+    }
+
+    /// How many of a deleted file's assertion lines are in no other test file now.
+    fn missing_assertions(&mut self, asserted: &[u64]) -> usize {
+        asserted
+            .iter()
+            .filter(|a| !take(&mut self.asserted, *a))
+            .count()
     }
 }
+
+/// Take one of `key` from a multiset; whether there was one.
+fn take<K, Q>(set: &mut HashMap<K, usize>, key: &Q) -> bool
+where
+    K: std::borrow::Borrow<Q> + std::hash::Hash + Eq,
+    Q: std::hash::Hash + Eq + ?Sized,
+{
+    match set.get_mut(key) {
+        Some(n) if *n > 0 => {
+            *n -= 1;
+            true
+        }
+        _ => false,
+    }
+}
+
+impl Moved {}
 
 /// The findings of one changed test file.
 fn file_findings(before: &TestFile, now: Option<&TestFile>, moved: &mut Moved) -> Vec<Finding> {
@@ -221,9 +248,18 @@ fn file_findings(before: &TestFile, now: Option<&TestFile>, moved: &mut Moved) -
         )));
     }
     let Some(now) = now else {
+        // Its tests went elsewhere: their assertions must have gone with them.
+        let missing = moved.missing_assertions(&before.asserted);
+        if gone.is_empty() && missing > 0 {
+            out.push(finding(format!(
+                "{path} was deleted since the run started and its tests reappear elsewhere without {missing} of its {} assertion(s): a moved test keeps its assertions; restore them",
+                before.asserted.len()
+            )));
+        }
         return out;
     };
     out.extend(skips(before, now).map(finding));
+    out.extend(trivial(before, now).map(finding));
     if gone.is_empty() && now.scan.assertions < before.scan.assertions {
         out.push(finding(format!(
             "{path}: {} assertion(s) at the start, {} now: a weakened test proves less; restore the assertions",
@@ -249,6 +285,24 @@ fn skips(before: &TestFile, now: &TestFile) -> Option<String> {
     (!added.is_empty()).then(|| {
         format!(
             "{}: {} added since the run started: a skipped or narrowed test proves nothing; remove the marker and make the test pass",
+            now.path,
+            added.join(", ")
+        )
+    })
+}
+
+/// Assertions that can never fail, added to a file.
+fn trivial(before: &TestFile, now: &TestFile) -> Option<String> {
+    let had: Vec<&str> = before.trivial.iter().map(|t| t.marker.as_str()).collect();
+    let added: Vec<String> = now
+        .trivial
+        .iter()
+        .filter(|t| !had.contains(&t.marker.as_str()))
+        .map(|t| format!("`{}` at line {}", t.marker, t.line))
+        .collect();
+    (!added.is_empty()).then(|| {
+        format!(
+            "{}: {} added since the run started: an assertion that can never fail proves nothing; assert what the code must do",
             now.path,
             added.join(", ")
         )

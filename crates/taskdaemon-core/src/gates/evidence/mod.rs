@@ -12,6 +12,7 @@
 //! - `compare.rs`: the claim against the record.
 
 mod allowed;
+mod assertions;
 mod baseline;
 pub mod commands;
 mod compare;
