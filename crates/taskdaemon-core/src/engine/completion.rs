@@ -171,6 +171,13 @@ pub async fn gates(
 /// counted in; the person did not accept the work without them yet): their keys, and the
 /// question for the person.
 fn unmeasurable(results: &[GateResult]) -> Option<(Vec<String>, String)> {
+    // What the agent can fix comes first: the person is asked only about what it cannot.
+    if results
+        .iter()
+        .any(|r| r.blocks() && r.severity == Severity::Hard)
+    {
+        return None;
+    }
     let asked: Vec<&GateResult> = results
         .iter()
         .filter(|r| r.blocks() && r.severity == Severity::Ask)
@@ -200,7 +207,8 @@ pub fn take_answer(st: &mut RunState, answer: Option<&str>) {
         return;
     };
     let asked = std::mem::take(&mut st.gate_question);
-    if answer.trim().to_lowercase().starts_with("accept") {
+    let word = answer.trim().trim_end_matches(['.', '!']).to_lowercase();
+    if word == "accept" {
         st.waived.extend(asked);
     }
 }

@@ -258,14 +258,14 @@ fn counted(files: &[String], task: u32, before: bool, world: &dyn ScopeWorld) ->
                 unit = unit.or(Some(u));
             }
             Measure::NoList => {}
-            Measure::Binary => {
+            Measure::Binary if before => {
                 return Counted::Ask(format!(
-                    "{f} is not a text file{}: the harness cannot count items in it",
-                    if before {
-                        format!(" at task-{task}-pre")
-                    } else {
-                        String::new()
-                    }
+                    "{f} is not a text file at task-{task}-pre: the harness cannot count items in it"
+                ));
+            }
+            Measure::Binary => {
+                return Counted::Fix(format!(
+                    "{f} is not a text file now, though it was one at task-{task}-pre: the harness counts items in text; restore it as text"
                 ));
             }
             Measure::Unparsable(why) if before => {
@@ -505,23 +505,40 @@ fn preserve(
         passed,
         message,
     };
-    let binary = files.iter().find(|f| {
-        [world.before_bytes(f), world.now_bytes(f)]
-            .into_iter()
-            .flatten()
-            .any(|b| measure(f, &b) == Measure::Binary)
-    });
-    if let Some(f) = binary {
-        return GateResult {
-            severity: Severity::Ask,
-            ..result(
-                false,
-                format!(
-                    "task requirement PRESERVE {} cannot be checked: {f} is not a text file: the harness cannot tell whether its items were kept.",
-                    r.text
-                ),
-            )
-        };
+    let is_binary =
+        |b: Option<Vec<u8>>, f: &str| b.is_some_and(|b| measure(f, &b) == Measure::Binary);
+    for f in files {
+        let (then, now) = (
+            is_binary(world.before_bytes(f), f),
+            is_binary(world.now_bytes(f), f),
+        );
+        if then || now {
+            let (severity, why) = if then {
+                (
+                    Severity::Ask,
+                    format!(
+                        "{f} is not a text file: the harness cannot tell whether its items were kept"
+                    ),
+                )
+            } else {
+                (
+                    Severity::Hard,
+                    format!(
+                        "{f} is not a text file now, though it was one at task-{task}-pre: restore it as text"
+                    ),
+                )
+            };
+            return GateResult {
+                severity,
+                ..result(
+                    false,
+                    format!(
+                        "task requirement PRESERVE {} cannot be checked: {why}.",
+                        r.text
+                    ),
+                )
+            };
+        }
     }
     if n < b {
         return result(

@@ -140,10 +140,14 @@ pub async fn implement(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let in_progress = resumed
+        .then(|| tasks_now.get(st.task_index).map(|t| t.id.clone()))
+        .flatten();
     let evidence = TaskEvidence::new(
         &cfg.repo,
         &format!("implement-{spec_name}"),
         cfg.allow_test_changes,
+        in_progress,
     )?;
     if cfg.allow_test_changes {
         events.warn("--allow-test-changes: the evidence protection is OFF for this run: changed Verify scripts, deleted or skipped tests and fewer tests run are only warned about");
@@ -642,8 +646,10 @@ impl Coord<'_> {
             )
             .await
             .map_err(WorklistError::io(tree))?;
-            let output = verified.as_ref().map(|(_, r)| r.output.clone());
-            let (changed, warnings) = self.evidence.check(&task.id, tree, output.as_deref());
+            let ran = verified
+                .as_ref()
+                .map(|(cmd, r)| (cmd.as_str(), r.output.as_str()));
+            let (changed, warnings) = self.evidence.check(&task.id, tree, ran);
             for w in warnings {
                 self.events.warn(w);
             }
@@ -719,7 +725,9 @@ impl Coord<'_> {
         let checked_before: BTreeSet<usize> =
             tasks.iter().filter(|t| t.done).map(|t| t.index).collect();
         let head_before = self.git.head()?;
-        self.evidence.before(task, &self.verify_run()).await?;
+        if let Some(note) = self.evidence.before(task, &self.verify_run()).await? {
+            self.events.warn(note);
+        }
         let job = self.job(task, st, &self.cfg.repo, false)?;
         self.started(task, st, &job, false);
         let started = Started::of(&job);
@@ -794,7 +802,9 @@ impl Coord<'_> {
         let checked_before: BTreeSet<usize> =
             tasks.iter().filter(|t| t.done).map(|t| t.index).collect();
         for &i in group {
-            self.evidence.before(&tasks[i], &self.verify_run()).await?;
+            if let Some(note) = self.evidence.before(&tasks[i], &self.verify_run()).await? {
+                self.events.warn(note);
+            }
         }
         // One worktree manager: the loops' (`git::worktree`), with the work lists' own
         // base inside the git directory.

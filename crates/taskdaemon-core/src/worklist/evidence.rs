@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::WorklistError;
 use super::tasks_md::Task;
 use super::verify::Failure;
-use crate::gates::evidence::{Baseline, Capture, TallyLines, compare, runners};
+use crate::gates::evidence::{Baseline, Capture, Finding, TallyLines, compare, runners};
 use crate::gates::{Validation, run_validation};
 use crate::git::Git;
 
@@ -37,10 +37,18 @@ pub struct TaskEvidence {
     /// `--allow-test-changes`.
     pub allow: bool,
     known: Mutex<HashMap<String, Arc<Baseline>>>,
+    /// The task a resumed run was in: only its saved baseline is read back (one an agent
+    /// left for a later task is not).
+    resumed: Option<String>,
 }
 
 impl TaskEvidence {
-    pub fn new(repo: &Path, list: &str, allow: bool) -> Result<TaskEvidence, WorklistError> {
+    pub fn new(
+        repo: &Path,
+        list: &str,
+        allow: bool,
+        resumed: Option<String>,
+    ) -> Result<TaskEvidence, WorklistError> {
         let facts = Git::new(repo).facts()?;
         Ok(TaskEvidence {
             repo: facts.toplevel.clone(),
@@ -48,6 +56,7 @@ impl TaskEvidence {
             list: list.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"),
             allow,
             known: Mutex::new(HashMap::new()),
+            resumed,
         })
     }
 
@@ -61,22 +70,34 @@ impl TaskEvidence {
     }
 
     /// The task's baseline: kept from an earlier attempt, else recorded now (with one run
-    /// of its Verify command).
+    /// of its Verify command). Returns a note when a saved one was set aside because the
+    /// task's Verify command is no longer the one it was recorded for (a person changed it
+    /// between runs).
     pub async fn before(
         &self,
         task: &Task,
         run: &VerifyRun<'_>,
-    ) -> Result<Arc<Baseline>, WorklistError> {
-        if let Some(b) = self.known().get(&task.id) {
-            return Ok(b.clone());
+    ) -> Result<Option<String>, WorklistError> {
+        if self.known().contains_key(&task.id) {
+            return Ok(None);
         }
         let path = self.path(&task.id);
-        if let Ok(Some(b)) = Baseline::load(&path) {
-            let b = Arc::new(b);
-            self.known().insert(task.id.clone(), b.clone());
-            return Ok(b);
-        }
         let verify = task.verify_command();
+        let mut note = None;
+        if self.resumed.as_deref() == Some(task.id.as_str())
+            && let Ok(Some(b)) = Baseline::load(&path)
+        {
+            if b.validate == verify {
+                self.known().insert(task.id.clone(), Arc::new(b));
+                return Ok(None);
+            }
+            note = Some(format!(
+                "task {}: its Verify command is not the one its evidence was recorded for (`{}`, now `{}`): recorded again",
+                task.id,
+                b.validate.as_deref().unwrap_or(""),
+                verify.as_deref().unwrap_or("")
+            ));
+        }
         let files = named_files(task);
         let mut b = Baseline::capture(&Capture {
             top: &self.repo,
@@ -92,9 +113,8 @@ impl TaskEvidence {
         }
         // Not kept is no loss: a rerun records it again.
         let _ = b.save(&path);
-        let b = Arc::new(b);
-        self.known().insert(task.id.clone(), b.clone());
-        Ok(b)
+        self.known().insert(task.id.clone(), Arc::new(b));
+        Ok(note)
     }
 
     async fn tally(
@@ -137,17 +157,33 @@ impl TaskEvidence {
 
     /// The claim of `id` in `tree` against its baseline: layer-6 failures (none with
     /// `--allow-test-changes`: then the findings are the warnings returned).
+    /// `verify` is the Verify command that ran now and its output (`None`: none).
     pub fn check(
         &self,
         id: &str,
         tree: &Path,
-        verify_output: Option<&str>,
+        verify: Option<(&str, &str)>,
     ) -> (Vec<Failure>, Vec<String>) {
         let Some(b) = self.known().get(id).cloned() else {
             return (Vec::new(), Vec::new());
         };
-        let tally = verify_output.and_then(runners::tally);
-        let findings = compare(&b, tree, tree, tally);
+        let tally = verify.and_then(|(_, output)| runners::tally(output));
+        let mut findings = compare(&b, tree, tree, tally);
+        let (then, now) = (b.validate.as_deref(), verify.map(|(cmd, _)| cmd));
+        if b.has_evidence() && then != now {
+            findings.insert(
+                0,
+                Finding {
+                    path: "tasks.md".into(),
+                    message: format!(
+                        "the Verify command of {id} changed since the task started: it was `{}`, now `{}`; the task is judged by the command it started with: restore it",
+                        then.unwrap_or(""),
+                        now.unwrap_or("")
+                    ),
+                    diff: None,
+                },
+            );
+        }
         if self.allow {
             let warnings = findings
                 .into_iter()

@@ -111,7 +111,7 @@ pub async fn run_stories(
     if g.cost_limit_blind(cfg.setup.format) {
         events.warn("--max-cost is set but this agent's plain-text output reports no cost; the limit cannot trigger");
     }
-    let evidence = TaskEvidence::new(&cfg.repo, EVIDENCE_ID, cfg.allow_test_changes)?;
+    let evidence = TaskEvidence::new(&cfg.repo, EVIDENCE_ID, cfg.allow_test_changes, None)?;
     evidence.record(EVIDENCE_ID, "")?;
     if cfg.allow_test_changes {
         events.warn("--allow-test-changes: the evidence protection is OFF for this run: deleted or skipped tests are only warned about");

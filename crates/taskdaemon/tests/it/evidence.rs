@@ -873,7 +873,7 @@ fn the_baseline_of_a_run_holds_across_a_resume() {
 }
 
 #[test]
-fn a_test_weakened_in_place_or_moved_without_its_assertions_is_rejected() {
+fn a_test_weakened_in_place_or_moved_without_its_body_is_rejected() {
     let env = py_project();
     let weak = PY_TEST.replace("assert add(2, 3) == 5", "assert True");
     let a = agent(
@@ -909,7 +909,73 @@ fn a_test_weakened_in_place_or_moved_without_its_assertions_is_rejected() {
     let r = run_py(&env, &a);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(
-        r.stderr.contains("tests/test_calc.py was deleted since the run started and its tests reappear elsewhere without 2 of its 2 assertion(s)"),
+        r.stderr.contains(
+            "tests/test_calc.py: `test_add`, `test_add_zero` changed since the run started"
+        ),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn an_edited_test_body_or_padding_with_new_tests_is_rejected_new_tests_are_welcome() {
+    // `== 5` → `is not None`: the names, markers and assertion count are the same.
+    let env = py_project();
+    let weak = PY_TEST.replace("assert add(2, 3) == 5", "assert add(2, 3) is not None");
+    let a = agent(
+        &env,
+        "weak.yaml",
+        &[vec![
+            write("tests/test_calc.py", &weak),
+            commit("x"),
+            complete(),
+        ]],
+    );
+    let r = run_py(&env, &a);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("tests/test_calc.py: `test_add` changed since the run started"),
+        "{}",
+        r.stderr
+    );
+    // New tests in the same file and in a new one: complete.
+    let env = py_project();
+    let more = format!("{PY_TEST}\ndef test_add_negative():\n    assert add(-1, -1) == -2\n");
+    let a = agent(
+        &env,
+        "more.yaml",
+        &[vec![
+            write("tests/test_calc.py", &more),
+            write(
+                "tests/test_more.py",
+                "from calc import add\n\ndef test_big():\n    assert add(10**6, 1) == 10**6 + 1\n",
+            ),
+            write("calc.py", "def add(a, b):\n    return a + b\n"),
+            commit("tests and add"),
+            complete(),
+        ]],
+    );
+    let r = run_py(&env, &a);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+#[test]
+fn hidden_tests_padded_with_new_ones_are_rejected_by_the_count_that_ran() {
+    // 5 tests: `#[cfg(any())]` hides 3 (a marker), and 3 empty new tests make up the count.
+    let hidden = lib_rs(&[0, 1, 2, 3, 4], false).replacen(
+        "    #[test]\n",
+        "    #[cfg(any())]\n    #[test]\n",
+        3,
+    );
+    let padded = format!(
+        "{hidden}\n#[cfg(test)]\nmod pad {{\n    #[test]\n    fn p0() {{}}\n    #[test]\n    fn p1() {{}}\n    #[test]\n    fn p2() {{}}\n}}\n"
+    );
+    let r = cargo_run(&padded);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("though 3 test(s) were written since, so at least 8 should run"),
         "{}",
         r.stderr
     );

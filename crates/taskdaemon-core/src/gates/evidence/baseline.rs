@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::assertions;
+use super::bodies::{self, Body};
 use super::commands::{self, Entry, Source};
 use super::runners::Tally;
 use super::testfiles::{self, TestScan};
@@ -72,6 +73,9 @@ pub struct TestFile {
     /// Its assertions that can never fail (`assert True`).
     #[serde(default)]
     pub trivial: Vec<testfiles::Skip>,
+    /// Each test's lines (`bodies.rs`), in the order of `scan.tests`.
+    #[serde(default)]
+    pub bodies: Vec<Body>,
 }
 
 /// What a baseline is taken of.
@@ -223,6 +227,20 @@ impl Baseline {
     }
 }
 
+/// The part of a file that holds its tests: a Rust source outside `tests/` from its first
+/// `#[cfg(test)]` on (its production code's `assert!`s are not a test's); the whole file
+/// otherwise.
+/// Returns the part and the number of lines above it.
+fn test_region<'t>(path: &str, text: &'t str) -> (&'t str, u32) {
+    if !path.ends_with(".rs") || path.split('/').any(|c| c == "tests") {
+        return (text, 0);
+    }
+    match text.find("#[cfg(test)]") {
+        Some(i) => (&text[i..], text[..i].matches('\n').count() as u32),
+        None => (text, 0),
+    }
+}
+
 /// The directory of the baselines of the work tree whose git directory is `git_dir`: in the
 /// user's state directory, keyed by that path (the git directory itself without a home).
 pub fn evidence_dir(git_dir: &Path) -> PathBuf {
@@ -273,29 +291,41 @@ pub fn test_file(top: &Path, path: &str, by_path: bool) -> Option<TestFile> {
     if !meta.is_file() {
         return None;
     }
+    if meta.len() > MAX_TEST_FILE {
+        // Generated data, not tests: hashed as it is read, never scanned.
+        let bytes = std::fs::read(&full).ok()?;
+        return (by_path).then(|| TestFile {
+            path: path.to_string(),
+            hash: fnv1a_hex(&bytes),
+            scan: TestScan::default(),
+            asserted: Vec::new(),
+            trivial: Vec::new(),
+            bodies: Vec::new(),
+        });
+    }
     let bytes = std::fs::read(&full).ok()?;
     let hash = fnv1a_hex(&bytes);
     let text = String::from_utf8_lossy(&bytes);
     if !by_path && !testfiles::is_test_file(path, Some(&text)) {
         return None;
     }
-    if meta.len() > MAX_TEST_FILE {
-        return Some(TestFile {
-            path: path.to_string(),
-            hash,
-            scan: TestScan::default(),
-            asserted: Vec::new(),
-            trivial: Vec::new(),
-        });
+    let (region, above) = test_region(path, &text);
+    let mut scan = testfiles::scan(path, region);
+    for s in &mut scan.skips {
+        s.line += above;
     }
     Some(TestFile {
         path: path.to_string(),
         hash,
-        scan: testfiles::scan(path, &text),
-        asserted: assertions::lines(&text),
-        trivial: assertions::trivial(&text)
+        bodies: bodies::bodies(region, &scan.tests),
+        scan,
+        asserted: assertions::lines(region),
+        trivial: assertions::trivial(region)
             .into_iter()
-            .map(|(line, marker)| testfiles::Skip { line, marker })
+            .map(|(line, marker)| testfiles::Skip {
+                line: line + above,
+                marker,
+            })
             .collect(),
     })
 }

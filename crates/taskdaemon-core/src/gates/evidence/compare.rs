@@ -1,12 +1,13 @@
 //! A completion claim against the baseline: what of the evidence changed since the run
 //! started. Each finding says what changed and what to do, and carries the diff for the
 //! next prompt when there is one. Files the task may change are left out; a test that
-//! moved to another file (same name) still counts.
+//! moved to another committed file (same name, its lines kept) still counts.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use super::baseline::{Baseline, TestFile, test_file};
+use super::bodies::{Body, keeps};
 use super::commands;
 use super::runners::Tally;
 use super::testfiles;
@@ -31,7 +32,7 @@ pub fn compare(b: &Baseline, top: &Path, workdir: &Path, now: Option<Tally>) -> 
     let mut out = sources(b, workdir);
     let tests = tests(b, top);
     out.extend(tests.findings);
-    out.extend(tally(b, now, tests.removed_allowed));
+    out.extend(tally(b, now, tests.removed_allowed, tests.added));
     out
 }
 
@@ -92,13 +93,15 @@ struct Tests {
     findings: Vec<Finding>,
     /// Tests removed from the files the task may change (they lower the expected tally).
     removed_allowed: u64,
+    /// Tests written since the start (they raise it).
+    added: u64,
 }
 
-/// Test files deleted or emptied, tests gone, skip markers added, assertions removed.
+/// Test files deleted or emptied, tests gone or edited, skip markers and assertions that
+/// can never fail added, assertions removed.
 fn tests(b: &Baseline, top: &Path) -> Tests {
-    let mut findings = Vec::new();
     let mut removed_allowed = 0;
-    // Per file: its scan now (None: gone), for the files that changed.
+    // The test files of the start that changed, as they are now (None: gone).
     let mut changed: Vec<(&TestFile, Option<TestFile>)> = Vec::new();
     for t in &b.tests {
         let now = test_file(top, &t.path, true);
@@ -112,42 +115,46 @@ fn tests(b: &Baseline, top: &Path) -> Tests {
         }
         changed.push((t, now));
     }
-    if changed.is_empty() {
-        return Tests {
-            findings,
-            removed_allowed,
-        };
+    let mut findings = Vec::new();
+    let mut pool = Pool::default();
+    if !changed.is_empty() || b.tally.is_some() {
+        pool = Pool::of(b, top, &changed);
     }
-    let mut moved = Moved::of(b, top);
     for (before, now) in &changed {
-        findings.extend(file_findings(before, now.as_ref(), &mut moved));
+        findings.extend(file_findings(before, now.as_ref(), &mut pool));
     }
     Tests {
         findings,
         removed_allowed,
+        added: pool.left(),
     }
 }
 
-/// The test files now that were not test files at the start: where a test may have moved.
-struct Moved {
-    names: HashMap<String, usize>,
+/// The tests that are new since the start (in new test files, or beyond a file's own at
+/// the start): where a test may have moved, and what adds to the tests that run.
+#[derive(Default)]
+struct Pool {
+    tests: HashMap<String, Vec<Body>>,
     hashes: Vec<String>,
     asserted: HashMap<u64, usize>,
 }
 
-impl Moved {
-    fn of(b: &Baseline, top: &Path) -> Moved {
-        let known: std::collections::HashSet<&str> =
-            b.tests.iter().map(|t| t.path.as_str()).collect();
+/// How a test of the start is found among the new ones.
+enum Found {
+    Kept,
+    Changed,
+    Missing,
+}
+
+impl Pool {
+    fn of(b: &Baseline, top: &Path, changed: &[(&TestFile, Option<TestFile>)]) -> Pool {
+        let known: HashSet<&str> = b.tests.iter().map(|t| t.path.as_str()).collect();
+        let mut pool = Pool::default();
+        // A destination is a tracked file: what the agent did not commit is no test of the project.
         let listed = crate::git::Git::new(top)
-            .call(&["ls-files", "-z", "-c", "-o", "--exclude-standard"])
+            .call(&["ls-files", "-z", "-c"])
             .bytes()
             .unwrap_or_default();
-        let mut m = Moved {
-            names: HashMap::new(),
-            hashes: Vec::new(),
-            asserted: HashMap::new(),
-        };
         for p in listed.split(|c| *c == 0).filter(|p| !p.is_empty()) {
             let p = String::from_utf8_lossy(p);
             if known.contains(p.as_ref())
@@ -161,29 +168,64 @@ impl Moved {
                 continue;
             }
             if let Some(t) = test_file(top, &p, by_path) {
-                for n in t.scan.tests {
-                    *m.names.entry(n).or_default() += 1;
-                }
-                for a in t.asserted {
-                    *m.asserted.entry(a).or_default() += 1;
-                }
-                m.hashes.push(t.hash);
+                pool.add_all(t);
             }
         }
-        m
+        for (before, now) in changed {
+            if let Some(now) = now {
+                pool.add_extra(before, now);
+            }
+        }
+        pool
     }
 
-    /// Take `name` from the moved tests; whether it was there.
-    fn take(&mut self, name: &str) -> bool {
-        take(&mut self.names, name)
+    fn add_all(&mut self, t: TestFile) {
+        for (n, body) in t.scan.tests.into_iter().zip(t.bodies) {
+            self.tests.entry(n).or_default().push(body);
+        }
+        for a in t.asserted {
+            *self.asserted.entry(a).or_default() += 1;
+        }
+        self.hashes.push(t.hash);
     }
 
-    /// How many of a deleted file's assertion lines are in no other test file now.
+    /// The tests of a changed file beyond the ones it had at the start.
+    fn add_extra(&mut self, before: &TestFile, now: &TestFile) {
+        let mut had: HashMap<&str, usize> = HashMap::new();
+        for n in &before.scan.tests {
+            *had.entry(n.as_str()).or_default() += 1;
+        }
+        for (n, body) in now.scan.tests.iter().zip(&now.bodies) {
+            if !take(&mut had, n.as_str()) {
+                self.tests.entry(n.clone()).or_default().push(body.clone());
+            }
+        }
+    }
+
+    /// Find a test of the start named `name` among the new ones.
+    fn take(&mut self, name: &str, before: &Body) -> Found {
+        let Some(found) = self.tests.get_mut(name).filter(|v| !v.is_empty()) else {
+            return Found::Missing;
+        };
+        if let Some(i) = found.iter().position(|now| keeps(before, now)) {
+            found.remove(i);
+            return Found::Kept;
+        }
+        found.remove(0);
+        Found::Changed
+    }
+
+    /// How many of a deleted file's assertion lines are in no new test file.
     fn missing_assertions(&mut self, asserted: &[u64]) -> usize {
         asserted
             .iter()
             .filter(|a| !take(&mut self.asserted, *a))
             .count()
+    }
+
+    /// The new tests no test of the start moved into.
+    fn left(&self) -> u64 {
+        self.tests.values().map(|v| v.len() as u64).sum()
     }
 }
 
@@ -202,10 +244,8 @@ where
     }
 }
 
-impl Moved {}
-
 /// The findings of one changed test file.
-fn file_findings(before: &TestFile, now: Option<&TestFile>, moved: &mut Moved) -> Vec<Finding> {
+fn file_findings(before: &TestFile, now: Option<&TestFile>, pool: &mut Pool) -> Vec<Finding> {
     let path = &before.path;
     let finding = |message: String| Finding {
         path: path.clone(),
@@ -213,21 +253,33 @@ fn file_findings(before: &TestFile, now: Option<&TestFile>, moved: &mut Moved) -
         diff: None,
     };
     let mut out = Vec::new();
-    let mut left: HashMap<&str, usize> = HashMap::new();
-    for n in now.map(|n| n.scan.tests.as_slice()).unwrap_or_default() {
-        *left.entry(n.as_str()).or_default() += 1;
+    // The tests of the file now, by name: their bodies, in order.
+    let mut here: HashMap<&str, Vec<&Body>> = HashMap::new();
+    if let Some(n) = now {
+        for (name, body) in n.scan.tests.iter().zip(&n.bodies) {
+            here.entry(name.as_str()).or_default().push(body);
+        }
     }
-    let mut gone = Vec::new();
-    for n in &before.scan.tests {
-        match left.get_mut(n.as_str()) {
-            Some(k) if *k > 0 => *k -= 1,
-            _ if moved.take(n) => {}
-            _ => gone.push(n.as_str()),
+    let empty_body = Body::new();
+    let (mut gone, mut edited) = (Vec::new(), Vec::new());
+    for (i, name) in before.scan.tests.iter().enumerate() {
+        let was = before.bodies.get(i).unwrap_or(&empty_body);
+        match here.get_mut(name.as_str()).filter(|v| !v.is_empty()) {
+            Some(v) => {
+                if !keeps(was, v.remove(0)) {
+                    edited.push(name.as_str());
+                }
+            }
+            None => match pool.take(name, was) {
+                Found::Kept => {}
+                Found::Changed => edited.push(name.as_str()),
+                Found::Missing => gone.push(name.as_str()),
+            },
         }
     }
     let empty = now.is_some_and(|n| n.scan == testfiles::TestScan::default())
         && !before.scan.tests.is_empty();
-    let whole_moved = now.is_none() && moved.hashes.contains(&before.hash);
+    let whole_moved = now.is_none() && pool.hashes.contains(&before.hash);
     if now.is_none() && gone.is_empty() && !whole_moved && before.scan.tests.is_empty() {
         out.push(finding(format!(
             "{path} was deleted since the run started: a test file is evidence; restore it (`git checkout <start> -- {path}`), or explain in DECIDE why it must go"
@@ -247,10 +299,16 @@ fn file_findings(before: &TestFile, now: Option<&TestFile>, moved: &mut Moved) -
             list(&gone)
         )));
     }
+    if !edited.is_empty() {
+        out.push(finding(format!(
+            "{path}: {} changed since the run started: an existing test is evidence the task did not ask to change; restore it and add new tests instead, or explain in DECIDE why it must change",
+            list(&edited)
+        )));
+    }
     let Some(now) = now else {
         // Its tests went elsewhere: their assertions must have gone with them.
-        let missing = moved.missing_assertions(&before.asserted);
-        if gone.is_empty() && missing > 0 {
+        let missing = pool.missing_assertions(&before.asserted);
+        if gone.is_empty() && edited.is_empty() && missing > 0 {
             out.push(finding(format!(
                 "{path} was deleted since the run started and its tests reappear elsewhere without {missing} of its {} assertion(s): a moved test keeps its assertions; restore them",
                 before.asserted.len()
@@ -260,7 +318,7 @@ fn file_findings(before: &TestFile, now: Option<&TestFile>, moved: &mut Moved) -
     };
     out.extend(skips(before, now).map(finding));
     out.extend(trivial(before, now).map(finding));
-    if gone.is_empty() && now.scan.assertions < before.scan.assertions {
+    if gone.is_empty() && edited.is_empty() && now.scan.assertions < before.scan.assertions {
         out.push(finding(format!(
             "{path}: {} assertion(s) at the start, {} now: a weakened test proves less; restore the assertions",
             before.scan.assertions, now.scan.assertions
@@ -319,7 +377,7 @@ fn list(names: &[&str]) -> String {
 }
 
 /// The tests the validation ran now against the start.
-fn tally(b: &Baseline, now: Option<Tally>, removed_allowed: u64) -> Option<Finding> {
+fn tally(b: &Baseline, now: Option<Tally>, removed_allowed: u64, added: u64) -> Option<Finding> {
     let start = b.tally?;
     if start.ran == 0 {
         return None;
@@ -336,12 +394,17 @@ fn tally(b: &Baseline, now: Option<Tally>, removed_allowed: u64) -> Option<Findi
             start.ran
         )));
     };
-    let want_ran = start.ran.saturating_sub(removed_allowed);
+    let want_ran = start.ran.saturating_sub(removed_allowed) + added;
     let want_passed = start.passed.saturating_sub(removed_allowed);
     if now.ran < want_ran {
         let none = if now.ran == 0 { " (none ran)" } else { "" };
+        let with_new = if added > 0 {
+            format!(" though {added} test(s) were written since, so at least {want_ran} should run")
+        } else {
+            String::new()
+        };
         return Some(finding(format!(
-            "{} tests ran at the start, {} now{none}: `{cmd}` runs fewer tests than it did; restore the tests, or explain in DECIDE",
+            "{} tests ran at the start, {} now{none}{with_new}: `{cmd}` runs fewer tests than it did; restore the tests, or explain in DECIDE",
             start.ran, now.ran
         )));
     }

@@ -14,6 +14,7 @@
 mod allowed;
 mod assertions;
 mod baseline;
+mod bodies;
 pub mod commands;
 mod compare;
 pub mod runners;

@@ -940,7 +940,10 @@ const RUST: Lang = Lang {
     syntax: &RUST_SYNTAX,
     skips: &[
         shown("#[ignore", "#[ignore]"),
-        shown(", ignore", "#[cfg_attr(…, ignore)]"),
+        shown("ignore)]", "#[cfg_attr(…, ignore)]"),
+        shown("#[should_panic", "#[should_panic]"),
+        shown("#![cfg(", "#![cfg(…)]"),
+        shown("#[cfg(any())]", "#[cfg(any())]"),
     ],
     asserts: &[
         prefix("debug_assert", "!"),
@@ -977,6 +980,9 @@ const PYTHON: Lang = Lang {
         p("pytest.skip("),
         p("pytest.xfail("),
         p("self.skipTest("),
+        p("pytest.importorskip("),
+        p("SkipTest"),
+        p("@skip("),
     ],
     asserts: &[prefix("self.assert", "("), p("pytest.raises("), p("assert")],
     names: python_names,
@@ -1008,6 +1014,10 @@ const JS: Lang = Lang {
         p("test.only"),
         p("test.todo"),
         p("test.fixme"),
+        p("test.failing"),
+        p("it.failing"),
+        p("it.fails"),
+        p("test.fails"),
         p("xit("),
         p("xtest("),
         p("xdescribe("),
@@ -1100,9 +1110,9 @@ const PHP: Lang = Lang {
     skips: &[
         p("markTestSkipped("),
         p("markTestIncomplete("),
-        p("->skip("),
-        p("->todo("),
-        p("->only("),
+        p("})->skip("),
+        p("})->todo("),
+        p("})->only("),
     ],
     asserts: &[
         prefix("->assert", "("),
@@ -1321,6 +1331,7 @@ fn not_a_test_after_the_macro() {}
             skips(&found),
             [
                 (12, "#[ignore]"),
+                (13, "#[should_panic]"),
                 (35, "#[ignore]"),
                 (36, "#[cfg_attr(…, ignore)]")
             ]
@@ -1561,7 +1572,7 @@ test('pest style', function () {
             [
                 (14, "markTestSkipped"),
                 (23, "markTestIncomplete"),
-                (31, "->skip")
+                (31, "})->skip")
             ]
         );
         assert_eq!(found.assertions, 3);
