@@ -373,8 +373,8 @@ pub struct RunState {
     /// Agent failures: a wait in progress, failures in a row.
     #[serde(default)]
     pub failures: super::failures::FailureState,
-    /// The evidence as it was when the run started (issue 36): in memory, and in the git
-    /// directory for a resume (`gates::evidence::Baseline::path`), never in `run.json`.
+    /// The evidence as it was when the run started (issue 36): in memory, and in the user's
+    /// state directory for a resume (`gates::evidence::Baseline::path`), never in `run.json`.
     #[serde(skip)]
     pub evidence: Option<std::sync::Arc<crate::gates::evidence::Baseline>>,
     /// The gate question a person was asked (DECIDE), and the requirements they waived by

@@ -1,7 +1,7 @@
 //! The evidence of a work list's task (issue 36), the same baseline the engine keeps for a
 //! run: recorded when the task's first attempt starts (its Verify command's sources and one
-//! run of it for the tests it runs, the test files), kept in the git directory so a rerun
-//! of `implement` judges by the same record, and compared at every claim of the task — a
+//! run of it for the tests it runs, the test files), kept in the user's state directory so
+//! a rerun of `implement` judges by the same record, and compared at every claim of the task — a
 //! sixth verification layer. A task whose **Files** names a test file may change it.
 
 use std::collections::HashMap;

@@ -838,6 +838,23 @@ fn with_real_pytest_a_deleted_or_skipped_test_is_rejected_though_pytest_passes()
         "{}",
         r.stderr
     );
+
+    // A conftest.py made at the top that turns every failure into a pass.
+    let env = make();
+    let hook = "import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n    out = yield\n    out.get_result().outcome = 'passed'\n";
+    let a = agent(
+        &env,
+        "hook.yaml",
+        &[vec![write("conftest.py", hook), commit("x"), complete()]],
+    );
+    let r = run(&env, &a);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("`conftest.py` was made since the run started"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]

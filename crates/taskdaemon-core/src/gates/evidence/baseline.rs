@@ -18,6 +18,9 @@ use crate::fingerprint::fnv1a_hex;
 use crate::git::GitError;
 
 const VERSION: u32 = 1;
+/// The hash of a source that was not there at the start (a configuration file a runner
+/// would read).
+pub const ABSENT: &str = "absent";
 /// A source's text is kept for the diff in the next prompt up to this size (its hash always).
 const MAX_TEXT: usize = 64 * 1024;
 /// Test files larger than this are hashed, not scanned (generated data, not tests).
@@ -99,14 +102,19 @@ impl Baseline {
             .map(|v| commands::sources(v, c.workdir))
             .unwrap_or_default()
             .into_iter()
-            .filter_map(|s| {
-                let text = commands::text_of(&s, c.workdir)?;
-                Some(SourceText {
+            .map(|s| match commands::text_of(&s, c.workdir) {
+                Some(text) => SourceText {
                     hash: fnv1a_hex(text.as_bytes()),
                     text: (text.len() <= MAX_TEXT).then_some(text),
                     path: s.path,
                     entry: s.entry,
-                })
+                },
+                None => SourceText {
+                    hash: ABSENT.into(),
+                    text: None,
+                    path: s.path,
+                    entry: s.entry,
+                },
             })
             .collect();
         let listed = crate::git::snapshot::tracked_files(c.top)?;
@@ -151,7 +159,12 @@ impl Baseline {
 
     /// Whether there is anything to protect: the validation's own files, or test files.
     pub fn has_evidence(&self) -> bool {
-        !self.sources.is_empty() || !self.tests.is_empty()
+        self.present().next().is_some() || !self.tests.is_empty()
+    }
+
+    /// The sources that were there at the start.
+    pub fn present(&self) -> impl Iterator<Item = &SourceText> {
+        self.sources.iter().filter(|s| s.hash != ABSENT)
     }
 
     /// How many tests the test files define.
@@ -162,12 +175,8 @@ impl Baseline {
     /// One line for the run's start: what the harness will compare with.
     pub fn summary(&self) -> String {
         let mut parts = Vec::new();
-        if !self.sources.is_empty() {
-            let names: Vec<String> = self
-                .sources
-                .iter()
-                .map(|s| s.entry.describe(&s.path))
-                .collect();
+        if self.present().next().is_some() {
+            let names: Vec<String> = self.present().map(|s| s.entry.describe(&s.path)).collect();
             parts.push(format!("the validation's own files ({})", names.join(", ")));
         }
         if !self.tests.is_empty() {
@@ -185,7 +194,7 @@ impl Baseline {
 
     /// What the agent is told once in its prompt (empty when there is nothing to protect).
     pub fn rules(&self) -> String {
-        if self.sources.is_empty() && self.tests.is_empty() && self.tally.is_none() {
+        if !self.has_evidence() && self.tally.is_none() {
             return String::new();
         }
         let mut s = String::from(
@@ -193,11 +202,7 @@ impl Baseline {
         );
         if let Some(v) = &self.validate {
             s.push_str(&format!(" the validation `{v}`"));
-            let names: Vec<String> = self
-                .sources
-                .iter()
-                .map(|x| x.entry.describe(&x.path))
-                .collect();
+            let names: Vec<String> = self.present().map(|x| x.entry.describe(&x.path)).collect();
             if !names.is_empty() {
                 s.push_str(&format!(" and what it runs ({})", names.join(", ")));
             }
@@ -292,9 +297,12 @@ pub fn test_file(top: &Path, path: &str, by_path: bool) -> Option<TestFile> {
         return None;
     }
     if meta.len() > MAX_TEST_FILE {
-        // Generated data, not tests: hashed as it is read, never scanned.
+        if !by_path {
+            return None;
+        }
+        // Generated data, not tests: hashed, never scanned.
         let bytes = std::fs::read(&full).ok()?;
-        return (by_path).then(|| TestFile {
+        return Some(TestFile {
             path: path.to_string(),
             hash: fnv1a_hex(&bytes),
             scan: TestScan::default(),

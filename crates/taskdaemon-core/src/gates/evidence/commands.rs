@@ -185,11 +185,13 @@ fn tool(name: &str, args: &[String], root: &Path, dir: &str, out: &mut Vec<Sourc
                 out,
             );
             push_entry("tox.ini", Entry::Section("pytest".into()), root, dir, out);
-            &["pytest.ini"]
+            &["pytest.ini", "conftest.py"]
         }
         "tox" => &["tox.ini"],
         "nox" => &["noxfile.py"],
         "vitest" => &[
+            "vite.config.ts",
+            "vite.config.js",
             "vitest.config.ts",
             "vitest.config.js",
             "vitest.config.mts",
@@ -215,15 +217,37 @@ fn tool(name: &str, args: &[String], root: &Path, dir: &str, out: &mut Vec<Sourc
         "cargo" => {
             if args.first().is_some_and(|a| a == "test" || a == "nextest") {
                 push_entry("Cargo.toml", Entry::CargoTests, root, dir, out);
-                push_file(".config/nextest.toml", root, dir, out);
             }
-            &[]
+            &[
+                ".config/nextest.toml",
+                ".cargo/config.toml",
+                ".cargo/config",
+            ]
         }
         "unittest" => &[],
         _ => &[],
     };
+    // A configuration file that is not there now is recorded too: one made later changes
+    // how the tests run.
     for f in files {
-        push_file(f, root, dir, out);
+        push_candidate(f, root, dir, out);
+    }
+}
+
+/// Add `path` (relative to `dir`) whether or not it exists, unless it leads out of the
+/// repository.
+fn push_candidate(path: &str, root: &Path, dir: &str, out: &mut Vec<Source>) {
+    let rel = join(dir, path);
+    if rel.split('/').any(|c| c == ".." || c == ".git") || path.starts_with('/') {
+        return;
+    }
+    if std::fs::symlink_metadata(root.join(&rel)).is_ok() {
+        push_file(path, root, dir, out);
+    } else {
+        out.push(Source {
+            path: rel,
+            entry: Entry::Whole,
+        });
     }
 }
 
@@ -782,12 +806,25 @@ mod tests {
             ),
         ]);
         let n = names(&sources("python -m pytest -q tests", d.path()));
+        // pytest.ini and conftest.py are not there: recorded as absent (made later, a change).
         assert_eq!(
             n,
-            ["the `[tool.pytest.ini_options]` section of `pyproject.toml`"]
+            [
+                "`conftest.py`",
+                "the `[tool.pytest.ini_options]` section of `pyproject.toml`",
+                "`pytest.ini`"
+            ]
         );
         let n = names(&sources("cargo test --quiet", d.path()));
-        assert_eq!(n, ["the test settings of `Cargo.toml`"]);
+        assert_eq!(
+            n,
+            [
+                "`.cargo/config`",
+                "`.cargo/config.toml`",
+                "`.config/nextest.toml`",
+                "the test settings of `Cargo.toml`"
+            ]
+        );
         let text = std::fs::read_to_string(d.path().join("Cargo.toml")).unwrap();
         assert_eq!(
             cargo_tests(&text),

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use super::baseline::{Baseline, TestFile, test_file};
+use super::baseline::{ABSENT, Baseline, TestFile, test_file};
 use super::bodies::{Body, keeps};
 use super::commands;
 use super::runners::Tally;
@@ -44,10 +44,21 @@ fn sources(b: &Baseline, workdir: &Path) -> Vec<Finding> {
             continue;
         }
         let now = commands::text_of(&s.source(), workdir);
-        if now.as_deref().map(|t| fnv1a_hex(t.as_bytes())).as_ref() == Some(&s.hash) {
+        let now_hash = now.as_deref().map(|t| fnv1a_hex(t.as_bytes()));
+        if now_hash.as_ref() == Some(&s.hash) || now_hash.is_none() && s.hash == ABSENT {
             continue;
         }
         let what = s.entry.describe(&s.path);
+        if s.hash == ABSENT {
+            out.push(Finding {
+                path: s.path.clone(),
+                message: format!(
+                    "{what} was made since the run started: the validation `{cmd}` reads it, so it changes how the tests run; remove it, or explain in DECIDE why it is needed"
+                ),
+                diff: now.as_deref().map(|t| diff(&s.path, "", t)),
+            });
+            continue;
+        }
         let how = match now.as_deref() {
             None => " and is gone".to_string(),
             Some(t) => short(t)
@@ -79,9 +90,12 @@ fn short(t: &str) -> Option<String> {
     (lines.len() <= 3 && joined.len() <= 120).then_some(joined)
 }
 
-/// A unified diff of one file, bounded.
+/// A unified diff of one file, bounded (in size, and in time: a flood of lines is cut).
 fn diff(path: &str, before: &str, now: &str) -> String {
-    let d = similar::TextDiff::from_lines(before, now)
+    let now = crate::fsutil::bound_text(now, 4 * MAX_DIFF);
+    let d = similar::TextDiff::configure()
+        .timeout(std::time::Duration::from_millis(500))
+        .diff_lines(before, now.as_str())
         .unified_diff()
         .context_radius(2)
         .header(&format!("{path} (at the start)"), &format!("{path} (now)"))

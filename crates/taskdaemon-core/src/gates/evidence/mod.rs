@@ -8,7 +8,8 @@
 //! - `testfiles.rs`: which files are tests, and what each defines;
 //! - `runners.rs`: how many tests ran, from the well-known runners' summary lines;
 //! - `allowed.rs`: the tests a task names to change;
-//! - `baseline.rs`: the record, saved in the git directory;
+//! - `bodies.rs`, `assertions.rs`: each test's lines, assertions as lines;
+//! - `baseline.rs`: the record, kept in the user's state directory;
 //! - `compare.rs`: the claim against the record.
 
 mod allowed;
