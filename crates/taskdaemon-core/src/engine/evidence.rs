@@ -79,7 +79,11 @@ pub(super) async fn record(
             "--allow-test-changes: the evidence protection is OFF for this run: a changed validation script, deleted or skipped tests and fewer tests run are only warned about",
         );
     }
-    if complete && let Err(e) = b.save(&path) {
+    // Nothing to protect is nothing to keep: a resume records again what there is then.
+    if complete
+        && b.has_evidence()
+        && let Err(e) = b.save(&path)
+    {
         warn(
             ctx,
             &format!(

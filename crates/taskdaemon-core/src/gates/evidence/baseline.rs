@@ -117,7 +117,7 @@ impl Baseline {
                 },
             })
             .collect();
-        let listed = crate::git::snapshot::tracked_files(c.top)?;
+        let listed = crate::git::snapshot::tracked_files_where(c.top, testfiles::may_be_test)?;
         let tests = test_files(c.top, &listed);
         let names: Vec<String> = tests.iter().map(|t| t.path.clone()).collect();
         let mut allowed = super::allowed::allowed_changes(c.task, &names);

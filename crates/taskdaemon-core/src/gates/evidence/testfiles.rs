@@ -36,6 +36,20 @@ pub fn is_test_file(path: &str, text: Option<&str>) -> bool {
     under(&["tests", "test", "__tests__", "spec", "t"]) || test_name(stem, &ext)
 }
 
+/// A cheap first look at a path's bytes: whether it has a code extension at all (only such
+/// a file can be a test).
+pub fn may_be_test(path: &[u8]) -> bool {
+    let name = path.rsplit(|b| *b == b'/').next().unwrap_or(path);
+    let Some(dot) = name.iter().rposition(|b| *b == b'.') else {
+        return false;
+    };
+    let ext = &name[dot + 1..];
+    ext.len() <= 6
+        && CODE_EXTS
+            .iter()
+            .any(|e| e.as_bytes().eq_ignore_ascii_case(ext))
+}
+
 const CODE_EXTS: &[&str] = &[
     "rs", "py", "go", "js", "jsx", "ts", "tsx", "mjs", "cjs", "mts", "cts", "rb", "java", "kt",
     "kts", "scala", "groovy", "php", "cs", "fs", "ex", "exs", "bats", "t", "sh", "bash", "zsh",
