@@ -228,20 +228,26 @@ fn run_py(env: &Env, agent: &str) -> Run {
     ])
 }
 
-/// An agent that puts `@pytest.mark.skip` on `test_add` and claims completion.
-fn skipping_agent(env: &Env) -> String {
-    let skipped = PY_TEST.replace(
-        "def test_add():",
-        "import pytest\n@pytest.mark.skip\ndef test_add():",
-    );
+/// An agent that writes `tests/test_calc.py` with `from` replaced by `to` and claims
+/// completion.
+fn test_calc_agent(env: &Env, from: &str, to: &str) -> String {
     agent(
         env,
-        "skip.yaml",
+        "test-calc.yaml",
         &[vec![
-            write("tests/test_calc.py", &skipped),
+            write("tests/test_calc.py", &PY_TEST.replace(from, to)),
             commit("x"),
             complete(),
         ]],
+    )
+}
+
+/// An agent that puts `@pytest.mark.skip` on `test_add` and claims completion.
+fn skipping_agent(env: &Env) -> String {
+    test_calc_agent(
+        env,
+        "def test_add():",
+        "import pytest\n@pytest.mark.skip\ndef test_add():",
     )
 }
 
@@ -892,16 +898,7 @@ fn the_baseline_of_a_run_holds_across_a_resume() {
 #[test]
 fn a_test_weakened_in_place_or_moved_without_its_body_is_rejected() {
     let env = py_project();
-    let weak = PY_TEST.replace("assert add(2, 3) == 5", "assert True");
-    let a = agent(
-        &env,
-        "weak.yaml",
-        &[vec![
-            write("tests/test_calc.py", &weak),
-            commit("x"),
-            complete(),
-        ]],
-    );
+    let a = test_calc_agent(&env, "assert add(2, 3) == 5", "assert True");
     let r = run_py(&env, &a);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(
@@ -938,15 +935,10 @@ fn a_test_weakened_in_place_or_moved_without_its_body_is_rejected() {
 fn an_edited_test_body_or_padding_with_new_tests_is_rejected_new_tests_are_welcome() {
     // `== 5` → `is not None`: the names, markers and assertion count are the same.
     let env = py_project();
-    let weak = PY_TEST.replace("assert add(2, 3) == 5", "assert add(2, 3) is not None");
-    let a = agent(
+    let a = test_calc_agent(
         &env,
-        "weak.yaml",
-        &[vec![
-            write("tests/test_calc.py", &weak),
-            commit("x"),
-            complete(),
-        ]],
+        "assert add(2, 3) == 5",
+        "assert add(2, 3) is not None",
     );
     let r = run_py(&env, &a);
     assert_eq!(r.code, 1, "{}", r.stderr);

@@ -70,9 +70,6 @@ pub struct TestFile {
     pub path: String,
     pub hash: String,
     pub scan: TestScan,
-    /// Fingerprints of its assertion lines (a moved test must bring them along).
-    #[serde(default)]
-    pub asserted: Vec<u64>,
     /// Its assertions that can never fail (`assert True`).
     #[serde(default)]
     pub trivial: Vec<testfiles::Skip>,
@@ -117,8 +114,7 @@ impl Baseline {
                 },
             })
             .collect();
-        let listed = crate::git::snapshot::tracked_files_where(c.top, testfiles::may_be_test)?;
-        let tests = test_files(c.top, &listed);
+        let tests = committed_test_files(c.top, |_| true)?;
         let names: Vec<String> = tests.iter().map(|t| t.path.clone()).collect();
         let mut allowed = super::allowed::allowed_changes(c.task, &names);
         allowed.extend(c.also_allowed.iter().filter(|f| names.contains(f)).cloned());
@@ -162,6 +158,11 @@ impl Baseline {
         self.present().next().is_some() || !self.tests.is_empty()
     }
 
+    /// How the sources that were there at the start are named in messages.
+    fn source_names(&self) -> Vec<String> {
+        self.present().map(|s| s.entry.describe(&s.path)).collect()
+    }
+
     /// The sources that were there at the start.
     pub fn present(&self) -> impl Iterator<Item = &SourceText> {
         self.sources.iter().filter(|s| s.hash != ABSENT)
@@ -175,8 +176,8 @@ impl Baseline {
     /// One line for the run's start: what the harness will compare with.
     pub fn summary(&self) -> String {
         let mut parts = Vec::new();
-        if self.present().next().is_some() {
-            let names: Vec<String> = self.present().map(|s| s.entry.describe(&s.path)).collect();
+        let names = self.source_names();
+        if !names.is_empty() {
             parts.push(format!("the validation's own files ({})", names.join(", ")));
         }
         if !self.tests.is_empty() {
@@ -202,7 +203,7 @@ impl Baseline {
         );
         if let Some(v) = &self.validate {
             s.push_str(&format!(" the validation `{v}`"));
-            let names: Vec<String> = self.present().map(|x| x.entry.describe(&x.path)).collect();
+            let names = self.source_names();
             if !names.is_empty() {
                 s.push_str(&format!(" and what it runs ({})", names.join(", ")));
             }
@@ -266,11 +267,16 @@ pub fn evidence_dir(git_dir: &Path) -> PathBuf {
     }
 }
 
-/// The test files among `listed` (paths from the top), scanned.
-fn test_files(top: &Path, listed: &[String]) -> Vec<TestFile> {
+/// The test files of the index of the work tree at `top` that `keep` takes (paths from
+/// the top), scanned.
+pub fn committed_test_files(
+    top: &Path,
+    keep: impl Fn(&str) -> bool,
+) -> Result<Vec<TestFile>, GitError> {
+    let listed = crate::git::snapshot::tracked_files_where(top, testfiles::may_be_test)?;
     let mut out = Vec::new();
-    for path in listed {
-        if out.len() >= MAX_TEST_FILES || harness_file(path) {
+    for path in &listed {
+        if out.len() >= MAX_TEST_FILES || harness_file(path) || !keep(path) {
             continue;
         }
         let by_path = testfiles::is_test_file(path, None);
@@ -281,7 +287,7 @@ fn test_files(top: &Path, listed: &[String]) -> Vec<TestFile> {
             out.push(t);
         }
     }
-    out
+    Ok(out)
 }
 
 /// The harness's own files are never tests.
@@ -306,7 +312,6 @@ pub fn test_file(top: &Path, path: &str, by_path: bool) -> Option<TestFile> {
             path: path.to_string(),
             hash: fnv1a_hex(&bytes),
             scan: TestScan::default(),
-            asserted: Vec::new(),
             trivial: Vec::new(),
             bodies: Vec::new(),
         });
@@ -327,7 +332,6 @@ pub fn test_file(top: &Path, path: &str, by_path: bool) -> Option<TestFile> {
         hash,
         bodies: bodies::bodies(region, &scan.tests),
         scan,
-        asserted: assertions::lines(region),
         trivial: assertions::trivial(region)
             .into_iter()
             .map(|(line, marker)| testfiles::Skip {

@@ -237,10 +237,9 @@ fn tool(name: &str, args: &[String], root: &Path, dir: &str, out: &mut Vec<Sourc
 /// Add `path` (relative to `dir`) whether or not it exists, unless it leads out of the
 /// repository.
 fn push_candidate(path: &str, root: &Path, dir: &str, out: &mut Vec<Source>) {
-    let rel = join(dir, path);
-    if rel.split('/').any(|c| c == ".." || c == ".git") || path.starts_with('/') {
+    let Some(rel) = relative(path, dir) else {
         return;
-    }
+    };
     if std::fs::symlink_metadata(root.join(&rel)).is_ok() {
         push_file(path, root, dir, out);
     } else {
@@ -504,15 +503,21 @@ fn push_file(path: &str, root: &Path, dir: &str, out: &mut Vec<Source>) {
     push_entry(path, Entry::Whole, root, dir, out);
 }
 
-/// Add `path` (relative to `dir`) when it is a file inside the repository.
-fn push_entry(path: &str, entry: Entry, root: &Path, dir: &str, out: &mut Vec<Source>) {
+/// `path` (relative to `dir`) as a repository path, unless it names no plain place inside
+/// the repository (absolute, `~`, a variable, `..`, `.git`).
+fn relative(path: &str, dir: &str) -> Option<String> {
     if path.starts_with('/') || path.starts_with('~') || path.contains('$') {
-        return;
+        return None;
     }
     let rel = join(dir, path);
-    if rel.split('/').any(|c| c == ".." || c == ".git") {
+    (!rel.split('/').any(|c| c == ".." || c == ".git")).then_some(rel)
+}
+
+/// Add `path` (relative to `dir`) when it is a file inside the repository.
+fn push_entry(path: &str, entry: Entry, root: &Path, dir: &str, out: &mut Vec<Source>) {
+    let Some(rel) = relative(path, dir) else {
         return;
-    }
+    };
     let full = root.join(&rel);
     let inside = full
         .canonicalize()

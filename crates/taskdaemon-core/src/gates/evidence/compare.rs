@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use super::baseline::{ABSENT, Baseline, TestFile, test_file};
+use super::baseline::{ABSENT, Baseline, TestFile, committed_test_files, test_file};
 use super::bodies::{Body, keeps};
 use super::commands;
 use super::runners::Tally;
@@ -150,7 +150,6 @@ fn tests(b: &Baseline, top: &Path) -> Tests {
 struct Pool {
     tests: HashMap<String, Vec<Body>>,
     hashes: Vec<String>,
-    asserted: HashMap<u64, usize>,
 }
 
 /// How a test of the start is found among the new ones.
@@ -164,26 +163,10 @@ impl Pool {
     fn of(b: &Baseline, top: &Path, changed: &[(&TestFile, Option<TestFile>)]) -> Pool {
         let known: HashSet<&str> = b.tests.iter().map(|t| t.path.as_str()).collect();
         let mut pool = Pool::default();
-        // A destination is a tracked file: what the agent did not commit is no test of the project.
-        let listed = crate::git::Git::new(top)
-            .call(&["ls-files", "-z", "-c"])
-            .bytes()
-            .unwrap_or_default();
-        for p in listed.split(|c| *c == 0).filter(|p| !p.is_empty()) {
-            let p = String::from_utf8_lossy(p);
-            if known.contains(p.as_ref())
-                || p.starts_with(".ralph/")
-                || p.starts_with(".taskdaemon/")
-            {
-                continue;
-            }
-            let by_path = testfiles::is_test_file(&p, None);
-            if !by_path && !p.ends_with(".rs") {
-                continue;
-            }
-            if let Some(t) = test_file(top, &p, by_path) {
-                pool.add_all(t);
-            }
+        // A destination is a committed file: what the agent did not commit is no test of
+        // the project. An unreadable index gives none: every lost test stays lost.
+        for t in committed_test_files(top, |p| !known.contains(p)).unwrap_or_default() {
+            pool.add_all(t);
         }
         for (before, now) in changed {
             if let Some(now) = now {
@@ -196,9 +179,6 @@ impl Pool {
     fn add_all(&mut self, t: TestFile) {
         for (n, body) in t.scan.tests.into_iter().zip(t.bodies) {
             self.tests.entry(n).or_default().push(body);
-        }
-        for a in t.asserted {
-            *self.asserted.entry(a).or_default() += 1;
         }
         self.hashes.push(t.hash);
     }
@@ -227,14 +207,6 @@ impl Pool {
         }
         found.remove(0);
         Found::Changed
-    }
-
-    /// How many of a deleted file's assertion lines are in no new test file.
-    fn missing_assertions(&mut self, asserted: &[u64]) -> usize {
-        asserted
-            .iter()
-            .filter(|a| !take(&mut self.asserted, *a))
-            .count()
     }
 
     /// The new tests no test of the start moved into.
@@ -319,15 +291,8 @@ fn file_findings(before: &TestFile, now: Option<&TestFile>, pool: &mut Pool) -> 
             list(&edited)
         )));
     }
+    // A test that moved kept its lines (`Pool::take`), its assertions with them.
     let Some(now) = now else {
-        // Its tests went elsewhere: their assertions must have gone with them.
-        let missing = pool.missing_assertions(&before.asserted);
-        if gone.is_empty() && edited.is_empty() && missing > 0 {
-            out.push(finding(format!(
-                "{path} was deleted since the run started and its tests reappear elsewhere without {missing} of its {} assertion(s): a moved test keeps its assertions; restore them",
-                before.asserted.len()
-            )));
-        }
         return out;
     };
     out.extend(skips(before, now).map(finding));
