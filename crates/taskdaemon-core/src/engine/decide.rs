@@ -95,6 +95,8 @@ impl Serialize for ValidationResult {
 pub enum Claim {
     Accepted,
     Rejected,
+    /// Rejected for changing its own evidence: no progress, whatever it committed.
+    Tampered,
 }
 
 /// The validation command's run, as evidence.
@@ -460,7 +462,8 @@ fn guard_rules(ev: &Evidence, policy: &Policy, d: &mut Decision) {
 }
 
 /// The stuck rule for a work source's attempt: a rejected attempt without a new commit
-/// counts; a commit or an accepted attempt starts over. Returns the next count, and the
+/// counts, and so does one that changed its evidence (commit or not); a commit or an
+/// accepted attempt starts over. Returns the next count, and the
 /// outcome when the loop is stuck.
 pub fn stuck_rule(
     claim: Claim,
@@ -473,6 +476,7 @@ pub fn stuck_rule(
     let next = match claim {
         Claim::Accepted => 0,
         Claim::Rejected => guards::next_stuck_count(count, head_before, head_after, timed_out),
+        Claim::Tampered => count + 1,
     };
     let outcome = guards::is_stuck(next, max_stuck).then_some(Outcome::Stuck { iterations: next });
     (next, outcome)

@@ -750,11 +750,7 @@ impl Coord<'_> {
             return Ok(Ran::Interrupted);
         }
         let head_after = self.git.head()?;
-        let claim = if failures.is_empty() {
-            Claim::Accepted
-        } else {
-            Claim::Rejected
-        };
+        let claim = claim_of(&failures);
         let stuck = self.guards().after_attempt(
             claim,
             head_before.as_deref(),
@@ -1007,7 +1003,7 @@ impl Coord<'_> {
     ) -> Result<(), WorklistError> {
         let (validation, commit) = match judged {
             Some((Claim::Accepted, c)) => (ValidationResult::Passed, c),
-            Some((Claim::Rejected, c)) => (ValidationResult::Failed, c),
+            Some((Claim::Rejected | Claim::Tampered, c)) => (ValidationResult::Failed, c),
             None => (ValidationResult::Skipped, None),
         };
         self.guards().record(&Row {
@@ -1035,6 +1031,13 @@ impl Coord<'_> {
         let head_after = self.git.head()?;
         let claim = if verdicts.iter().any(|v| v.result.is_ok()) {
             Claim::Accepted
+        } else if verdicts.iter().all(|v| {
+            v.result
+                .as_ref()
+                .is_err_and(|f| claim_of(f) == Claim::Tampered)
+        }) && !verdicts.is_empty()
+        {
+            Claim::Tampered
         } else {
             Claim::Rejected
         };
@@ -1196,7 +1199,19 @@ fn attempt_label(claim: Claim, stuck: &Option<Outcome>) -> IterationOutcome {
     match (claim, stuck) {
         (_, Some(_)) => IterationOutcome::Stuck,
         (Claim::Accepted, None) => IterationOutcome::Continue,
-        (Claim::Rejected, None) => IterationOutcome::Rejected,
+        (Claim::Rejected | Claim::Tampered, None) => IterationOutcome::Rejected,
+    }
+}
+
+/// How an attempt's verification layers judged it: a failure of the evidence's layer makes
+/// it `Tampered` (counts toward stuck though it committed).
+fn claim_of(failures: &[Failure]) -> Claim {
+    if failures.is_empty() {
+        Claim::Accepted
+    } else if failures.iter().any(|f| f.layer == super::evidence::LAYER) {
+        Claim::Tampered
+    } else {
+        Claim::Rejected
     }
 }
 

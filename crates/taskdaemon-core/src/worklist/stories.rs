@@ -288,7 +288,7 @@ async fn one_iteration(
     let (claim, done) = judge(cfg, git, rel, step, &run, previous_error, events)?;
     row.validation = match claim {
         Claim::Accepted => ValidationResult::Passed,
-        Claim::Rejected => ValidationResult::Failed,
+        Claim::Rejected | Claim::Tampered => ValidationResult::Failed,
     };
     let stuck = g.after_attempt(
         claim,
@@ -299,7 +299,7 @@ async fn one_iteration(
     row.outcome = match (&done, &stuck, claim) {
         (Some(_), _, _) => IterationOutcome::Complete,
         (None, Some(_), _) => IterationOutcome::Stuck,
-        (None, None, Claim::Rejected) => IterationOutcome::Rejected,
+        (None, None, Claim::Rejected | Claim::Tampered) => IterationOutcome::Rejected,
         (None, None, Claim::Accepted) => IterationOutcome::Continue,
     };
     g.record(&row)?;
@@ -324,13 +324,14 @@ fn judge(
         .and_then(|after| {
             stories_rules::check(mode, step.stories, &after, cfg.review).map(|c| (after, c))
         })
+        .map_err(|reason| (reason, Claim::Rejected))
         .and_then(|ok| {
             let (failures, warnings) = step.evidence.check(EVIDENCE_ID, &cfg.repo, None);
             warnings.into_iter().for_each(|w| events.warn(w));
             if failures.is_empty() {
                 Ok(ok)
             } else {
-                Err(super::verify::reason(&failures))
+                Err((super::verify::reason(&failures), Claim::Tampered))
             }
         });
     let said_complete = matches!(
@@ -338,7 +339,7 @@ fn judge(
         Some(Signal::Complete)
     );
     match verdict {
-        Err(reason) => {
+        Err((reason, claim)) => {
             restore_snapshot(cfg, git, rel, step.snapshot, iteration)?;
             events.emit(WorklistEvent::StoryRejected {
                 iteration,
@@ -350,7 +351,7 @@ fn judge(
                 mode.name(),
                 rel.display()
             ));
-            Ok((Claim::Rejected, None))
+            Ok((claim, None))
         }
         Ok((after, changes)) => {
             events.emit(WorklistEvent::StoryAccepted {

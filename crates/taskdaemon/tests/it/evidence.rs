@@ -989,3 +989,23 @@ fn hidden_tests_padded_with_new_ones_are_rejected_by_the_count_that_ran() {
         r.stderr
     );
 }
+
+#[test]
+fn a_work_list_agent_that_keeps_changing_its_evidence_is_stuck() {
+    let env = project(&[
+        ("test.sh", TEST_SH),
+        ("calc.sh", "echo 0\n"),
+        (
+            "specs/calc/tasks.md",
+            "- [ ] 1.1 Make calc add\n  - **Do**: implement calc.sh\n  - **Verify**: `sh test.sh`\n",
+        ),
+    ]);
+    let cheat = "echo \"echo ok $n\" > test.sh";
+    let a = worklist_agent(&env, cheat, cheat);
+    let r = env.run(&["implement", "specs/calc", "--agent", &a, "--max-stuck", "2"]);
+    assert_eq!(
+        r.code, 4,
+        "stuck though every attempt committed: {}\n{}",
+        r.stdout, r.stderr
+    );
+}

@@ -255,4 +255,10 @@ fn work_source_stuck_rule() {
     assert_eq!(n, 0);
     let (n, _) = stuck_rule(Claim::Rejected, 0, Some("a"), Some("b"), true, 9);
     assert_eq!(n, 1, "a timed-out attempt is no progress");
+    let (n, o) = stuck_rule(Claim::Tampered, 1, Some("a"), Some("b"), false, 2);
+    assert_eq!(
+        (n, o.map(|o| o.exit_code())),
+        (2, Some(4)),
+        "a commit that changed the evidence is no progress"
+    );
 }
