@@ -19,6 +19,7 @@ pub mod notify;
 pub mod pidlock;
 pub mod project;
 pub mod report;
+pub mod runs;
 pub mod sandbox;
 pub mod scheduler;
 pub mod shell;

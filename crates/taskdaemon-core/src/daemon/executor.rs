@@ -13,7 +13,7 @@ use super::events::{AGENT_LINE_MAX, AgentStream, DaemonEvent, Subject, WaitReaso
 use crate::agent::{Activity, FailureClass};
 use crate::config::{self, Settings};
 use crate::engine::{
-    Begin, EngineContext, EngineEvent, EventSink, Outcome, RunConfig, RunState, run_loop,
+    Begin, EngineContext, EngineEvent, EventSink, Outcome, RunConfig, RunState,
 };
 use crate::git::Git;
 use crate::git::worktree::Worktrees;
@@ -103,11 +103,7 @@ pub async fn execute(
     tx: UnboundedSender<Report>,
 ) {
     let run_id = l.run.id.clone();
-    let result = if l.run.loop_type == LoopKind::Implement {
-        super::worklist_run::execute(&shared, &l, &cancel, &tx).await
-    } else {
-        execute_inner(shared, l, &cancel, &tx).await
-    };
+    let result = execute_inner(shared, l, &cancel, &tx).await;
     let _ = tx.send(Report::Finished { run_id, result });
 }
 
@@ -191,7 +187,7 @@ async fn execute_inner(
             }
         })
     };
-    let result = run_loop(state, &ws, &ctx, cancel, begin).await;
+    let result = crate::runs::run(state, &ws, &ctx, cancel, begin).await;
     drop(ctx);
     let _ = forward.await;
     result.map(|(o, _)| o).map_err(|e| e.to_string())
@@ -375,11 +371,43 @@ pub fn config_for(
         &project.join(".taskdaemon").join("loops"),
     )
     .map_err(|e| e.to_string())?;
+    if run.loop_type == LoopKind::Implement {
+        return implement_config(workdir, run, &s, &registry);
+    }
     let mut cfg = RunConfig::resolve(workdir, task, &s, &registry).map_err(|e| e.to_string())?;
     if run.loop_type == LoopKind::Plan {
         // The Rule of Five needs its five passes, whatever the project's max-iterations.
         cfg.max_iterations = cfg.max_iterations.max(crate::docs::REVIEW_PASSES);
     }
+    cfg.context = run.context.to_map();
+    Ok(cfg)
+}
+
+/// The context key of an implement run: its spec directory, relative to the repository.
+pub const SPEC_DIR: &str = "spec-dir";
+
+/// An implement run: the spec directory inside the run's worktree, through the work
+/// lists' one resolution (`worklist::config`).
+fn implement_config(
+    workdir: &Path,
+    run: &LoopRun,
+    s: &Settings,
+    registry: &Registry,
+) -> Result<RunConfig, String> {
+    let rel = context::RunContext::get(&run.context.spec_dir)
+        .ok_or_else(|| format!("run {} names no {SPEC_DIR}", run.id))?;
+    crate::store::paths::inside(rel, workdir).map_err(|why| format!("{SPEC_DIR} {rel}: {why}"))?;
+    let spec_dir = workdir.join(rel);
+    let text = std::fs::read_to_string(spec_dir.join(crate::worklist::coordinator::TASKS_FILE))
+        .map_err(|e| format!("reading the tasks of {}: {e}", spec_dir.display()))?;
+    let t = crate::worklist::config::TasksRun {
+        spec_dir,
+        max_task_iterations: crate::worklist::coordinator::DEFAULT_MAX_TASK_ITERATIONS,
+        verify_timeout: Some(std::time::Duration::from_secs(10 * 60)),
+        tasks: crate::worklist::tasks_md::parse(&text).len(),
+    };
+    let mut cfg = crate::worklist::config::tasks_config(workdir, &t, s, registry)
+        .map_err(|e| e.to_string())?;
     cfg.context = run.context.to_map();
     Ok(cfg)
 }
@@ -422,6 +450,7 @@ pub fn daemon_events(subject: &Subject, e: EngineEvent) -> Vec<DaemonEvent> {
         EngineEvent::Agent {
             iteration,
             activity,
+            ..
         } => agent_events(subject, iteration, activity),
         EngineEvent::Gate {
             iteration,

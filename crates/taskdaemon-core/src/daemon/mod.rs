@@ -21,7 +21,6 @@ mod reports;
 pub mod shared_queue;
 pub mod status;
 pub mod submit;
-pub mod worklist_run;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -4,8 +4,8 @@
 //! (stuck and stall counters) and the config (limits), [`decide`] says what the iteration
 //! was ([`IterationOutcome`], which names the CSV label), whether the loop ends (the run
 //! [`Outcome`]), the next counters and the feedback for the next prompt. The engine's
-//! `iteration` only carries out effects; the work lists use the same rules
-//! ([`stuck_rule`]).
+//! `iteration` only carries out effects, for every work source (a work list's verdict is
+//! [`WorkVerdict`]).
 
 use std::time::Duration;
 
@@ -99,6 +99,15 @@ pub enum Claim {
     Tampered,
 }
 
+/// A work list's verdict on an iteration's claims (the verification layers, the story
+/// rules).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkVerdict {
+    pub claim: Claim,
+    /// Every unit of the list is done (and the agent said so where that is the rule).
+    pub complete: bool,
+}
+
 /// The validation command's run, as evidence.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ValidationEvidence {
@@ -153,6 +162,8 @@ pub struct Evidence {
     pub signal: Option<Signal>,
     pub validation: Option<ValidationEvidence>,
     pub gates: Option<GateVerdict>,
+    /// A work list's verdict (instead of a validation and gates).
+    pub work: Option<WorkVerdict>,
     pub head_before: Option<String>,
     pub head_after: Option<String>,
     pub tool_signature: Option<String>,
@@ -318,11 +329,31 @@ fn agent_rules(ev: &Evidence, policy: &Policy, d: &mut Decision) -> bool {
         }
         _ => {}
     }
+    if let Some(w) = &ev.work {
+        work_rules(w, d);
+        return true;
+    }
     let counts = validation_rules(ev, policy, d);
     if counts {
         gate_rules(ev, policy, d);
     }
     counts
+}
+
+/// A work list's verdict: its claims were accepted (and the list may be done) or rejected.
+fn work_rules(w: &WorkVerdict, d: &mut Decision) {
+    match (w.claim, w.complete) {
+        (Claim::Accepted, true) => {
+            d.validation = ValidationResult::Passed;
+            d.outcome = IterationOutcome::Complete;
+            d.run_outcome = Some(Outcome::Complete { verified: true });
+        }
+        (Claim::Accepted, false) => d.validation = ValidationResult::Passed,
+        (Claim::Rejected | Claim::Tampered, _) => {
+            d.validation = ValidationResult::Failed;
+            d.outcome = IterationOutcome::Rejected;
+        }
+    }
 }
 
 /// The validation's verdict on the state (and on a claim).
@@ -441,7 +472,9 @@ fn guard_rules(ev: &Evidence, policy: &Policy, d: &mut Decision) {
         });
         return;
     }
-    c.stuck = if matches!(ev.gates, Some(GateVerdict::Rejected { tampered: true })) {
+    let tampered = matches!(ev.gates, Some(GateVerdict::Rejected { tampered: true }))
+        || ev.work.is_some_and(|w| w.claim == Claim::Tampered);
+    c.stuck = if tampered {
         // A commit that changes the evidence is no progress.
         c.stuck + 1
     } else {
@@ -459,27 +492,6 @@ fn guard_rules(ev: &Evidence, policy: &Policy, d: &mut Decision) {
             iterations: c.stuck,
         });
     }
-}
-
-/// The stuck rule for a work source's attempt: a rejected attempt without a new commit
-/// counts, and so does one that changed its evidence (commit or not); a commit or an
-/// accepted attempt starts over. Returns the next count, and the
-/// outcome when the loop is stuck.
-pub fn stuck_rule(
-    claim: Claim,
-    count: u32,
-    head_before: Option<&str>,
-    head_after: Option<&str>,
-    timed_out: bool,
-    max_stuck: u32,
-) -> (u32, Option<Outcome>) {
-    let next = match claim {
-        Claim::Accepted => 0,
-        Claim::Rejected => guards::next_stuck_count(count, head_before, head_after, timed_out),
-        Claim::Tampered => count + 1,
-    };
-    let outcome = guards::is_stuck(next, max_stuck).then_some(Outcome::Stuck { iterations: next });
-    (next, outcome)
 }
 
 #[cfg(test)]

@@ -21,6 +21,10 @@ pub enum EngineEvent {
         resumed: bool,
         /// The sandbox in force (`none`, `bwrap (network shared)`, …).
         sandbox: String,
+        /// A work list's run: what it works through (`implement specs/login: 2 of 5 tasks
+        /// done`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        work: Option<String>,
     },
     Warning {
         message: String,
@@ -55,11 +59,16 @@ pub enum EngineEvent {
     },
     Agent {
         iteration: u32,
+        /// The task or story of a work list's agent.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        member: Option<String>,
         #[serde(flatten)]
         activity: Activity,
     },
     AgentFinished {
         iteration: u32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        member: Option<String>,
         exit_code: i32,
         timed_out: bool,
         interrupted: bool,
@@ -132,6 +141,95 @@ pub enum EngineEvent {
     RunFinished {
         summary: RunSummary,
     },
+    /// A work list's own events (tasks.md, stories).
+    #[serde(untagged)]
+    Work(WorkEvent),
+}
+
+/// What the work lists tell besides the engine's events: tasks started, judged and
+/// landed, parallel groups, stories' transitions, and the list's last word.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum WorkEvent {
+    /// One task handed to a fresh agent (`role`: executor or qa).
+    TaskStarted {
+        iteration: u32,
+        task_id: String,
+        task_index: usize,
+        title: String,
+        role: String,
+        attempt: u32,
+        max_attempts: u32,
+        parallel: bool,
+        prompt_file: String,
+    },
+    /// A parallel group of tasks starts, each in its own worktree.
+    GroupStarted {
+        iteration: u32,
+        task_ids: Vec<String>,
+    },
+    VerifyCommand {
+        task_id: String,
+        command: String,
+        passed: bool,
+        exit_code: i32,
+    },
+    /// The task's claim passed every verification layer.
+    TaskCompleted {
+        task_id: String,
+        task_index: usize,
+        commits: Vec<String>,
+    },
+    /// A layer refused the task's claim; it is retried with `reason` in its next prompt.
+    TaskRejected {
+        task_id: String,
+        task_index: usize,
+        attempt: u32,
+        layers: Vec<u8>,
+        reason: String,
+    },
+    /// Per-task progress files merged into .progress.md after a parallel group.
+    ProgressMerged {
+        task_ids: Vec<String>,
+    },
+    ImplementFinished {
+        outcome: String,
+        exit_code: i32,
+        detail: String,
+        done_tasks: usize,
+        total_tasks: usize,
+        /// The task the loop stopped at, when it did not finish.
+        stopped_at: Option<String>,
+    },
+    StoryIteration {
+        iteration: u32,
+        mode: String,
+        story_id: Option<String>,
+        prompt_file: String,
+    },
+    /// The iteration broke a transition rule: the file was restored.
+    StoryRejected {
+        iteration: u32,
+        mode: String,
+        reason: String,
+    },
+    StoryAccepted {
+        iteration: u32,
+        mode: String,
+        changes: Vec<String>,
+    },
+    /// A story reached the review cap and was approved by the harness.
+    StoryAutoApproved {
+        story_id: String,
+        reviews: u32,
+    },
+    StoriesFinished {
+        outcome: String,
+        exit_code: i32,
+        detail: String,
+        passing: usize,
+        stories: usize,
+    },
 }
 
 /// Where events go. Sending never fails the engine: a gone observer is ignored.
@@ -153,5 +251,16 @@ impl EventSink {
         if let Some(tx) = &self.tx {
             let _ = tx.send(e);
         }
+    }
+
+    /// A work list's own event.
+    pub fn work(&self, e: WorkEvent) {
+        self.emit(EngineEvent::Work(e));
+    }
+
+    pub fn warn(&self, message: impl Into<String>) {
+        self.emit(EngineEvent::Warning {
+            message: message.into(),
+        });
     }
 }

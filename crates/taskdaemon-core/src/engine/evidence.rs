@@ -4,7 +4,6 @@
 //! `completion.rs`, whose findings reject the claim (or, with `--allow-test-changes`, are
 //! said as warnings in the output, the log and the report).
 
-use std::path::Path;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
@@ -116,7 +115,7 @@ async fn baseline_validation(
         Validation {
             command: cmd,
             dir: &cfg.workdir,
-            env: super::agent_env(st, 0, Path::new(""), &ctx.script_runner),
+            env: super::agents::baseline_env(st, &ctx.script_runner),
             success_exit_code: cfg.success_exit_code,
             timeout: cfg.iteration_timeout(),
             grace: cfg.kill_grace(),

@@ -65,6 +65,9 @@ pub struct RunConfig {
     /// `--allow-test-changes`: changes of the evidence are warnings, not rejections.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_test_changes: bool,
+    /// Where the run's work comes from (the ralph loop, a tasks.md, a stories file).
+    #[serde(default, skip_serializing_if = "super::source::SourceSpec::is_ralph")]
+    pub source: super::source::SourceSpec,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -145,6 +148,7 @@ impl RunConfig {
             sandbox: Default::default(),
             api: Default::default(),
             allow_test_changes: false,
+            source: Default::default(),
             loop_def: def,
         };
         cfg.apply(s, false)?;

@@ -123,6 +123,7 @@ fn engine_events_become_notices_with_the_agents_words() {
         validate: None,
         resumed: false,
         sandbox: "none".into(),
+        work: None,
     };
     assert!(l.on(&started).is_none());
     let wait = EngineEvent::Waiting {

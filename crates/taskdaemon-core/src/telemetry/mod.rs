@@ -9,4 +9,4 @@ mod summary;
 pub use archive::{ArchiveError, ArchiveReport, archive};
 pub use csv_row::{CSV_COLUMNS, SummaryRow, write_row, write_row_deferred};
 pub use iteration_log::{DEFAULT_LOG_CAP, IterationLog, MIN_LOG_CAP, parse_size};
-pub use summary::{RunSummary, count_stories};
+pub use summary::{RunSummary, WorkTally, WorkUnit, count_stories};

@@ -18,12 +18,38 @@ pub struct RunSummary {
     pub avg_iteration_ms: u64,
     pub stuck_iterations: u32,
     pub stuck_count: u32,
-    pub stories: Option<(u32, u32)>,
+    /// The work list's units done of all (`None`: a loop with no list).
+    pub work: Option<WorkTally>,
     pub cost_usd: Option<f64>,
     pub tokens_in: u64,
     pub tokens_out: u64,
     pub summary_csv: PathBuf,
     pub logs_dir: PathBuf,
+}
+
+/// What a loop's list holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkUnit {
+    Tasks,
+    Stories,
+}
+
+impl WorkUnit {
+    pub fn label(self) -> &'static str {
+        match self {
+            WorkUnit::Tasks => "tasks",
+            WorkUnit::Stories => "stories",
+        }
+    }
+}
+
+/// Units of a loop's list done, of all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WorkTally {
+    pub unit: WorkUnit,
+    pub done: u32,
+    pub total: u32,
 }
 
 /// Stories complete/total from a `prd.json` or `tasks.json` in `.ralph/` or the work tree

@@ -1,33 +1,37 @@
-//! The coordinator of `taskdaemon implement` (spec 5 Component 3): read the state, find the
-//! next unchecked task (or parallel group), hand it to fresh agents, verify every claim,
-//! advance. The harness does the orchestration; the agents only do tasks.
+//! `taskdaemon implement`'s work source (spec 5 Component 3): each iteration, the next
+//! unchecked task of `tasks.md` (or its `[P]` group, each member in a worktree of its
+//! own), handed to fresh agents by the engine's one loop; every claim checked by the
+//! verification layers (`verify.rs`, the evidence's layer 6); accepted work lands in task
+//! order, rejected work is put back with its reason in the task's next prompt. The state
+//! of the list is `<spec>/.ralph-state.json` (spec 5's shape); the engine's is the run's.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::agent::{AgentJob, AgentRun, AgentSetup, prompt_path, run_agent};
-use super::events::{WorklistEvent, WorklistSink};
 use super::evidence::{TaskEvidence, VerifyRun};
-use super::guards::{Guards, Limits, Row, limit_detail, stop_detail};
+use super::loop_prompt::{LoopPrompts, PromptVars};
 use super::prompt::{ParallelPaths, TaskPrompt, task_prompt};
 use super::state::{ImplementState, ParallelGroup, TaskStatus};
 use super::tasks_md::{self, Task};
 use super::verify::{self, Evidence, Failure};
 use super::{WorklistError, lock, progress};
-use crate::engine::Outcome;
-use crate::engine::decide::{Claim, IterationOutcome, ValidationResult};
+use crate::engine::decide::{Claim, Decision, WorkVerdict};
+use crate::engine::events::WorkEvent;
+use crate::engine::source::{Ending, Finished, Judged, Member, MemberVerdict, Next, Unit};
+use crate::engine::{EngineContext, EngineError, Outcome, RunState, WorkSource};
 use crate::fsutil::write_atomic;
 use crate::git::Git;
 use crate::git::worktree::Worktrees;
 use crate::guards::Limit;
+use crate::signals::{self, Signal};
+use crate::telemetry::{WorkTally, WorkUnit};
+use crate::workspace::Workspace;
 
 pub const TASKS_FILE: &str = "tasks.md";
-const LOGS_DIR: &str = ".ralph-logs";
 /// Runtime files in the spec directory that git must not see (layer 2 ignores them).
 pub const IGNORED: &[&str] = &[
     super::state::STATE_FILE,
@@ -38,55 +42,44 @@ pub const IGNORED: &[&str] = &[
     ".ralph-logs/",
 ];
 const PROGRESS_BUDGET: usize = 6 * 1024;
+/// Attempts per task before the loop stops, by default.
+pub const DEFAULT_MAX_TASK_ITERATIONS: u32 = 5;
 
-#[derive(Debug, Clone)]
-pub struct ImplementConfig {
-    /// The spec directory (absolute).
-    pub spec_dir: PathBuf,
-    /// The top of its git work tree (absolute).
-    pub repo: PathBuf,
-    pub setup: AgentSetup,
-    pub max_task_iterations: u32,
-    /// Time limit of a task's Verify command.
-    pub verify_timeout: Option<Duration>,
-    /// `--max-stuck`, `--max-cost`, `--max-runtime`.
-    pub limits: Limits,
-    /// `--allow-test-changes`: changes of a task's evidence are warnings, not rejections.
-    pub allow_test_changes: bool,
+/// A task's member in the running iteration.
+struct Slot {
+    task: usize,
+    /// The worktree of a `[P]` member (its name), removed after the iteration.
+    tree: Option<(String, PathBuf)>,
 }
 
-#[derive(Debug, Clone)]
-pub struct ImplementResult {
-    pub outcome: Outcome,
-    pub done: usize,
-    pub total: usize,
-    /// The next unchecked task when the loop ended before all were done.
-    pub stopped_at: Option<String>,
+/// The iteration running.
+#[derive(Default)]
+struct Current {
+    slots: Vec<Slot>,
+    checked_before: BTreeSet<usize>,
+    /// The commit the group's worktrees started from.
+    base: Option<String>,
+    /// The first rejected task and why: its next attempt (in `settle`).
+    failed: Option<(usize, String)>,
 }
 
-/// One task's verdict.
-struct Verdict {
-    index: usize,
-    result: Result<Vec<String>, Vec<Failure>>,
-}
-
-enum Ran {
-    /// The verdicts, and the loop's outcome when an agent's BLOCKED or DECIDE, or the
-    /// stuck rule, ends it.
-    Done(Vec<Verdict>, Option<Outcome>),
-    Interrupted,
-}
-
-struct Coord<'a> {
-    cfg: &'a ImplementConfig,
-    git: Git,
+pub struct TasksSource {
+    spec_dir: PathBuf,
+    repo: PathBuf,
     spec_rel: String,
     spec_name: String,
-    events: &'a WorklistSink,
-    cancel: &'a CancellationToken,
-    guards: std::sync::Mutex<Guards>,
-    /// Each task's evidence baseline (layer 6).
+    git: Git,
+    ws: Workspace,
+    state: ImplementState,
+    resumed: bool,
+    verify_timeout: Option<Duration>,
+    grace: Duration,
+    sandbox: crate::sandbox::SandboxPlan,
     evidence: TaskEvidence,
+    prompts: LoopPrompts,
+    now: Current,
+    /// Every box checked when the run ended (its state is removed then).
+    done: bool,
 }
 
 /// Check what `implement` needs before anything changes: tasks.md exists and git tracks it.
@@ -116,191 +109,77 @@ pub fn preflight(spec_dir: &Path, repo: &Path) -> Result<(), WorklistError> {
     Ok(())
 }
 
-/// Run the spec's tasks until all are checked, a limit, a task that keeps failing, or
-/// cancellation. The caller holds the spec's run lock.
-pub async fn implement(
-    cfg: &ImplementConfig,
-    events: &WorklistSink,
-    cancel: &CancellationToken,
-) -> Result<ImplementResult, WorklistError> {
-    preflight(&cfg.spec_dir, &cfg.repo)?;
-    let tasks_now = read_tasks_of(&cfg.spec_dir)?;
-    let (mut st, resumed) = load_state(cfg, events, tasks_now.len())?;
-    let guards = Guards::start(
-        &cfg.repo,
-        crate::workspace::StoppedLoop::Implement,
-        cfg.limits,
-        st.max_iterations(),
-    )?;
-    if guards.cost_limit_blind(cfg.setup.format) {
-        events.warn("--max-cost is set but this agent's plain-text output reports no cost; the limit cannot trigger");
-    }
-    let spec_name = cfg
-        .spec_dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let in_progress = resumed
-        .then(|| tasks_now.get(st.task_index).map(|t| t.id.clone()))
-        .flatten();
-    let evidence = TaskEvidence::new(
-        &cfg.repo,
-        &format!("implement-{spec_name}"),
-        cfg.allow_test_changes,
-        in_progress,
-    )?;
-    if cfg.allow_test_changes {
-        events.warn("--allow-test-changes: the evidence protection is OFF for this run: changed Verify scripts, deleted or skipped tests and fewer tests run are only warned about");
-    }
-    let c = Coord::new(cfg, events, cancel, guards, evidence);
-    Git::new(&cfg.spec_dir).ensure_excluded(IGNORED)?;
-    Git::new(&cfg.repo).ensure_excluded(crate::workspace::IGNORED)?;
-    let mut tasks = tasks_now;
-
-    let first_open = tasks.iter().position(|t| !t.done);
-    events.emit(WorklistEvent::ImplementStarted {
-        spec_dir: cfg.spec_dir.display().to_string(),
-        agent: cfg.setup.agent.label(),
-        total_tasks: tasks.len(),
-        done_tasks: tasks_md::checked(&tasks),
-        task_index: first_open.unwrap_or(tasks.len()),
-        max_iterations: st.max_iterations(),
-        max_task_iterations: st.max_task_iterations,
-        resumed,
-        sandbox: cfg.setup.sandbox.label(),
-    });
-    if tasks.is_empty() {
-        events.warn(format!(
-            "{} has no tasks (no `- [ ]` items): nothing to do",
-            cfg.spec_dir.join(TASKS_FILE).display()
-        ));
-        ImplementState::remove(&cfg.spec_dir)?;
-        return Ok(c.finish(Outcome::Complete { verified: true }, &tasks));
-    }
-    if first_open.is_some() && progress::ensure(&cfg.spec_dir)? {
-        c.commit_spec_files(&[progress::PROGRESS_FILE], "taskdaemon: start .progress.md")?;
-    }
-
-    loop {
-        tasks = c.read_tasks()?;
-        if tasks.len() != st.total_tasks {
-            events.warn(format!(
-                "tasks.md now has {} tasks (was {})",
-                tasks.len(),
-                st.total_tasks
-            ));
-            st.total_tasks = tasks.len();
-        }
-        let Some(next) = tasks.iter().position(|t| !t.done) else {
-            // Completion: every box checked, the count matches.
-            ImplementState::remove(&cfg.spec_dir)?;
-            return Ok(c.finish(Outcome::Complete { verified: true }, &tasks));
-        };
-        if c.cancel.is_cancelled() {
-            st.save(&cfg.spec_dir)?;
-            return Ok(c.finish(Outcome::Interrupted, &tasks));
-        }
-        let limit = c.guards().limit(st.global_iteration);
-        if let Some(o) = limit {
-            st.save(&cfg.spec_dir)?;
-            return Ok(c.finish(o, &tasks));
-        }
-        if st.task_index != next {
-            st.task_index = next;
-            st.task_iteration = 1;
-        }
-        let group = begin_group(&mut st, &tasks, next);
-        st.global_iteration += 1;
-        st.save(&cfg.spec_dir)?;
-
-        let ran = if group.len() > 1 {
-            c.run_group(&tasks, &group, &st).await?
-        } else {
-            c.run_one(&tasks, next, &st).await?
-        };
-        let (verdicts, stop) = match ran {
-            Ran::Interrupted => {
-                st.save(&cfg.spec_dir)?;
-                return Ok(c.finish(Outcome::Interrupted, &c.read_tasks()?));
-            }
-            Ran::Done(v, stop) => (v, stop),
-        };
-        let first_failed = record_verdicts(&mut st, &verdicts);
-        st.parallel_group = None;
-        if let Some(o) = stop {
-            // BLOCKED, DECIDE or stuck: the attempt is not counted; a rerun resumes here.
-            st.save(&cfg.spec_dir)?;
-            return Ok(c.finish(o, &c.read_tasks()?));
-        }
-        if let Some((index, reason)) = first_failed {
-            st.task_index = index;
-            st.task_iteration += 1;
-            if st.task_iteration > st.max_task_iterations {
-                st.task_iteration = st.max_task_iterations;
-                st.save(&cfg.spec_dir)?;
-                let id = tasks.get(index).map(|t| t.id.clone()).unwrap_or_default();
-                return Ok(c.finish(
-                    Outcome::Failed {
-                        reason: format!(
-                            "task {id} was rejected {} times (--max-task-iterations); last reason:\n{reason}\n  hint: fix the task or tasks.md, then run `taskdaemon implement` again (it resumes at task {id}), or `taskdaemon cancel` to drop the state",
-                            st.max_task_iterations
-                        ),
-                    },
-                    &c.read_tasks()?,
-                ));
-            }
-        }
-        st.save(&cfg.spec_dir)?;
-    }
+/// The iteration limit of a tasks.md run: tasks × attempts × 2.
+pub fn max_iterations(tasks: usize, max_task_iterations: u32) -> u32 {
+    (tasks as u32)
+        .saturating_mul(max_task_iterations)
+        .saturating_mul(2)
+        .max(1)
 }
 
-impl<'a> Coord<'a> {
-    fn new(
-        cfg: &'a ImplementConfig,
-        events: &'a WorklistSink,
-        cancel: &'a CancellationToken,
-        guards: Guards,
-        evidence: TaskEvidence,
-    ) -> Coord<'a> {
-        let spec_rel = cfg
-            .spec_dir
-            .strip_prefix(&cfg.repo)
+impl TasksSource {
+    /// The source of the run `st` (its config names the spec directory), with the list's
+    /// saved state when there is one. Warnings go to `warn`.
+    pub fn open(st: &RunState, warn: &dyn Fn(String)) -> Result<TasksSource, WorklistError> {
+        let cfg = &st.config;
+        let crate::engine::SourceSpec::Tasks {
+            spec_dir,
+            max_task_iterations,
+            verify_timeout_ms,
+        } = &cfg.source
+        else {
+            return Err(WorklistError::Invalid(
+                "the run's config names no tasks.md".into(),
+            ));
+        };
+        let repo = cfg.workdir.clone();
+        let tasks = read_tasks_of(spec_dir)?;
+        let (state, resumed) = load_state(spec_dir, *max_task_iterations, tasks.len(), warn)?;
+        let spec_name = spec_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "spec".into());
+        let spec_rel = spec_dir
+            .strip_prefix(&repo)
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let spec_rel = if spec_rel.is_empty() {
-            ".".into()
-        } else {
-            spec_rel
-        };
-        Coord {
-            cfg,
-            git: Git::new(&cfg.repo),
-            spec_name: cfg
-                .spec_dir
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "spec".into()),
-            spec_rel,
-            events,
-            cancel,
-            guards: std::sync::Mutex::new(guards),
-            evidence,
-        }
+        let in_progress = resumed
+            .then(|| tasks.get(state.task_index).map(|t| t.id.clone()))
+            .flatten();
+        Ok(TasksSource {
+            evidence: TaskEvidence::new(
+                &repo,
+                &format!("implement-{spec_name}"),
+                cfg.allow_test_changes,
+                in_progress,
+            )?,
+            prompts: LoopPrompts::load(&repo)?,
+            spec_rel: if spec_rel.is_empty() {
+                ".".into()
+            } else {
+                spec_rel
+            },
+            spec_name,
+            git: Git::new(&repo),
+            ws: Workspace::new(&repo),
+            spec_dir: spec_dir.clone(),
+            repo,
+            state,
+            resumed,
+            verify_timeout: verify_timeout_ms.map(Duration::from_millis),
+            grace: cfg.kill_grace(),
+            sandbox: cfg.sandbox.clone(),
+            now: Current::default(),
+            done: false,
+        })
     }
 
-    /// How a task's Verify command runs for its baseline.
-    fn verify_run(&self) -> VerifyRun<'_> {
-        VerifyRun {
-            timeout: self.cfg.verify_timeout,
-            grace: self.cfg.setup.grace,
-            sandbox: &self.cfg.setup.sandbox,
-            cancel: self.cancel,
-        }
+    fn tasks_file(&self) -> PathBuf {
+        self.spec_dir.join(TASKS_FILE)
     }
 
-    /// The engine's guards (never held across an await).
-    fn guards(&self) -> std::sync::MutexGuard<'_, Guards> {
-        self.guards.lock().unwrap_or_else(|e| e.into_inner())
+    fn read_tasks(&self) -> Result<Vec<Task>, WorklistError> {
+        read_tasks_of(&self.spec_dir)
     }
 }
 
@@ -313,39 +192,28 @@ fn read_tasks_of(spec_dir: &Path) -> Result<Vec<Task>, WorklistError> {
 /// The saved state (fresh when there is none or it is corrupt), brought in line with the
 /// config and the task count; `true` when resumed.
 fn load_state(
-    cfg: &ImplementConfig,
-    events: &WorklistSink,
+    spec_dir: &Path,
+    max_task_iterations: u32,
     task_count: usize,
+    warn: &dyn Fn(String),
 ) -> Result<(ImplementState, bool), WorklistError> {
-    let (mut st, resumed) = match ImplementState::load(&cfg.spec_dir) {
+    let fresh = || ImplementState::new(spec_dir, task_count, max_task_iterations);
+    let (mut st, resumed) = match ImplementState::load(spec_dir) {
         Ok(Some(s)) => (s, true),
-        Ok(None) => (
-            ImplementState::new(&cfg.spec_dir, task_count, cfg.max_task_iterations),
-            false,
-        ),
+        Ok(None) => (fresh(), false),
         Err(e @ WorklistError::CorruptState { .. }) => {
-            events.warn(format!(
+            warn(format!(
                 "{e}; state reset to defaults, resuming from the first unchecked task"
             ));
-            (
-                ImplementState::new(&cfg.spec_dir, task_count, cfg.max_task_iterations),
-                false,
-            )
+            (fresh(), false)
         }
         Err(e) => return Err(e),
     };
     st.total_tasks = task_count;
-    st.max_task_iterations = cfg.max_task_iterations;
-    st.base_path = cfg.spec_dir.display().to_string();
+    st.max_task_iterations = max_task_iterations;
+    st.base_path = spec_dir.display().to_string();
     if st.task_iteration == 0 || st.task_iteration > st.max_task_iterations {
         st.task_iteration = 1;
-    }
-    if st.global_iteration >= st.max_iterations() {
-        events.warn(format!(
-            "the saved state used all {} iterations; counting starts again",
-            st.max_iterations()
-        ));
-        st.global_iteration = 0;
     }
     Ok((st, resumed))
 }
@@ -370,24 +238,6 @@ fn begin_group(st: &mut ImplementState, tasks: &[Task], next: usize) -> Vec<usiz
     group
 }
 
-/// Record each task's verdict; the first failure (task index and reason), if any.
-fn record_verdicts(st: &mut ImplementState, verdicts: &[Verdict]) -> Option<(usize, String)> {
-    let mut first_failed: Option<(usize, String)> = None;
-    for v in verdicts {
-        match &v.result {
-            Ok(_) => st.record(v.index, TaskStatus::Success, None),
-            Err(f) => {
-                let reason = verify::reason(f);
-                st.record(v.index, TaskStatus::Failed, Some(reason.clone()));
-                if first_failed.is_none() {
-                    first_failed = Some((v.index, reason));
-                }
-            }
-        }
-    }
-    first_failed
-}
-
 /// The tasks that run next: a group of consecutive unchecked `[P]` tasks (a `[VERIFY]`
 /// task or a sequential one ends it), else the single task at `next`.
 pub fn group_at(tasks: &[Task], next: usize) -> Vec<usize> {
@@ -404,132 +254,416 @@ pub fn group_at(tasks: &[Task], next: usize) -> Vec<usize> {
     group
 }
 
-impl Coord<'_> {
-    fn tasks_file(&self) -> PathBuf {
-        self.cfg.spec_dir.join(TASKS_FILE)
+impl WorkSource for TasksSource {
+    async fn start(
+        &mut self,
+        _st: &mut RunState,
+        _resumed: bool,
+        ctx: &EngineContext,
+        _cancel: &CancellationToken,
+    ) -> Result<Option<Outcome>, EngineError> {
+        Git::new(&self.spec_dir).ensure_excluded(IGNORED)?;
+        if self.evidence.allow {
+            ctx.events.warn("--allow-test-changes: the evidence protection is OFF for this run: changed Verify scripts, deleted or skipped tests and fewer tests run are only warned about");
+        }
+        let tasks = self.read_tasks()?;
+        if tasks.is_empty() {
+            ctx.events.warn(format!(
+                "{} has no tasks (no `- [ ]` items): nothing to do",
+                self.tasks_file().display()
+            ));
+            return Ok(Some(Outcome::Complete { verified: true }));
+        }
+        if tasks.iter().any(|t| !t.done) && progress::ensure(&self.spec_dir)? {
+            self.commit_spec_files(&[progress::PROGRESS_FILE], "taskdaemon: start .progress.md")?;
+        }
+        Ok(None)
     }
 
-    fn read_tasks(&self) -> Result<Vec<Task>, WorklistError> {
-        read_tasks_of(&self.cfg.spec_dir)
-    }
-
-    fn finish(&self, outcome: Outcome, tasks: &[Task]) -> ImplementResult {
-        let done = tasks_md::checked(tasks);
-        let stopped_at = tasks.iter().find(|t| !t.done).map(|t| t.id.clone());
-        let detail = match &outcome {
-            Outcome::Complete { .. } => {
-                format!("ALL_TASKS_COMPLETE: {done} of {} tasks", tasks.len())
-            }
-            Outcome::LimitReached {
-                limit: Limit::MaxIterations,
-            } => (
-                "max iterations reached (totalTasks × maxTaskIterations × 2); state kept\n  hint: run `taskdaemon implement` again to continue, or `taskdaemon cancel` to clean up"
-            ).to_string(),
-            Outcome::LimitReached { limit } => limit_detail(*limit, "implement"),
-            o @ (Outcome::Blocked { .. } | Outcome::Decide { .. } | Outcome::Stuck { .. }) => {
-                stop_detail(o, "implement").unwrap_or_default()
-            }
-            Outcome::Interrupted if lock::cancel_requested(&self.cfg.spec_dir) => {
-                "cancelled by `taskdaemon cancel`: .ralph-state.json is deleted, .progress.md kept\n  hint: `taskdaemon implement` starts again at the first unchecked task".into()
-            }
-            Outcome::Interrupted => {
-                "interrupted; state kept. Continue with `taskdaemon implement`".into()
-            }
-            other => other.detail(),
+    async fn next(
+        &mut self,
+        st: &mut RunState,
+        n: u32,
+        ctx: &EngineContext,
+        cancel: &CancellationToken,
+    ) -> Result<Next, EngineError> {
+        let tasks = self.read_tasks()?;
+        if tasks.len() != self.state.total_tasks {
+            ctx.events.warn(format!(
+                "tasks.md now has {} tasks (was {})",
+                tasks.len(),
+                self.state.total_tasks
+            ));
+            self.state.total_tasks = tasks.len();
+        }
+        let Some(next) = tasks.iter().position(|t| !t.done) else {
+            return Ok(Next::Done(Outcome::Complete { verified: true }));
         };
-        let summary = self.guards().summary(&outcome, detail.clone());
-        // The summary block first: the loop's own event stays the last one.
-        self.events.emit(WorklistEvent::RunFinished { summary });
-        self.events.emit(WorklistEvent::ImplementFinished {
+        if self.state.task_index != next {
+            self.state.task_index = next;
+            self.state.task_iteration = 1;
+        }
+        let group = begin_group(&mut self.state, &tasks, next);
+        self.state.global_iteration = n;
+        self.state.save(&self.spec_dir)?;
+        self.now = Current {
+            checked_before: tasks.iter().filter(|t| t.done).map(|t| t.index).collect(),
+            ..Current::default()
+        };
+        for &i in &group {
+            let run = VerifyRun {
+                timeout: self.verify_timeout,
+                grace: self.grace,
+                sandbox: &self.sandbox,
+                cancel,
+            };
+            if let Some(note) = self.evidence.before(&tasks[i], &run).await? {
+                ctx.events.warn(note);
+            }
+        }
+        let parallel = group.len() > 1 && self.git.head()?.is_some();
+        let group = if parallel { group } else { vec![next] };
+        let decision = answered(&self.ws)?;
+        let mut members = Vec::new();
+        for &i in &group {
+            let tree = if parallel {
+                Some(self.worktree(&tasks[i])?)
+            } else {
+                None
+            };
+            let cwd = tree.as_ref().map(|(_, p)| p.clone());
+            members.push(self.member(st, n, &tasks[i], cwd, decision.as_deref())?);
+            self.now.slots.push(Slot { task: i, tree });
+        }
+        if parallel {
+            ctx.events.work(WorkEvent::GroupStarted {
+                iteration: n,
+                task_ids: group.iter().map(|i| tasks[*i].id.clone()).collect(),
+            });
+        }
+        for (m, &i) in members.iter().zip(&group) {
+            self.started(&tasks[i], n, m, parallel, ctx);
+        }
+        Ok(Next::Work(Unit {
+            members,
+            answered: decision.is_some(),
+        }))
+    }
+
+    async fn judge(
+        &mut self,
+        st: &mut RunState,
+        _n: u32,
+        _unit: &Unit,
+        done: &mut [Finished],
+        head: Option<String>,
+        ctx: &EngineContext,
+        cancel: &CancellationToken,
+    ) -> Result<Judged, EngineError> {
+        let tasks_before = self.read_tasks()?;
+        let after = tasks_before.clone();
+        let parallel = self.now.slots.iter().any(|s| s.tree.is_some());
+        let group: Vec<usize> = self.now.slots.iter().map(|s| s.task).collect();
+        let mut j = Judged {
+            head_after: head.clone(),
+            ..Judged::default()
+        };
+        let mut verdicts: Vec<(usize, Result<Vec<String>, Vec<Failure>>)> = Vec::new();
+        let mut failed = Vec::new();
+        for f in done.iter() {
+            let slot = &self.now.slots[f.index];
+            let task = &tasks_before[slot.task];
+            if let Some(s) = signal_of(&f.run.parsed.words) {
+                j.signal.get_or_insert(s);
+                failed.push(slot.task);
+                j.members.push(MemberVerdict::default());
+                continue;
+            }
+            let tree = slot
+                .tree
+                .as_ref()
+                .map(|(_, p)| p.clone())
+                .unwrap_or_else(|| self.repo.clone());
+            let others: Vec<usize> = group.iter().copied().filter(|g| *g != slot.task).collect();
+            let mut failures = self
+                .verdict(task, f, &tree, &after, &others, ctx, cancel)
+                .await?;
+            let mut commits = Vec::new();
+            if failures.is_empty() {
+                let base = if parallel {
+                    self.now.base.clone()
+                } else {
+                    st.last_head.clone()
+                };
+                commits = self.commits_since(&tree, base.as_deref())?;
+                if parallel && let Err(msg) = self.cherry_pick(&commits) {
+                    failures.push(Failure {
+                        layer: 2,
+                        message: format!(
+                            "the commits of task {} do not apply on top of the tasks before it: {msg}. Touch only the task's own files",
+                            task.id
+                        ),
+                    });
+                }
+            }
+            let claim = claim_of(&failures);
+            j.members.push(MemberVerdict {
+                claim: Some(claim),
+                commit: commits.last().cloned(),
+            });
+            if failures.is_empty() {
+                self.evidence.done(task);
+                ctx.events.work(WorkEvent::TaskCompleted {
+                    task_id: task.id.clone(),
+                    task_index: task.index,
+                    commits: commits.clone(),
+                });
+                verdicts.push((slot.task, Ok(commits)));
+            } else {
+                self.reject(task, &failures, ctx);
+                failed.push(slot.task);
+                verdicts.push((slot.task, Err(failures)));
+            }
+        }
+        if parallel {
+            j.head_after = self.git.head()?;
+        }
+        self.put_back(&after, &group, &failed, parallel, ctx)?;
+        if parallel {
+            self.land_group(&tasks_before, &group, &verdicts, &failed, ctx)?;
+        }
+        self.remove_trees(ctx);
+        self.now.failed = record_verdicts(&mut self.state, &verdicts);
+        self.state.parallel_group = None;
+        let claims: Vec<Claim> = j.members.iter().filter_map(|m| m.claim).collect();
+        let claim = if claims.contains(&Claim::Accepted) {
+            Claim::Accepted
+        } else if !claims.is_empty() && claims.iter().all(|c| *c == Claim::Tampered) {
+            Claim::Tampered
+        } else {
+            Claim::Rejected
+        };
+        let complete = self.read_tasks()?.iter().all(|t| t.done);
+        j.work = Some(WorkVerdict { claim, complete });
+        Ok(j)
+    }
+
+    fn abandon(
+        &mut self,
+        _unit: &Unit,
+        members: &[usize],
+        ctx: &EngineContext,
+    ) -> Result<(), EngineError> {
+        let tasks: Vec<usize> = members
+            .iter()
+            .filter_map(|m| self.now.slots.get(*m).map(|s| s.task))
+            .collect();
+        let before = self.now.checked_before.clone();
+        self.restore_boxes(&tasks, &before)?;
+        for m in members {
+            if let Some(slot) = self.now.slots.get_mut(*m)
+                && let Some((name, path)) = slot.tree.take()
+            {
+                remove_tree(&self.repo, &name, &path, ctx);
+            }
+        }
+        Ok(())
+    }
+
+    fn settle(
+        &mut self,
+        _st: &mut RunState,
+        d: &Decision,
+        _ctx: &EngineContext,
+    ) -> Result<Option<Outcome>, EngineError> {
+        let failed = self.now.failed.take();
+        if d.run_outcome.is_some() {
+            // BLOCKED, DECIDE, stuck, a limit: the attempt is not counted; a rerun resumes
+            // here.
+            self.state.save(&self.spec_dir)?;
+            return Ok(None);
+        }
+        let mut ended = None;
+        if let Some((index, reason)) = failed {
+            self.state.task_index = index;
+            self.state.task_iteration += 1;
+            if self.state.task_iteration > self.state.max_task_iterations {
+                self.state.task_iteration = self.state.max_task_iterations;
+                let id = self
+                    .read_tasks()?
+                    .get(index)
+                    .map(|t| t.id.clone())
+                    .unwrap_or_default();
+                ended = Some(Outcome::Failed {
+                    reason: format!(
+                        "task {id} was rejected {} times (--max-task-iterations); last reason:\n{reason}\n  hint: fix the task or tasks.md, then run `taskdaemon implement` again (it resumes at task {id}), or `taskdaemon cancel` to drop the state",
+                        self.state.max_task_iterations
+                    ),
+                });
+            }
+        }
+        self.state.save(&self.spec_dir)?;
+        Ok(ended)
+    }
+
+    fn finish(
+        &mut self,
+        _st: &RunState,
+        outcome: &Outcome,
+        _ctx: &EngineContext,
+    ) -> Result<Ending, EngineError> {
+        let tasks = self.read_tasks()?;
+        self.done = tasks.iter().all(|t| t.done);
+        if matches!(outcome, Outcome::Complete { .. }) {
+            ImplementState::remove(&self.spec_dir)?;
+        } else if !lock::cancel_requested(&self.spec_dir) {
+            self.state.save(&self.spec_dir)?;
+        }
+        let done = tasks_md::checked(&tasks);
+        Ok(Ending {
+            detail: Some(self.detail(outcome, done, tasks.len())),
+        })
+    }
+
+    fn tally(&self) -> Option<WorkTally> {
+        let tasks = self.read_tasks().ok()?;
+        Some(WorkTally {
+            unit: WorkUnit::Tasks,
+            done: tasks_md::checked(&tasks) as u32,
+            total: tasks.len() as u32,
+        })
+    }
+
+    fn describe(&self, resumed: bool) -> Option<String> {
+        let t = self.tally()?;
+        Some(format!(
+            "implement {} · {} · {} of {} tasks done · at most {} attempts per task",
+            self.spec_dir.display(),
+            if resumed || self.resumed {
+                "resuming from .ralph-state.json"
+            } else {
+                "starting"
+            },
+            t.done,
+            t.total,
+            self.state.max_task_iterations
+        ))
+    }
+
+    fn finished(&mut self, outcome: &Outcome, detail: &str, ctx: &EngineContext) {
+        let tasks = self.read_tasks().unwrap_or_default();
+        let stopped_at = tasks.iter().find(|t| !t.done).map(|t| t.id.clone());
+        ctx.events.work(WorkEvent::ImplementFinished {
             outcome: outcome.label().to_string(),
             exit_code: outcome.exit_code(),
-            detail,
-            done_tasks: done,
+            detail: detail.to_string(),
+            done_tasks: tasks_md::checked(&tasks),
             total_tasks: tasks.len(),
             stopped_at: if matches!(outcome, Outcome::Complete { .. }) {
                 None
             } else {
-                stopped_at.clone()
+                stopped_at
             },
         });
-        ImplementResult {
-            outcome,
-            done,
-            total: tasks.len(),
-            stopped_at,
+    }
+}
+
+/// A person's answer to an earlier DECIDE, for the next prompts.
+fn answered(ws: &Workspace) -> Result<Option<String>, EngineError> {
+    Ok(ws.read_decide()?.and_then(|d| {
+        d.answer
+            .map(|a| format!("Question: {}\nAnswer: {a}", d.question))
+    }))
+}
+
+/// The agent's BLOCKED or DECIDE.
+fn signal_of(words: &str) -> Option<Signal> {
+    match signals::scan(words, "COMPLETE").signal {
+        s @ Some(Signal::Blocked(_) | Signal::Decide(_)) => s,
+        _ => None,
+    }
+}
+
+/// Record each task's verdict; the first failure (task index and reason), if any.
+fn record_verdicts(
+    st: &mut ImplementState,
+    verdicts: &[(usize, Result<Vec<String>, Vec<Failure>>)],
+) -> Option<(usize, String)> {
+    let mut first_failed: Option<(usize, String)> = None;
+    for (index, result) in verdicts {
+        match result {
+            Ok(_) => st.record(*index, TaskStatus::Success, None),
+            Err(f) => {
+                let reason = verify::reason(f);
+                st.record(*index, TaskStatus::Failed, Some(reason.clone()));
+                if first_failed.is_none() {
+                    first_failed = Some((*index, reason));
+                }
+            }
         }
     }
+    first_failed
+}
 
-    fn log_base(&self, st: &ImplementState, task: &Task) -> PathBuf {
-        self.cfg.spec_dir.join(LOGS_DIR).join(format!(
-            "iteration-{:03}-task-{}-attempt-{}",
-            st.global_iteration, task.id, st.task_iteration
-        ))
+/// How an attempt's verification layers judged it: a failure of the evidence's layer makes
+/// it `Tampered` (counts toward stuck though it committed).
+fn claim_of(failures: &[Failure]) -> Claim {
+    if failures.is_empty() {
+        Claim::Accepted
+    } else if failures.iter().any(|f| f.layer == super::evidence::LAYER) {
+        Claim::Tampered
+    } else {
+        Claim::Rejected
     }
+}
 
-    fn env(
-        &self,
-        task: &Task,
-        st: &ImplementState,
-        progress_file: &Path,
-    ) -> Vec<(OsString, OsString)> {
-        let mut env: Vec<(OsString, OsString)> = vec![
-            ("TASKDAEMON_TASK_ID".into(), task.id.clone().into()),
-            (
-                "TASKDAEMON_TASK_INDEX".into(),
-                task.index.to_string().into(),
-            ),
-            (
-                "TASKDAEMON_TASK_ITERATION".into(),
-                st.task_iteration.to_string().into(),
-            ),
-            (
-                "TASKDAEMON_ITERATION".into(),
-                st.global_iteration.to_string().into(),
-            ),
-            (
-                "TASKDAEMON_SPEC_DIR".into(),
-                self.cfg.spec_dir.clone().into(),
-            ),
-            ("TASKDAEMON_TASKS_FILE".into(), self.tasks_file().into()),
-            (
-                "TASKDAEMON_TASKS_LOCK".into(),
-                lock::tasks_lock_path(&self.cfg.spec_dir).into(),
-            ),
-            ("TASKDAEMON_PROGRESS_FILE".into(), progress_file.into()),
-        ];
-        if task.verify_task {
-            env.push(("TASKDAEMON_TASK_ROLE".into(), "qa".into()));
-        } else {
-            env.push(("TASKDAEMON_TASK_ROLE".into(), "executor".into()));
-        }
-        env
-    }
-
-    fn job(
-        &self,
-        task: &Task,
-        st: &ImplementState,
-        cwd: &Path,
-        parallel: bool,
-    ) -> Result<AgentJob, WorklistError> {
-        let progress_text = progress::read_for_prompt(&self.cfg.spec_dir, PROGRESS_BUDGET);
-        let tasks_file = self.tasks_file();
-        let lock = lock::tasks_lock_path(&self.cfg.spec_dir);
-        let progress_file = if parallel {
-            progress::task_file(&self.cfg.spec_dir, &task.id)
-        } else {
-            progress::path(&self.cfg.spec_dir)
+impl TasksSource {
+    /// A detached worktree for a `[P]` member, at the group's base commit.
+    fn worktree(&mut self, task: &Task) -> Result<(String, PathBuf), WorklistError> {
+        let base = match &self.now.base {
+            Some(b) => b.clone(),
+            None => {
+                let b = self.git.head()?.unwrap_or_default();
+                self.now.base = Some(b.clone());
+                b
+            }
         };
-        let mut prompt = task_prompt(&TaskPrompt {
+        // One worktree manager: the loops' (`git::worktree`), with the work lists' own
+        // base inside the git directory.
+        let wts = Worktrees::open(&self.repo, &worklist_worktrees(&self.git)?)?;
+        let name = tree_name(&self.spec_name, &task.id);
+        let path = wts.detached(&name, &base)?;
+        Ok((name, path))
+    }
+
+    /// The member that works on `task` (in `tree`, a `[P]` member's worktree).
+    fn member(
+        &self,
+        st: &RunState,
+        n: u32,
+        task: &Task,
+        tree: Option<PathBuf>,
+        decision: Option<&str>,
+    ) -> Result<Member, WorklistError> {
+        let parallel = tree.is_some();
+        let progress_text = progress::read_for_prompt(&self.spec_dir, PROGRESS_BUDGET);
+        let tasks_file = self.tasks_file();
+        let lock = lock::tasks_lock_path(&self.spec_dir);
+        let progress_file = if parallel {
+            progress::task_file(&self.spec_dir, &task.id)
+        } else {
+            progress::path(&self.spec_dir)
+        };
+        let attempt = self.state.task_iteration;
+        let mut text = task_prompt(&TaskPrompt {
             task,
             spec_name: &self.spec_name,
             spec_rel: &self.spec_rel,
-            spec_dir: &self.cfg.spec_dir,
-            attempt: st.task_iteration,
-            max_attempts: st.max_task_iterations,
-            previous_error: if st.task_iteration > 1 {
-                st.last_error(task.index)
+            spec_dir: &self.spec_dir,
+            attempt,
+            max_attempts: self.state.max_task_iterations,
+            previous_error: if attempt > 1 {
+                self.state.last_error(task.index)
             } else {
                 None
             },
@@ -542,32 +676,81 @@ impl Coord<'_> {
         });
         let rules = self.evidence.rules(&task.id);
         if !rules.is_empty() {
-            prompt.push_str(&format!("\n\n{rules}\n"));
+            text.push_str(&format!("\n\n{rules}\n"));
         }
-        let mut g = self.guards();
-        let contract = g.contract(role(task));
-        Ok(AgentJob {
-            setup: self.cfg.setup.clone(),
-            label: task.id.clone(),
-            cwd: cwd.to_path_buf(),
-            prompt: g.prompt(&contract, &prompt)?,
-            env: self.env(task, st, &progress_file),
-            log: self.log_base(st, task),
-            contract,
+        let mode = role(task);
+        let prompt = self.prompts.render(
+            mode,
+            &PromptVars {
+                task: &text,
+                decision,
+                iteration: n,
+                max_iterations: st.config.max_iterations,
+                workdir: &self.repo,
+            },
+        )?;
+        let logs = self.ws.logs_dir();
+        let (log, prompt_file) = if parallel {
+            let base = format!("iteration-{n:03}-task-{}", file_part(&task.id));
+            (
+                logs.join(format!("{base}.log")),
+                logs.join(format!("{base}.prompt.md")),
+            )
+        } else {
+            (self.ws.iteration_log(n), self.ws.prompt_file(n))
+        };
+        Ok(Member {
+            label: Some(task.id.clone()),
+            mode: mode.to_string(),
+            cwd: tree.unwrap_or_else(|| self.repo.clone()),
+            prompt,
+            prompt_file,
+            log,
+            env: self.env(task, &progress_file),
+            system_prompt: None,
+            notes: vec![format!(
+                "task {} ({}), attempt {attempt} of {}",
+                task.id, task.title, self.state.max_task_iterations
+            )],
         })
     }
 
-    fn started(&self, task: &Task, st: &ImplementState, job: &AgentJob, parallel: bool) {
-        self.events.emit(WorklistEvent::TaskStarted {
-            iteration: st.global_iteration,
+    fn env(&self, task: &Task, progress_file: &Path) -> Vec<(OsString, OsString)> {
+        vec![
+            ("TASKDAEMON_TASK_ID".into(), task.id.clone().into()),
+            (
+                "TASKDAEMON_TASK_INDEX".into(),
+                task.index.to_string().into(),
+            ),
+            (
+                "TASKDAEMON_TASK_ITERATION".into(),
+                self.state.task_iteration.to_string().into(),
+            ),
+            ("TASKDAEMON_SPEC_DIR".into(), self.spec_dir.clone().into()),
+            ("TASKDAEMON_TASKS_FILE".into(), self.tasks_file().into()),
+            (
+                "TASKDAEMON_TASKS_LOCK".into(),
+                lock::tasks_lock_path(&self.spec_dir).into(),
+            ),
+            ("TASKDAEMON_PROGRESS_FILE".into(), progress_file.into()),
+            (
+                "TASKDAEMON_TASK_ROLE".into(),
+                if task.verify_task { "qa" } else { "executor" }.into(),
+            ),
+        ]
+    }
+
+    fn started(&self, task: &Task, n: u32, m: &Member, parallel: bool, ctx: &EngineContext) {
+        ctx.events.work(WorkEvent::TaskStarted {
+            iteration: n,
             task_id: task.id.clone(),
             task_index: task.index,
             title: task.title.clone(),
             role: if task.verify_task { "qa" } else { "executor" }.into(),
-            attempt: st.task_iteration,
-            max_attempts: st.max_task_iterations,
+            attempt: self.state.task_iteration,
+            max_attempts: self.state.max_task_iterations,
             parallel,
-            prompt_file: prompt_path(&job.log).display().to_string(),
+            prompt_file: m.prompt_file.display().to_string(),
         });
     }
 
@@ -609,80 +792,164 @@ impl Coord<'_> {
 
     /// Layers 1–4, then layer 5: its failure rejects; when 1–4 already failed, its result is
     /// named too (so a rejection for the checkbox alone says whether the work is there).
+    #[allow(clippy::too_many_arguments)]
     async fn verdict(
         &self,
         task: &Task,
-        run: &AgentRun,
+        f: &Finished,
         tree: &Path,
-        checked_before: &BTreeSet<usize>,
         tasks_after: &[Task],
         group: &[usize],
+        ctx: &EngineContext,
+        cancel: &CancellationToken,
     ) -> Result<Vec<Failure>, WorklistError> {
         let uncommitted = self.uncommitted_spec(tree)?;
+        let timed_out = f.run.agent.timed_out;
         let mut failures = verify::check(&Evidence {
             task,
-            words: &run.words,
+            words: &f.run.parsed.words,
             uncommitted_spec: &uncommitted,
-            checked_before,
+            checked_before: &self.now.checked_before,
             tasks_after,
             group,
         });
-        if run.timed_out {
+        if let Some(reason) = &f.no_work {
+            failures.push(Failure {
+                layer: 4,
+                message: reason.clone(),
+            });
+        }
+        if timed_out {
             failures.push(Failure {
                 layer: 4,
                 message: "the agent was stopped at the iteration timeout before it finished; take smaller steps".into(),
             });
+            return Ok(failures);
         }
-        if !run.timed_out {
-            let grace = self.cfg.setup.grace;
-            let sandbox = &self.cfg.setup.sandbox;
-            let verified = verify::run_verify_command(
-                task,
-                tree,
-                self.cfg.verify_timeout,
-                grace,
-                sandbox,
-                self.cancel,
-            )
-            .await
-            .map_err(WorklistError::io(tree))?;
-            let ran = verified
-                .as_ref()
-                .map(|(cmd, r)| (cmd.as_str(), r.output.as_str()));
-            let (changed, warnings) = self.evidence.check(&task.id, tree, ran);
-            for w in warnings {
-                self.events.warn(w);
-            }
-            failures.extend(changed);
-            if let Some((cmd, r)) = verified {
-                self.events.emit(WorklistEvent::VerifyCommand {
-                    task_id: task.id.clone(),
-                    command: cmd.clone(),
-                    passed: r.passed,
-                    exit_code: r.exit_code,
-                });
-                if !r.passed && !r.interrupted {
-                    failures.push(verify::verify_failure(task, &cmd, &r));
-                } else if r.passed
-                    && let Some(first) = failures.first_mut()
-                {
-                    first.message.push_str(&format!(
-                        " (The task's Verify command `{cmd}` passes now; the attempt is rejected for the reasons above.)"
-                    ));
-                }
+        let verified = verify::run_verify_command(
+            task,
+            tree,
+            self.verify_timeout,
+            self.grace,
+            &self.sandbox,
+            cancel,
+        )
+        .await
+        .map_err(WorklistError::io(tree))?;
+        let ran = verified
+            .as_ref()
+            .map(|(cmd, r)| (cmd.as_str(), r.output.as_str()));
+        let (changed, warnings) = self.evidence.check(&task.id, tree, ran);
+        for w in warnings {
+            ctx.events.warn(w);
+        }
+        failures.extend(changed);
+        if let Some((cmd, r)) = verified {
+            ctx.events.work(WorkEvent::VerifyCommand {
+                task_id: task.id.clone(),
+                command: cmd.clone(),
+                passed: r.passed,
+                exit_code: r.exit_code,
+            });
+            if !r.passed && !r.interrupted {
+                failures.push(verify::verify_failure(task, &cmd, &r));
+            } else if r.passed
+                && let Some(first) = failures.first_mut()
+            {
+                first.message.push_str(&format!(
+                    " (The task's Verify command `{cmd}` passes now; the attempt is rejected for the reasons above.)"
+                ));
             }
         }
         Ok(failures)
     }
 
-    fn reject(&self, task: &Task, st: &ImplementState, failures: &[Failure]) {
-        self.events.emit(WorklistEvent::TaskRejected {
+    fn reject(&self, task: &Task, failures: &[Failure], ctx: &EngineContext) {
+        ctx.events.work(WorkEvent::TaskRejected {
             task_id: task.id.clone(),
             task_index: task.index,
-            attempt: st.task_iteration,
+            attempt: self.state.task_iteration,
             layers: failures.iter().map(|f| f.layer).collect(),
             reason: verify::reason(failures),
         });
+    }
+
+    /// After the verdicts: the boxes that must not be checked go back — for one task, every
+    /// box it changed when it was not accepted; for a group, the failed members' boxes
+    /// and any outside the group.
+    fn put_back(
+        &self,
+        after: &[Task],
+        group: &[usize],
+        failed: &[usize],
+        parallel: bool,
+        ctx: &EngineContext,
+    ) -> Result<(), WorklistError> {
+        let before = &self.now.checked_before;
+        if !parallel {
+            if !failed.is_empty() {
+                let all: Vec<usize> = after.iter().map(|t| t.index).collect();
+                self.restore_boxes(&all, before)?;
+            }
+            return Ok(());
+        }
+        let outside: Vec<usize> = after
+            .iter()
+            .filter(|t| !group.contains(&t.index) && t.done != before.contains(&t.index))
+            .map(|t| t.index)
+            .collect();
+        if !outside.is_empty() {
+            ctx.events.warn(format!(
+                "the parallel group changed the checkboxes of other tasks ({}); they were put back",
+                outside
+                    .iter()
+                    .filter_map(|i| after.get(*i).map(|t| t.id.clone()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let restore: Vec<usize> = outside.into_iter().chain(failed.iter().copied()).collect();
+        self.restore_boxes(&restore, before)
+    }
+
+    /// A group's progress files merged and the spec files committed.
+    fn land_group(
+        &self,
+        tasks: &[Task],
+        group: &[usize],
+        verdicts: &[(usize, Result<Vec<String>, Vec<Failure>>)],
+        failed: &[usize],
+        ctx: &EngineContext,
+    ) -> Result<(), WorklistError> {
+        let ids: Vec<String> = group.iter().map(|i| tasks[*i].id.clone()).collect();
+        let rejected: Vec<String> = failed.iter().map(|i| tasks[*i].id.clone()).collect();
+        let merged = progress::merge(&self.spec_dir, &ids, &rejected)?;
+        if !merged.is_empty() {
+            ctx.events
+                .work(WorkEvent::ProgressMerged { task_ids: merged });
+        }
+        let done: Vec<String> = verdicts
+            .iter()
+            .filter(|(_, r)| r.is_ok())
+            .map(|(i, _)| tasks[*i].id.clone())
+            .collect();
+        let msg = if done.is_empty() {
+            "taskdaemon: progress of a parallel group".to_string()
+        } else {
+            format!(
+                "taskdaemon: tasks {} done (parallel group)",
+                done.join(", ")
+            )
+        };
+        self.commit_spec_files(&[TASKS_FILE, progress::PROGRESS_FILE], &msg)
+    }
+
+    fn remove_trees(&mut self, ctx: &EngineContext) {
+        for slot in &mut self.now.slots {
+            if let Some((name, path)) = slot.tree.take() {
+                remove_tree(&self.repo, &name, &path, ctx);
+            }
+        }
     }
 
     /// Put the checkboxes of `indices` back to how they were before the iteration.
@@ -691,8 +958,11 @@ impl Coord<'_> {
         indices: &[usize],
         checked_before: &BTreeSet<usize>,
     ) -> Result<(), WorklistError> {
+        if indices.is_empty() {
+            return Ok(());
+        }
         let path = self.tasks_file();
-        lock::with_tasks_lock(&self.cfg.spec_dir, || {
+        lock::with_tasks_lock(&self.spec_dir, || {
             let mut text =
                 String::from_utf8_lossy(&std::fs::read(&path).map_err(WorklistError::io(&path))?)
                     .into_owned();
@@ -713,361 +983,6 @@ impl Coord<'_> {
             }
             Ok(())
         })
-    }
-
-    async fn run_one(
-        &self,
-        tasks: &[Task],
-        index: usize,
-        st: &ImplementState,
-    ) -> Result<Ran, WorklistError> {
-        let task = &tasks[index];
-        let checked_before: BTreeSet<usize> =
-            tasks.iter().filter(|t| t.done).map(|t| t.index).collect();
-        let head_before = self.git.head()?;
-        if let Some(note) = self.evidence.before(task, &self.verify_run()).await? {
-            self.events.warn(note);
-        }
-        let job = self.job(task, st, &self.cfg.repo, false)?;
-        self.started(task, st, &job, false);
-        let started = Started::of(&job);
-        let run = run_agent(job, self.events.clone(), self.cancel.clone()).await?;
-        if run.interrupted || self.cancel.is_cancelled() {
-            self.record(task, &started, &run, IterationOutcome::Interrupted, None)?;
-            return Ok(Ran::Interrupted);
-        }
-        let after = self.read_tasks()?;
-        if let Some(o) = self.after_agent(&run, st)? {
-            self.record(task, &started, &run, signal_label(&o), None)?;
-            let all: Vec<usize> = after.iter().map(|t| t.index).collect();
-            self.restore_boxes(&all, &checked_before)?;
-            return Ok(Ran::Done(Vec::new(), Some(o)));
-        }
-        let failures = self
-            .verdict(task, &run, &self.cfg.repo, &checked_before, &after, &[])
-            .await?;
-        if self.cancel.is_cancelled() {
-            return Ok(Ran::Interrupted);
-        }
-        let head_after = self.git.head()?;
-        let claim = claim_of(&failures);
-        let stuck = self.guards().after_attempt(
-            claim,
-            head_before.as_deref(),
-            head_after.as_deref(),
-            run.timed_out,
-        );
-        let commit = (head_after != head_before)
-            .then(|| head_after.clone())
-            .flatten();
-        self.record(
-            task,
-            &started,
-            &run,
-            attempt_label(claim, &stuck),
-            Some((claim, commit)),
-        )?;
-        let result = if failures.is_empty() {
-            self.evidence.done(task);
-            let commits = self.commits_since(&self.cfg.repo, head_before.as_deref())?;
-            self.events.emit(WorklistEvent::TaskCompleted {
-                task_id: task.id.clone(),
-                task_index: index,
-                commits: commits.clone(),
-            });
-            Ok(commits)
-        } else {
-            self.reject(task, st, &failures);
-            let all: Vec<usize> = after.iter().map(|t| t.index).collect();
-            self.restore_boxes(&all, &checked_before)?;
-            Err(failures)
-        };
-        Ok(Ran::Done(vec![Verdict { index, result }], stuck))
-    }
-
-    async fn run_group(
-        &self,
-        tasks: &[Task],
-        group: &[usize],
-        st: &ImplementState,
-    ) -> Result<Ran, WorklistError> {
-        let Some(base) = self.git.head()? else {
-            // No commit to branch worktrees from: one at a time.
-            return self.run_one(tasks, group[0], st).await;
-        };
-        let checked_before: BTreeSet<usize> =
-            tasks.iter().filter(|t| t.done).map(|t| t.index).collect();
-        for &i in group {
-            if let Some(note) = self.evidence.before(&tasks[i], &self.verify_run()).await? {
-                self.events.warn(note);
-            }
-        }
-        // One worktree manager: the loops' (`git::worktree`), with the work lists' own
-        // base inside the git directory.
-        let wts = Worktrees::open(&self.cfg.repo, &worklist_worktrees(&self.git)?)?;
-        let mut trees: Vec<(usize, PathBuf)> = Vec::new();
-        let mut names: Vec<String> = Vec::new();
-        for &i in group {
-            let name = tree_name(&self.spec_name, &tasks[i].id);
-            trees.push((i, wts.detached(&name, &base)?));
-            names.push(name);
-        }
-        self.events.emit(WorklistEvent::GroupStarted {
-            iteration: st.global_iteration,
-            task_ids: group.iter().map(|i| tasks[*i].id.clone()).collect(),
-        });
-        let mut set = JoinSet::new();
-        let head_before = self.git.head()?;
-        for (i, tree) in &trees {
-            let task = &tasks[*i];
-            let job = self.job(task, st, tree, true)?;
-            self.started(task, st, &job, true);
-            let started = Started::of(&job);
-            let (events, cancel, i) = (self.events.clone(), self.cancel.clone(), *i);
-            set.spawn(async move { (i, started, run_agent(job, events, cancel).await) });
-        }
-        let mut runs: Vec<(usize, AgentRun)> = Vec::new();
-        let mut starts: Vec<(usize, Started, AgentRun)> = Vec::new();
-        let mut error = None;
-        while let Some(joined) = set.join_next().await {
-            match joined {
-                Ok((i, started, Ok(run))) => {
-                    starts.push((i, started, run.clone()));
-                    runs.push((i, run));
-                }
-                Ok((_, _, Err(e))) => error = Some(e),
-                Err(e) => {
-                    error = Some(WorklistError::Io {
-                        path: self.cfg.repo.clone(),
-                        message: format!("an agent of the parallel group failed: {e}"),
-                    })
-                }
-            }
-        }
-        let outcome = self
-            .finish_group(
-                tasks,
-                group,
-                st,
-                &base,
-                &trees,
-                runs,
-                &checked_before,
-                error,
-            )
-            .await;
-        let outcome = match outcome {
-            Ok(Ran::Done(v, stop)) => self
-                .group_guards(tasks, &v, &starts, head_before.as_deref(), stop)
-                .map(|stop| Ran::Done(v, stop)),
-            other => other,
-        };
-        for name in &names {
-            if let Err(e) = wts.remove(name, true, false) {
-                self.events.warn(format!(
-                    "could not remove worktree {}: {e}",
-                    wts.path_for(name).display()
-                ));
-            }
-        }
-        outcome
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn finish_group(
-        &self,
-        tasks: &[Task],
-        group: &[usize],
-        st: &ImplementState,
-        base: &str,
-        trees: &[(usize, PathBuf)],
-        mut runs: Vec<(usize, AgentRun)>,
-        checked_before: &BTreeSet<usize>,
-        error: Option<WorklistError>,
-    ) -> Result<Ran, WorklistError> {
-        if let Some(e) = error {
-            return Err(e);
-        }
-        if self.cancel.is_cancelled() || runs.iter().any(|(_, r)| r.interrupted) {
-            return Ok(Ran::Interrupted);
-        }
-        runs.sort_by_key(|(i, _)| *i);
-        let after = self.read_tasks()?;
-        let mut verdicts = Vec::new();
-        let mut failed = Vec::new();
-        let mut stop = None;
-        for (i, run) in &runs {
-            let task = &tasks[*i];
-            if let Some(o) = self.after_agent(run, st)? {
-                // BLOCKED or DECIDE: this task's attempt does not count; its box goes back.
-                failed.push(*i);
-                stop.get_or_insert(o);
-                continue;
-            }
-            let Some((_, tree)) = trees.iter().find(|(t, _)| t == i) else {
-                continue;
-            };
-            let others: Vec<usize> = group.iter().copied().filter(|g| g != i).collect();
-            let mut failures = self
-                .verdict(task, run, tree, checked_before, &after, &others)
-                .await?;
-            let mut commits = Vec::new();
-            if failures.is_empty() {
-                commits = self.commits_since(tree, Some(base))?;
-                if let Err(msg) = self.cherry_pick(&commits) {
-                    failures.push(Failure {
-                        layer: 2,
-                        message: format!(
-                            "the commits of task {} do not apply on top of the tasks before it: {msg}. Touch only the task's own files",
-                            task.id
-                        ),
-                    });
-                }
-            }
-            let result = if failures.is_empty() {
-                self.evidence.done(task);
-                self.events.emit(WorklistEvent::TaskCompleted {
-                    task_id: task.id.clone(),
-                    task_index: *i,
-                    commits: commits.clone(),
-                });
-                Ok(commits)
-            } else {
-                self.reject(task, st, &failures);
-                failed.push(*i);
-                Err(failures)
-            };
-            verdicts.push(Verdict { index: *i, result });
-        }
-        // Boxes outside the group go back; so do the failed tasks' boxes.
-        let outside: Vec<usize> = after
-            .iter()
-            .filter(|t| !group.contains(&t.index) && t.done != checked_before.contains(&t.index))
-            .map(|t| t.index)
-            .collect();
-        if !outside.is_empty() {
-            self.events.warn(format!(
-                "the parallel group changed the checkboxes of other tasks ({}); they were put back",
-                outside
-                    .iter()
-                    .filter_map(|i| after.get(*i).map(|t| t.id.clone()))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        let restore: Vec<usize> = outside.into_iter().chain(failed.iter().copied()).collect();
-        self.restore_boxes(&restore, checked_before)?;
-        let ids: Vec<String> = group.iter().map(|i| tasks[*i].id.clone()).collect();
-        let rejected: Vec<String> = failed.iter().map(|i| tasks[*i].id.clone()).collect();
-        let merged = progress::merge(&self.cfg.spec_dir, &ids, &rejected)?;
-        if !merged.is_empty() {
-            self.events
-                .emit(WorklistEvent::ProgressMerged { task_ids: merged });
-        }
-        let done: Vec<String> = verdicts
-            .iter()
-            .filter(|v| v.result.is_ok())
-            .map(|v| tasks[v.index].id.clone())
-            .collect();
-        let msg = if done.is_empty() {
-            "taskdaemon: progress of a parallel group".to_string()
-        } else {
-            format!(
-                "taskdaemon: tasks {} done (parallel group)",
-                done.join(", ")
-            )
-        };
-        self.commit_spec_files(&[TASKS_FILE, progress::PROGRESS_FILE], &msg)?;
-        Ok(Ran::Done(verdicts, stop))
-    }
-
-    /// After an agent: its cost and tokens; its BLOCKED or DECIDE, written for a person.
-    fn after_agent(
-        &self,
-        run: &AgentRun,
-        st: &ImplementState,
-    ) -> Result<Option<Outcome>, WorklistError> {
-        let mut g = self.guards();
-        g.account(run)?;
-        g.signal(run, st.global_iteration)
-    }
-
-    /// The invocation's row in summary.csv; `judged`: the claim and the commit it made.
-    fn record(
-        &self,
-        task: &Task,
-        started: &Started,
-        run: &AgentRun,
-        outcome: IterationOutcome,
-        judged: Option<(Claim, Option<String>)>,
-    ) -> Result<(), WorklistError> {
-        let (validation, commit) = match judged {
-            Some((Claim::Accepted, c)) => (ValidationResult::Passed, c),
-            Some((Claim::Rejected | Claim::Tampered, c)) => (ValidationResult::Failed, c),
-            None => (ValidationResult::Skipped, None),
-        };
-        self.guards().record(&Row {
-            invocation: started.invocation,
-            mode: role(task),
-            started_at: started.at.clone(),
-            duration: run.duration,
-            run,
-            outcome,
-            validation,
-            commit,
-        })
-    }
-
-    /// A parallel group's rows and its stuck rule: it made progress when any task was
-    /// accepted or HEAD moved.
-    fn group_guards(
-        &self,
-        tasks: &[Task],
-        verdicts: &[Verdict],
-        starts: &[(usize, Started, AgentRun)],
-        head_before: Option<&str>,
-        stop: Option<Outcome>,
-    ) -> Result<Option<Outcome>, WorklistError> {
-        let head_after = self.git.head()?;
-        let claim = if verdicts.iter().any(|v| v.result.is_ok()) {
-            Claim::Accepted
-        } else if verdicts.iter().all(|v| {
-            v.result
-                .as_ref()
-                .is_err_and(|f| claim_of(f) == Claim::Tampered)
-        }) && !verdicts.is_empty()
-        {
-            Claim::Tampered
-        } else {
-            Claim::Rejected
-        };
-        let stuck = match &stop {
-            Some(_) => None,
-            None => self
-                .guards()
-                .after_attempt(claim, head_before, head_after.as_deref(), false),
-        };
-        for (i, started, run) in starts {
-            let v = verdicts.iter().find(|v| v.index == *i);
-            let (outcome, judged) = match v.map(|v| &v.result) {
-                Some(Ok(c)) => (
-                    attempt_label(Claim::Accepted, &stuck),
-                    Some((Claim::Accepted, c.last().cloned())),
-                ),
-                Some(Err(_)) => (
-                    attempt_label(Claim::Rejected, &stuck),
-                    Some((Claim::Rejected, None)),
-                ),
-                None => (
-                    stop.as_ref()
-                        .map(signal_label)
-                        .unwrap_or(IterationOutcome::Continue),
-                    None,
-                ),
-            };
-            self.record(&tasks[*i], started, run, outcome, judged)?;
-        }
-        Ok(stop.or(stuck))
     }
 
     /// Cherry-pick `commits` onto HEAD of the main work tree, in order; on a conflict the
@@ -1104,7 +1019,7 @@ impl Coord<'_> {
                     .to_string_lossy()
                     .into_owned()
             })
-            .filter(|p| self.cfg.repo.join(p).exists())
+            .filter(|p| self.repo.join(p).exists())
             .collect();
         if paths.is_empty() {
             return Ok(());
@@ -1135,6 +1050,48 @@ impl Coord<'_> {
         self.git.call(&commit).text()?;
         Ok(())
     }
+
+    /// The summary's last line for `outcome`.
+    fn detail(&self, outcome: &Outcome, done: usize, total: usize) -> String {
+        match outcome {
+            Outcome::Complete { .. } => format!("ALL_TASKS_COMPLETE: {done} of {total} tasks"),
+            Outcome::LimitReached {
+                limit: Limit::MaxIterations,
+            } => "max iterations reached (totalTasks × maxTaskIterations × 2); state kept\n  hint: run `taskdaemon implement` again to continue, or `taskdaemon cancel` to clean up".to_string(),
+            Outcome::LimitReached { limit } => super::limit_detail(*limit, "implement"),
+            o @ (Outcome::Blocked { .. } | Outcome::Decide { .. } | Outcome::Stuck { .. }) => {
+                super::stop_detail(o, "implement").unwrap_or_default()
+            }
+            Outcome::Interrupted if lock::cancel_requested(&self.spec_dir) => {
+                "cancelled by `taskdaemon cancel`: .ralph-state.json is deleted, .progress.md kept\n  hint: `taskdaemon implement` starts again at the first unchecked task".into()
+            }
+            Outcome::Interrupted => {
+                "interrupted; state kept. Continue with `taskdaemon implement`".into()
+            }
+            other => other.detail(),
+        }
+    }
+}
+
+/// Remove a `[P]` member's worktree (a failure is only warned about).
+fn remove_tree(repo: &Path, name: &str, path: &Path, ctx: &EngineContext) {
+    let removed = Git::new(repo)
+        .common_dir()
+        .map_err(WorklistError::from)
+        .map(|d| d.join("taskdaemon").join("worklist-worktrees"))
+        .and_then(|base| Ok(Worktrees::open(repo, &base)?))
+        .and_then(|wts| Ok(wts.remove(name, true, false)?));
+    if let Err(e) = removed {
+        ctx.events.warn(format!(
+            "could not remove worktree {}: {e}",
+            path.display()
+        ));
+    }
+}
+
+/// A task id as part of a file name.
+fn file_part(id: &str) -> String {
+    id.replace(|c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '-', "_")
 }
 
 /// Where the work lists' task worktrees live: `<git-common-dir>/taskdaemon/worklist-worktrees/`.
@@ -1169,50 +1126,6 @@ fn tree_name(spec: &str, id: &str) -> String {
 /// The loop type of a task's agent: `implement` (executor) or `qa` ([VERIFY]).
 fn role(task: &Task) -> &'static str {
     if task.verify_task { "qa" } else { "implement" }
-}
-
-/// When and as which invocation an agent started.
-#[derive(Debug, Clone)]
-struct Started {
-    invocation: u32,
-    at: String,
-}
-
-impl Started {
-    fn of(job: &AgentJob) -> Started {
-        Started {
-            invocation: job.contract.iteration,
-            at: crate::clock::now_rfc3339(),
-        }
-    }
-}
-
-fn signal_label(o: &Outcome) -> IterationOutcome {
-    match o {
-        Outcome::Blocked { .. } => IterationOutcome::Blocked,
-        Outcome::Decide { .. } => IterationOutcome::Decide,
-        _ => IterationOutcome::Failed,
-    }
-}
-
-fn attempt_label(claim: Claim, stuck: &Option<Outcome>) -> IterationOutcome {
-    match (claim, stuck) {
-        (_, Some(_)) => IterationOutcome::Stuck,
-        (Claim::Accepted, None) => IterationOutcome::Continue,
-        (Claim::Rejected | Claim::Tampered, None) => IterationOutcome::Rejected,
-    }
-}
-
-/// How an attempt's verification layers judged it: a failure of the evidence's layer makes
-/// it `Tampered` (counts toward stuck though it committed).
-fn claim_of(failures: &[Failure]) -> Claim {
-    if failures.is_empty() {
-        Claim::Accepted
-    } else if failures.iter().any(|f| f.layer == super::evidence::LAYER) {
-        Claim::Tampered
-    } else {
-        Claim::Rejected
-    }
 }
 
 #[cfg(test)]

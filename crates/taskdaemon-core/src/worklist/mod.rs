@@ -1,16 +1,17 @@
 //! Work lists (spec 5): a spec's `tasks.md` run task by task (parallel groups in their own
 //! worktrees, every claim checked by five verification layers), and user-story lists
 //! (`tasks.json` / `prd.json`) with an implement → review cycle whose transitions the
-//! harness checks. Emits [`WorklistEvent`]s; never prints.
+//! harness checks. Both are work sources of the engine's one loop
+//! ([`crate::engine::WorkSource`]); their specific events are [`crate::engine::events::WorkEvent`]s.
+//! Never prints.
 
 mod agent;
 pub mod cancel;
 pub mod contradiction;
+pub mod config;
 pub mod coordinator;
 pub mod current_spec;
-pub mod events;
 mod evidence;
-pub mod guards;
 pub mod lock;
 pub mod loop_prompt;
 pub mod progress;
@@ -23,12 +24,10 @@ pub mod verify;
 
 use std::path::{Path, PathBuf};
 
-pub use agent::{AgentSetup, check_agent};
-pub use coordinator::{ImplementConfig, implement};
-pub use events::{WorklistEvent, WorklistSink};
-pub use guards::Limits;
+pub use agent::verify_warnings;
+pub use coordinator::TasksSource;
 pub use state::ImplementState;
-pub use stories::{StoriesConfig, run_stories};
+pub use stories::StoriesSource;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorklistError {
@@ -48,14 +47,6 @@ pub enum WorklistError {
     Worktree(#[from] crate::git::worktree::WorktreeError),
     #[error("{0}")]
     Invalid(String),
-    /// The agent could not run at all (could-not-start, auth): nothing to count as an
-    /// attempt; a person must act.
-    #[error("the agent cannot run ({}): {line}\n  hint: {hint}", class.name())]
-    AgentCannotRun {
-        class: crate::agent::FailureClass,
-        line: String,
-        hint: String,
-    },
 }
 
 impl WorklistError {
@@ -73,7 +64,42 @@ impl WorklistError {
             WorklistError::CorruptState { .. }
                 | WorklistError::Busy { .. }
                 | WorklistError::Invalid(_)
-                | WorklistError::AgentCannotRun { .. }
         )
     }
+}
+
+impl From<WorklistError> for crate::engine::EngineError {
+    fn from(e: WorklistError) -> crate::engine::EngineError {
+        let user_fault = e.is_user_fault();
+        crate::engine::EngineError::Source {
+            error: Box::new(e),
+            user_fault,
+        }
+    }
+}
+
+/// The final line of a work list's BLOCKED, DECIDE or stuck end, naming the command that
+/// continues it; `None` for the other outcomes.
+pub fn stop_detail(outcome: &crate::engine::Outcome, kind: &str) -> Option<String> {
+    use crate::engine::Outcome;
+    Some(match outcome {
+        Outcome::Blocked { reason } => format!(
+            "blocked: {reason}. See .ralph/blocked.txt; resolve it, `taskdaemon unblock`, then `taskdaemon {kind}` again (it resumes)"
+        ),
+        Outcome::Decide { question } => format!(
+            "decision needed: {question}. Answer with `taskdaemon answer \"…\"`, then `taskdaemon {kind}` again: the answer goes into the next prompt"
+        ),
+        Outcome::Stuck { iterations } => format!(
+            "stuck: {iterations} iterations in a row without a new commit (--max-stuck)\n  hint: read the last prompts' rejection reasons and the logs, fix the work list or the agent, then `taskdaemon {kind}` again"
+        ),
+        _ => return None,
+    })
+}
+
+/// The limit's words for a work list's final line.
+pub fn limit_detail(limit: crate::guards::Limit, kind: &str) -> String {
+    format!(
+        "{} reached\n  hint: run `taskdaemon {kind}` again to continue (it resumes), or raise the limit",
+        limit.describe()
+    )
 }

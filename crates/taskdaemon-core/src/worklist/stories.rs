@@ -1,7 +1,9 @@
-//! `taskdaemon stories`: user stories with a review cycle. The harness picks each
-//! iteration's mode, snapshots the file, runs a fresh agent, and checks the file's changes
-//! against the mode's transition rules; a violation restores the snapshot and the reason
-//! goes into the next prompt. A story at the review cap is approved by the harness.
+//! `taskdaemon stories`' work source: user stories with a review cycle. Each iteration the
+//! source picks the mode (implement, review, review-fix; a story at the review cap is
+//! approved by the harness first), keeps the file as it was, and has the engine run a fresh
+//! agent; then it checks the file's changes against the mode's transition rules. A
+//! violation restores the file and its reason goes into the next prompt; an accepted
+//! transition is committed, so the engine's commit-based stuck rule sees it (spec 2 §2).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -10,43 +12,39 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::WorklistError;
-use super::agent::{AgentJob, AgentRun, AgentSetup, JobContract, prompt_path, run_agent};
-use super::events::{WorklistEvent, WorklistSink};
 use super::evidence::TaskEvidence;
-use super::guards::{Guards, Limits, Row, limit_detail, stop_detail};
+use super::loop_prompt::{LoopPrompts, PromptVars};
 use super::stories_rules::{self, APPROVED, CHANGES_REQUESTED, Mode, NEEDS_REVIEW, Story};
-use crate::engine::Outcome;
-use crate::engine::decide::{Claim, IterationOutcome, ValidationResult};
+use crate::engine::decide::{Claim, Decision, WorkVerdict};
+use crate::engine::events::WorkEvent;
+use crate::engine::source::{Ending, Finished, Judged, Member, MemberVerdict, Next, Unit};
+use crate::engine::{EngineContext, EngineError, Outcome, RunState, SourceSpec, WorkSource};
 use crate::fsutil::write_atomic;
 use crate::git::Git;
 use crate::guards::Limit;
 use crate::signals::{self, Signal};
+use crate::telemetry::{WorkTally, WorkUnit};
+use crate::workspace::Workspace;
 
-const LOGS_DIR: &str = ".ralph/stories-logs";
+/// The key of a stories run's baseline.
+const EVIDENCE_ID: &str = "stories";
 
-#[derive(Debug, Clone)]
-pub struct StoriesConfig {
-    /// The stories file (absolute).
-    pub file: PathBuf,
-    /// The top of its git work tree; the agent works there.
-    pub repo: PathBuf,
-    pub setup: AgentSetup,
-    /// `false` with `--skip-review`: an implement iteration completes a story itself.
-    pub review: bool,
-    /// Reviews of one story before the harness approves it.
-    pub max_reviews: u64,
-    pub max_iterations: u32,
-    /// `--max-stuck`, `--max-cost`, `--max-runtime`.
-    pub limits: Limits,
-    /// `--allow-test-changes`: changes of the tests are warnings, not rejections.
-    pub allow_test_changes: bool,
-}
-
-#[derive(Debug, Clone)]
-pub struct StoriesResult {
-    pub outcome: Outcome,
-    pub passing: usize,
-    pub stories: usize,
+pub struct StoriesSource {
+    file: PathBuf,
+    /// The file relative to the repository.
+    rel: PathBuf,
+    repo: PathBuf,
+    review: bool,
+    max_reviews: u64,
+    git: Git,
+    ws: Workspace,
+    evidence: TaskEvidence,
+    prompts: LoopPrompts,
+    /// The iteration running: its mode, the file and its stories as they were before it.
+    mode: Option<Mode>,
+    snapshot: String,
+    stories: Vec<Story>,
+    previous_error: Option<String>,
 }
 
 /// Read and check the stories file (before anything runs).
@@ -79,296 +77,405 @@ pub fn default_max_iterations(stories: usize, max_reviews: u64, review: bool) ->
     ((stories as u64 * per * 2).max(4)).min(u32::MAX as u64) as u32
 }
 
-pub async fn run_stories(
-    cfg: &StoriesConfig,
-    events: &WorklistSink,
-    cancel: &CancellationToken,
-) -> Result<StoriesResult, WorklistError> {
-    let (_, initial) = load(&cfg.file)?;
-    let mut g = Guards::start(
-        &cfg.repo,
-        crate::workspace::StoppedLoop::Stories,
-        cfg.limits,
-        cfg.max_iterations,
-    )?;
-    let git = Git::new(&cfg.repo);
-    git.ensure_excluded(&[".ralph/stories-logs/"])?;
-    git.ensure_excluded(crate::workspace::IGNORED)?;
-    let rel = cfg
-        .file
-        .strip_prefix(&cfg.repo)
-        .unwrap_or(&cfg.file)
-        .to_path_buf();
-    events.emit(WorklistEvent::StoriesStarted {
-        file: cfg.file.display().to_string(),
-        agent: cfg.setup.agent.label(),
-        stories: initial.len(),
-        passing: initial.iter().filter(|s| s.passes).count(),
-        max_iterations: cfg.max_iterations,
-        review: cfg.review,
-        sandbox: cfg.setup.sandbox.label(),
-    });
-    if g.cost_limit_blind(cfg.setup.format) {
-        events.warn("--max-cost is set but this agent's plain-text output reports no cost; the limit cannot trigger");
-    }
-    let evidence = TaskEvidence::new(&cfg.repo, EVIDENCE_ID, cfg.allow_test_changes, None)?;
-    evidence.record(EVIDENCE_ID, "")?;
-    if cfg.allow_test_changes {
-        events.warn("--allow-test-changes: the evidence protection is OFF for this run: deleted or skipped tests are only warned about");
-    }
-    let mut previous_error: Option<String> = None;
-    let mut iteration = 0u32;
-    loop {
-        let (snapshot, stories) = load(&cfg.file)?;
-        if cancel.is_cancelled() {
-            return Ok(finish(
-                events,
-                &g,
-                Outcome::Interrupted,
-                &stories,
-                cfg.review,
-            ));
-        }
-        if let Some(o) = g.limit(iteration) {
-            return Ok(finish(events, &g, o, &stories, cfg.review));
-        }
-        let Some((mode, snapshot, stories)) =
-            next_mode(cfg, &git, &rel, events, snapshot, stories)?
+impl StoriesSource {
+    /// The source of the run `st` (its config names the stories file).
+    pub fn open(st: &RunState) -> Result<StoriesSource, WorklistError> {
+        let cfg = &st.config;
+        let SourceSpec::Stories {
+            file,
+            review,
+            max_reviews,
+        } = &cfg.source
         else {
-            let (_, stories) = load(&cfg.file)?;
-            return Ok(finish(
-                events,
-                &g,
-                no_story_can_start(cfg, &stories),
-                &stories,
-                cfg.review,
+            return Err(WorklistError::Invalid(
+                "the run's config names no stories file".into(),
             ));
         };
-        iteration += 1;
-        let step = Step {
-            iteration,
-            mode: &mode,
-            snapshot: &snapshot,
-            stories: &stories,
-            evidence: &evidence,
-        };
-        match one_iteration(
-            cfg,
-            &mut g,
-            &git,
-            &rel,
-            &step,
-            &mut previous_error,
-            events,
-            cancel,
-        )
-        .await?
-        {
-            Some(o) => {
-                let (_, now) = load(&cfg.file)?;
-                return Ok(finish(events, &g, o, &now, cfg.review));
-            }
-            None => continue,
-        }
-    }
-}
-
-/// The next iteration's mode (a story at the review cap approved by the harness first),
-/// with the file as it is then. `None`: no story can start.
-fn next_mode(
-    cfg: &StoriesConfig,
-    git: &Git,
-    rel: &Path,
-    events: &WorklistSink,
-    mut snapshot: String,
-    mut stories: Vec<Story>,
-) -> Result<Option<(Mode, String, Vec<Story>)>, WorklistError> {
-    loop {
-        let Some(mode) = stories_rules::choose(&stories, cfg.review) else {
-            return Ok(None);
-        };
-        // The review cap: the harness approves, with a note.
-        if let Mode::Review(id) = &mode
-            && let Some(s) = stories.iter().find(|s| &s.id == id)
-            && s.review_count >= cfg.max_reviews
-        {
-            auto_approve(cfg, git, rel, id, s.review_count)?;
-            events.emit(WorklistEvent::StoryAutoApproved {
-                story_id: id.clone(),
-                reviews: s.review_count as u32,
-            });
-            (snapshot, stories) = load(&cfg.file)?;
-            continue;
-        }
-        return Ok(Some((mode, snapshot, stories)));
-    }
-}
-
-/// One iteration's inputs.
-struct Step<'a> {
-    iteration: u32,
-    mode: &'a Mode,
-    snapshot: &'a str,
-    stories: &'a [Story],
-    /// The test files as they were when the run started.
-    evidence: &'a TaskEvidence,
-}
-
-/// The key of a stories run's baseline.
-const EVIDENCE_ID: &str = "stories";
-
-/// Run one agent in `mode` and judge it: the loop's outcome when this iteration ends it.
-#[allow(clippy::too_many_arguments)]
-async fn one_iteration(
-    cfg: &StoriesConfig,
-    g: &mut Guards,
-    git: &Git,
-    rel: &Path,
-    step: &Step<'_>,
-    previous_error: &mut Option<String>,
-    events: &WorklistSink,
-    cancel: &CancellationToken,
-) -> Result<Option<Outcome>, WorklistError> {
-    let (iteration, mode) = (step.iteration, step.mode);
-    let log = cfg
-        .repo
-        .join(LOGS_DIR)
-        .join(format!("iteration-{iteration:03}-{}", mode.name()));
-    let contract = g.contract(loop_type(mode));
-    let prompt = g.prompt(
-        &contract,
-        &with_rules(
-            story_prompt(cfg, rel, step.stories, mode, previous_error.as_deref()),
-            &step.evidence.rules(EVIDENCE_ID),
-        ),
-    )?;
-    events.emit(WorklistEvent::StoryIteration {
-        iteration,
-        mode: mode.name().into(),
-        story_id: mode.story().map(str::to_string),
-        prompt_file: prompt_path(&log).display().to_string(),
-    });
-    let started_at = crate::clock::now_rfc3339();
-    let head_before = git.head()?;
-    let job = story_job(cfg, contract, mode, iteration, prompt, log);
-    let invocation = job.contract.iteration;
-    let run = run_agent(job, events.clone(), cancel.clone()).await?;
-    g.account(&run)?;
-    let head_after = git.head()?;
-    let mut row = Row {
-        invocation,
-        mode: mode.name(),
-        started_at,
-        duration: run.duration,
-        run: &run,
-        outcome: IterationOutcome::Continue,
-        validation: ValidationResult::Skipped,
-        commit: (head_after.is_some() && head_after != head_before)
-            .then(|| head_after.clone().unwrap_or_default()),
-    };
-    if run.interrupted || cancel.is_cancelled() {
-        row.outcome = IterationOutcome::Interrupted;
-        g.record(&row)?;
-        return Ok(Some(Outcome::Interrupted));
-    }
-    if let Some(o) = g.signal(&run, iteration)? {
-        // The iteration did not happen for the file: a BLOCKED review keeps the story's
-        // reviewStatus and reviewCount.
-        if std::fs::read_to_string(&cfg.file).ok().as_deref() != Some(step.snapshot) {
-            restore_snapshot(cfg, git, rel, step.snapshot, iteration)?;
-        }
-        row.outcome = match o {
-            Outcome::Blocked { .. } => IterationOutcome::Blocked,
-            Outcome::Decide { .. } => IterationOutcome::Decide,
-            _ => IterationOutcome::Failed,
-        };
-        g.record(&row)?;
-        return Ok(Some(o));
-    }
-    let (claim, done) = judge(cfg, git, rel, step, &run, previous_error, events)?;
-    row.validation = match claim {
-        Claim::Accepted => ValidationResult::Passed,
-        Claim::Rejected | Claim::Tampered => ValidationResult::Failed,
-    };
-    let stuck = g.after_attempt(
-        claim,
-        head_before.as_deref(),
-        head_after.as_deref(),
-        run.timed_out,
-    );
-    row.outcome = match (&done, &stuck, claim) {
-        (Some(_), _, _) => IterationOutcome::Complete,
-        (None, Some(_), _) => IterationOutcome::Stuck,
-        (None, None, Claim::Rejected | Claim::Tampered) => IterationOutcome::Rejected,
-        (None, None, Claim::Accepted) => IterationOutcome::Continue,
-    };
-    g.record(&row)?;
-    Ok(done.or(stuck))
-}
-
-/// Check the file's changes against the mode's rules (a violation restores it); the claim,
-/// and the outcome when every story is done and the agent said so.
-fn judge(
-    cfg: &StoriesConfig,
-    git: &Git,
-    rel: &Path,
-    step: &Step<'_>,
-    run: &AgentRun,
-    previous_error: &mut Option<String>,
-    events: &WorklistSink,
-) -> Result<(Claim, Option<Outcome>), WorklistError> {
-    let (iteration, mode) = (step.iteration, step.mode);
-    let after_text = std::fs::read_to_string(&cfg.file).unwrap_or_default();
-    let verdict = stories_rules::parse(&after_text)
-        .map_err(|m| format!("{} is broken after the iteration: {m}", rel.display()))
-        .and_then(|after| {
-            stories_rules::check(mode, step.stories, &after, cfg.review).map(|c| (after, c))
+        let repo = cfg.workdir.clone();
+        let (snapshot, stories) = load(file)?;
+        Ok(StoriesSource {
+            rel: file.strip_prefix(&repo).unwrap_or(file).to_path_buf(),
+            evidence: TaskEvidence::new(&repo, EVIDENCE_ID, cfg.allow_test_changes, None)?,
+            prompts: LoopPrompts::load(&repo)?,
+            git: Git::new(&repo),
+            ws: Workspace::new(&repo),
+            file: file.clone(),
+            review: *review,
+            max_reviews: *max_reviews,
+            repo,
+            mode: None,
+            snapshot,
+            stories,
+            previous_error: None,
         })
-        .map_err(|reason| (reason, Claim::Rejected))
-        .and_then(|ok| {
-            let (failures, warnings) = step.evidence.check(EVIDENCE_ID, &cfg.repo, None);
-            warnings.into_iter().for_each(|w| events.warn(w));
-            if failures.is_empty() {
-                Ok(ok)
-            } else {
-                Err((super::verify::reason(&failures), Claim::Tampered))
+    }
+
+    /// The next iteration's mode (a story at the review cap approved by the harness first),
+    /// with the file as it is then. `None`: no story can start.
+    fn next_mode(&mut self, ctx: &EngineContext) -> Result<Option<Mode>, WorklistError> {
+        loop {
+            (self.snapshot, self.stories) = load(&self.file)?;
+            let Some(mode) = stories_rules::choose(&self.stories, self.review) else {
+                return Ok(None);
+            };
+            // The review cap: the harness approves, with a note.
+            if let Mode::Review(id) = &mode
+                && let Some(s) = self.stories.iter().find(|s| &s.id == id)
+                && s.review_count >= self.max_reviews
+            {
+                let reviews = s.review_count;
+                self.auto_approve(id, reviews)?;
+                ctx.events.work(WorkEvent::StoryAutoApproved {
+                    story_id: id.clone(),
+                    reviews: reviews as u32,
+                });
+                continue;
             }
+            return Ok(Some(mode));
+        }
+    }
+
+    /// Check the file's changes against the mode's rules (a violation restores it); the
+    /// claim, and whether the run is complete (every story done and the agent said so).
+    fn judge_file(
+        &mut self,
+        n: u32,
+        mode: &Mode,
+        words: &str,
+        ctx: &EngineContext,
+    ) -> Result<(Claim, bool), WorklistError> {
+        let after_text = std::fs::read_to_string(&self.file).unwrap_or_default();
+        let verdict = stories_rules::parse(&after_text)
+            .map_err(|m| format!("{} is broken after the iteration: {m}", self.rel.display()))
+            .and_then(|after| {
+                stories_rules::check(mode, &self.stories, &after, self.review).map(|c| (after, c))
+            })
+            .map_err(|reason| (reason, Claim::Rejected))
+            .and_then(|ok| {
+                let (failures, warnings) = self.evidence.check(EVIDENCE_ID, &self.repo, None);
+                warnings.into_iter().for_each(|w| ctx.events.warn(w));
+                if failures.is_empty() {
+                    Ok(ok)
+                } else {
+                    Err((super::verify::reason(&failures), Claim::Tampered))
+                }
+            });
+        let said_complete = matches!(
+            signals::scan(words, "COMPLETE").signal,
+            Some(Signal::Complete)
+        );
+        let (after, changes) = match verdict {
+            Err((reason, claim)) => {
+                self.restore(n)?;
+                ctx.events.work(WorkEvent::StoryRejected {
+                    iteration: n,
+                    mode: mode.name().into(),
+                    reason: reason.clone(),
+                });
+                self.previous_error = Some(format!(
+                    "Iteration {n} ({}) was rejected and {} was restored to how it was before it: {reason}",
+                    mode.name(),
+                    self.rel.display()
+                ));
+                return Ok((claim, false));
+            }
+            Ok(ok) => ok,
+        };
+        ctx.events.work(WorkEvent::StoryAccepted {
+            iteration: n,
+            mode: mode.name().into(),
+            changes,
         });
-    let said_complete = matches!(
-        signals::scan(&run.words, "COMPLETE").signal,
-        Some(Signal::Complete)
-    );
-    match verdict {
-        Err((reason, claim)) => {
-            restore_snapshot(cfg, git, rel, step.snapshot, iteration)?;
-            events.emit(WorklistEvent::StoryRejected {
-                iteration,
-                mode: mode.name().into(),
-                reason: reason.clone(),
-            });
-            *previous_error = Some(format!(
-                "Iteration {iteration} ({}) was rejected and {} was restored to how it was before it: {reason}",
-                mode.name(),
-                rel.display()
-            ));
-            Ok((claim, None))
+        self.previous_error = None;
+        // The accepted transition is work: committed (when the agent did not), so HEAD
+        // moves.
+        commit_file(
+            &self.git,
+            &self.rel,
+            &format!("taskdaemon: {} {} (iteration {n})", mode.name(), mode.story().unwrap_or("stories")),
+        )?;
+        let all_done = after.iter().all(|s| s.done(self.review));
+        if said_complete && !all_done {
+            self.previous_error = Some(self.reject_complete(n, &after, ctx));
         }
-        Ok((after, changes)) => {
-            events.emit(WorklistEvent::StoryAccepted {
-                iteration,
-                mode: mode.name().into(),
-                changes,
-            });
-            *previous_error = None;
-            let all_done = after.iter().all(|s| s.done(cfg.review));
-            if said_complete && all_done {
-                return Ok((Claim::Accepted, Some(Outcome::Complete { verified: true })));
-            }
-            if said_complete {
-                *previous_error = Some(reject_complete(events, cfg, iteration, &after));
-            }
-            Ok((Claim::Accepted, None))
+        Ok((Claim::Accepted, said_complete && all_done))
+    }
+
+    /// Put the stories file back as it was before a rejected iteration, and commit it.
+    fn restore(&self, n: u32) -> Result<(), WorklistError> {
+        if std::fs::read_to_string(&self.file).ok().as_deref() == Some(self.snapshot.as_str()) {
+            return Ok(());
         }
+        write_atomic(&self.file, self.snapshot.as_bytes()).map_err(WorklistError::io(&self.file))?;
+        commit_file(
+            &self.git,
+            &self.rel,
+            &format!(
+                "taskdaemon: restore {} (rejected iteration {n})",
+                self.rel.display()
+            ),
+        )
+    }
+
+    /// COMPLETE said while stories remain open: warn, and the note for the next prompt.
+    fn reject_complete(&self, n: u32, after: &[Story], ctx: &EngineContext) -> String {
+        let open: Vec<&str> = after
+            .iter()
+            .filter(|s| !s.done(self.review))
+            .map(|s| s.id.as_str())
+            .collect();
+        ctx.events.warn(format!(
+            "iteration {n}: COMPLETE rejected: not done: {}",
+            open.join(", ")
+        ));
+        format!(
+            "COMPLETE was said, but these stories are not done yet: {}",
+            open.join(", ")
+        )
+    }
+
+    /// The failure when stories remain but every one waits on a story that does not pass.
+    fn no_story_can_start(&self) -> Outcome {
+        let waiting: Vec<String> = self
+            .stories
+            .iter()
+            .filter(|s| !s.done(self.review))
+            .map(|s| format!("{} (depends on {})", s.id, s.depends_on.join(", ")))
+            .collect();
+        Outcome::Failed {
+            reason: format!(
+                "no story can start: {} wait on stories that do not pass\n  hint: fix `dependsOn` in {}",
+                waiting.join("; "),
+                self.file.display()
+            ),
+        }
+    }
+
+    fn auto_approve(&self, id: &str, reviews: u64) -> Result<(), WorklistError> {
+        auto_approve(&self.file, &self.git, &self.rel, id, reviews)
+    }
+
+    fn story_prompt(&self, mode: &Mode) -> String {
+        story_prompt(
+            &PromptInput {
+                rel: &self.rel,
+                review: self.review,
+                max_reviews: self.max_reviews,
+            },
+            &self.stories,
+            mode,
+            self.previous_error.as_deref(),
+        )
+    }
+
+    fn passing(&self) -> (usize, usize) {
+        let stories = load(&self.file).map(|(_, s)| s).unwrap_or_default();
+        (
+            stories.iter().filter(|s| s.done(self.review)).count(),
+            stories.len(),
+        )
+    }
+}
+
+impl WorkSource for StoriesSource {
+    async fn start(
+        &mut self,
+        _st: &mut RunState,
+        _resumed: bool,
+        ctx: &EngineContext,
+        _cancel: &CancellationToken,
+    ) -> Result<Option<Outcome>, EngineError> {
+        self.git.ensure_excluded(&[".ralph/stories-logs/"])?;
+        self.evidence.record(EVIDENCE_ID, "")?;
+        if self.evidence.allow {
+            ctx.events.warn("--allow-test-changes: the evidence protection is OFF for this run: deleted or skipped tests are only warned about");
+        }
+        Ok(None)
+    }
+
+    async fn next(
+        &mut self,
+        st: &mut RunState,
+        n: u32,
+        ctx: &EngineContext,
+        _cancel: &CancellationToken,
+    ) -> Result<Next, EngineError> {
+        let Some(mode) = self.next_mode(ctx)? else {
+            let (passing, total) = self.passing();
+            return Ok(Next::Done(if passing == total {
+                Outcome::Complete { verified: true }
+            } else {
+                self.no_story_can_start()
+            }));
+        };
+        let decision = self.ws.read_decide()?.and_then(|d| {
+            d.answer
+                .map(|a| format!("Question: {}\nAnswer: {a}", d.question))
+        });
+        let text = with_rules(
+            self.story_prompt(&mode),
+            &self.evidence.rules(EVIDENCE_ID),
+        );
+        let loop_name = loop_type(&mode);
+        let prompt = self.prompts.render(
+            loop_name,
+            &PromptVars {
+                task: &text,
+                decision: decision.as_deref(),
+                iteration: n,
+                max_iterations: st.config.max_iterations,
+                workdir: &self.repo,
+            },
+        )?;
+        let prompt_file = self.ws.prompt_file(n);
+        ctx.events.work(WorkEvent::StoryIteration {
+            iteration: n,
+            mode: mode.name().into(),
+            story_id: mode.story().map(str::to_string),
+            prompt_file: prompt_file.display().to_string(),
+        });
+        let member = Member {
+            label: Some(mode.story().unwrap_or("stories").to_string()),
+            mode: mode.name().to_string(),
+            cwd: self.repo.clone(),
+            prompt,
+            prompt_file,
+            log: self.ws.iteration_log(n),
+            env: vec![
+                ("TASKDAEMON_STORIES_FILE".into(), self.file.clone().into()),
+                ("TASKDAEMON_STORY_MODE".into(), mode.name().into()),
+                (
+                    "TASKDAEMON_STORY_ID".into(),
+                    mode.story().unwrap_or("").into(),
+                ),
+            ],
+            system_prompt: None,
+            notes: vec![format!("stories: {} {}", mode.name(), mode.story().unwrap_or(""))],
+        };
+        self.mode = Some(mode);
+        Ok(Next::Work(Unit {
+            members: vec![member],
+            answered: decision.is_some(),
+        }))
+    }
+
+    async fn judge(
+        &mut self,
+        _st: &mut RunState,
+        n: u32,
+        _unit: &Unit,
+        done: &mut [Finished],
+        _head: Option<String>,
+        ctx: &EngineContext,
+        _cancel: &CancellationToken,
+    ) -> Result<Judged, EngineError> {
+        let (Some(mode), Some(f)) = (self.mode.clone(), done.first()) else {
+            return Ok(Judged::default());
+        };
+        let words = f.run.parsed.words.clone();
+        let mut j = Judged::default();
+        match signals::scan(&words, "COMPLETE").signal {
+            Some(s @ (Signal::Blocked(_) | Signal::Decide(_))) => {
+                // The iteration did not happen for the file: a BLOCKED review keeps the
+                // story's reviewStatus and reviewCount.
+                self.restore(n)?;
+                j.signal = Some(s);
+                j.members = vec![MemberVerdict::default()];
+            }
+            _ => {
+                let (claim, complete) = if f.run.agent.timed_out || f.no_work.is_some() {
+                    self.restore(n)?;
+                    (Claim::Rejected, false)
+                } else {
+                    self.judge_file(n, &mode, &words, ctx)?
+                };
+                j.work = Some(WorkVerdict { claim, complete });
+                j.members = vec![MemberVerdict {
+                    claim: Some(claim),
+                    commit: None,
+                }];
+            }
+        }
+        j.head_after = self.git.head()?;
+        Ok(j)
+    }
+
+    fn abandon(&mut self, _: &Unit, _: &[usize], _: &EngineContext) -> Result<(), EngineError> {
+        if let Some(mode) = &self.mode {
+            let _ = mode;
+            // A member that waits runs again on the file as it was.
+            if std::fs::read_to_string(&self.file).ok().as_deref() != Some(self.snapshot.as_str()) {
+                write_atomic(&self.file, self.snapshot.as_bytes())
+                    .map_err(WorklistError::io(&self.file))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn settle(
+        &mut self,
+        _: &mut RunState,
+        _: &Decision,
+        _: &EngineContext,
+    ) -> Result<Option<Outcome>, EngineError> {
+        Ok(None)
+    }
+
+    fn finish(
+        &mut self,
+        _st: &RunState,
+        outcome: &Outcome,
+        _ctx: &EngineContext,
+    ) -> Result<Ending, EngineError> {
+        let (_, total) = self.passing();
+        let detail = match outcome {
+            Outcome::Complete { .. } => format!("COMPLETE: all {total} stories pass"),
+            Outcome::LimitReached {
+                limit: Limit::MaxIterations,
+            } => "max iterations reached before every story passed\n  hint: run `taskdaemon stories` again (it continues from the file), or raise --max-iterations".into(),
+            Outcome::LimitReached { limit } => super::limit_detail(*limit, "stories"),
+            o @ (Outcome::Blocked { .. } | Outcome::Decide { .. } | Outcome::Stuck { .. }) => {
+                super::stop_detail(o, "stories").unwrap_or_default()
+            }
+            Outcome::Interrupted => "interrupted; the file keeps every accepted change. Run `taskdaemon stories` again to continue".into(),
+            other => other.detail(),
+        };
+        Ok(Ending {
+            detail: Some(detail),
+        })
+    }
+
+    fn tally(&self) -> Option<WorkTally> {
+        let (done, total) = self.passing();
+        Some(WorkTally {
+            unit: WorkUnit::Stories,
+            done: done as u32,
+            total: total as u32,
+        })
+    }
+
+    fn describe(&self, _resumed: bool) -> Option<String> {
+        let (passing, total) = self.passing();
+        Some(format!(
+            "stories {} · {passing} of {total} pass · {}",
+            self.file.display(),
+            if self.review {
+                format!("review cycle (at most {} reviews a story)", self.max_reviews)
+            } else {
+                "no review".into()
+            }
+        ))
+    }
+
+    fn finished(&mut self, outcome: &Outcome, detail: &str, ctx: &EngineContext) {
+        let (passing, stories) = self.passing();
+        ctx.events.work(WorkEvent::StoriesFinished {
+            outcome: outcome.label().into(),
+            exit_code: outcome.exit_code(),
+            detail: detail.to_string(),
+            passing,
+            stories,
+        });
     }
 }
 
@@ -381,145 +488,19 @@ fn loop_type(mode: &Mode) -> &'static str {
     }
 }
 
-/// The failure when stories remain but every one waits on a story that does not pass.
-fn no_story_can_start(cfg: &StoriesConfig, stories: &[Story]) -> Outcome {
-    let waiting: Vec<String> = stories
-        .iter()
-        .filter(|s| !s.done(cfg.review))
-        .map(|s| format!("{} (depends on {})", s.id, s.depends_on.join(", ")))
-        .collect();
-    Outcome::Failed {
-        reason: format!(
-            "no story can start: {} wait on stories that do not pass\n  hint: fix `dependsOn` in {}",
-            waiting.join("; "),
-            cfg.file.display()
-        ),
-    }
-}
-
-/// The agent run of one iteration in `mode`.
-fn story_job(
-    cfg: &StoriesConfig,
-    contract: JobContract,
-    mode: &Mode,
-    iteration: u32,
-    prompt: String,
-    log: PathBuf,
-) -> AgentJob {
-    AgentJob {
-        setup: cfg.setup.clone(),
-        label: mode.story().unwrap_or("stories").to_string(),
-        cwd: cfg.repo.clone(),
-        prompt,
-        env: vec![
-            ("TASKDAEMON_STORIES_FILE".into(), cfg.file.clone().into()),
-            ("TASKDAEMON_STORY_MODE".into(), mode.name().into()),
-            (
-                "TASKDAEMON_STORY_ID".into(),
-                mode.story().unwrap_or("").into(),
-            ),
-            ("TASKDAEMON_ITERATION".into(), iteration.to_string().into()),
-        ],
-        log,
-        contract,
-    }
-}
-
-/// Put the stories file back as it was before a rejected iteration, and commit it.
-fn restore_snapshot(
-    cfg: &StoriesConfig,
-    git: &Git,
-    rel: &Path,
-    snapshot: &str,
-    iteration: u32,
-) -> Result<(), WorklistError> {
-    write_atomic(&cfg.file, snapshot.as_bytes()).map_err(WorklistError::io(&cfg.file))?;
-    commit_file(
-        git,
-        rel,
-        &format!(
-            "taskdaemon: restore {} (rejected iteration {iteration})",
-            rel.display()
-        ),
-    )
-}
-
-/// COMPLETE said while stories remain open: warn, and the note for the next prompt.
-fn reject_complete(
-    events: &WorklistSink,
-    cfg: &StoriesConfig,
-    iteration: u32,
-    after: &[Story],
-) -> String {
-    let open: Vec<&str> = after
-        .iter()
-        .filter(|s| !s.done(cfg.review))
-        .map(|s| s.id.as_str())
-        .collect();
-    let note = format!(
-        "COMPLETE was said, but these stories are not done yet: {}",
-        open.join(", ")
-    );
-    events.warn(format!(
-        "iteration {iteration}: COMPLETE rejected: not done: {}",
-        open.join(", ")
-    ));
-    note
-}
-
-fn finish(
-    events: &WorklistSink,
-    g: &Guards,
-    outcome: Outcome,
-    stories: &[Story],
-    review: bool,
-) -> StoriesResult {
-    let passing = stories.iter().filter(|s| s.done(review)).count();
-    let detail = match &outcome {
-        Outcome::Complete { .. } => format!("COMPLETE: all {} stories pass", stories.len()),
-        Outcome::LimitReached {
-            limit: Limit::MaxIterations,
-        } => {
-            "max iterations reached before every story passed\n  hint: run `taskdaemon stories` again (it continues from the file), or raise --max-iterations".into()
-        }
-        Outcome::LimitReached { limit } => limit_detail(*limit, "stories"),
-            o @ (Outcome::Blocked { .. } | Outcome::Decide { .. } | Outcome::Stuck { .. }) => {
-                stop_detail(o, "stories").unwrap_or_default()
-            }
-        Outcome::Interrupted => "interrupted; the file keeps every accepted change. Run `taskdaemon stories` again to continue".into(),
-        other => other.detail(),
-    };
-    // The summary block first: the loop's own event stays the last one.
-    events.emit(WorklistEvent::RunFinished {
-        summary: g.summary(&outcome, detail.clone()),
-    });
-    events.emit(WorklistEvent::StoriesFinished {
-        outcome: outcome.label().into(),
-        exit_code: outcome.exit_code(),
-        detail,
-        passing,
-        stories: stories.len(),
-    });
-    StoriesResult {
-        outcome,
-        passing,
-        stories: stories.len(),
-    }
-}
-
 /// Approve `id` in the file (keeping every other byte's meaning), with a note.
 fn auto_approve(
-    cfg: &StoriesConfig,
+    file: &Path,
     git: &Git,
     rel: &Path,
     id: &str,
     reviews: u64,
 ) -> Result<(), WorklistError> {
-    let text = std::fs::read_to_string(&cfg.file).map_err(WorklistError::io(&cfg.file))?;
+    let text = std::fs::read_to_string(file).map_err(WorklistError::io(file))?;
     let mut doc: Value = serde_json::from_str(&text)
-        .map_err(|e| WorklistError::Invalid(format!("{}: {e}", cfg.file.display())))?;
+        .map_err(|e| WorklistError::Invalid(format!("{}: {e}", file.display())))?;
     let arr = stories_rules::stories_array_mut(&mut doc)
-        .ok_or_else(|| WorklistError::Invalid(format!("{}: no stories", cfg.file.display())))?;
+        .ok_or_else(|| WorklistError::Invalid(format!("{}: no stories", file.display())))?;
     for s in arr.iter_mut() {
         if s.get("id").and_then(Value::as_str) == Some(id)
             && let Some(o) = s.as_object_mut()
@@ -537,7 +518,7 @@ fn auto_approve(
     let mut out =
         serde_json::to_string_pretty(&doc).map_err(|e| WorklistError::Invalid(e.to_string()))?;
     out.push('\n');
-    write_atomic(&cfg.file, out.as_bytes()).map_err(WorklistError::io(&cfg.file))?;
+    write_atomic(file, out.as_bytes()).map_err(WorklistError::io(file))?;
     commit_file(
         git,
         rel,
@@ -616,13 +597,20 @@ fn with_rules(prompt: String, rules: &str) -> String {
     }
 }
 
+/// What the story prompt needs to know of the run.
+struct PromptInput<'a> {
+    rel: &'a Path,
+    review: bool,
+    max_reviews: u64,
+}
+
 fn story_prompt(
-    cfg: &StoriesConfig,
-    rel: &Path,
+    cfg: &PromptInput<'_>,
     stories: &[Story],
     mode: &Mode,
     previous_error: Option<&str>,
 ) -> String {
+    let rel = cfg.rel;
     let file = rel.display();
     let mut p = String::new();
     let story = mode

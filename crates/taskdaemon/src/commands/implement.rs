@@ -7,13 +7,12 @@ use std::time::Duration;
 
 use clap::Args;
 use taskdaemon_core::config::Dur;
-use taskdaemon_core::worklist::{self, ImplementConfig};
+use taskdaemon_core::worklist::{self, config::TasksRun};
 
 use super::Ctx;
-use super::util::worklist::{
-    AgentFlags, LimitFlags, check_agent, drive, repo_of, spec_dir, take_over_worklist, worklist_err,
-};
-use super::util::{dur, hold_for_loop};
+use super::util::worklist::{layers, repo_of, run_worklist, spec_dir, verify_warnings, worklist_err};
+use super::util::{LoopFlags, dur};
+use crate::cli::user;
 
 const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
@@ -33,7 +32,8 @@ An agent may end its answer with <promise>BLOCKED: reason</promise> (.ralph/bloc
 `taskdaemon unblock` then run again) or <promise>DECIDE: question</promise> (.ralph/decide.txt, \
 exit 3; `taskdaemon answer \"…\"` then run again: the answer goes into the next prompt). Every \
 agent invocation adds a row to .ralph/logs/summary.csv (mode implement or qa).\n\n\
-Exit codes: 0 ALL_TASKS_COMPLETE, 1 a limit (iterations, --max-cost, --max-runtime), 2 blocked, 3 decide, 4 stuck, 5 a task kept failing or the agents stalled, 64 usage, 130 interrupted or cancelled.")]
+The loop is the engine's, as `run`'s: a usage limit waits for its reset and retries the same attempt (--on-usage-limit, --max-wait, --pause-at-usage), overloads back off (--retry-backoff, --max-retries), a quiet agent is reported (--quiet-warning), and the run resumes where it stopped.\n\n\
+Exit codes: 0 ALL_TASKS_COMPLETE, 1 a limit (iterations, --max-cost, --max-runtime) or an agent failure that would not end, 4 stuck (--max-stuck iterations in a row without a new commit), 2 blocked, 3 decide, 4 stuck, 5 a task kept failing or the agents stalled, 64 usage, 130 interrupted or cancelled.")]
 pub struct ImplementArgs {
     /// The spec directory with tasks.md [default: specs/<name> from specs/.current-spec, else the current directory].
     #[arg(value_name = "SPEC_DIR")]
@@ -42,9 +42,7 @@ pub struct ImplementArgs {
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub max_task_iterations: u32,
     #[command(flatten)]
-    pub agent: AgentFlags,
-    #[command(flatten)]
-    pub limits: LimitFlags,
+    pub flags: LoopFlags,
     /// Time limit of a task's Verify command [default: 10m].
     #[arg(long, value_name = "DUR", value_parser = dur)]
     pub verify_timeout: Option<Dur>,
@@ -58,32 +56,22 @@ pub fn run(args: ImplementArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let repo = repo_of(&spec)?;
     // Everything that can be wrong is checked before anything changes.
     worklist::coordinator::preflight(&spec, &repo).map_err(worklist_err)?;
-    let setup = args.agent.resolve(&spec, ctx)?;
-    let limits = args.limits.limits()?;
-    let verify = verify_commands(&spec);
-    check_agent(&setup, &verify, &repo)?;
-    let _lock = worklist::lock::acquire(&spec).map_err(worklist_err)?;
-    // No snapshot rollback may change the work tree under the loop.
-    let _no_rollback = hold_for_loop(&repo)?;
-    take_over_worklist(&spec, &setup)?;
-    let allow_test_changes = args.limits.allow_test_changes(&repo, ctx)?;
-    let cfg = ImplementConfig {
-        allow_test_changes,
-        spec_dir: spec,
-        repo,
-        setup,
+    let (settings, registry) = layers(&repo, &args.flags, ctx)?;
+    let text = std::fs::read(spec.join(worklist::coordinator::TASKS_FILE)).unwrap_or_default();
+    let tasks = worklist::tasks_md::parse(&String::from_utf8_lossy(&text));
+    let run = TasksRun {
+        spec_dir: spec.clone(),
         max_task_iterations: args.max_task_iterations,
-        limits,
         verify_timeout: Some(
             args.verify_timeout
                 .map(|d| d.0)
                 .unwrap_or(DEFAULT_VERIFY_TIMEOUT),
         ),
+        tasks: tasks.len(),
     };
-    let result = drive(args.json, |events, cancel| async move {
-        worklist::implement(&cfg, &events, &cancel).await
-    })?;
-    Ok(result.outcome.exit_code())
+    let cfg = worklist::config::tasks_config(&repo, &run, &settings, &registry).map_err(user)?;
+    verify_warnings(&verify_commands(&spec), &repo);
+    run_worklist(&repo, &spec, cfg, args.json)
 }
 
 /// The Verify commands of the tasks still open.

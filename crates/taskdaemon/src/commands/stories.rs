@@ -4,13 +4,12 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use taskdaemon_core::worklist::stories::{default_max_iterations, load};
-use taskdaemon_core::worklist::{self, StoriesConfig};
+use taskdaemon_core::worklist::config::StoriesRun;
+use taskdaemon_core::worklist::stories::load;
 
 use super::Ctx;
-use super::util::worklist::{
-    AgentFlags, LimitFlags, check_agent, drive, repo_of, take_over_worklist, worklist_err,
-};
+use super::util::LoopFlags;
+use super::util::worklist::{layers, repo_of, run_worklist, worklist_err};
 use crate::cli::user;
 
 #[derive(Debug, Args)]
@@ -29,7 +28,7 @@ says <promise>COMPLETE</promise> and every story passes (and is approved).\n\n\
 BLOCKED and DECIDE promises stop the loop as in `implement` (exit 2 and 3; a blocked iteration \
 leaves the stories file as it was). Every agent invocation adds a row to .ralph/logs/summary.csv with \
 its mode (implement, review, review-fix).\n\n\
-Exit codes: 0 complete, 1 a limit (iterations, --max-cost, --max-runtime), 2 blocked, 3 decide, 4 stuck (--max-stuck rejected iterations without a commit), 5 no story can start, 64 usage, 130 interrupted.")]
+Exit codes: 0 complete, 1 a limit (iterations, --max-cost, --max-runtime), 2 blocked, 3 decide, 4 stuck (--max-stuck iterations in a row without a new commit; an accepted transition of the file is committed), 5 no story can start, 64 usage, 130 interrupted.")]
 pub struct StoriesArgs {
     /// The stories file [default: tasks.json, else prd.json].
     #[arg(value_name = "FILE")]
@@ -44,9 +43,7 @@ pub struct StoriesArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_iterations: Option<u32>,
     #[command(flatten)]
-    pub agent: AgentFlags,
-    #[command(flatten)]
-    pub limits: LimitFlags,
+    pub flags: LoopFlags,
     /// One JSON event per line on stdout.
     #[arg(long)]
     pub json: bool,
@@ -71,27 +68,15 @@ pub fn run(args: StoriesArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let file = file.canonicalize().unwrap_or(file);
     let dir = file.parent().map(|p| p.to_path_buf()).unwrap_or(cwd);
     let repo = repo_of(&dir)?;
-    let setup = args.agent.resolve(&dir, ctx)?;
-    let limits = args.limits.limits()?;
-    check_agent(&setup, &[], &repo)?;
-    let review = !args.skip_review;
-    let _no_rollback = super::util::hold_for_loop(&repo)?;
-    take_over_worklist(&file, &setup)?;
-    let allow_test_changes = args.limits.allow_test_changes(&repo, ctx)?;
-    let cfg = StoriesConfig {
-        allow_test_changes,
-        file,
-        repo,
-        setup,
-        review,
-        limits,
+    let (settings, registry) = layers(&repo, &args.flags, ctx)?;
+    let run = StoriesRun {
+        file: file.clone(),
+        review: !args.skip_review,
         max_reviews: args.max_reviews,
-        max_iterations: args
-            .max_iterations
-            .unwrap_or_else(|| default_max_iterations(stories.len(), args.max_reviews, review)),
+        max_iterations: args.max_iterations,
+        stories: stories.len(),
     };
-    let result = drive(args.json, |events, cancel| async move {
-        worklist::run_stories(&cfg, &events, &cancel).await
-    })?;
-    Ok(result.outcome.exit_code())
+    let cfg = taskdaemon_core::worklist::config::stories_config(&repo, &run, &settings, &registry)
+        .map_err(user)?;
+    run_worklist(&repo, &file, cfg, args.json)
 }

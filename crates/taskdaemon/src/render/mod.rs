@@ -103,6 +103,7 @@ impl Renderer {
                 validate,
                 resumed,
                 sandbox,
+                work,
             } => {
                 self.status.agent = agent.clone();
                 self.status.max = max_iterations;
@@ -112,11 +113,17 @@ impl Renderer {
                 } else {
                     "starting".into()
                 };
+                let what = match work {
+                    Some(w) => w,
+                    None => format!(
+                        "loop {loop_type} · {}",
+                        validate
+                            .map(|v| format!("validate `{v}`"))
+                            .unwrap_or_else(|| "no validation".into())
+                    ),
+                };
                 self.note(&format!(
-                    "run {run_id} {start} · loop {loop_type} · agent {agent} · {} · sandbox {sandbox} · in {workdir}",
-                    validate
-                        .map(|v| format!("validate `{v}`"))
-                        .unwrap_or_else(|| "no validation".into())
+                    "run {run_id} {start} · {what} · agent {agent} · sandbox {sandbox} · at most {max_iterations} iterations · in {workdir}"
                 ));
             }
             EngineEvent::Warning { message } => self.note(&format!("warning: {message}")),
@@ -162,31 +169,39 @@ impl Renderer {
                 self.status.active = true;
                 self.note(&format!("── iteration {iteration}/{max_iterations} ──"));
             }
-            EngineEvent::Agent { activity, .. } => match activity {
-                Activity::Text { text } => {
-                    self.status.last = text
-                        .lines()
-                        .last()
-                        .unwrap_or_default()
-                        .chars()
-                        .take(60)
-                        .collect();
-                    self.out(&text);
+            EngineEvent::Agent {
+                activity, member, ..
+            } => {
+                let tag = member.map(|m| format!("[{m}] ")).unwrap_or_default();
+                match activity {
+                    Activity::Text { text } => {
+                        self.status.last = text
+                            .lines()
+                            .last()
+                            .unwrap_or_default()
+                            .chars()
+                            .take(60)
+                            .collect();
+                        let lines: Vec<String> =
+                            text.lines().map(|l| format!("{tag}{l}")).collect();
+                        self.out(&lines.join("\n"));
+                    }
+                    Activity::ToolCall { name, detail } => {
+                        self.status.last = format!("{name} {detail}").chars().take(60).collect();
+                        self.out(&format!(
+                            "{tag}  → {name}{}",
+                            if detail.is_empty() {
+                                String::new()
+                            } else {
+                                format!(": {detail}")
+                            }
+                        ));
+                    }
+                    Activity::Other { text } => self.out(&format!("{tag}{text}")),
                 }
-                Activity::ToolCall { name, detail } => {
-                    self.status.last = format!("{name} {detail}").chars().take(60).collect();
-                    self.out(&format!(
-                        "  → {name}{}",
-                        if detail.is_empty() {
-                            String::new()
-                        } else {
-                            format!(": {detail}")
-                        }
-                    ));
-                }
-                Activity::Other { text } => self.out(&text),
-            },
+            }
             EngineEvent::AgentFinished {
+                member,
                 exit_code,
                 timed_out,
                 interrupted,
@@ -207,7 +222,8 @@ impl Renderer {
                     ""
                 };
                 self.note(&format!(
-                    "agent exited {exit_code}{how} after {}, {tool_calls} tool calls{}",
+                    "{}agent exited {exit_code}{how} after {}, {tool_calls} tool calls{}",
+                    member.map(|m| format!("task {m}: ")).unwrap_or_default(),
                     format_duration(Duration::from_millis(duration_ms)),
                     cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default()
                 ));
@@ -299,6 +315,11 @@ impl Renderer {
                 self.status.active = false;
                 self.clear_status();
                 self.out(&summary_block(&summary));
+            }
+            EngineEvent::Work(w) => {
+                if let Some(text) = worklist::describe(&w) {
+                    self.note(&text);
+                }
             }
         }
     }

@@ -3,14 +3,24 @@
 use std::time::Duration;
 
 use taskdaemon_core::duration::format_duration;
-use taskdaemon_core::telemetry::RunSummary;
+use taskdaemon_core::telemetry::{RunSummary, WorkUnit};
 
 pub fn summary_block(s: &RunSummary) -> String {
     let d = |ms: u64| format_duration(Duration::from_millis(ms));
-    let stories = s
-        .stories
-        .map(|(c, t)| format!("{c}/{t} complete"))
-        .unwrap_or_else(|| "n/a (no prd.json or tasks.json)".into());
+    // Only a loop with a list has its line: `Tasks:` or `Stories:`.
+    let work = s
+        .work
+        .map(|w| {
+            let name = match w.unit {
+                WorkUnit::Tasks => "Tasks:      ",
+                WorkUnit::Stories => "Stories:    ",
+            };
+            format!("{name} {}/{} {}\n", w.done, w.total, match w.unit {
+                WorkUnit::Tasks => "done",
+                WorkUnit::Stories => "complete",
+            })
+        })
+        .unwrap_or_default();
     let cost = match s.cost_usd {
         Some(c) => format!("${c:.4}"),
         None => "not reported by this agent".into(),
@@ -20,8 +30,7 @@ pub fn summary_block(s: &RunSummary) -> String {
 Exit:        {} (code {}): {}\n\
 Iterations:  {} / {}\n\
 Duration:    {}\n\
-Stories:     {stories}\n\
-Avg/iter:    {}\n\
+{work}Avg/iter:    {}\n\
 Stuck iters: {}\n\
 Cost:        {cost} · tokens {} in / {} out\n\
 Log:         {}\n\

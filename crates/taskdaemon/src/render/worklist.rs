@@ -1,65 +1,19 @@
-//! Rendering of work-list events: agent output on stdout (prefixed with its task),
-//! `taskdaemon:` notes on stderr; or `--json`, one event per line on stdout.
+//! The notes for people of the work lists' own events (tasks, groups, stories); the
+//! engine's renderer (`render/mod.rs`) shows them with every other event.
 
-use std::io::Write;
-
-use taskdaemon_core::worklist::WorklistEvent;
-use tokio::sync::mpsc::UnboundedReceiver;
-
-pub async fn run(json: bool, mut rx: UnboundedReceiver<WorklistEvent>) {
-    while let Some(ev) = rx.recv().await {
-        if json {
-            if let Ok(line) = serde_json::to_string(&ev) {
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "{line}");
-                let _ = out.flush();
-            }
-            continue;
-        }
-        if let WorklistEvent::RunFinished { summary } = &ev {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{}", super::summary::summary_block(summary));
-            let _ = out.flush();
-        } else if let Some(text) = describe(&ev) {
-            let _ = writeln!(std::io::stderr().lock(), "taskdaemon: {text}");
-        } else if let WorklistEvent::AgentOutput { task_id, text } = &ev {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "[{task_id}] {text}");
-            let _ = out.flush();
-        }
-    }
-}
+use taskdaemon_core::engine::events::WorkEvent;
 
 /// The note for people, for events that have one.
-fn describe(ev: &WorklistEvent) -> Option<String> {
+pub fn describe(ev: &WorkEvent) -> Option<String> {
     Some(match ev {
-        WorklistEvent::ImplementStarted {
-            spec_dir,
-            agent,
-            total_tasks,
-            done_tasks,
-            max_iterations,
-            max_task_iterations,
-            resumed,
-            sandbox,
-            ..
-        } => format!(
-            "implement {spec_dir} · {} · {done_tasks} of {total_tasks} tasks done · agent {agent} · sandbox {sandbox} · at most {max_task_iterations} attempts per task, {max_iterations} iterations",
-            if *resumed {
-                "resuming from .ralph-state.json"
-            } else {
-                "starting"
-            }
-        ),
-        WorklistEvent::Warning { message } => format!("warning: {message}"),
-        WorklistEvent::GroupStarted {
+        WorkEvent::GroupStarted {
             iteration,
             task_ids,
         } => format!(
             "iteration {iteration}: parallel group {} (one worktree each)",
             task_ids.join(", ")
         ),
-        WorklistEvent::TaskStarted {
+        WorkEvent::TaskStarted {
             iteration,
             task_id,
             title,
@@ -70,20 +24,7 @@ fn describe(ev: &WorklistEvent) -> Option<String> {
         } => format!(
             "iteration {iteration}: task {task_id} {title} ({role}, attempt {attempt} of {max_attempts})"
         ),
-        WorklistEvent::AgentOutput { .. } | WorklistEvent::RunFinished { .. } => return None,
-        WorklistEvent::AgentFinished {
-            task_id,
-            exit_code,
-            timed_out,
-            interrupted,
-            duration_ms,
-        } => format!(
-            "task {task_id}: agent exited with {exit_code} after {:.1}s{}{}",
-            *duration_ms as f64 / 1000.0,
-            if *timed_out { " (timed out)" } else { "" },
-            if *interrupted { " (interrupted)" } else { "" }
-        ),
-        WorklistEvent::VerifyCommand {
+        WorkEvent::VerifyCommand {
             task_id,
             command,
             passed,
@@ -96,23 +37,23 @@ fn describe(ev: &WorklistEvent) -> Option<String> {
                 format!("failed (exit {exit_code})")
             }
         ),
-        WorklistEvent::TaskCompleted {
+        WorkEvent::TaskCompleted {
             task_id, commits, ..
         } => format!(
             "task {task_id}: verified complete ({} commit(s))",
             commits.len()
         ),
-        WorklistEvent::TaskRejected {
+        WorkEvent::TaskRejected {
             task_id,
             attempt,
             reason,
             ..
         } => format!("task {task_id}: attempt {attempt} rejected:\n{reason}"),
-        WorklistEvent::ProgressMerged { task_ids } => format!(
+        WorkEvent::ProgressMerged { task_ids } => format!(
             "merged the progress of {} into .progress.md",
             task_ids.join(", ")
         ),
-        WorklistEvent::ImplementFinished {
+        WorkEvent::ImplementFinished {
             outcome,
             detail,
             stopped_at,
@@ -124,19 +65,7 @@ fn describe(ev: &WorklistEvent) -> Option<String> {
                 .map(|t| format!(" (stopped at task {t})"))
                 .unwrap_or_default()
         ),
-        WorklistEvent::StoriesStarted {
-            file,
-            agent,
-            stories,
-            passing,
-            review,
-            max_iterations,
-            sandbox,
-        } => format!(
-            "stories {file} · {passing} of {stories} pass · agent {agent} · sandbox {sandbox} · review {} · at most {max_iterations} iterations",
-            if *review { "on" } else { "skipped" }
-        ),
-        WorklistEvent::StoryIteration {
+        WorkEvent::StoryIteration {
             iteration,
             mode,
             story_id,
@@ -148,10 +77,10 @@ fn describe(ev: &WorklistEvent) -> Option<String> {
                 .map(|s| format!(" {s}"))
                 .unwrap_or_default()
         ),
-        WorklistEvent::StoryRejected {
+        WorkEvent::StoryRejected {
             iteration, reason, ..
         } => format!("iteration {iteration} rejected, file restored: {reason}"),
-        WorklistEvent::StoryAccepted {
+        WorkEvent::StoryAccepted {
             iteration, changes, ..
         } => format!(
             "iteration {iteration} accepted{}",
@@ -161,10 +90,10 @@ fn describe(ev: &WorklistEvent) -> Option<String> {
                 format!(": {}", changes.join("; "))
             }
         ),
-        WorklistEvent::StoryAutoApproved { story_id, reviews } => format!(
+        WorkEvent::StoryAutoApproved { story_id, reviews } => format!(
             "{story_id} reached the review cap ({reviews} reviews): approved by the harness, with a note"
         ),
-        WorklistEvent::StoriesFinished {
+        WorkEvent::StoriesFinished {
             outcome, detail, ..
         } => format!("{outcome}: {detail}"),
     })

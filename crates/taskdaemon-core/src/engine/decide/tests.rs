@@ -246,19 +246,36 @@ fn feedback_and_csv_labels() {
 }
 
 #[test]
-fn work_source_stuck_rule() {
-    let (n, o) = stuck_rule(Claim::Rejected, 1, Some("a"), Some("a"), false, 2);
-    assert_eq!((n, o.map(|o| o.exit_code())), (2, Some(4)));
-    let (n, o) = stuck_rule(Claim::Rejected, 1, Some("a"), Some("b"), false, 2);
-    assert_eq!((n, o), (0, None));
-    let (n, _) = stuck_rule(Claim::Accepted, 5, Some("a"), Some("a"), false, 9);
-    assert_eq!(n, 0);
-    let (n, _) = stuck_rule(Claim::Rejected, 0, Some("a"), Some("b"), true, 9);
-    assert_eq!(n, 1, "a timed-out attempt is no progress");
-    let (n, o) = stuck_rule(Claim::Tampered, 1, Some("a"), Some("b"), false, 2);
+fn a_work_list_follows_the_commit_based_stuck_rule() {
+    let work = |claim, complete, before: &str, after: &str| Evidence {
+        work: Some(WorkVerdict { claim, complete }),
+        head_before: Some(before.into()),
+        head_after: Some(after.into()),
+        ..ev()
+    };
+    let c = |stuck| Counters {
+        stuck,
+        ..Counters::default()
+    };
+    let mut p = policy();
+    p.max_stuck = 2;
+    let d = decide(&work(Claim::Rejected, false, "a", "a"), &c(1), &p);
+    assert_eq!(d.run_outcome.map(|o| o.exit_code()), Some(4));
+    let d = decide(&work(Claim::Accepted, false, "a", "a"), &c(1), &p);
     assert_eq!(
-        (n, o.map(|o| o.exit_code())),
-        (2, Some(4)),
+        d.run_outcome.map(|o| o.exit_code()),
+        Some(4),
+        "accepted without a commit is no progress (spec 2 §2)"
+    );
+    let d = decide(&work(Claim::Rejected, false, "a", "b"), &c(1), &p);
+    assert_eq!((d.counters.stuck, d.outcome), (0, IterationOutcome::Rejected));
+    let d = decide(&work(Claim::Tampered, false, "a", "b"), &c(1), &p);
+    assert_eq!(
+        d.run_outcome.map(|o| o.exit_code()),
+        Some(4),
         "a commit that changed the evidence is no progress"
     );
+    let d = decide(&work(Claim::Accepted, true, "a", "b"), &c(1), &p);
+    assert_eq!(d.outcome, IterationOutcome::Complete);
+    assert_eq!(d.validation.label(), "true");
 }

@@ -13,7 +13,7 @@ use taskdaemon_core::agent::tracked::Leftover;
 use taskdaemon_core::config::{self, Dur, Settings};
 use taskdaemon_core::duration::parse_duration;
 use taskdaemon_core::engine::{
-    Begin, EngineContext, EventSink, Outcome, RunConfig, RunState, exit_code, run_loop,
+    Begin, EngineContext, EventSink, Outcome, RunConfig, RunState, exit_code,
 };
 use taskdaemon_core::git::snapshot::Snapshots;
 use taskdaemon_core::lifecycle::TaskEnd;
@@ -30,27 +30,16 @@ pub mod worklist;
 use super::print_json;
 use crate::cli::user;
 use crate::render::Renderer;
-/// The options of a run, shared by `run` and `task`.
+/// The options of every loop (`run`, `task`, `implement`, `stories`): the agent, its
+/// limits, what its failures do, the sandbox.
 #[derive(Debug, Args)]
-pub struct RunFlags {
-    /// Loop type (see `taskdaemon loops`) [default: ralph].
-    #[arg(long = "loop", value_name = "TYPE", env = "TASKDAEMON_LOOP")]
-    pub loop_type: Option<String>,
+pub struct LoopFlags {
     /// claude, codex, gemini, opencode, amp, script:FILE, cmd:COMMAND or api:anthropic|openai:MODEL [default: config, else the first installed CLI].
     #[arg(long, value_name = "SPEC", env = "TASKDAEMON_AGENT")]
     pub agent: Option<String>,
     /// How to read the agent's output: text, claude-stream-json, codex-json [default: per agent].
     #[arg(long, value_name = "FORMAT", env = "TASKDAEMON_AGENT_FORMAT")]
     pub agent_format: Option<String>,
-    /// Validation command (sh -c) run after every iteration; its exit code decides completion.
-    #[arg(long, value_name = "CMD", env = "TASKDAEMON_VALIDATE")]
-    pub validate: Option<String>,
-    /// The validation exit code that means done [default: 0].
-    #[arg(long, value_name = "N", env = "TASKDAEMON_SUCCESS_EXIT_CODE")]
-    pub success_exit_code: Option<i32>,
-    /// Stop (exit 1) after N iterations [default: from the loop type, 20 for ralph].
-    #[arg(long, value_name = "N", env = "TASKDAEMON_MAX_ITERATIONS")]
-    pub max_iterations: Option<u32>,
     /// Stop (exit 4) after N consecutive iterations without a new commit; 0 disables [default: 3].
     #[arg(long, value_name = "N", env = "TASKDAEMON_MAX_STUCK")]
     pub max_stuck: Option<u32>,
@@ -66,9 +55,6 @@ pub struct RunFlags {
     /// Stop (exit 1) once the agent's reported cost reaches USD.
     #[arg(long, value_name = "USD", env = "TASKDAEMON_MAX_COST")]
     pub max_cost: Option<f64>,
-    /// Also require <promise>TEXT</promise> for completion (the agent says it; validation must pass too).
-    #[arg(long, value_name = "TEXT", env = "TASKDAEMON_COMPLETION_PROMISE")]
-    pub completion_promise: Option<String>,
     /// Time between TERM and KILL when the agent is stopped [default: 5s].
     #[arg(long, value_name = "DUR", env = "TASKDAEMON_KILL_GRACE", value_parser = dur)]
     pub kill_grace: Option<Dur>,
@@ -104,6 +90,28 @@ pub struct RunFlags {
     pub allow_test_changes: bool,
 }
 
+/// The options of a run, shared by `run` and `task`: the loop's, and the ralph loop's own.
+#[derive(Debug, Args)]
+pub struct RunFlags {
+    /// Loop type (see `taskdaemon loops`) [default: ralph].
+    #[arg(long = "loop", value_name = "TYPE", env = "TASKDAEMON_LOOP")]
+    pub loop_type: Option<String>,
+    /// Validation command (sh -c) run after every iteration; its exit code decides completion.
+    #[arg(long, value_name = "CMD", env = "TASKDAEMON_VALIDATE")]
+    pub validate: Option<String>,
+    /// The validation exit code that means done [default: 0].
+    #[arg(long, value_name = "N", env = "TASKDAEMON_SUCCESS_EXIT_CODE")]
+    pub success_exit_code: Option<i32>,
+    /// Stop (exit 1) after N iterations [default: from the loop type, 20 for ralph].
+    #[arg(long, value_name = "N", env = "TASKDAEMON_MAX_ITERATIONS")]
+    pub max_iterations: Option<u32>,
+    /// Also require <promise>TEXT</promise> for completion (the agent says it; validation must pass too).
+    #[arg(long, value_name = "TEXT", env = "TASKDAEMON_COMPLETION_PROMISE")]
+    pub completion_promise: Option<String>,
+    #[command(flatten)]
+    pub common: LoopFlags,
+}
+
 pub(crate) fn sandbox_kind(s: &str) -> Result<SandboxKind, String> {
     SandboxKind::parse(s)
 }
@@ -112,22 +120,17 @@ pub(crate) fn dur(s: &str) -> Result<Dur, String> {
     parse_duration(s).map(Dur)
 }
 
-impl RunFlags {
+impl LoopFlags {
     /// The options given on the command line or in TASKDAEMON_* variables, as a layer.
     pub fn settings(&self) -> Settings {
         Settings {
             agent: self.agent.clone(),
             agent_format: self.agent_format.clone(),
-            loop_type: self.loop_type.clone(),
-            validate: self.validate.clone(),
-            success_exit_code: self.success_exit_code,
-            max_iterations: self.max_iterations,
             max_stuck: self.max_stuck,
             max_stall: self.max_stall,
             iteration_timeout: self.iteration_timeout,
             max_runtime: self.max_runtime,
             max_cost: self.max_cost,
-            completion_promise: self.completion_promise.clone(),
             kill_grace: self.kill_grace,
             max_log_size: self.max_log_size.clone(),
             on_usage_limit: self.on_usage_limit.clone(),
@@ -140,6 +143,21 @@ impl RunFlags {
             sandbox: self.sandbox,
             allow_test_changes: self.allow_test_changes.then_some(true),
             ..Settings::default()
+        }
+    }
+}
+
+impl RunFlags {
+    /// The options given on the command line or in TASKDAEMON_* variables, as a layer.
+    pub fn settings(&self) -> Settings {
+        let c = &self.common;
+        Settings {
+            loop_type: self.loop_type.clone(),
+            validate: self.validate.clone(),
+            success_exit_code: self.success_exit_code,
+            max_iterations: self.max_iterations,
+            completion_promise: self.completion_promise.clone(),
+            ..c.settings()
         }
     }
 }
@@ -270,7 +288,7 @@ pub fn drive(
             script_runner: std::env::current_exe().context("finding the taskdaemon executable")?,
             events,
         };
-        let result = run_loop(state, ws, &ctx, &cancel, begin).await;
+        let result = taskdaemon_core::runs::run(state, ws, &ctx, &cancel, begin).await;
         drop(ctx);
         rendering.finish().await;
         Ok(result?)
