@@ -8,7 +8,7 @@ use crate::engine::{
     self, Begin, EngineContext, EngineError, Outcome, RunState, SourceSpec, run_source,
 };
 use crate::telemetry::RunSummary;
-use crate::worklist::{StoriesSource, TasksSource, lock};
+use crate::worklist::{StoriesSource, TasksSource};
 use crate::workspace::Workspace;
 
 /// Run `st` until an outcome (see [`engine::run_source`]).
@@ -21,9 +21,7 @@ pub async fn run(
 ) -> Result<(Outcome, RunSummary), EngineError> {
     match st.config.source.clone() {
         SourceSpec::Ralph => engine::run_loop(st, ws, ctx, cancel, begin).await,
-        SourceSpec::Tasks { spec_dir, .. } => {
-            // One loop per spec directory, wherever it was started from.
-            let _lock = lock::acquire(&spec_dir)?;
+        SourceSpec::Tasks { .. } => {
             let events = ctx.events.clone();
             let mut source = TasksSource::open(&st, &|w| events.warn(w))?;
             run_source(st, &mut source, ws, ctx, cancel, begin).await

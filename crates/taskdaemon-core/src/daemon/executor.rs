@@ -12,9 +12,7 @@ use super::DaemonPaths;
 use super::events::{AGENT_LINE_MAX, AgentStream, DaemonEvent, Subject, WaitReason, bounded};
 use crate::agent::{Activity, FailureClass};
 use crate::config::{self, Settings};
-use crate::engine::{
-    Begin, EngineContext, EngineEvent, EventSink, Outcome, RunConfig, RunState,
-};
+use crate::engine::{Begin, EngineContext, EngineEvent, EventSink, Outcome, RunConfig, RunState};
 use crate::git::Git;
 use crate::git::worktree::Worktrees;
 use crate::loops::Registry;

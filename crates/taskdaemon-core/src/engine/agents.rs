@@ -190,7 +190,10 @@ pub(super) fn account(it: &mut Iter<'_>, m: &Member, ran: &AgentRun, log: &mut I
         it.st.cost_usd += c;
         it.st.cost_reported = true;
     }
-    it.st.tokens_in = it.st.tokens_in.saturating_add(parsed.tokens_in.unwrap_or(0));
+    it.st.tokens_in = it
+        .st
+        .tokens_in
+        .saturating_add(parsed.tokens_in.unwrap_or(0));
     it.st.tokens_out = it
         .st
         .tokens_out
@@ -309,11 +312,7 @@ pub(super) fn judge(
 /// contract): the agent step's contract, then the member's own (which replace the
 /// contract's). The harness's own directory leads `PATH`, so the agent can call
 /// `taskdaemon snapshot save`.
-fn agent_env(
-    it: &Iter<'_>,
-    m: &Member,
-    harness: &std::path::Path,
-) -> Vec<(OsString, OsString)> {
+fn agent_env(it: &Iter<'_>, m: &Member, harness: &std::path::Path) -> Vec<(OsString, OsString)> {
     let mut env = step::contract_env(&step::Contract {
         run_id: &it.st.run_id,
         workdir: &m.cwd,

@@ -189,9 +189,7 @@ pub enum WorkEvent {
         reason: String,
     },
     /// Per-task progress files merged into .progress.md after a parallel group.
-    ProgressMerged {
-        task_ids: Vec<String>,
-    },
+    ProgressMerged { task_ids: Vec<String> },
     ImplementFinished {
         outcome: String,
         exit_code: i32,
@@ -219,10 +217,7 @@ pub enum WorkEvent {
         changes: Vec<String>,
     },
     /// A story reached the review cap and was approved by the harness.
-    StoryAutoApproved {
-        story_id: String,
-        reviews: u32,
-    },
+    StoryAutoApproved { story_id: String, reviews: u32 },
     StoriesFinished {
         outcome: String,
         exit_code: i32,

@@ -77,7 +77,15 @@ pub(super) async fn iteration<S: WorkSource>(
         }
     } else {
         source
-            .judge(it.st, it.n, &unit, &mut done, head.clone(), it.ctx, it.cancel)
+            .judge(
+                it.st,
+                it.n,
+                &unit,
+                &mut done,
+                head.clone(),
+                it.ctx,
+                it.cancel,
+            )
             .await?
     };
     let ev = evidence(it, &done, &judged, interrupted);
@@ -194,7 +202,10 @@ fn archive_answer(it: &Iter<'_>, unit: &Unit, ran: &mut [Ran]) -> Result<(), Eng
     if !unit.answered || ran.iter().any(|r| r.run.agent.interrupted) {
         return Ok(());
     }
-    if let Some(p) = it.ws.archive_decide(&clock::now().as_second().to_string())? {
+    if let Some(p) = it
+        .ws
+        .archive_decide(&clock::now().as_second().to_string())?
+    {
         let note = format!("the answered question was archived to {}", p.display());
         for r in ran {
             r.log.note(&note);

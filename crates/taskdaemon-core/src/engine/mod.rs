@@ -163,6 +163,11 @@ pub async fn run_source<S: WorkSource>(
     let mut refused = preflight(&cfg, ctx);
     if refused.is_none() {
         refused = source.start(&mut st, resumed, ctx, cancel).await?;
+        if !resumed {
+            // What the source committed at its start (a work list's progress file) is not
+            // the agents' progress.
+            st.last_head = git.head()?;
+        }
     }
     // The last iteration's log and CSV row: synced with the state's next save.
     let mut pending = crate::fsutil::PendingSyncs::default();

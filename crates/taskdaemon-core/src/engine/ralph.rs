@@ -273,7 +273,6 @@ fn phase_step(
     })
 }
 
-
 /// The agent's promise (logged, announced; ignored promises warned about).
 fn signals_step(
     cfg: &RunConfig,
@@ -452,4 +451,3 @@ async fn completion_step(
         },
     )
 }
-

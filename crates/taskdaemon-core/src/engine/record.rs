@@ -51,7 +51,11 @@ pub(super) fn finish(
         };
         record_row(it, duration, &start.at_text, f, &row, tally)?;
     }
-    let agents: Duration = done.iter().map(|f| f.run.agent.duration).max().unwrap_or_default();
+    let agents: Duration = done
+        .iter()
+        .map(|f| f.run.agent.duration)
+        .max()
+        .unwrap_or_default();
     let decide::Decision {
         outcome: label,
         run_outcome: outcome,
@@ -104,7 +108,10 @@ fn member_labels(
     v: &MemberVerdict,
     d: &decide::Decision,
 ) -> (IterationOutcome, ValidationResult, Option<String>) {
-    let commit = v.commit.as_deref().map(|c| c[..c.len().min(12)].to_string());
+    let commit = v
+        .commit
+        .as_deref()
+        .map(|c| c[..c.len().min(12)].to_string());
     match v.claim {
         None => (d.outcome, ValidationResult::Skipped, None),
         Some(Claim::Accepted) => (

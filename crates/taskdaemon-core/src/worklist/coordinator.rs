@@ -80,6 +80,9 @@ pub struct TasksSource {
     now: Current,
     /// Every box checked when the run ended (its state is removed then).
     done: bool,
+    /// The spec directory's run lock, from the start on (one loop per spec directory,
+    /// wherever it was started from).
+    lock: Option<lock::RunLock>,
 }
 
 /// Check what `implement` needs before anything changes: tasks.md exists and git tracks it.
@@ -171,6 +174,7 @@ impl TasksSource {
             sandbox: cfg.sandbox.clone(),
             now: Current::default(),
             done: false,
+            lock: None,
         })
     }
 
@@ -262,6 +266,7 @@ impl WorkSource for TasksSource {
         ctx: &EngineContext,
         _cancel: &CancellationToken,
     ) -> Result<Option<Outcome>, EngineError> {
+        self.lock = Some(lock::acquire(&self.spec_dir)?);
         Git::new(&self.spec_dir).ensure_excluded(IGNORED)?;
         if self.evidence.allow {
             ctx.events.warn("--allow-test-changes: the evidence protection is OFF for this run: changed Verify scripts, deleted or skipped tests and fewer tests run are only warned about");
@@ -508,15 +513,16 @@ impl WorkSource for TasksSource {
 
     fn finish(
         &mut self,
-        _st: &RunState,
+        st: &RunState,
         outcome: &Outcome,
         _ctx: &EngineContext,
     ) -> Result<Ending, EngineError> {
         let tasks = self.read_tasks()?;
         self.done = tasks.iter().all(|t| t.done);
+        let started = self.lock.is_some() && (st.iterations_done > 0 || self.resumed);
         if matches!(outcome, Outcome::Complete { .. }) {
             ImplementState::remove(&self.spec_dir)?;
-        } else if !lock::cancel_requested(&self.spec_dir) {
+        } else if started && !lock::cancel_requested(&self.spec_dir) {
             self.state.save(&self.spec_dir)?;
         }
         let done = tasks_md::checked(&tasks);
@@ -1082,16 +1088,17 @@ fn remove_tree(repo: &Path, name: &str, path: &Path, ctx: &EngineContext) {
         .and_then(|base| Ok(Worktrees::open(repo, &base)?))
         .and_then(|wts| Ok(wts.remove(name, true, false)?));
     if let Err(e) = removed {
-        ctx.events.warn(format!(
-            "could not remove worktree {}: {e}",
-            path.display()
-        ));
+        ctx.events
+            .warn(format!("could not remove worktree {}: {e}", path.display()));
     }
 }
 
 /// A task id as part of a file name.
 fn file_part(id: &str) -> String {
-    id.replace(|c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '-', "_")
+    id.replace(
+        |c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '-',
+        "_",
+    )
 }
 
 /// Where the work lists' task worktrees live: `<git-common-dir>/taskdaemon/worklist-worktrees/`.

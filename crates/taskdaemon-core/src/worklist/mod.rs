@@ -7,8 +7,8 @@
 
 mod agent;
 pub mod cancel;
-pub mod contradiction;
 pub mod config;
+pub mod contradiction;
 pub mod coordinator;
 pub mod current_spec;
 mod evidence;

@@ -192,7 +192,11 @@ impl StoriesSource {
         commit_file(
             &self.git,
             &self.rel,
-            &format!("taskdaemon: {} {} (iteration {n})", mode.name(), mode.story().unwrap_or("stories")),
+            &format!(
+                "taskdaemon: {} {} (iteration {n})",
+                mode.name(),
+                mode.story().unwrap_or("stories")
+            ),
         )?;
         let all_done = after.iter().all(|s| s.done(self.review));
         if said_complete && !all_done {
@@ -206,7 +210,8 @@ impl StoriesSource {
         if std::fs::read_to_string(&self.file).ok().as_deref() == Some(self.snapshot.as_str()) {
             return Ok(());
         }
-        write_atomic(&self.file, self.snapshot.as_bytes()).map_err(WorklistError::io(&self.file))?;
+        write_atomic(&self.file, self.snapshot.as_bytes())
+            .map_err(WorklistError::io(&self.file))?;
         commit_file(
             &self.git,
             &self.rel,
@@ -312,10 +317,7 @@ impl WorkSource for StoriesSource {
             d.answer
                 .map(|a| format!("Question: {}\nAnswer: {a}", d.question))
         });
-        let text = with_rules(
-            self.story_prompt(&mode),
-            &self.evidence.rules(EVIDENCE_ID),
-        );
+        let text = with_rules(self.story_prompt(&mode), &self.evidence.rules(EVIDENCE_ID));
         let loop_name = loop_type(&mode);
         let prompt = self.prompts.render(
             loop_name,
@@ -350,7 +352,11 @@ impl WorkSource for StoriesSource {
                 ),
             ],
             system_prompt: None,
-            notes: vec![format!("stories: {} {}", mode.name(), mode.story().unwrap_or(""))],
+            notes: vec![format!(
+                "stories: {} {}",
+                mode.name(),
+                mode.story().unwrap_or("")
+            )],
         };
         self.mode = Some(mode);
         Ok(Next::Work(Unit {
@@ -460,7 +466,10 @@ impl WorkSource for StoriesSource {
             "stories {} · {passing} of {total} pass · {}",
             self.file.display(),
             if self.review {
-                format!("review cycle (at most {} reviews a story)", self.max_reviews)
+                format!(
+                    "review cycle (at most {} reviews a story)",
+                    self.max_reviews
+                )
             } else {
                 "no review".into()
             }

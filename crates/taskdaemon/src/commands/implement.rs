@@ -10,7 +10,9 @@ use taskdaemon_core::config::Dur;
 use taskdaemon_core::worklist::{self, config::TasksRun};
 
 use super::Ctx;
-use super::util::worklist::{layers, repo_of, run_worklist, spec_dir, verify_warnings, worklist_err};
+use super::util::worklist::{
+    layers, repo_of, run_worklist, spec_dir, verify_warnings, worklist_err,
+};
 use super::util::{LoopFlags, dur};
 use crate::cli::user;
 

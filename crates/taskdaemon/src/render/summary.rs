@@ -15,10 +15,15 @@ pub fn summary_block(s: &RunSummary) -> String {
                 WorkUnit::Tasks => "Tasks:      ",
                 WorkUnit::Stories => "Stories:    ",
             };
-            format!("{name} {}/{} {}\n", w.done, w.total, match w.unit {
-                WorkUnit::Tasks => "done",
-                WorkUnit::Stories => "complete",
-            })
+            format!(
+                "{name} {}/{} {}\n",
+                w.done,
+                w.total,
+                match w.unit {
+                    WorkUnit::Tasks => "done",
+                    WorkUnit::Stories => "complete",
+                }
+            )
         })
         .unwrap_or_default();
     let cost = match s.cost_usd {

@@ -40,4 +40,5 @@ mod snapshots;
 mod task_parser;
 mod watch_tui;
 mod worklist;
+mod worklist_engine;
 mod worktrees;

@@ -87,8 +87,13 @@ fi
 
     // Still blocked: a rerun refuses until a person unblocks.
     let r = env.run(&["implement", SPEC, "--agent", &a]);
-    assert_eq!(r.code, 64, "{}", r.stderr);
-    assert!(r.stderr.contains("taskdaemon unblock"), "{}", r.stderr);
+    assert_eq!(r.code, 2, "blocked, as `run` exits: {}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("`taskdaemon unblock` and `taskdaemon implement`"),
+        "{}",
+        r.stderr
+    );
     assert!(
         blocked.contains("`taskdaemon unblock` and `taskdaemon implement`"),
         "blocked.txt names the command that continues: {blocked}"
@@ -132,7 +137,7 @@ fi
             pair("implement", "blocked"),
             pair("implement", "decide"),
             pair("implement", "continue"),
-            pair("qa", "continue"),
+            pair("qa", "complete"),
         ]
     );
     let contract = std::fs::read_to_string(env.root().join("contract")).unwrap();

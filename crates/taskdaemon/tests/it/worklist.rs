@@ -273,15 +273,11 @@ if [ "$id" = 1.3 ] && [ $n = 1 ]; then skip=1; fi
     );
     // First prompts carry no rejection.
     assert!(!read(env.root().join("prompts/1.1-1.md")).contains("rejected"));
-    // The harness keeps its own copy of every prompt.
-    let logs: Vec<String> = std::fs::read_dir(repo.join(SPEC).join(".ralph-logs"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
+    // The harness keeps its own copy of every prompt, where a run's are.
+    let kept = read(repo.join(".ralph/logs/iteration-002.prompt.md"));
     assert!(
-        logs.iter()
-            .any(|l| l == "iteration-002-task-1.1-attempt-2.prompt.md"),
-        "{logs:?}"
+        kept.contains("1.1") && kept.contains("attempt 2"),
+        "iteration 2 is task 1.1's second attempt: {kept}"
     );
     assert_eq!(
         read(repo.join(SPEC).join("tasks.md"))

@@ -268,7 +268,10 @@ fn a_work_list_follows_the_commit_based_stuck_rule() {
         "accepted without a commit is no progress (spec 2 §2)"
     );
     let d = decide(&work(Claim::Rejected, false, "a", "b"), &c(1), &p);
-    assert_eq!((d.counters.stuck, d.outcome), (0, IterationOutcome::Rejected));
+    assert_eq!(
+        (d.counters.stuck, d.outcome),
+        (0, IterationOutcome::Rejected)
+    );
     let d = decide(&work(Claim::Tampered, false, "a", "b"), &c(1), &p);
     assert_eq!(
         d.run_outcome.map(|o| o.exit_code()),

@@ -188,13 +188,22 @@ pub(crate) fn refuse_if_waiting_for_a_human(
     ws: &Workspace,
     for_task: bool,
 ) -> anyhow::Result<Option<i32>> {
+    refuse_if_waiting(ws, for_task, "taskdaemon run --resume")
+}
+
+/// As [`refuse_if_waiting_for_a_human`], naming `next` as the command that continues.
+pub(crate) fn refuse_if_waiting(
+    ws: &Workspace,
+    for_task: bool,
+    next: &str,
+) -> anyhow::Result<Option<i32>> {
     let Some(w) = waiting_for_a_human(ws, for_task).map_err(user)? else {
         return Ok(None);
     };
     match w {
         Waiting::Blocked { file, reason } => {
             eprintln!(
-                "taskdaemon: not starting: the loop is blocked ({}):\n{}\n  hint: resolve it, then `taskdaemon unblock` and `taskdaemon run --resume`",
+                "taskdaemon: not starting: the loop is blocked ({}):\n{}\n  hint: resolve it, then `taskdaemon unblock` and `{next}`",
                 file.display(),
                 indent(&reason)
             );
@@ -210,7 +219,7 @@ pub(crate) fn refuse_if_waiting_for_a_human(
             file.display()
         ),
         Waiting::AgentQuestion { file, question } => eprintln!(
-            "taskdaemon: not starting: the agent asked a question that has no answer yet ({}):\n{}\n  hint: `taskdaemon answer \"your decision\"`, then `taskdaemon run --resume`",
+            "taskdaemon: not starting: the agent asked a question that has no answer yet ({}):\n{}\n  hint: `taskdaemon answer \"your decision\"`, then `{next}`",
             file.display(),
             indent(&question)
         ),

@@ -13,7 +13,7 @@ use taskdaemon_core::worklist::{self, WorklistError};
 use taskdaemon_core::workspace::Workspace;
 
 use super::super::Ctx;
-use super::{LoopFlags, drive, hold_for_loop, new_state, refuse_if_waiting_for_a_human, settings};
+use super::{LoopFlags, drive, hold_for_loop, new_state, refuse_if_waiting, settings};
 use crate::cli::user;
 
 /// The spec directory: the argument, else `specs/<name>` from `specs/.current-spec` at the
@@ -74,8 +74,11 @@ pub(crate) fn layers(
 ) -> anyhow::Result<(Settings, Registry)> {
     let s = settings(repo, &flags.settings(), ctx.config.as_deref())?;
     let user_loops = taskdaemon_core::config::user_config_dir().map(|d| d.join("loops"));
-    let registry = Registry::load(user_loops.as_deref(), &repo.join(".taskdaemon").join("loops"))
-        .map_err(user)?;
+    let registry = Registry::load(
+        user_loops.as_deref(),
+        &repo.join(".taskdaemon").join("loops"),
+    )
+    .map_err(user)?;
     Ok((s, registry))
 }
 
@@ -90,7 +93,7 @@ pub(crate) fn run_worklist(
     json: bool,
 ) -> anyhow::Result<i32> {
     let ws = Workspace::new(repo);
-    if let Some(code) = refuse_if_waiting_for_a_human(&ws, false)? {
+    if let Some(code) = refuse_if_waiting(&ws, false, cfg.source.kind().continue_command())? {
         return Ok(code);
     }
     // No snapshot rollback may change the work tree under the loop.
@@ -143,4 +146,3 @@ pub(crate) fn take_over_worklist(target: &Path, grace: std::time::Duration) -> a
     let _ = HELD.set(f);
     super::take_over_in(dir, target, grace)
 }
-

@@ -1,0 +1,337 @@
+//! One engine in fact (issue 35): `implement` and `stories` are work sources of the
+//! engine's one loop, so a usage limit waits and retries the same attempt, an overload backs
+//! off, and an idle agent is stuck, exactly as in `run`. Fake agents are small shell
+//! programs that replay the recorded output of Claude Code (`fixtures/agent-failures/`).
+
+use std::time::Instant;
+
+use crate::harness::{Env, csv_rows, events, fixture, git};
+
+const SPEC: &str = "specs/demo";
+
+fn spec_env(tasks: &str) -> Env {
+    let env = Env::new();
+    let spec = env.repo().join(SPEC);
+    std::fs::create_dir_all(&spec).unwrap();
+    std::fs::write(spec.join("tasks.md"), tasks).unwrap();
+    git(&env.repo(), &["add", "-A"]);
+    git(&env.repo(), &["commit", "-qm", "spec"]);
+    env
+}
+
+/// A recorded case's stdout with its reset `secs` ahead, and its exit code.
+fn usage_limit_in(secs: u32) -> String {
+    let dir = fixture("agent-failures").join("claude/usage-limit-subscription");
+    format!(
+        "reset=$(( $(date +%s) + {secs} ))\nsed \"s/\\\"resetsAt\\\":[0-9]*/\\\"resetsAt\\\":$reset/\" '{}'\nexit 1",
+        dir.join("stdout.jsonl").display()
+    )
+}
+
+/// A recorded case replayed: stdout, stderr and its exit code.
+fn replay(rel: &str) -> String {
+    let dir = fixture("agent-failures").join(rel);
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+    format!(
+        "cat '{}'\ncat '{}' >&2\nexit {}",
+        dir.join("stdout.jsonl").display(),
+        dir.join("stderr.txt").display(),
+        meta["exit_code"].as_i64().unwrap()
+    )
+}
+
+/// A Claude-like agent (stream-json): counts its calls in `$R/calls` (`$n`, and per task
+/// `$R/calls-<id>` as `$t`), runs `fail` (which may replay a failure and exit), then does
+/// its task: a commit, its box checked (under the lock in a group), the spec committed,
+/// and TASK_COMPLETE as its words.
+fn claude_agent(env: &Env, fail: &str) -> String {
+    let root = env.root().display().to_string();
+    let script = format!(
+        r#"#!/bin/sh
+R='{root}'
+cat >/dev/null
+n=$(cat "$R/calls" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$R/calls"
+id="$TASKDAEMON_TASK_ID"
+t=$(cat "$R/calls-$id" 2>/dev/null || echo 0); t=$((t+1)); echo $t > "$R/calls-$id"
+echo "$id call $t attempt $TASKDAEMON_TASK_ITERATION" >> "$R/log"
+{fail}
+mkdir -p work && echo "$id" > "work/$id.txt" && git add work && git commit -qm "task $id" >/dev/null
+flock "$TASKDAEMON_TASKS_LOCK" sed -i "s/^- \[ \] $id /- [x] $id /" "$TASKDAEMON_TASKS_FILE"
+case "$TASKDAEMON_PROGRESS_FILE" in
+  *.progress-task-*) echo "notes of $id" > "$TASKDAEMON_PROGRESS_FILE" ;;
+  *) git add -A "$TASKDAEMON_SPEC_DIR" && git commit -qm "mark $id" >/dev/null ;;
+esac
+echo '{{"type":"assistant","message":{{"content":[{{"type":"text","text":"done. TASK_COMPLETE"}}]}}}}'
+echo '{{"type":"result","subtype":"success","is_error":false,"result":"done. TASK_COMPLETE","total_cost_usd":0.01}}'
+"#
+    );
+    let p = env.root().join("agent.sh");
+    std::fs::write(&p, script).unwrap();
+    format!("cmd:sh {}", p.display())
+}
+
+fn implement(env: &Env, agent: &str, extra: &[&str]) -> (i32, Vec<serde_json::Value>, String) {
+    let mut args = vec![
+        "implement",
+        SPEC,
+        "--json",
+        "--agent",
+        agent,
+        "--agent-format",
+        "claude-stream-json",
+    ];
+    args.extend_from_slice(extra);
+    let r = env.run(&args);
+    (r.code, events(&r.stdout), r.stderr)
+}
+
+fn summary(evs: &[serde_json::Value]) -> &serde_json::Value {
+    &evs.iter()
+        .find(|e| e["event"] == "run_finished")
+        .expect("run_finished")["summary"]
+}
+
+fn checked(env: &Env) -> usize {
+    std::fs::read_to_string(env.repo().join(SPEC).join("tasks.md"))
+        .unwrap()
+        .matches("- [x]")
+        .count()
+}
+
+#[test]
+fn implement_waits_out_a_usage_limit_and_retries_the_same_attempt() {
+    let env = spec_env("- [ ] 1.1 First\n- [ ] 1.2 Second\n- [ ] 1.3 Third\n");
+    let agent = claude_agent(
+        &env,
+        &format!("if [ $n -eq 2 ]; then\n{}\nfi", usage_limit_in(4)),
+    );
+    let t = Instant::now();
+    let (code, evs, stderr) = implement(&env, &agent, &[]);
+    let took = t.elapsed();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        took.as_secs_f64() >= 4.0,
+        "it waited for the reset: {took:?}"
+    );
+    assert_eq!(checked(&env), 3);
+    let waiting = evs
+        .iter()
+        .find(|e| e["event"] == "waiting")
+        .expect("a waiting event");
+    assert_eq!(waiting["class"], "usage-limit");
+    // Task 1.2 ran twice, both times as attempt 1: the limit is no attempt.
+    let log = std::fs::read_to_string(env.root().join("log")).unwrap();
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.starts_with("1.2 "))
+            .collect::<Vec<_>>(),
+        ["1.2 call 1 attempt 1", "1.2 call 2 attempt 1"]
+    );
+    let started: Vec<(String, u64)> = evs
+        .iter()
+        .filter(|e| e["event"] == "task_started")
+        .map(|e| {
+            (
+                e["task_id"].as_str().unwrap().to_string(),
+                e["attempt"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        started,
+        [
+            ("1.1".to_string(), 1),
+            ("1.2".to_string(), 1),
+            ("1.2".to_string(), 1),
+            ("1.3".to_string(), 1)
+        ]
+    );
+    // One row per attempt; the retried one carries the wait.
+    let rows = csv_rows(&env.repo());
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    let waited: f64 = rows[1]["waited_seconds"].parse().unwrap();
+    assert!(waited > 0.0, "{rows:?}");
+    assert!(rows.iter().all(|r| r["mode"] == "implement"));
+    let s = summary(&evs);
+    assert_eq!(s["work"]["unit"], "tasks");
+    assert_eq!(
+        (s["work"]["done"].as_u64(), s["work"]["total"].as_u64()),
+        (Some(3), Some(3))
+    );
+
+    // --on-usage-limit stop: exit 1, naming the reset time.
+    let env = spec_env("- [ ] 1.1 First\n");
+    let agent = claude_agent(
+        &env,
+        &format!("if [ $n -eq 1 ]; then\n{}\nfi", usage_limit_in(3600)),
+    );
+    let (code, evs, stderr) = implement(&env, &agent, &["--on-usage-limit", "stop"]);
+    assert_eq!(code, 1, "{stderr}");
+    let d = summary(&evs)["detail"].as_str().unwrap().to_string();
+    assert!(d.contains("usage limit") && d.contains("resets at"), "{d}");
+    assert_eq!(checked(&env), 0);
+}
+
+#[test]
+fn a_parallel_member_at_the_usage_limit_is_retried_alone_and_the_other_is_kept() {
+    let env = spec_env("- [ ] 1.1 [P] Left\n- [ ] 1.2 [P] Right\n- [ ] 1.3 After\n");
+    let agent = claude_agent(
+        &env,
+        &format!(
+            "if [ \"$id\" = 1.2 ] && [ $t -eq 1 ]; then\n{}\nfi",
+            usage_limit_in(3)
+        ),
+    );
+    let (code, evs, stderr) = implement(&env, &agent, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let log = std::fs::read_to_string(env.root().join("log")).unwrap();
+    let calls: Vec<&str> = log.lines().collect();
+    assert_eq!(
+        calls.iter().filter(|l| l.starts_with("1.1 ")).count(),
+        1,
+        "the member that finished is never run again: {calls:?}"
+    );
+    assert!(
+        calls.contains(&"1.2 call 2 attempt 1"),
+        "the limited member ran again as the same attempt: {calls:?}"
+    );
+    assert!(
+        evs.iter()
+            .any(|e| e["event"] == "waiting" && e["class"] == "usage-limit")
+    );
+    let subjects = git(&env.repo(), &["log", "--reverse", "--format=%s"]);
+    let tasks: Vec<&str> = subjects
+        .lines()
+        .filter(|s| s.starts_with("task "))
+        .collect();
+    assert_eq!(tasks, ["task 1.1", "task 1.2", "task 1.3"], "in task order");
+    assert_eq!(checked(&env), 3);
+    assert_eq!(git(&env.repo(), &["status", "--porcelain"]), "");
+}
+
+#[test]
+fn implement_backs_off_from_an_overload_and_completes() {
+    let env = spec_env("- [ ] 1.1 Only\n");
+    let agent = claude_agent(
+        &env,
+        &format!(
+            "if [ $n -le 2 ]; then\n{}\nfi",
+            replay("claude/overloaded-529-max-retries-2")
+        ),
+    );
+    let (code, evs, stderr) = implement(&env, &agent, &["--retry-backoff", "1s"]);
+    assert_eq!(code, 0, "{stderr}");
+    let waits: Vec<&serde_json::Value> = evs.iter().filter(|e| e["event"] == "waiting").collect();
+    assert_eq!(waits.len(), 2, "{waits:?}");
+    assert!(waits.iter().all(|w| w["class"] == "overloaded"));
+    assert_eq!(checked(&env), 1);
+    assert_eq!(csv_rows(&env.repo()).len(), 1);
+}
+
+fn stories_env(stories: &str) -> Env {
+    let env = Env::new();
+    std::fs::write(env.repo().join("prd.json"), stories).unwrap();
+    git(&env.repo(), &["add", "-A"]);
+    git(&env.repo(), &["commit", "-qm", "stories"]);
+    env
+}
+
+const ONE_STORY: &str =
+    r#"{"userStories":[{"id":"US-1","title":"Greet","priority":1,"passes":false}]}"#;
+
+#[test]
+fn stories_wait_out_a_usage_limit_and_an_idle_agent_is_stuck() {
+    let env = stories_env(ONE_STORY);
+    let root = env.root().display().to_string();
+    let script = format!(
+        r#"#!/bin/sh
+R='{root}'
+cat >/dev/null
+n=$(cat "$R/calls" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$R/calls"
+if [ $n -eq 1 ]; then
+{limit}
+fi
+echo hi > hello.txt && git add hello.txt && git commit -qm "US-1" >/dev/null
+sed -i 's/"passes":false/"passes":true/' prd.json
+echo '{{"type":"result","subtype":"success","is_error":false,"result":"done <promise>COMPLETE</promise>"}}'
+"#,
+        limit = usage_limit_in(3)
+    );
+    std::fs::write(env.root().join("story.sh"), script).unwrap();
+    let agent = format!("cmd:sh {}", env.root().join("story.sh").display());
+    let t = Instant::now();
+    let r = env.run(&[
+        "stories",
+        "prd.json",
+        "--skip-review",
+        "--json",
+        "--agent",
+        &agent,
+        "--agent-format",
+        "claude-stream-json",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(t.elapsed().as_secs_f64() >= 3.0);
+    let evs = events(&r.stdout);
+    assert!(
+        evs.iter()
+            .any(|e| e["event"] == "waiting" && e["class"] == "usage-limit")
+    );
+    assert_eq!(summary(&evs)["work"]["unit"], "stories");
+
+    // An agent that does nothing: HEAD never moves, so it is stuck after --max-stuck (3).
+    let env = stories_env(ONE_STORY);
+    std::fs::write(
+        env.root().join("idle.sh"),
+        "#!/bin/sh\ncat >/dev/null\necho 'I looked around and changed nothing.'\n",
+    )
+    .unwrap();
+    let agent = format!("cmd:sh {}", env.root().join("idle.sh").display());
+    let r = env.run(&[
+        "stories",
+        "prd.json",
+        "--max-iterations",
+        "20",
+        "--agent",
+        &agent,
+    ]);
+    assert_eq!(r.code, 4, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("STUCK (code 4)"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("Stories:     0/1 complete"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(csv_rows(&env.repo()).len(), 3);
+}
+
+#[test]
+fn the_summary_names_the_list_a_loop_has_and_no_other() {
+    let env = spec_env("- [ ] 1.1 Only\n");
+    let agent = claude_agent(&env, "");
+    let r = env.run(&[
+        "implement",
+        SPEC,
+        "--agent",
+        &agent,
+        "--agent-format",
+        "claude-stream-json",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("Tasks:       1/1 done"), "{}", r.stdout);
+    assert!(!r.stdout.contains("Stories:"), "{}", r.stdout);
+
+    let env = Env::new();
+    let r = env.run(&[
+        "run",
+        "make a file",
+        "--agent",
+        "cmd:touch made.txt",
+        "--validate",
+        "test -f made.txt",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stdout.contains("Stories:"), "{}", r.stdout);
+    assert!(!r.stdout.contains("Tasks:"), "{}", r.stdout);
+}
