@@ -372,6 +372,9 @@ pub fn config_for(
     if run.loop_type == LoopKind::Implement {
         return implement_config(workdir, run, &s, &registry);
     }
+    if run.loop_type == LoopKind::Stories {
+        return stories_config(workdir, run, &s, &registry);
+    }
     let mut cfg = RunConfig::resolve(workdir, task, &s, &registry).map_err(|e| e.to_string())?;
     if run.loop_type == LoopKind::Plan {
         // The Rule of Five needs its five passes, whatever the project's max-iterations.
@@ -405,6 +408,33 @@ fn implement_config(
         tasks: crate::worklist::tasks_md::parse(&text).len(),
     };
     let mut cfg = crate::worklist::config::tasks_config(workdir, &t, s, registry)
+        .map_err(|e| e.to_string())?;
+    cfg.context = run.context.to_map();
+    Ok(cfg)
+}
+
+/// A stories run: the stories file inside the run's worktree, through the work lists' one
+/// resolution.
+fn stories_config(
+    workdir: &Path,
+    run: &LoopRun,
+    s: &Settings,
+    registry: &Registry,
+) -> Result<RunConfig, String> {
+    let rel = context::RunContext::get(&run.context.stories_file)
+        .ok_or_else(|| format!("run {} names no stories-file", run.id))?;
+    crate::store::paths::inside(rel, workdir)
+        .map_err(|why| format!("stories-file {rel}: {why}"))?;
+    let file = workdir.join(rel);
+    let (_, stories) = crate::worklist::stories::load(&file).map_err(|e| e.to_string())?;
+    let r = crate::worklist::config::StoriesRun {
+        file,
+        review: context::RunContext::get(&run.context.stories_review) != Some("no"),
+        max_reviews: 3,
+        max_iterations: None,
+        stories: stories.len(),
+    };
+    let mut cfg = crate::worklist::config::stories_config(workdir, &r, s, registry)
         .map_err(|e| e.to_string())?;
     cfg.context = run.context.to_map();
     Ok(cfg)
@@ -501,6 +531,16 @@ pub fn daemon_events(subject: &Subject, e: EngineEvent) -> Vec<DaemonEvent> {
             subject,
             reason: wait_reason(class),
         }],
+        // A work list's tasks and stories: a note each, as the CLI shows them.
+        EngineEvent::Work(w) => w
+            .describe()
+            .map(|text| DaemonEvent::Note {
+                repo: subject.repo.clone(),
+                warning: false,
+                message: format!("run {}: {text}", subject.run),
+            })
+            .into_iter()
+            .collect(),
         _ => Vec::new(),
     }
 }

@@ -27,6 +27,9 @@ pub enum Submission {
     /// A spec document (front matter), or a spec directory with a tasks.md (an
     /// `implement` run of it); `plan`: the plan it belongs to.
     Spec { file: PathBuf, plan: Option<String> },
+    /// A stories file (`prd.json`, `tasks.json`): a `stories` run of it; `review`: with
+    /// the review cycle.
+    Stories { file: PathBuf, review: bool },
     /// A generic loop on one task.
     Ralph {
         task: String,
@@ -98,6 +101,9 @@ pub fn submit(
             Ok(vec![AnyRecord::Run(worklist(records, at, &file, opts)?)])
         }
         Submission::Spec { file, plan } => spec_doc(records, at, &file, plan, opts),
+        Submission::Stories { file, review } => Ok(vec![AnyRecord::Run(stories(
+            records, at, &file, review, opts,
+        )?)]),
         Submission::Ralph {
             task,
             validate,
@@ -334,6 +340,66 @@ fn worklist(
         NewRun {
             loop_type: "implement".into(),
             name: Some(format!("implement {name}")),
+            context: ctx.into(),
+            priority: opts.priority,
+            ..NewRun::default()
+        },
+        at.now,
+    )?)
+}
+
+/// `submit stories FILE`: a stories run of a committed stories file.
+fn stories(
+    records: &mut Records,
+    at: &SubmitPlace<'_>,
+    file: &Path,
+    review: bool,
+    opts: &SubmitOptions,
+) -> Result<LoopRun, SubmitError> {
+    check_agent(opts)?;
+    let abs = std::fs::canonicalize(file)
+        .map_err(|e| refused(format!("cannot read stories file {}: {e}", file.display())))?;
+    crate::worklist::stories::load(&abs).map_err(|e| refused(e.to_string()))?;
+    let top = Git::new(at.project)
+        .toplevel()
+        .map_err(|e| refused(e.to_string()))?;
+    let top = top.canonicalize().unwrap_or(top);
+    let rel = abs.strip_prefix(&top).map_err(|_| {
+        refused(format!(
+            "{} is outside the repository {}\n  hint: a stories file of this repository, e.g. prd.json",
+            abs.display(),
+            top.display()
+        ))
+    })?;
+    let tracked = Git::new(&top)
+        .call(&[
+            "ls-files".as_ref(),
+            "--error-unmatch".as_ref(),
+            rel.as_os_str(),
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !tracked {
+        return Err(refused(format!(
+            "{} is not committed: the run works in a worktree of the target branch\n  hint: `git add {} && git commit -m stories` first",
+            rel.display(),
+            rel.display()
+        )));
+    }
+    let target = target(at, opts)?;
+    let name = rel.display().to_string();
+    let ctx = RunContext {
+        stories_file: Some(name.clone()),
+        stories_review: Some(if review { "yes" } else { "no" }.into()),
+        task: Some(format!("stories {name}")),
+        target_branch: Some(target),
+        agent: opts.agent.clone(),
+        ..Default::default()
+    };
+    Ok(records.create_run(
+        NewRun {
+            loop_type: "stories".into(),
+            name: Some(format!("stories {name}")),
             context: ctx.into(),
             priority: opts.priority,
             ..NewRun::default()

@@ -57,6 +57,10 @@ pub struct RunContext {
     pub spec_file: Option<String>,
     /// A work list's spec directory (relative to the project).
     pub spec_dir: Option<String>,
+    /// A stories run's file (relative to the project), and whether it has the review
+    /// cycle (`yes` / `no`).
+    pub stories_file: Option<String>,
+    pub stories_review: Option<String>,
     pub phase_index: Option<u64>,
     pub phase_name: Option<String>,
     /// `2 of 3`.
@@ -82,6 +86,8 @@ macro_rules! text_fields {
             ("specs-dir", specs_dir),
             ("spec-file", spec_file),
             ("spec-dir", spec_dir),
+            ("stories-file", stories_file),
+            ("stories-review", stories_review),
             ("phase-name", phase_name),
             ("phase-number", phase_number),
             ("completed-phases", completed_phases)

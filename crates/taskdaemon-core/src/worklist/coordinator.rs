@@ -52,6 +52,17 @@ struct Slot {
     tree: Option<(String, PathBuf)>,
 }
 
+/// A member's claim, with what it is judged against.
+struct Claimed<'a> {
+    task: &'a Task,
+    run: &'a Finished,
+    /// Where it worked (the repository, or its worktree).
+    tree: &'a Path,
+    tasks_after: &'a [Task],
+    /// The other tasks of its group.
+    group: &'a [usize],
+}
+
 /// The iteration running.
 #[derive(Default)]
 struct Current {
@@ -390,9 +401,14 @@ impl WorkSource for TasksSource {
                 .map(|(_, p)| p.clone())
                 .unwrap_or_else(|| self.repo.clone());
             let others: Vec<usize> = group.iter().copied().filter(|g| *g != slot.task).collect();
-            let mut failures = self
-                .verdict(task, f, &tree, &after, &others, ctx, cancel)
-                .await?;
+            let claimed = Claimed {
+                task,
+                run: f,
+                tree: &tree,
+                tasks_after: &after,
+                group: &others,
+            };
+            let mut failures = self.verdict(&claimed, ctx, cancel).await?;
             let mut commits = Vec::new();
             if failures.is_empty() {
                 let base = if parallel {
@@ -798,17 +814,14 @@ impl TasksSource {
 
     /// Layers 1–4, then layer 5: its failure rejects; when 1–4 already failed, its result is
     /// named too (so a rejection for the checkbox alone says whether the work is there).
-    #[allow(clippy::too_many_arguments)]
     async fn verdict(
         &self,
-        task: &Task,
-        f: &Finished,
-        tree: &Path,
-        tasks_after: &[Task],
-        group: &[usize],
+        c: &Claimed<'_>,
         ctx: &EngineContext,
         cancel: &CancellationToken,
     ) -> Result<Vec<Failure>, WorklistError> {
+        let (task, f, tree) = (c.task, c.run, c.tree);
+        let (tasks_after, group) = (c.tasks_after, c.group);
         let uncommitted = self.uncommitted_spec(tree)?;
         let timed_out = f.run.agent.timed_out;
         let mut failures = verify::check(&Evidence {

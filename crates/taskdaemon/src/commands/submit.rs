@@ -1,4 +1,4 @@
-//! `taskdaemon submit plan|spec|ralph …`: queue work for the daemon. The records are written
+//! `taskdaemon submit plan|spec|stories|ralph …`: queue work for the daemon. The records are written
 //! by the core (`daemon::submit`; work queued while no daemon runs waits for one, and the
 //! cascade queues what follows from them), then a running daemon is told to look.
 
@@ -74,6 +74,17 @@ pub enum What {
         #[command(flatten)]
         common: Common,
     },
+    /// A stories file (prd.json, tasks.json) worked through as `stories` does, in its own
+    /// worktree, merged when done. The file must be committed.
+    Stories {
+        /// The stories file.
+        file: PathBuf,
+        /// No review: an implement iteration sets `passes` itself.
+        #[arg(long)]
+        skip_review: bool,
+        #[command(flatten)]
+        common: Common,
+    },
     /// A generic loop on one task, in its own worktree, merged when done.
     Ralph {
         /// What the loop should do, in words.
@@ -127,6 +138,17 @@ impl What {
             What::Spec { file, plan, common } => {
                 (Submission::Spec { file, plan }, common.options())
             }
+            What::Stories {
+                file,
+                skip_review,
+                common,
+            } => (
+                Submission::Stories {
+                    file,
+                    review: !skip_review,
+                },
+                common.options(),
+            ),
             What::Ralph {
                 task,
                 validate,

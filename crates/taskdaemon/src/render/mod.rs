@@ -3,7 +3,6 @@
 //! line on stdout). A closed pipe is not an error: output just stops.
 
 mod summary;
-pub mod worklist;
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
@@ -317,7 +316,7 @@ impl Renderer {
                 self.out(&summary_block(&summary));
             }
             EngineEvent::Work(w) => {
-                if let Some(text) = worklist::describe(&w) {
+                if let Some(text) = w.describe() {
                     self.note(&text);
                 }
             }

@@ -447,6 +447,33 @@ fn submit_spec_of_a_tasks_md_directory_completes_under_the_daemon_and_merges() {
         .find(|r| r["id"] == id.as_str())
         .unwrap();
     assert_eq!(run["status"], "complete", "{st}");
+    // The engine's iteration reports, as for any run: 1.1, the group 1.2+1.3, 1.4.
+    assert_eq!(run["iteration"], 3, "{st}");
+    let finished: Vec<(u32, String)> = seen
+        .iter()
+        .filter_map(|e| match e {
+            DaemonEvent::IterationFinished {
+                subject,
+                iteration,
+                outcome,
+                ..
+            } if subject.run == id => Some((*iteration, outcome.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        finished,
+        [
+            (1, "continue".to_string()),
+            (2, "continue".to_string()),
+            (3, "complete".to_string())
+        ],
+        "{seen:#?}"
+    );
+    assert!(
+        seen.iter().any(|e| matches!(e, DaemonEvent::Note { message, .. } if message.contains("task 1.2: verified complete"))),
+        "the tasks are told: {seen:#?}"
+    );
     // Every task's work and every box is in main.
     for t in ["1.1", "1.2", "1.3", "1.4"] {
         assert_eq!(
@@ -515,4 +542,230 @@ fn cancel_stops_a_foreground_run_from_another_terminal() {
             .is_some_and(|l| l.contains("\"status\"")),
         "{logs}"
     );
+}
+
+/// A stories agent: makes the story's file, commits it, sets the story passing, says
+/// COMPLETE (review skipped).
+const STORIES_AGENT: &str = r#"#!/bin/sh
+cat > /dev/null
+echo "$TASKDAEMON_STORY_ID" >> "$TD_CALLS"
+echo hi > "story-$TASKDAEMON_STORY_ID.txt" && git add -A && git commit -qm "story $TASKDAEMON_STORY_ID"
+sed -i 's/"passes": *false/"passes": true/' "$TASKDAEMON_STORIES_FILE"
+echo "done <promise>COMPLETE</promise>"
+"#;
+
+#[test]
+fn submit_stories_runs_a_stories_file_under_the_daemon_and_merges() {
+    let env = Env::new();
+    let repo = env.repo();
+    std::fs::write(
+        repo.join("prd.json"),
+        r#"{"userStories":[{"id":"US-1","title":"Greet","priority":1,"passes":false}]}"#,
+    )
+    .unwrap();
+    harness::git(&repo, &["add", "-A"]);
+    harness::git(&repo, &["commit", "-qm", "stories"]);
+    harness::git(&repo, &["checkout", "-q", "--detach"]);
+    let agent = env.root().join("stories-agent.sh");
+    std::fs::write(&agent, STORIES_AGENT).unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let calls = env.root().join("calls");
+    let s = Setup {
+        env,
+        vars: vec![
+            (
+                "TASKDAEMON_AGENT".into(),
+                format!("cmd:{}", agent.display()),
+            ),
+            ("TD_CALLS".into(), calls.display().to_string()),
+        ],
+    };
+    // Refused with a hint when the file is not committed.
+    std::fs::write(
+        s.env.repo().join("loose.json"),
+        r#"{"userStories":[{"id":"X"}]}"#,
+    )
+    .unwrap();
+    let r = s.run(&["submit", "stories", "loose.json", "--target", "main"]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("is not committed"), "{}", r.stderr);
+    std::fs::remove_file(s.env.repo().join("loose.json")).unwrap();
+
+    s.ok(&["daemon", "start", "--tick", "0.2", "--target", "main"]);
+    let mut sub = ipc::subscribe(&s.socket()).unwrap();
+    let out = s.ok(&[
+        "submit",
+        "stories",
+        "prd.json",
+        "--skip-review",
+        "--target",
+        "main",
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let id = v["created"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(v["created"][0]["loop-type"], "stories", "{v}");
+    let seen = read_until(&mut sub, &s, |e| {
+        matches!(e, DaemonEvent::Merged { subject, .. } if subject.run == id)
+            || matches!(e, DaemonEvent::Failed { subject, .. } if subject.run == id)
+    });
+    assert!(
+        matches!(seen.last(), Some(DaemonEvent::Merged { .. })),
+        "{seen:#?}\nlog:\n{}",
+        s.log()
+    );
+    assert!(seen.iter().any(|e| matches!(
+        e,
+        DaemonEvent::IterationFinished { subject, outcome, .. } if subject.run == id && outcome == "complete"
+    )));
+    let prd = harness::git(&s.env.repo(), &["show", "main:prd.json"]);
+    assert!(
+        prd.contains("\"passes\": true") || prd.contains("\"passes\":true"),
+        "{prd}"
+    );
+    assert_eq!(
+        harness::git(&s.env.repo(), &["show", "main:story-US-1.txt"]).trim(),
+        "hi"
+    );
+    s.ok(&["daemon", "stop"]);
+}
+
+/// Claude's recorded usage-limit reply with its reset `secs` ahead (stream-json).
+fn usage_limit_in(secs: u32) -> String {
+    let dir = harness::fixture("agent-failures").join("claude/usage-limit-subscription");
+    format!(
+        "reset=$(( $(date +%s) + {secs} ))\nsed \"s/\\\"resetsAt\\\":[0-9]*/\\\"resetsAt\\\":$reset/\" '{}'\nexit 1",
+        dir.join("stdout.jsonl").display()
+    )
+}
+
+#[test]
+fn a_usage_limit_in_one_daemon_implement_run_pauses_the_other_on_the_same_account() {
+    let env = Env::new();
+    let repo = env.repo();
+    for name in ["a", "b"] {
+        let spec = repo.join("specs").join(name);
+        std::fs::create_dir_all(&spec).unwrap();
+        std::fs::write(
+            spec.join("tasks.md"),
+            format!("- [ ] 1.1 First of {name}\n- [ ] 1.2 Second of {name}\n"),
+        )
+        .unwrap();
+    }
+    std::fs::create_dir_all(repo.join(".taskdaemon")).unwrap();
+    std::fs::write(
+        repo.join(".taskdaemon/config.yaml"),
+        "agent-format: claude-stream-json\n",
+    )
+    .unwrap();
+    harness::git(&repo, &["add", "-A"]);
+    harness::git(&repo, &["commit", "-qm", "specs"]);
+    harness::git(&repo, &["checkout", "-q", "--detach"]);
+    let root = s_root(&env);
+    // Spec a: its first call hits the limit (reset 6 s ahead). Spec b: its first call
+    // takes 2 s, so its next iteration starts while a waits.
+    let script = format!(
+        r#"#!/bin/sh
+cat > /dev/null
+id="$TASKDAEMON_TASK_ID"
+case "$TASKDAEMON_SPEC_DIR" in */specs/a) who=a;; *) who=b;; esac
+n=$(cat "{root}/calls-$who" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "{root}/calls-$who"
+if [ $who = a ] && [ $n -eq 1 ]; then
+{limit}
+fi
+if [ $who = b ] && [ $n -eq 1 ]; then sleep 2; fi
+mkdir -p work && echo "$id" > "work/$who-$id.txt" && git add work && git commit -qm "task $who $id" >/dev/null
+sed -i "s/^- \[ \] $id /- [x] $id /" "$TASKDAEMON_TASKS_FILE"
+git add -A "$TASKDAEMON_SPEC_DIR" && git commit -qm "mark $who $id" >/dev/null
+echo '{{"type":"result","subtype":"success","is_error":false,"result":"done. TASK_COMPLETE"}}'
+"#,
+        limit = usage_limit_in(6)
+    );
+    let agent = env.root().join("limited-agent.sh");
+    std::fs::write(&agent, script).unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let s = Setup {
+        env,
+        vars: vec![(
+            "TASKDAEMON_AGENT".into(),
+            format!("cmd:{}", agent.display()),
+        )],
+    };
+    s.ok(&[
+        "daemon",
+        "start",
+        "--tick",
+        "0.2",
+        "--target",
+        "main",
+        "--max-loops",
+        "2",
+    ]);
+    let mut sub = ipc::subscribe(&s.socket()).unwrap();
+    let mut ids = Vec::new();
+    for name in ["a", "b"] {
+        let out = s.ok(&[
+            "submit",
+            "spec",
+            &format!("specs/{name}"),
+            "--target",
+            "main",
+            "--json",
+        ]);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        ids.push(v["created"][0]["id"].as_str().unwrap().to_string());
+    }
+    let (a, b) = (ids[0].clone(), ids[1].clone());
+    let merged = std::cell::Cell::new(0);
+    let seen = read_until(&mut sub, &s, |e| {
+        if matches!(e, DaemonEvent::Merged { .. }) {
+            merged.set(merged.get() + 1);
+        }
+        matches!(e, DaemonEvent::Failed { .. }) || merged.get() == 2
+    });
+    assert!(
+        !seen.iter().any(|e| matches!(e, DaemonEvent::Failed { .. })),
+        "{seen:#?}\nlog:\n{}",
+        s.log()
+    );
+    let waits: Vec<(String, String)> = seen
+        .iter()
+        .filter_map(|e| match e {
+            DaemonEvent::Waiting {
+                subject, message, ..
+            } => Some((subject.run.clone(), message.clone())),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        waits
+            .iter()
+            .any(|(r, m)| *r == a && m.contains("usage limit")),
+        "a waits for its reset: {waits:#?}\nlog:\n{}",
+        s.log()
+    );
+    assert!(
+        waits
+            .iter()
+            .any(|(r, m)| *r == b && m.contains("paused by the quota governor")),
+        "b pauses at its next boundary: {waits:#?}\nlog:\n{}",
+        s.log()
+    );
+    for who in ["a", "b"] {
+        for t in ["1.1", "1.2"] {
+            assert_eq!(
+                harness::git(
+                    &s.env.repo(),
+                    &["show", &format!("main:work/{who}-{t}.txt")]
+                )
+                .trim(),
+                t
+            );
+        }
+    }
+    s.ok(&["daemon", "stop"]);
+}
+
+fn s_root(env: &Env) -> String {
+    env.root().display().to_string()
 }

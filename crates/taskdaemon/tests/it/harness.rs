@@ -256,8 +256,25 @@ pub fn wait_timeout(child: &mut std::process::Child, limit: Duration) -> ExitSta
     }
 }
 
+/// The pid a process wrote into `p`; waits (up to 10 s) while the file is there but its
+/// writer has not written the number yet (`echo $$ > file` creates it first).
 pub fn read_pid(p: &Path) -> i32 {
-    std::fs::read_to_string(p).unwrap().trim().parse().unwrap()
+    let start = Instant::now();
+    loop {
+        if let Ok(pid) = std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .trim()
+            .parse()
+        {
+            return pid;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{} holds no pid",
+            p.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Alive and not a zombie.
