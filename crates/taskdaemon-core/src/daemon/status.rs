@@ -44,6 +44,9 @@ pub struct RunView {
     #[serde(default)]
     pub interrupted: bool,
     pub iteration: u32,
+    /// The last finished iteration's outcome (`continue`, `rejected`, …), as in summary.csv.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_outcome: Option<String>,
     pub elapsed_ms: u64,
     pub cost_usd: Option<f64>,
     pub worktree: Option<String>,
@@ -52,6 +55,10 @@ pub struct RunView {
     /// The daemon whose lease it holds (shared queue): `host:pid`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_by: Option<String>,
+    /// An implement run's tasks as its worktree's tasks.md has them: (`id title`,
+    /// done/pending).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -175,6 +182,8 @@ fn run_view(records: &Records, r: &LoopRun, daemon: Option<&DaemonState>, held: 
         status: r.status,
         interrupted: r.status == RunStatus::Running && !live,
         iteration: r.iteration,
+        last_outcome: last_outcome(&r.progress),
+        tasks: crate::worklist::tasks_md::of_run(r),
         elapsed_ms: r.elapsed_ms,
         cost_usd: r.cost_usd,
         worktree: r.worktree.clone(),
@@ -185,6 +194,15 @@ fn run_view(records: &Records, r: &LoopRun, daemon: Option<&DaemonState>, held: 
             .clone()
             .map(serde_json::Value::String),
     }
+}
+
+/// The outcome of the last `iteration N: OUTCOME` line of a run's progress.
+fn last_outcome(progress: &str) -> Option<String> {
+    progress
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("iteration ")?.split_once(": "))
+        .map(|(_, outcome)| outcome.trim().to_string())
 }
 
 fn runs_of(

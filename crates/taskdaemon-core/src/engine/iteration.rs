@@ -77,15 +77,7 @@ pub(super) async fn iteration<S: WorkSource>(
         }
     } else {
         source
-            .judge(
-                it.st,
-                it.n,
-                &unit,
-                &mut done,
-                head.clone(),
-                it.ctx,
-                it.cancel,
-            )
+            .judge(it.st, &mut done, head.clone(), it.ctx, it.cancel)
             .await?
     };
     let ev = evidence(it, &done, &judged, interrupted);

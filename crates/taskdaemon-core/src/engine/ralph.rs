@@ -111,8 +111,6 @@ impl WorkSource for Ralph {
     async fn judge(
         &mut self,
         st: &mut RunState,
-        n: u32,
-        _unit: &Unit,
         done: &mut [Finished],
         head: Option<String>,
         ctx: &EngineContext,
@@ -121,6 +119,7 @@ impl WorkSource for Ralph {
         let Some(f) = done.first_mut() else {
             return Ok(Judged::default());
         };
+        let n = st.iterations_done + 1;
         let mut j = gather(st, n, f, &self.prompt, &self.ws, ctx, cancel).await?;
         j.head_after = head;
         j.members = vec![Default::default()];

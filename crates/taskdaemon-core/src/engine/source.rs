@@ -160,12 +160,11 @@ pub trait WorkSource: Send {
         cancel: &CancellationToken,
     ) -> impl Future<Output = Result<Next, EngineError>> + Send;
 
-    /// Judge the members that finished; `head` is HEAD after the agents.
+    /// Judge the members of the unit `next` gave that finished; `head` is HEAD after the
+    /// agents.
     fn judge(
         &mut self,
         st: &mut RunState,
-        n: u32,
-        unit: &Unit,
         done: &mut [Finished],
         head: Option<String>,
         ctx: &EngineContext,

@@ -26,7 +26,7 @@ impl RunView {
             waiting: r.note.as_deref().and_then(waiting_from_note),
             workdir: r.worktree.as_ref().map(PathBuf::from),
             note: r.note.clone(),
-            tasks: Vec::new(),
+            tasks: r.tasks.clone(),
             live: Vec::new(),
         }
     }

@@ -87,7 +87,7 @@ impl RunView {
             waiting: note.as_deref().and_then(waiting_from_note),
             workdir: r.worktree.as_ref().map(PathBuf::from),
             note,
-            tasks: implement_tasks(r),
+            tasks: crate::worklist::tasks_md::of_run(r),
             live: Vec::new(),
         }
     }
@@ -252,35 +252,6 @@ impl Model {
             live: Vec::new(),
         })
     }
-}
-
-/// An implement run's tasks from its worktree's `tasks.md`: (`id title`, done/pending).
-/// The file is the repository's (untrusted): read confined, parsed, never trusted further.
-fn implement_tasks(r: &LoopRun) -> Vec<(String, String)> {
-    if r.loop_type != crate::store::LoopKind::Implement {
-        return Vec::new();
-    }
-    let (Some(wt), Some(dir)) = (
-        r.worktree.as_ref(),
-        crate::scheduler::context::RunContext::get(&r.context.spec_dir),
-    ) else {
-        return Vec::new();
-    };
-    let wt = PathBuf::from(wt);
-    if crate::store::paths::inside(dir, &wt).is_err() {
-        return Vec::new();
-    }
-    let text = match crate::fsutil::read_optional(&wt.join(dir).join("tasks.md")) {
-        Ok(Some(t)) => t,
-        _ => return Vec::new(),
-    };
-    crate::worklist::tasks_md::parse(&text)
-        .into_iter()
-        .map(|t| {
-            let status = if t.done { "done" } else { "pending" };
-            (format!("{} {}", t.id, t.title), status.to_string())
-        })
-        .collect()
 }
 
 /// A run's title: its spec's or plan's, else the task in its context.

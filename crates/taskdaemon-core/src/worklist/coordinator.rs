@@ -52,6 +52,9 @@ struct Slot {
     tree: Option<(String, PathBuf)>,
 }
 
+/// A task's verdict: its commits when accepted, else why not.
+type TaskVerdict = (usize, Result<Vec<String>, Vec<Failure>>);
+
 /// A member's claim, with what it is judged against.
 struct Claimed<'a> {
     task: &'a Task,
@@ -340,6 +343,7 @@ impl WorkSource for TasksSource {
         let parallel = group.len() > 1 && self.git.head()?.is_some();
         let group = if parallel { group } else { vec![next] };
         let decision = answered(&self.ws)?;
+        let note = super::take_feedback(&self.ws)?;
         let mut members = Vec::new();
         for &i in &group {
             let tree = if parallel {
@@ -348,7 +352,11 @@ impl WorkSource for TasksSource {
                 None
             };
             let cwd = tree.as_ref().map(|(_, p)| p.clone());
-            members.push(self.member(st, n, &tasks[i], cwd, decision.as_deref())?);
+            let mut m = self.member(st, n, &tasks[i], cwd, decision.as_deref())?;
+            if let Some(note) = &note {
+                m.prompt.push_str(note);
+            }
+            members.push(m);
             self.now.slots.push(Slot { task: i, tree });
         }
         if parallel {
@@ -369,8 +377,6 @@ impl WorkSource for TasksSource {
     async fn judge(
         &mut self,
         st: &mut RunState,
-        _n: u32,
-        _unit: &Unit,
         done: &mut [Finished],
         head: Option<String>,
         ctx: &EngineContext,
@@ -384,7 +390,7 @@ impl WorkSource for TasksSource {
             head_after: head.clone(),
             ..Judged::default()
         };
-        let mut verdicts: Vec<(usize, Result<Vec<String>, Vec<Failure>>)> = Vec::new();
+        let mut verdicts: Vec<TaskVerdict> = Vec::new();
         let mut failed = Vec::new();
         for f in done.iter() {
             let slot = &self.now.slots[f.index];
@@ -607,10 +613,7 @@ fn signal_of(words: &str) -> Option<Signal> {
 }
 
 /// Record each task's verdict; the first failure (task index and reason), if any.
-fn record_verdicts(
-    st: &mut ImplementState,
-    verdicts: &[(usize, Result<Vec<String>, Vec<Failure>>)],
-) -> Option<(usize, String)> {
+fn record_verdicts(st: &mut ImplementState, verdicts: &[TaskVerdict]) -> Option<(usize, String)> {
     let mut first_failed: Option<(usize, String)> = None;
     for (index, result) in verdicts {
         match result {
@@ -936,7 +939,7 @@ impl TasksSource {
         &self,
         tasks: &[Task],
         group: &[usize],
-        verdicts: &[(usize, Result<Vec<String>, Vec<Failure>>)],
+        verdicts: &[TaskVerdict],
         failed: &[usize],
         ctx: &EngineContext,
     ) -> Result<(), WorklistError> {

@@ -78,6 +78,22 @@ impl From<WorklistError> for crate::engine::EngineError {
     }
 }
 
+/// The harness's guidance for the next agent (the stall guard's recovery writes it to
+/// `.ralph/feedback.md`), taken: said once, in the next prompt.
+pub(crate) fn take_feedback(
+    ws: &crate::workspace::Workspace,
+) -> Result<Option<String>, WorklistError> {
+    let text = ws
+        .read_feedback()
+        .map_err(|e| WorklistError::Invalid(e.to_string()))?
+        .filter(|t| !t.trim().is_empty());
+    if text.is_some() {
+        let p = ws.feedback_file();
+        std::fs::remove_file(&p).map_err(WorklistError::io(&p))?;
+    }
+    Ok(text.map(|t| format!("\n\n## A note from the harness\n\n{}\n", t.trim_end())))
+}
+
 /// The final line of a work list's BLOCKED, DECIDE or stuck end, naming the command that
 /// continues it; `None` for the other outcomes.
 pub fn stop_detail(outcome: &crate::engine::Outcome, kind: &str) -> Option<String> {

@@ -367,9 +367,7 @@ impl WorkSource for StoriesSource {
 
     async fn judge(
         &mut self,
-        _st: &mut RunState,
-        n: u32,
-        _unit: &Unit,
+        st: &mut RunState,
         done: &mut [Finished],
         _head: Option<String>,
         ctx: &EngineContext,
@@ -379,6 +377,7 @@ impl WorkSource for StoriesSource {
             return Ok(Judged::default());
         };
         let words = f.run.parsed.words.clone();
+        let n = st.iterations_done + 1;
         let mut j = Judged::default();
         match signals::scan(&words, "COMPLETE").signal {
             Some(s @ (Signal::Blocked(_) | Signal::Decide(_))) => {

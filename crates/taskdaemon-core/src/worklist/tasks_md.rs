@@ -299,6 +299,40 @@ fn strip_code(v: &str) -> &str {
     t
 }
 
+/// An implement run's tasks from its worktree's `tasks.md` (`status`, `watch`).
+pub fn of_run(r: &crate::store::LoopRun) -> Vec<(String, String)> {
+    if r.loop_type != crate::store::LoopKind::Implement {
+        return Vec::new();
+    }
+    let (Some(wt), Some(dir)) = (
+        r.worktree.as_ref(),
+        crate::scheduler::context::RunContext::get(&r.context.spec_dir),
+    ) else {
+        return Vec::new();
+    };
+    tasks_in(std::path::Path::new(wt), dir)
+}
+
+/// The tasks of `<worktree>/<spec_dir>/tasks.md`: (`id title`, done/pending). The file is
+/// the repository's (untrusted): read confined to the worktree, parsed, never trusted
+/// further; nothing when it cannot be read.
+pub fn tasks_in(worktree: &std::path::Path, spec_dir: &str) -> Vec<(String, String)> {
+    if crate::store::paths::inside(spec_dir, worktree).is_err() {
+        return Vec::new();
+    }
+    let text = match crate::fsutil::read_optional(&worktree.join(spec_dir).join("tasks.md")) {
+        Ok(Some(t)) => t,
+        _ => return Vec::new(),
+    };
+    parse(&text)
+        .into_iter()
+        .map(|t| {
+            let status = if t.done { "done" } else { "pending" };
+            (format!("{} {}", t.id, t.title), status.to_string())
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -52,11 +52,15 @@ fn run_line(out: &mut String, indent: &str, r: &RunView) {
     };
     outln!(
         out,
-        "{indent}run  {:<44} {} {}{phase}  iteration {}  {}{}",
+        "{indent}run  {:<44} {} {}{phase}  iteration {}{}  {}{}",
         r.id,
         painted(status, 9),
         r.loop_type,
         r.iteration,
+        r.last_outcome
+            .as_deref()
+            .map(|o| format!(" (last: {o})"))
+            .unwrap_or_default(),
         secs(r.elapsed_ms),
         r.cost_usd.map(|c| format!("  ${c:.2}")).unwrap_or_default()
     );

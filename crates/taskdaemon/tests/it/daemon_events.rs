@@ -769,3 +769,97 @@ echo '{{"type":"result","subtype":"success","is_error":false,"result":"done. TAS
 fn s_root(env: &Env) -> String {
     env.root().display().to_string()
 }
+
+#[test]
+fn a_daemon_implement_run_is_seen_while_it_runs_as_any_run_is() {
+    let env = Env::new();
+    let repo = env.repo();
+    let spec = repo.join("specs/demo");
+    std::fs::create_dir_all(&spec).unwrap();
+    std::fs::write(
+        spec.join("tasks.md"),
+        "- [ ] 1.1 Set up the thing\n- [ ] 1.2 Finish the thing\n",
+    )
+    .unwrap();
+    harness::git(&repo, &["add", "-A"]);
+    harness::git(&repo, &["commit", "-qm", "spec"]);
+    harness::git(&repo, &["checkout", "-q", "--detach"]);
+    let go = env.root().join("go");
+    // Task 1.2 waits for `go`, so the run is seen in its second iteration.
+    let script = WORKLIST_AGENT.replacen(
+        "cat > /dev/null\n",
+        &format!(
+            "cat > /dev/null\nif [ \"$id\" = 1.2 ]; then echo 'working on 1.2'; while [ ! -e '{}' ]; do sleep 0.05; done; fi\n",
+            go.display()
+        ),
+        1,
+    );
+    let agent = env.root().join("worklist-agent.sh");
+    std::fs::write(&agent, script).unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let calls = env.root().join("calls");
+    let s = Setup {
+        env,
+        vars: vec![
+            (
+                "TASKDAEMON_AGENT".into(),
+                format!("cmd:{}", agent.display()),
+            ),
+            ("TD_CALLS".into(), calls.display().to_string()),
+        ],
+    };
+    s.ok(&["daemon", "start", "--tick", "0.2", "--target", "main"]);
+    let mut sub = ipc::subscribe(&s.socket()).unwrap();
+    let out = s.ok(&["submit", "spec", "specs/demo", "--target", "main", "--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let id = v["created"][0]["id"].as_str().unwrap().to_string();
+    read_until(
+        &mut sub,
+        &s,
+        |e| matches!(e, DaemonEvent::IterationStarted { subject, iteration: 2, .. } if subject.run == id),
+    );
+    // status: its iteration and the last one's outcome.
+    let st: Value = serde_json::from_str(&s.ok(&["status", "--json"])).unwrap();
+    let run = st["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{st}"));
+    assert_eq!(run["status"], "running", "{st}");
+    assert_eq!(run["iteration"], 2, "{st}");
+    assert_eq!(run["last-outcome"], "continue", "{st}");
+    let human = s.ok(&["status"]);
+    assert!(human.contains("iteration 2 (last: continue)"), "{human}");
+    // watch: its tasks and its iteration.
+    let w = s.ok(&["watch", "--once"]);
+    assert!(
+        w.contains("1.1 Set up the thing") && w.contains("1.2 Finish the thing"),
+        "{w}"
+    );
+    // logs --follow streams the iteration running, to the run's end.
+    let mut c = s.env.cmd();
+    for (k, v) in &s.vars {
+        c.env(k, v);
+    }
+    let follower = c
+        .args(["logs", &id, "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(&go, "").unwrap();
+    let out = follower.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("working on 1.2"),
+        "{stdout}\nlog:\n{}",
+        s.log()
+    );
+    assert!(
+        stdout.contains(&format!("-- run {id} is complete --")),
+        "{stdout}"
+    );
+    s.ok(&["daemon", "stop"]);
+}

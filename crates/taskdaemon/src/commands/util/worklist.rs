@@ -110,7 +110,14 @@ pub(crate) fn run_worklist(
             }
             let done = st.iterations_done;
             st.config = cfg;
-            st.config.max_iterations = st.config.max_iterations.max(done.saturating_add(1));
+            if done >= st.config.max_iterations {
+                // A run that used its iterations goes on with a fresh budget, as asked.
+                eprintln!(
+                    "taskdaemon: the saved run used all {} iterations; it goes on with {} more",
+                    done, st.config.max_iterations
+                );
+                st.config.max_iterations = done.saturating_add(st.config.max_iterations);
+            }
             (st, Begin::Resumed { temps_removed: 0 })
         }
         _ => new_state(repo, &ws, cfg)?,
