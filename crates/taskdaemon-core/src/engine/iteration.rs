@@ -119,6 +119,9 @@ fn open_logs(
             .map(|m| m.log.display().to_string())
             .unwrap_or_default(),
     });
+    for e in &unit.announce {
+        it.ctx.events.work(e.clone());
+    }
     Ok(logs)
 }
 

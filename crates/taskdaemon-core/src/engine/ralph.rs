@@ -105,6 +105,7 @@ impl WorkSource for Ralph {
                 notes: phase_note.into_iter().collect(),
             }],
             answered: decision.is_some(),
+            announce: Vec::new(),
         }))
     }
 

@@ -88,6 +88,9 @@ pub struct Unit {
     /// The prompts carry a person's answer to an earlier DECIDE: archived once an agent has
     /// seen it.
     pub answered: bool,
+    /// The source's own words about the unit (its tasks started, its group), said right
+    /// after the iteration's start.
+    pub announce: Vec<super::events::WorkEvent>,
 }
 
 /// What the source says comes next.

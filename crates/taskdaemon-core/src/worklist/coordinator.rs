@@ -359,18 +359,20 @@ impl WorkSource for TasksSource {
             members.push(m);
             self.now.slots.push(Slot { task: i, tree });
         }
+        let mut announce = Vec::new();
         if parallel {
-            ctx.events.work(WorkEvent::GroupStarted {
+            announce.push(WorkEvent::GroupStarted {
                 iteration: n,
                 task_ids: group.iter().map(|i| tasks[*i].id.clone()).collect(),
             });
         }
         for (m, &i) in members.iter().zip(&group) {
-            self.started(&tasks[i], n, m, parallel, ctx);
+            announce.push(self.started(&tasks[i], n, m, parallel));
         }
         Ok(Next::Work(Unit {
             members,
             answered: decision.is_some(),
+            announce,
         }))
     }
 
@@ -765,8 +767,8 @@ impl TasksSource {
         ]
     }
 
-    fn started(&self, task: &Task, n: u32, m: &Member, parallel: bool, ctx: &EngineContext) {
-        ctx.events.work(WorkEvent::TaskStarted {
+    fn started(&self, task: &Task, n: u32, m: &Member, parallel: bool) -> WorkEvent {
+        WorkEvent::TaskStarted {
             iteration: n,
             task_id: task.id.clone(),
             task_index: task.index,
@@ -776,7 +778,7 @@ impl TasksSource {
             max_attempts: self.state.max_task_iterations,
             parallel,
             prompt_file: m.prompt_file.display().to_string(),
-        });
+        }
     }
 
     /// `git status` lines of the spec directory inside `tree`.

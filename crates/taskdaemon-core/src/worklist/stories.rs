@@ -330,12 +330,12 @@ impl WorkSource for StoriesSource {
             },
         )?;
         let prompt_file = self.ws.prompt_file(n);
-        ctx.events.work(WorkEvent::StoryIteration {
+        let announce = vec![WorkEvent::StoryIteration {
             iteration: n,
             mode: mode.name().into(),
             story_id: mode.story().map(str::to_string),
             prompt_file: prompt_file.display().to_string(),
-        });
+        }];
         let member = Member {
             label: Some(mode.story().unwrap_or("stories").to_string()),
             mode: mode.name().to_string(),
@@ -362,6 +362,7 @@ impl WorkSource for StoriesSource {
         Ok(Next::Work(Unit {
             members: vec![member],
             answered: decision.is_some(),
+            announce,
         }))
     }
 
