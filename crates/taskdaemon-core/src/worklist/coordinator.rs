@@ -342,7 +342,7 @@ impl WorkSource for TasksSource {
         }
         let parallel = group.len() > 1 && self.git.head()?.is_some();
         let group = if parallel { group } else { vec![next] };
-        let decision = answered(&self.ws)?;
+        let decision = super::answered(&self.ws)?;
         let note = super::take_feedback(&self.ws)?;
         let mut members = Vec::new();
         for &i in &group {
@@ -596,14 +596,6 @@ impl WorkSource for TasksSource {
             },
         });
     }
-}
-
-/// A person's answer to an earlier DECIDE, for the next prompts.
-fn answered(ws: &Workspace) -> Result<Option<String>, EngineError> {
-    Ok(ws.read_decide()?.and_then(|d| {
-        d.answer
-            .map(|a| format!("Question: {}\nAnswer: {a}", d.question))
-    }))
 }
 
 /// The agent's BLOCKED or DECIDE.

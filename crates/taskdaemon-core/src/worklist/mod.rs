@@ -78,6 +78,17 @@ impl From<WorklistError> for crate::engine::EngineError {
     }
 }
 
+/// A person's answer to an earlier DECIDE, as it goes into the next prompts.
+pub(crate) fn answered(ws: &crate::workspace::Workspace) -> Result<Option<String>, WorklistError> {
+    Ok(ws
+        .read_decide()
+        .map_err(|e| WorklistError::Invalid(e.to_string()))?
+        .and_then(|d| {
+            d.answer
+                .map(|a| format!("Question: {}\nAnswer: {a}", d.question))
+        }))
+}
+
 /// The harness's guidance for the next agent (the stall guard's recovery writes it to
 /// `.ralph/feedback.md`), taken: said once, in the next prompt.
 pub(crate) fn take_feedback(

@@ -313,10 +313,7 @@ impl WorkSource for StoriesSource {
                 self.no_story_can_start()
             }));
         };
-        let decision = self.ws.read_decide()?.and_then(|d| {
-            d.answer
-                .map(|a| format!("Question: {}\nAnswer: {a}", d.question))
-        });
+        let decision = super::answered(&self.ws)?;
         let text = with_rules(self.story_prompt(&mode), &self.evidence.rules(EVIDENCE_ID));
         let loop_name = loop_type(&mode);
         let prompt = self.prompts.render(

@@ -5,7 +5,7 @@
 use crate::harness;
 use std::path::PathBuf;
 
-use crate::harness::{Env, csv_rows, events, fixture};
+use crate::harness::{Env, csv_rows, events, fixture, replay, usage_limit_in};
 
 /// A fake agent: a shell script in the test's root; returns its `cmd:` spec.
 fn fake(env: &Env, name: &str, body: &str) -> String {
@@ -16,19 +16,6 @@ fn fake(env: &Env, name: &str, body: &str) -> String {
 
 fn case(rel: &str) -> PathBuf {
     fixture("agent-failures").join(rel)
-}
-
-/// Prints a recorded case: stdout, stderr and its exit code.
-fn replay(rel: &str) -> String {
-    let dir = case(rel);
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
-    format!(
-        "cat '{}'\ncat '{}' >&2\nexit {}",
-        dir.join("stdout.jsonl").display(),
-        dir.join("stderr.txt").display(),
-        meta["exit_code"].as_i64().unwrap()
-    )
 }
 
 fn claude_ok(commit: &str) -> String {
@@ -130,11 +117,7 @@ fn a_missing_agent_program_and_a_missing_validation_program_stop_with_exit_64() 
 
 /// The usage-limit reply of the recorded subscription case, its reset 3 s ahead.
 fn usage_limit_now_plus_3s() -> String {
-    let dir = case("claude/usage-limit-subscription");
-    format!(
-        "reset=$(( $(date +%s) + 3 ))\nsed \"s/\\\"resetsAt\\\":[0-9]*/\\\"resetsAt\\\":$reset/\" '{}'\nexit 1",
-        dir.join("stdout.jsonl").display()
-    )
+    usage_limit_in(3)
 }
 
 /// First call: the usage limit; later calls: work, commit, done.

@@ -45,6 +45,24 @@ impl Setup {
         Setup { env, vars }
     }
 
+    /// `script` as the agent of `env`'s daemon runs, with `TD_CALLS` naming the file it may
+    /// record its calls in (returned).
+    fn with_agent(env: Env, name: &str, script: &str) -> (Setup, PathBuf) {
+        let agent = env.root().join(name);
+        std::fs::write(&agent, script).unwrap();
+        std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let calls = env.root().join("calls");
+        let vars = vec![
+            (
+                "TASKDAEMON_AGENT".to_string(),
+                format!("cmd:{}", agent.display()),
+            ),
+            ("TD_CALLS".to_string(), calls.display().to_string()),
+        ];
+        (Setup { env, vars }, calls)
+    }
+
     fn run(&self, args: &[&str]) -> harness::Run {
         self.env.run_with(&self.vars, args)
     }
@@ -410,20 +428,7 @@ fn submit_spec_of_a_tasks_md_directory_completes_under_the_daemon_and_merges() {
     harness::git(&repo, &["commit", "-qm", "spec"]);
     // Nothing checked out: the result goes straight into main.
     harness::git(&repo, &["checkout", "-q", "--detach"]);
-    let agent = env.root().join("worklist-agent.sh");
-    std::fs::write(&agent, WORKLIST_AGENT).unwrap();
-    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let calls = env.root().join("calls");
-    let s = Setup {
-        env,
-        vars: vec![
-            (
-                "TASKDAEMON_AGENT".into(),
-                format!("cmd:{}", agent.display()),
-            ),
-            ("TD_CALLS".into(), calls.display().to_string()),
-        ],
-    };
+    let (s, calls) = Setup::with_agent(env, "worklist-agent.sh", WORKLIST_AGENT);
     s.ok(&["daemon", "start", "--tick", "0.2", "--target", "main"]);
     let mut sub = ipc::subscribe(&s.socket()).unwrap();
     let out = s.ok(&["submit", "spec", "specs/demo", "--target", "main", "--json"]);
@@ -566,20 +571,7 @@ fn submit_stories_runs_a_stories_file_under_the_daemon_and_merges() {
     harness::git(&repo, &["add", "-A"]);
     harness::git(&repo, &["commit", "-qm", "stories"]);
     harness::git(&repo, &["checkout", "-q", "--detach"]);
-    let agent = env.root().join("stories-agent.sh");
-    std::fs::write(&agent, STORIES_AGENT).unwrap();
-    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let calls = env.root().join("calls");
-    let s = Setup {
-        env,
-        vars: vec![
-            (
-                "TASKDAEMON_AGENT".into(),
-                format!("cmd:{}", agent.display()),
-            ),
-            ("TD_CALLS".into(), calls.display().to_string()),
-        ],
-    };
+    let (s, _calls) = Setup::with_agent(env, "stories-agent.sh", STORIES_AGENT);
     // Refused with a hint when the file is not committed.
     std::fs::write(
         s.env.repo().join("loose.json"),
@@ -630,15 +622,6 @@ fn submit_stories_runs_a_stories_file_under_the_daemon_and_merges() {
     s.ok(&["daemon", "stop"]);
 }
 
-/// Claude's recorded usage-limit reply with its reset `secs` ahead (stream-json).
-fn usage_limit_in(secs: u32) -> String {
-    let dir = harness::fixture("agent-failures").join("claude/usage-limit-subscription");
-    format!(
-        "reset=$(( $(date +%s) + {secs} ))\nsed \"s/\\\"resetsAt\\\":[0-9]*/\\\"resetsAt\\\":$reset/\" '{}'\nexit 1",
-        dir.join("stdout.jsonl").display()
-    )
-}
-
 #[test]
 fn a_usage_limit_in_one_daemon_implement_run_pauses_the_other_on_the_same_account() {
     let env = Env::new();
@@ -679,7 +662,7 @@ sed -i "s/^- \[ \] $id /- [x] $id /" "$TASKDAEMON_TASKS_FILE"
 git add -A "$TASKDAEMON_SPEC_DIR" && git commit -qm "mark $who $id" >/dev/null
 echo '{{"type":"result","subtype":"success","is_error":false,"result":"done. TASK_COMPLETE"}}'
 "#,
-        limit = usage_limit_in(6)
+        limit = harness::usage_limit_in(6)
     );
     let agent = env.root().join("limited-agent.sh");
     std::fs::write(&agent, script).unwrap();
@@ -794,20 +777,7 @@ fn a_daemon_implement_run_is_seen_while_it_runs_as_any_run_is() {
         ),
         1,
     );
-    let agent = env.root().join("worklist-agent.sh");
-    std::fs::write(&agent, script).unwrap();
-    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let calls = env.root().join("calls");
-    let s = Setup {
-        env,
-        vars: vec![
-            (
-                "TASKDAEMON_AGENT".into(),
-                format!("cmd:{}", agent.display()),
-            ),
-            ("TD_CALLS".into(), calls.display().to_string()),
-        ],
-    };
+    let (s, _calls) = Setup::with_agent(env, "worklist-agent.sh", &script);
     s.ok(&["daemon", "start", "--tick", "0.2", "--target", "main"]);
     let mut sub = ipc::subscribe(&s.socket()).unwrap();
     let out = s.ok(&["submit", "spec", "specs/demo", "--target", "main", "--json"]);

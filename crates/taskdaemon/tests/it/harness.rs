@@ -181,6 +181,30 @@ pub fn fixture(rel: &str) -> PathBuf {
         .join(rel)
 }
 
+/// Shell that prints a recorded agent-failure case (`fixtures/agent-failures/REL`): its
+/// stdout, its stderr, and exits with its code.
+pub fn replay(rel: &str) -> String {
+    let dir = fixture("agent-failures").join(rel);
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+    format!(
+        "cat '{}'\ncat '{}' >&2\nexit {}",
+        dir.join("stdout.jsonl").display(),
+        dir.join("stderr.txt").display(),
+        meta["exit_code"].as_i64().unwrap()
+    )
+}
+
+/// Shell that prints Claude Code's recorded subscription usage-limit reply with its reset
+/// `secs` from now, and exits 1.
+pub fn usage_limit_in(secs: u32) -> String {
+    let dir = fixture("agent-failures").join("claude/usage-limit-subscription");
+    format!(
+        "reset=$(( $(date +%s) + {secs} ))\nsed \"s/\\\"resetsAt\\\":[0-9]*/\\\"resetsAt\\\":$reset/\" '{}'\nexit 1",
+        dir.join("stdout.jsonl").display()
+    )
+}
+
 pub fn csv_rows(dir: &Path) -> Vec<BTreeMap<String, String>> {
     let text = std::fs::read_to_string(dir.join(".ralph/logs/summary.csv")).unwrap();
     let mut lines = text.lines();

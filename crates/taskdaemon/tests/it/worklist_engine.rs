@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use crate::harness::{Env, csv_rows, events, fixture, git};
+use crate::harness::{Env, csv_rows, events, git, replay, usage_limit_in};
 
 const SPEC: &str = "specs/demo";
 
@@ -17,28 +17,6 @@ fn spec_env(tasks: &str) -> Env {
     git(&env.repo(), &["add", "-A"]);
     git(&env.repo(), &["commit", "-qm", "spec"]);
     env
-}
-
-/// A recorded case's stdout with its reset `secs` ahead, and its exit code.
-fn usage_limit_in(secs: u32) -> String {
-    let dir = fixture("agent-failures").join("claude/usage-limit-subscription");
-    format!(
-        "reset=$(( $(date +%s) + {secs} ))\nsed \"s/\\\"resetsAt\\\":[0-9]*/\\\"resetsAt\\\":$reset/\" '{}'\nexit 1",
-        dir.join("stdout.jsonl").display()
-    )
-}
-
-/// A recorded case replayed: stdout, stderr and its exit code.
-fn replay(rel: &str) -> String {
-    let dir = fixture("agent-failures").join(rel);
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
-    format!(
-        "cat '{}'\ncat '{}' >&2\nexit {}",
-        dir.join("stdout.jsonl").display(),
-        dir.join("stderr.txt").display(),
-        meta["exit_code"].as_i64().unwrap()
-    )
 }
 
 /// A Claude-like agent (stream-json): counts its calls in `$R/calls` (`$n`, and per task
