@@ -699,40 +699,44 @@ echo '{{"type":"result","subtype":"success","is_error":false,"result":"done. TAS
         ids.push(v["created"][0]["id"].as_str().unwrap().to_string());
     }
     let (a, b) = (ids[0].clone(), ids[1].clone());
+    let governed = |e: &DaemonEvent| {
+        matches!(e, DaemonEvent::Waiting { subject, message, .. }
+            if subject.run == b && message.contains("paused by the quota governor"))
+    };
+    let mut seen = read_until(&mut sub, &s, |e| {
+        governed(e) || matches!(e, DaemonEvent::Failed { .. } | DaemonEvent::Merged { .. })
+    });
+    assert!(
+        seen.last().is_some_and(governed),
+        "b pauses at its next boundary: {seen:#?}\nlog:\n{}",
+        s.log()
+    );
+    // status says so while it lasts.
+    let st: Value = serde_json::from_str(&s.ok(&["status", "--json"])).unwrap();
+    assert!(
+        st["daemon"]["quota-governor"]
+            .as_object()
+            .is_some_and(|m| !m.is_empty()),
+        "{st}"
+    );
     let merged = std::cell::Cell::new(0);
-    let seen = read_until(&mut sub, &s, |e| {
+    seen.extend(read_until(&mut sub, &s, |e| {
         if matches!(e, DaemonEvent::Merged { .. }) {
             merged.set(merged.get() + 1);
         }
         matches!(e, DaemonEvent::Failed { .. }) || merged.get() == 2
-    });
+    }));
     assert!(
         !seen.iter().any(|e| matches!(e, DaemonEvent::Failed { .. })),
         "{seen:#?}\nlog:\n{}",
         s.log()
     );
-    let waits: Vec<(String, String)> = seen
-        .iter()
-        .filter_map(|e| match e {
-            DaemonEvent::Waiting {
-                subject, message, ..
-            } => Some((subject.run.clone(), message.clone())),
-            _ => None,
-        })
-        .collect();
     assert!(
-        waits
-            .iter()
-            .any(|(r, m)| *r == a && m.contains("usage limit")),
-        "a waits for its reset: {waits:#?}\nlog:\n{}",
-        s.log()
-    );
-    assert!(
-        waits
-            .iter()
-            .any(|(r, m)| *r == b && m.contains("paused by the quota governor")),
-        "b pauses at its next boundary: {waits:#?}\nlog:\n{}",
-        s.log()
+        seen.iter().any(
+            |e| matches!(e, DaemonEvent::Waiting { subject, message, .. }
+            if subject.run == a && message.contains("usage limit"))
+        ),
+        "a waits for its reset: {seen:#?}"
     );
     for who in ["a", "b"] {
         for t in ["1.1", "1.2"] {

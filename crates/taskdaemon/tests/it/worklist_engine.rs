@@ -313,3 +313,38 @@ fn the_summary_names_the_list_a_loop_has_and_no_other() {
     assert!(!r.stdout.contains("Stories:"), "{}", r.stdout);
     assert!(!r.stdout.contains("Tasks:"), "{}", r.stdout);
 }
+
+#[test]
+fn the_stuck_count_of_a_work_list_survives_a_resume() {
+    let env = stories_env(ONE_STORY);
+    std::fs::write(
+        env.root().join("idle.sh"),
+        "#!/bin/sh\ncat >/dev/null\necho 'nothing changed'\n",
+    )
+    .unwrap();
+    let agent = format!("cmd:sh {}", env.root().join("idle.sh").display());
+    let r = env.run(&[
+        "stories",
+        "prd.json",
+        "--max-iterations",
+        "2",
+        "--agent",
+        &agent,
+    ]);
+    assert_eq!(r.code, 1, "a limit first: {}\n{}", r.stdout, r.stderr);
+    // Resumed: two idle iterations are already counted, so the third is stuck.
+    let r = env.run(&[
+        "stories",
+        "prd.json",
+        "--max-iterations",
+        "10",
+        "--agent",
+        &agent,
+    ]);
+    assert_eq!(r.code, 4, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("resuming at iteration 3"), "{}", r.stderr);
+    let rows = csv_rows(&env.repo());
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert_eq!(rows[2]["outcome"], "stuck");
+    assert_eq!(rows[2]["stuck_count"], "3");
+}
