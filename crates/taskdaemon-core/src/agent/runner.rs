@@ -162,6 +162,13 @@ pub async fn run_process(
             cmd.env(k, v);
         }
     }
+    // Its directory in `PWD` too (some agents, opencode, take their directory from it, not
+    // from the cwd); the harness's `OLDPWD` means nothing to it.
+    cmd.env(
+        "PWD",
+        std::path::absolute(&spec.cwd).unwrap_or_else(|_| spec.cwd.clone()),
+    )
+    .env_remove("OLDPWD");
     // Recorded before it exists: a harness killed at any later moment leaves a record.
     let _record = super::tracked::record(&token, &spec.env)?;
     // Read before the spawn: only then is every orphan of this tree re-parented to us.
@@ -404,6 +411,8 @@ async fn run_after_stop(spec: &ProcessSpec) {
     cmd.args(args)
         .envs(env.map(|(k, v)| (k, v)))
         .current_dir(&spec.cwd)
+        .env("PWD", &spec.cwd)
+        .env_remove("OLDPWD")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

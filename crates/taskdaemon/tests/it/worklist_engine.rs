@@ -348,3 +348,64 @@ fn the_stuck_count_of_a_work_list_survives_a_resume() {
     assert_eq!(rows[2]["outcome"], "stuck");
     assert_eq!(rows[2]["stuck_count"], "3");
 }
+
+/// A fake opencode that, like the real one, works in `$PWD` (not its cwd): the task's file,
+/// its commit and its box; then opencode's JSON with TASK_COMPLETE.
+const PWD_OPENCODE: &str = r#"#!/usr/bin/env python3
+import json, os, subprocess, sys
+sys.stdin.read()
+here = os.environ.get("PWD", "")
+tid = os.environ["TASKDAEMON_TASK_ID"]
+with open(os.path.join(os.environ["TD_ROOT"], "pwds"), "a") as f:
+    f.write(f"{tid} {here}\n")
+script = f'''mkdir -p work && echo {tid} > work/{tid}.txt && git add work && git commit -qm "task {tid}"
+flock "$TASKDAEMON_TASKS_LOCK" sed -i "s/^- \[ \] {tid} /- [x] {tid} /" "$TASKDAEMON_TASKS_FILE"
+echo "notes of {tid}" > "$TASKDAEMON_PROGRESS_FILE"'''
+subprocess.run(["sh", "-c", script], cwd=here, check=True)
+text = {"type": "text", "part": {"type": "text", "text": "done. TASK_COMPLETE"}}
+finish = {"type": "step_finish", "part": {"type": "step-finish", "reason": "stop", "tokens": {"input": 1, "output": 1, "reasoning": 0, "cache": {"read": 0, "write": 0}}, "cost": 0}}
+print(json.dumps(text)); print(json.dumps(finish))
+"#;
+
+#[test]
+fn every_agent_gets_its_own_directory_as_pwd_so_a_parallel_opencode_commits_in_its_worktree() {
+    let env = spec_env("- [ ] 1.1 [P] Left\n- [ ] 1.2 [P] Right\n");
+    let bin = env.root().join("fakebin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("opencode"), PWD_OPENCODE).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bin.join("opencode"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut path = std::ffi::OsString::from(&bin);
+    path.push(":");
+    path.push(crate::harness::narrowed_path());
+    let out = env
+        .cmd()
+        .env("PATH", &path)
+        .env("TD_ROOT", env.root())
+        // The shell the user started it from: somewhere else entirely.
+        .env("PWD", env.root())
+        .env("OLDPWD", "/")
+        .args(["implement", SPEC, "--agent", "opencode"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let pwds = std::fs::read_to_string(env.root().join("pwds")).unwrap();
+    for l in pwds.lines() {
+        assert!(
+            l.contains("worklist-worktrees"),
+            "each [P] agent's PWD is its worktree: {pwds}"
+        );
+    }
+    let subjects = git(&env.repo(), &["log", "--reverse", "--format=%s"]);
+    let tasks: Vec<&str> = subjects
+        .lines()
+        .filter(|s| s.starts_with("task "))
+        .collect();
+    assert_eq!(
+        tasks,
+        ["task 1.1", "task 1.2"],
+        "landed in task order: {subjects}"
+    );
+    assert_eq!(checked(&env), 2);
+}
