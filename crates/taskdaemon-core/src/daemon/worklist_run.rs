@@ -111,7 +111,9 @@ fn daemon_event(subject: &Subject, e: &WorklistEvent) -> Option<DaemonEvent> {
 /// agent (the run's, the daemon's `--agent`, else the project's settings).
 fn config_for(shared: &Shared, worktree: &Path, l: &Launch) -> Result<ImplementConfig, String> {
     let project = &shared.paths.project;
-    let s = config::load_layers(project, shared.config.as_deref()).map_err(|e| e.to_string())?;
+    let s = config::load_layers(project, shared.config.as_deref())
+        .map_err(|e| e.to_string())?
+        .settings;
     let rel = context::RunContext::get(&l.run.context.spec_dir)
         .ok_or_else(|| format!("run {} names no {SPEC_DIR}", l.run.id))?;
     let spec_dir = worktree.join(rel);
