@@ -2,6 +2,10 @@
 //! `~/.config/taskdaemon/config.yaml`, the project's `.taskdaemon/config.yaml` (or a file
 //! named with `--config`), then `TASKDAEMON_*` environment variables and flags (the binary
 //! reads those two and hands them over as one more `Settings` layer).
+//!
+//! The project's own file comes with the repository: until the user trusts it
+//! (`trust`), its keys that run commands, name destinations or widen access are left out
+//! (`untrusted`), and [`load_layers`] says which. Everything else is always trusted.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -11,7 +15,11 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::duration::parse_duration;
 pub use crate::lifecycle::parser::ParserMode;
-use crate::yaml::{self, YamlError};
+use crate::yaml::{self, HINT_SEP, YamlError};
+
+pub mod trust;
+mod untrusted;
+pub use untrusted::Untrusted;
 
 /// A duration written as text in YAML (`30m`), checked while parsing so a bad value is
 /// reported with its line and column.
@@ -60,11 +68,13 @@ pub struct Settings {
     /// Validation command (run with `sh -c`); empty string means none.
     pub validate: Option<String>,
     pub success_exit_code: Option<i32>,
+    #[serde(default, deserialize_with = "de_max_iterations")]
     pub max_iterations: Option<u32>,
     /// Consecutive iterations without a new commit before giving up; 0 disables.
     pub max_stuck: Option<u32>,
     /// Consecutive iterations with identical tool calls before stall recovery; 0 disables.
     pub max_stall: Option<u32>,
+    #[serde(default, deserialize_with = "de_iteration_timeout")]
     pub iteration_timeout: Option<Dur>,
     pub max_runtime: Option<Dur>,
     pub max_cost: Option<f64>,
@@ -84,6 +94,7 @@ pub struct Settings {
     /// The time budget of the task parser's call to the agent.
     pub parse_timeout: Option<Dur>,
     /// The daemon: how many loops run at once.
+    #[serde(default, deserialize_with = "de_max_loops")]
     pub max_loops: Option<u32>,
     /// The daemon: at most this many loops at once per agent (`claude: 2`, `cmd: 8`); ≥ 1.
     #[serde(default, deserialize_with = "de_agent_limits")]
@@ -124,7 +135,8 @@ pub struct Settings {
     pub sandbox: Option<crate::sandbox::SandboxKind>,
     /// The validation command's sandbox [default: the agent's].
     pub sandbox_validate: Option<crate::sandbox::SandboxKind>,
-    /// More read-write paths inside the sandbox (`~/` is the home directory).
+    /// More read-write paths inside the sandbox (`~/` is the home directory); never `/`.
+    #[serde(default, deserialize_with = "de_sandbox_rw")]
     pub sandbox_rw: Option<Vec<PathBuf>>,
     /// More paths hidden inside the sandbox (besides ~/.ssh, ~/.aws, ~/.gnupg, …).
     pub sandbox_ro_hide: Option<Vec<PathBuf>>,
@@ -224,10 +236,72 @@ fn de_agent_limits<'de, D: Deserializer<'de>>(
     let map = std::collections::BTreeMap::<String, u32>::deserialize(d)?;
     if let Some((agent, _)) = map.iter().find(|(_, n)| **n == 0) {
         return Err(serde::de::Error::custom(format!(
-            "agent-limits.{agent} is 0, so no `{agent}` run could ever start; write 1 or more, or remove the entry for no limit"
+            "agent-limits.{agent} is 0, so no `{agent}` run could ever start{HINT_SEP}write 1 or more, or remove the entry for no limit"
         )));
     }
     Ok(Some(map))
+}
+
+/// A count that must be at least 1: `what` says what 0 would mean, `hint` what to write.
+fn at_least_one<'de, D: Deserializer<'de>>(
+    d: D,
+    field: &str,
+    what: &str,
+    hint: &str,
+) -> Result<Option<u32>, D::Error> {
+    match u32::deserialize(d)? {
+        0 => Err(serde::de::Error::custom(format!(
+            "{field} is 0, so {what}{HINT_SEP}{hint}"
+        ))),
+        n => Ok(Some(n)),
+    }
+}
+
+fn de_max_iterations<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    at_least_one(
+        d,
+        "max-iterations",
+        "no run could do any work",
+        "write 1 or more, or remove the key for the loop type's own limit (ralph: 20)",
+    )
+}
+
+fn de_max_loops<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    at_least_one(
+        d,
+        "max-loops",
+        "the daemon could never start a run",
+        "write 1 or more, or remove the key for the default, 4",
+    )
+}
+
+fn de_iteration_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Dur>, D::Error> {
+    let t = Dur::deserialize(d)?;
+    if t.0.is_zero() {
+        return Err(serde::de::Error::custom(format!(
+            "iteration-timeout is 0s, so every agent would be stopped as it starts{HINT_SEP}write a duration such as 30m (the default), or remove the key"
+        )));
+    }
+    Ok(Some(t))
+}
+
+fn de_sandbox_rw<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<PathBuf>>, D::Error> {
+    let paths = Vec::<PathBuf>::deserialize(d)?;
+    let root = |p: &PathBuf| {
+        p.has_root()
+            && p.components().all(|c| {
+                matches!(
+                    c,
+                    std::path::Component::RootDir | std::path::Component::CurDir
+                )
+            })
+    };
+    if paths.iter().any(root) {
+        return Err(serde::de::Error::custom(format!(
+            "sandbox-rw names `/`, which makes the whole file system writable: the sandbox would confine nothing{HINT_SEP}name the directories the agent must write (e.g. `~/.cache/pip`), or run without a sandbox (`--sandbox none`) if that is what you mean"
+        )));
+    }
+    Ok(Some(paths))
 }
 
 fn de_target_branch<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
@@ -285,35 +359,29 @@ pub fn check_branch_name(name: &str) -> Result<(), String> {
 }
 
 /// `worktrees-dir`: a relative path that stays inside the repository (no `..`, not in
-/// `.git`), or an absolute path that is not `/` and whose nearest existing directory
-/// belongs to the current user.
+/// `.git`), or an absolute path that is not `/`, a top-level directory or inside the
+/// system's own (`/etc`, `/usr`, …), and whose nearest existing directory belongs to the
+/// current user. (A repository's own config may name no absolute path outside it at all:
+/// [`check_repository_config`].) The message carries its hint after [`HINT_SEP`].
 pub fn check_worktrees_dir(path: &Path) -> Result<(), String> {
-    use std::path::Component;
     let shown = path.display();
     if path.as_os_str().is_empty() {
-        return Err(
-            "worktrees-dir is empty; remove it for the default `.taskdaemon/worktrees`".into(),
-        );
+        return Err(format!(
+            "worktrees-dir is empty{HINT_SEP}remove it for the default `.taskdaemon/worktrees`"
+        ));
     }
     if path.is_relative() {
-        let mut parts = path
-            .components()
-            .filter(|c| !matches!(c, Component::CurDir));
-        let first = parts.next();
-        if path.components().any(|c| matches!(c, Component::ParentDir)) {
-            return Err(format!(
-                "worktrees-dir `{shown}` leaves the repository (`..`); use a path inside it such as `.taskdaemon/worktrees`, or an absolute directory of yours"
-            ));
-        }
-        if first.is_none() || first == Some(Component::Normal(".git".as_ref())) {
-            return Err(format!(
-                "worktrees-dir `{shown}` is the repository itself or inside `.git`; use e.g. `.taskdaemon/worktrees`"
-            ));
-        }
-        return Ok(());
+        return check_relative_worktrees_dir(path);
     }
     if path.parent().is_none() {
-        return Err("worktrees-dir `/` is the root directory; use a directory of yours, e.g. `~/worktrees/PROJECT` written out in full".into());
+        return Err(format!(
+            "worktrees-dir `/` is the root directory{HINT_SEP}use a directory of yours, e.g. `~/worktrees/PROJECT` written out in full"
+        ));
+    }
+    if is_system_dir(path) {
+        return Err(format!(
+            "worktrees-dir `{shown}` is a top-level or system directory, where loops' worktrees would mix with the system's files{HINT_SEP}use a directory of yours, e.g. `~/worktrees/PROJECT` written out in full, or a path inside the repository such as `.taskdaemon/worktrees`"
+        ));
     }
     let mut cur = Some(path);
     while let Some(p) = cur {
@@ -322,7 +390,7 @@ pub fn check_worktrees_dir(path: &Path) -> Result<(), String> {
             let me = nix::unistd::geteuid().as_raw();
             if meta.uid() != me || p.parent().is_none() {
                 return Err(format!(
-                    "worktrees-dir `{shown}`: {} belongs to another user; create the directory yourself first (`mkdir -p {shown}`), or use a relative path inside the repository",
+                    "worktrees-dir `{shown}`: {} belongs to another user{HINT_SEP}create the directory yourself first (`mkdir -p {shown}`), or use a relative path inside the repository",
                     p.display()
                 ));
             }
@@ -331,6 +399,44 @@ pub fn check_worktrees_dir(path: &Path) -> Result<(), String> {
         cur = p.parent();
     }
     Ok(())
+}
+
+fn check_relative_worktrees_dir(path: &Path) -> Result<(), String> {
+    use std::path::Component;
+    let shown = path.display();
+    if path.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err(format!(
+            "worktrees-dir `{shown}` leaves the repository (`..`){HINT_SEP}use a path inside it such as `.taskdaemon/worktrees`, or an absolute directory of yours"
+        ));
+    }
+    let first = path.components().find(|c| !matches!(c, Component::CurDir));
+    if first.is_none() || first == Some(Component::Normal(".git".as_ref())) {
+        return Err(format!(
+            "worktrees-dir `{shown}` is the repository itself or inside `.git`{HINT_SEP}use e.g. `.taskdaemon/worktrees`"
+        ));
+    }
+    Ok(())
+}
+
+/// Directories that belong to the system: any top-level directory itself (`/etc`,
+/// `/home`, `/tmp`), and whatever lies in the system's own trees.
+fn is_system_dir(path: &Path) -> bool {
+    use std::path::Component;
+    const SYSTEM: &[&str] = &[
+        "bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "run", "sbin",
+        "sys", "usr",
+    ];
+    let parts: Vec<_> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(p) => Some(p),
+            _ => None,
+        })
+        .collect();
+    parts.len() < 2
+        || parts
+            .first()
+            .is_some_and(|top| SYSTEM.iter().any(|s| *top == *s))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -355,19 +461,26 @@ pub enum ConfigError {
 /// Read one settings file. A missing file is an error: callers decide whether a file is
 /// optional (the default locations) or required (named on the command line).
 pub fn load_file(path: &Path) -> Result<Settings, ConfigError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(ConfigError::Missing(path.to_path_buf()));
-        }
-        Err(source) => {
-            return Err(ConfigError::Read {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
-    };
-    Ok(yaml::parse::<Settings>(path, &text)
+    match read_text(path)? {
+        Some(text) => parse_text(path, &text),
+        None => Err(ConfigError::Missing(path.to_path_buf())),
+    }
+}
+
+/// A settings file's text; `None` when there is no such file.
+fn read_text(path: &Path) -> Result<Option<String>, ConfigError> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+fn parse_text(path: &Path, text: &str) -> Result<Settings, ConfigError> {
+    Ok(yaml::parse::<Settings>(path, text)
         .map_err(ConfigError::Invalid)?
         .unwrap_or_default())
 }
@@ -394,25 +507,110 @@ pub fn project_config_path(repo: &Path) -> PathBuf {
     repo.join(".taskdaemon").join("config.yaml")
 }
 
+/// The settings of the config files, and what was left out of them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Layers {
+    pub settings: Settings,
+    /// The repository's own config is not trusted (as it is now): the keys left out.
+    /// The caller tells the user (the core never prints).
+    pub untrusted: Option<Untrusted>,
+}
+
 /// The file layers: user config, then the project's config, or `explicit` instead of the
-/// project's when one was named (then it must exist and parse).
-pub fn load_layers(repo: &Path, explicit: Option<&Path>) -> Result<Settings, ConfigError> {
+/// project's when one was named (then it must exist and parse). The user's file and
+/// `explicit` are the user's own and apply whole; the project's is [`load_project`]'s.
+pub fn load_layers(repo: &Path, explicit: Option<&Path>) -> Result<Layers, ConfigError> {
     let user = match user_config_dir() {
         Some(dir) => load_optional(&dir.join("config.yaml"))?,
         None => Settings::default(),
     };
     let project = match explicit {
-        Some(p) => load_file(p)?,
-        None => {
-            let path = project_config_path(repo);
-            let project = load_optional(&path)?;
-            if project.allow_test_changes.is_some() {
-                return Err(ConfigError::UntrustedKey { path });
-            }
-            project
-        }
+        Some(p) => Layers {
+            settings: load_file(p)?,
+            untrusted: None,
+        },
+        None => load_project(repo)?,
     };
-    Ok(user.merge(project))
+    Ok(Layers {
+        settings: user.merge(project.settings),
+        untrusted: project.untrusted,
+    })
+}
+
+/// The repository's own `.taskdaemon/config.yaml` as it applies: refused when it sets
+/// what no repository may ([`check_repository_config`]); without the keys that run
+/// commands, name destinations or widen access unless the user trusts this very content
+/// (`trust`). No file: nothing set.
+pub fn load_project(repo: &Path) -> Result<Layers, ConfigError> {
+    let path = project_config_path(repo);
+    let Some(text) = read_text(&path)? else {
+        return Ok(Layers::default());
+    };
+    let settings = parse_text(&path, &text)?;
+    check_repository_config(repo, &path, &text, &settings)?;
+    let (kept, ignored) = untrusted::split(settings.clone());
+    if ignored.is_empty() || trust::is_trusted(repo, text.as_bytes()) {
+        return Ok(Layers {
+            settings,
+            untrusted: None,
+        });
+    }
+    Ok(Layers {
+        settings: kept,
+        untrusted: Some(Untrusted { path, ignored }),
+    })
+}
+
+/// What a repository's own config may never set, trusted or not: `allow-test-changes`
+/// (an agent can write the file), an absolute `worktrees-dir` outside the repository.
+fn check_repository_config(
+    repo: &Path,
+    path: &Path,
+    text: &str,
+    s: &Settings,
+) -> Result<(), ConfigError> {
+    if s.allow_test_changes.is_some() {
+        return Err(ConfigError::UntrustedKey {
+            path: path.to_path_buf(),
+        });
+    }
+    match &s.worktrees_dir {
+        Some(dir) if dir.is_absolute() && !inside_repository(repo, dir) => {
+            Err(ConfigError::Invalid(YamlError {
+                file: path.to_path_buf(),
+                line: key_line(text, "worktrees-dir").map(|l| l as u64),
+                column: Some(1),
+                message: format!(
+                    "worktrees-dir `{}` is outside the repository, and a repository's own config may not send its worktrees (and the loops' work) elsewhere",
+                    dir.display()
+                ),
+                hint: Some("use a path inside the repository, such as `.taskdaemon/worktrees`; an absolute directory of yours goes in your own ~/.config/taskdaemon/config.yaml (or `--config FILE`)".into()),
+            }))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether the absolute `dir` lies inside `repo` (its real path), not in `.git`.
+fn inside_repository(repo: &Path, dir: &Path) -> bool {
+    use std::path::Component;
+    let repo = std::fs::canonicalize(repo).unwrap_or_else(|_| repo.to_path_buf());
+    let rest = match dir.strip_prefix(&repo) {
+        Ok(r) => r,
+        Err(_) => return false,
+    };
+    let first = rest.components().next();
+    !rest.components().any(|c| matches!(c, Component::ParentDir))
+        && first.is_some()
+        && first != Some(Component::Normal(".git".as_ref()))
+}
+
+/// The line (from 1) where the top-level `key:` is written.
+fn key_line(text: &str, key: &str) -> Option<usize> {
+    let prefix = format!("{key}:");
+    text.lines()
+        .position(|l| l.starts_with(&prefix))
+        .map(|i| i + 1)
 }
 
 /// The project config `taskdaemon init` writes: every key, commented, at its default.
@@ -499,6 +697,80 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(ok.target_branch.as_deref(), Some("release/1.2"));
+    }
+
+    #[test]
+    fn values_that_would_do_nothing_or_everything_are_refused_with_their_own_hint() {
+        let cases = [
+            (
+                "max-iterations: 0\n",
+                "max-iterations is 0",
+                "write 1 or more",
+            ),
+            ("iteration-timeout: 0s\n", "iteration-timeout is 0s", "30m"),
+            ("max-loops: 0\n", "max-loops is 0", "write 1 or more"),
+            ("worktrees-dir: /etc\n", "system directory", "~/worktrees"),
+            (
+                "worktrees-dir: /usr/local/wt\n",
+                "system directory",
+                "~/worktrees",
+            ),
+            ("worktrees-dir: /home\n", "top-level", "~/worktrees"),
+            (
+                "sandbox-rw: [/srv, /]\n",
+                "whole file system",
+                "--sandbox none",
+            ),
+            (
+                "agent-limits: {cmd: 0}\n",
+                "agent-limits.cmd is 0",
+                "write 1 or more",
+            ),
+        ];
+        for (text, want, hint) in cases {
+            let e = yaml::parse::<Settings>(Path::new("c.yaml"), &format!("max-stuck: 2\n{text}"))
+                .unwrap_err();
+            assert_eq!(e.line, Some(2), "{text}: {e}");
+            assert!(e.message.contains(want), "{text}: {e}");
+            let got = e.hint.clone().unwrap_or_default();
+            assert!(got.contains(hint), "{text}: {e}");
+            assert!(!got.contains("unclosed bracket"), "{text}: {e}");
+        }
+        let ok = yaml::parse::<Settings>(
+            Path::new("c.yaml"),
+            "max-iterations: 1\niteration-timeout: 1s\nmax-loops: 1\nsandbox-rw: [/srv]\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(ok.max_loops, Some(1));
+    }
+
+    #[test]
+    fn a_repository_config_keeps_its_worktrees_inside_it() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path().canonicalize().unwrap();
+        let file = project_config_path(&repo);
+        let check = |dir: &Path| {
+            let text = format!("max-stuck: 2\nworktrees-dir: {}\n", dir.display());
+            let s = parse_text(&file, &text).unwrap();
+            check_repository_config(&repo, &file, &text, &s)
+        };
+        let e = check(&d.path().join("../elsewhere/wt")).unwrap_err();
+        let ConfigError::Invalid(y) = &e else {
+            panic!("{e}")
+        };
+        assert_eq!(y.line, Some(2), "{e}");
+        assert!(y.message.contains("outside the repository"), "{e}");
+        assert!(check(&repo.join(".git/wt")).is_err());
+        assert!(check(&repo).is_err());
+        check(&repo.join(".taskdaemon/wt")).unwrap();
+        check(Path::new("trees")).unwrap();
+        let text = "allow-test-changes: true\n";
+        let s = parse_text(&file, text).unwrap();
+        assert!(matches!(
+            check_repository_config(&repo, &file, text, &s),
+            Err(ConfigError::UntrustedKey { .. })
+        ));
     }
 
     #[test]
@@ -675,63 +947,51 @@ fn documented_defaults() -> std::collections::BTreeMap<String, String> {
     out
 }
 
+/// [`settings_in_force`]: the rows, and what the repository's untrusted config had that
+/// was left out (its rows show the layer below).
+#[derive(Debug, Clone)]
+pub struct InForceReport {
+    pub rows: Vec<InForce>,
+    pub untrusted: Option<Untrusted>,
+}
+
 /// Every setting in force, lowest layer first overridden: the built-in default, the user's
 /// file, the project's file (or `--config FILE`), the `TASKDAEMON_*` variables. Files are
-/// read as `load_layers` reads them (a named file must exist).
+/// read as `load_layers` reads them (a named file must exist; the project's without what
+/// waits for trust).
 pub fn settings_in_force(
     repo: &Path,
     explicit: Option<&Path>,
-) -> Result<Vec<InForce>, ConfigError> {
+) -> Result<InForceReport, ConfigError> {
     let keys = match serde_json::to_value(Settings::default()) {
         Ok(serde_json::Value::Object(m)) => m.keys().cloned().collect::<Vec<_>>(),
         _ => Vec::new(),
     };
-    let defaults = documented_defaults();
-    let mut rows: Vec<InForce> = keys
-        .iter()
-        .map(|k| InForce {
-            key: k.clone(),
-            value: defaults
-                .get(k)
-                .map(|v| serde_json::Value::String(v.clone()))
-                .unwrap_or(serde_json::Value::Null),
-            from: Origin::Default,
-        })
-        .collect();
-    let mut files: Vec<(PathBuf, bool)> = Vec::new();
+    let mut rows = default_rows(&keys);
     if let Some(d) = user_config_dir() {
-        files.push((d.join("config.yaml"), false));
-    }
-    match explicit {
-        Some(p) => files.push((p.to_path_buf(), true)),
-        None => files.push((project_config_path(repo), false)),
-    }
-    for (path, flag) in files {
-        let settings = match load_file(&path) {
-            Ok(s) => s,
-            Err(ConfigError::Missing(_)) if !flag => continue,
+        let path = d.join("config.yaml");
+        match load_file(&path) {
+            Ok(s) => set_from_file(&mut rows, &path, &s, false),
+            Err(ConfigError::Missing(_)) => {}
             Err(e) => return Err(e),
-        };
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
-        if let Ok(serde_json::Value::Object(m)) = serde_json::to_value(&settings) {
-            for (k, v) in m.into_iter().filter(|(_, v)| !v.is_null()) {
-                let line = text
-                    .lines()
-                    .position(|l| l.starts_with(&format!("{k}:")))
-                    .map(|i| i + 1);
-                set(
-                    &mut rows,
-                    &k,
-                    v,
-                    Origin::File {
-                        path: path.clone(),
-                        line,
-                        flag,
-                    },
-                );
-            }
         }
     }
+    let untrusted = match explicit {
+        Some(p) => {
+            set_from_file(&mut rows, p, &load_file(p)?, true);
+            None
+        }
+        None => {
+            let project = load_project(repo)?;
+            set_from_file(
+                &mut rows,
+                &project_config_path(repo),
+                &project.settings,
+                false,
+            );
+            project.untrusted
+        }
+    };
     for k in &keys {
         let var = env_var_of(k);
         if let Ok(v) = std::env::var(&var) {
@@ -743,7 +1003,38 @@ pub fn settings_in_force(
             );
         }
     }
-    Ok(rows)
+    Ok(InForceReport { rows, untrusted })
+}
+
+/// Every key at its documented default.
+fn default_rows(keys: &[String]) -> Vec<InForce> {
+    let defaults = documented_defaults();
+    keys.iter()
+        .map(|k| InForce {
+            key: k.clone(),
+            value: defaults
+                .get(k)
+                .map(|v| serde_json::Value::String(v.clone()))
+                .unwrap_or(serde_json::Value::Null),
+            from: Origin::Default,
+        })
+        .collect()
+}
+
+/// The keys `settings` (read from `path`) sets, with their lines.
+fn set_from_file(rows: &mut [InForce], path: &Path, settings: &Settings, flag: bool) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let Ok(serde_json::Value::Object(m)) = serde_json::to_value(settings) else {
+        return;
+    };
+    for (k, v) in m.into_iter().filter(|(_, v)| !v.is_null()) {
+        let from = Origin::File {
+            path: path.to_path_buf(),
+            line: key_line(&text, &k),
+            flag,
+        };
+        set(rows, &k, v, from);
+    }
 }
 
 fn set(rows: &mut [InForce], key: &str, value: serde_json::Value, from: Origin) {
@@ -769,7 +1060,7 @@ mod in_force_tests {
         let d = tempfile::tempdir().unwrap();
         let f = d.path().join("c.yaml");
         std::fs::write(&f, "# comment\nmax-iterations: 7\nagent: codex\n").unwrap();
-        let rows = settings_in_force(d.path(), Some(&f)).unwrap();
+        let rows = settings_in_force(d.path(), Some(&f)).unwrap().rows;
         let row = |k: &str| rows.iter().find(|r| r.key == k).unwrap();
         assert_eq!(row("max-iterations").value, serde_json::json!(7));
         assert_eq!(

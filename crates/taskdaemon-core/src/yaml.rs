@@ -34,6 +34,19 @@ impl fmt::Display for YamlError {
 
 impl std::error::Error for YamlError {}
 
+/// Between a value check's message and its own hint (`"max-loops is 0, so …; hint: write
+/// 1 or more"`): the check knows better what to do than [`hint_for`]'s guesses.
+pub const HINT_SEP: &str = "; hint: ";
+
+/// A check's message with its [`HINT_SEP`] hint on a line of its own, as every other
+/// error shows its hint (for the same check of a flag's value).
+pub fn hinted(message: &str) -> String {
+    match message.split_once(HINT_SEP) {
+        Some((what, hint)) => format!("{what}\n  hint: {hint}"),
+        None => message.to_string(),
+    }
+}
+
 /// Parse `text` (read from `file`) as `T`. An empty document or one of only comments is
 /// `None`.
 pub fn parse<T: DeserializeOwned>(file: &Path, text: &str) -> Result<Option<T>, YamlError> {
@@ -45,7 +58,13 @@ pub fn parse<T: DeserializeOwned>(file: &Path, text: &str) -> Result<Option<T>, 
             // serde-saphyr renders a snippet after the first line; keep the message only.
             let first = full.lines().next().unwrap_or("invalid YAML").to_string();
             let message = strip_location_prefix(&first);
-            let hint = hint_for(&message);
+            let (message, hint) = match message.split_once(HINT_SEP) {
+                Some((what, hint)) => (what.to_string(), Some(hint.to_string())),
+                None => {
+                    let hint = hint_for(&message);
+                    (message, hint)
+                }
+            };
             Err(YamlError {
                 file: file.to_path_buf(),
                 line: loc.as_ref().map(|l| l.line()),

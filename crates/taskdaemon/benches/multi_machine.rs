@@ -243,15 +243,20 @@ fn shared(url: &str, runs: usize, loops: u64, jsonl_per_run: f64) {
     git(&root.dir, &root.home, &["clone", "-q", "remote.git", "b"]);
     let b = root.dir.join("b");
     git(&b, &root.home, &["checkout", "-qb", "wip"]);
-    for clone in [&a, &b] {
-        std::fs::create_dir_all(clone.join(".taskdaemon")).expect(".taskdaemon");
-        std::fs::write(
-            clone.join(".taskdaemon/config.yaml"),
-            format!("queue: \"{url}\"\n"),
-        )
-        .expect("config");
-    }
-    let mut records = Records::open(&a).expect("queue");
+    // The queue in the (one) user's own config: a repository's would wait for its trust.
+    let config = root.home.join(".config/taskdaemon");
+    std::fs::create_dir_all(&config).expect("config dir");
+    let project = "bench/shared";
+    std::fs::write(
+        config.join("config.yaml"),
+        format!("queue: \"{url}\"\nqueue-project: {project}\n"),
+    )
+    .expect("config");
+    let q = QueueConfig {
+        url: url.to_string(),
+        project: project.into(),
+    };
+    let mut records = Records::open_queue(&a, q).expect("queue");
     new_runs(&mut records, runs);
     drop(records);
     let logs = [root.dir.join("a.log"), root.dir.join("b.log")];

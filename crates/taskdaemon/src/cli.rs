@@ -106,6 +106,10 @@ pub enum Command {
     Man(commands::completions::ManArgs),
     /// The settings in force: `config show [--json]`, each with where it came from.
     Config(commands::config::ConfigArgs),
+    /// Trust this repository's .taskdaemon/config.yaml as it is now, so that its commands, destinations and sandbox keys apply; --list shows what you trust.
+    Trust(commands::trust::TrustArgs),
+    /// Stop trusting a repository's .taskdaemon/config.yaml: its commands, destinations and sandbox keys are ignored again.
+    Untrust(commands::trust::UntrustArgs),
     /// Delete a plan, spec or run record (refused while others name it; saved first).
     Delete(commands::delete::DeleteArgs),
     /// Git merge driver for the record store (`%O %A %B %P`), installed by `init`.
@@ -320,6 +324,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Completions(a) => commands::completions::completions(a),
         Command::Man(a) => commands::completions::man(a),
         Command::Config(a) => commands::config::run(a, &ctx),
+        Command::Trust(a) => commands::trust::run(a, &ctx),
+        Command::Untrust(a) => commands::trust::run_untrust(a, &ctx),
         Command::Delete(a) => commands::delete::run(a, &ctx),
         Command::MergeStore(a) => commands::merge_store::run(a),
         Command::StoreStress(a) => commands::store_stress::run(a, &ctx),

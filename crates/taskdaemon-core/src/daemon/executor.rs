@@ -245,7 +245,8 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
         if l.requeued {
             // Limits a person raised since apply (never lowered below what was saved).
             let s = config::load_layers(&shared.paths.project, shared.config.as_deref())
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| e.to_string())?
+                .settings;
             if let Some(n) = s.max_iterations {
                 st.config.max_iterations = st.config.max_iterations.max(n);
             }
@@ -322,7 +323,9 @@ pub fn config_for(
     default_agent: Option<&str>,
     default_sandbox: Option<crate::sandbox::SandboxKind>,
 ) -> Result<RunConfig, String> {
-    let mut s: Settings = config::load_layers(project, config_file).map_err(|e| e.to_string())?;
+    let mut s: Settings = config::load_layers(project, config_file)
+        .map_err(|e| e.to_string())?
+        .settings;
     s.loop_type = Some(run.loop_type.to_string());
     if let Some(a) = context::RunContext::get(&run.context.agent).or(default_agent) {
         s.agent = Some(a.to_string());

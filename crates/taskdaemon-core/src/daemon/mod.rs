@@ -173,6 +173,8 @@ struct Dispatcher {
     removals: Vec<tokio::task::JoinHandle<()>>,
     record_time: Duration,
     launched: u64,
+    /// What was last said about the repository's untrusted config (`warn_untrusted`).
+    untrusted_said: Option<String>,
 }
 
 /// A merge's end: the record, how it ended, and (shared queue) what to record.
@@ -263,6 +265,7 @@ pub async fn run(
         removals: Vec::new(),
         record_time: Duration::ZERO,
         launched: 0,
+        untrusted_said: None,
     };
     events.emit(DaemonEvent::DaemonStarted {
         repo: paths.project.clone(),
@@ -270,6 +273,7 @@ pub async fn run(
         max_loops: d.opts.limits.max_loops,
         socket: socket.clone(),
     });
+    d.warn_untrusted();
     off_the_workers(|| d.resume_running())?;
     off_the_workers(|| d.remove_stale_worktrees());
     d.serve_until_stopped(rrx, mrx, erx, irx, shutdown).await;
@@ -636,6 +640,24 @@ async fn stream_events(
 }
 
 impl Dispatcher {
+    /// Say what the repository's untrusted config has that the runs go without: once, and
+    /// again when that changes (the file is read at every launch, so a `taskdaemon trust`
+    /// applies from the next run on).
+    fn warn_untrusted(&mut self) {
+        let said = crate::config::load_layers(&self.paths.project, self.opts.config.as_deref())
+            .ok()
+            .and_then(|l| l.untrusted)
+            .map(|u| u.to_string());
+        if said.is_some() && said != self.untrusted_said {
+            self.emit(DaemonEvent::Note {
+                repo: self.paths.project.clone(),
+                warning: true,
+                message: said.clone().unwrap_or_default(),
+            });
+        }
+        self.untrusted_said = said;
+    }
+
     fn note(&self, s: String) {
         self.emit(DaemonEvent::Note {
             repo: self.paths.project.clone(),
@@ -987,6 +1009,7 @@ impl Dispatcher {
             }
             return;
         }
+        self.warn_untrusted();
         // Shared queue: its plan's documents, as the machine that ran its last step left
         // them, are taken from the remote before it starts (off this loop).
         let documents = self

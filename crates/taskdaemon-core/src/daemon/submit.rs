@@ -416,7 +416,10 @@ fn target(at: &SubmitPlace<'_>, opts: &SubmitOptions) -> Result<String, SubmitEr
             config::check_branch_name(t).map_err(|e| refused(e.to_string()))?;
             t.clone()
         }
-        None => match config::load_layers(at.project, at.config)?.target_branch {
+        None => match config::load_layers(at.project, at.config)?
+            .settings
+            .target_branch
+        {
             Some(t) => t,
             None => current_branch(at.checkout)?,
         },

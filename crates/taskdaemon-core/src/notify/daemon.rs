@@ -24,14 +24,8 @@ pub fn start_for_daemon(
     repo: &Path,
     config: Option<&Path>,
 ) -> Option<JoinHandle<()>> {
-    let (sinks, skipped): (Vec<SinkConfig>, Vec<String>) = super::sinks_for(repo, config);
-    for message in skipped {
-        events.emit(DaemonEvent::Note {
-            repo: repo.to_path_buf(),
-            warning: true,
-            message,
-        });
-    }
+    // What an untrusted project config had is said by the dispatcher, once.
+    let (sinks, _untrusted): (Vec<SinkConfig>, _) = super::sinks_for(repo, config);
     if sinks.is_empty() {
         return None;
     }

@@ -90,43 +90,18 @@ impl LocalNotices {
 }
 
 /// The sinks of the config files in force at `dir`: the user's, then the project's (or
-/// the file named with `--config`, `explicit`). A command hook in the project's own
-/// `.taskdaemon/config.yaml` is not taken: that file comes with the repository, and a
-/// cloned repository must not make taskdaemon run its commands; the second value says so.
-/// Unreadable files give no sinks (the run reports those errors itself).
+/// the file named with `--config`, `explicit`), read as `config::load_layers` reads them:
+/// the project's own `.taskdaemon/config.yaml` comes with the repository, so its command
+/// hooks and webhooks wait for the user's trust (the second value says what was left
+/// out). Unreadable files give no sinks (the run reports those errors itself).
 pub fn sinks_for(
     dir: &std::path::Path,
     explicit: Option<&std::path::Path>,
-) -> (Vec<super::SinkConfig>, Vec<String>) {
-    use crate::config::{ConfigError, load_file, project_config_path, user_config_dir};
-    let read = |p: &std::path::Path| match load_file(p) {
-        Ok(s) => s.notify.unwrap_or_default(),
-        Err(ConfigError::Missing(_)) | Err(_) => Vec::new(),
-    };
-    let mut sinks = user_config_dir()
-        .map(|d| read(&d.join("config.yaml")))
-        .unwrap_or_default();
-    let mut skipped = Vec::new();
-    match explicit {
-        Some(p) => sinks.extend(read(p)),
-        None => {
-            let path = project_config_path(dir);
-            for s in read(&path) {
-                if let super::Target::Command(c) = &s.target {
-                    skipped.push(format!(
-                        "notify: the command hook `{c}` in {} is not run: a repository's own config may not make taskdaemon run commands; put it in your user config ({}) instead",
-                        path.display(),
-                        user_config_dir()
-                            .map(|d| d.join("config.yaml").display().to_string())
-                            .unwrap_or_else(|| "~/.config/taskdaemon/config.yaml".into())
-                    ));
-                } else {
-                    sinks.push(s);
-                }
-            }
-        }
+) -> (Vec<super::SinkConfig>, Option<crate::config::Untrusted>) {
+    match crate::config::load_layers(dir, explicit) {
+        Ok(l) => (l.settings.notify.unwrap_or_default(), l.untrusted),
+        Err(_) => (Vec::new(), None),
     }
-    (sinks, skipped)
 }
 
 /// Pass a run's events on unchanged, sending the notices they call for to `sinks`. The

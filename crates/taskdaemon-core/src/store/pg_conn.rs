@@ -28,25 +28,22 @@ impl QueueConfig {
         if !queue_mentioned(repo) {
             return Ok(None);
         }
-        let layers = crate::config::load_layers(repo, None).map_err(|e| QueueError::Config {
-            reason: e.to_string(),
-            hint: "fix the config file named above".into(),
-        })?;
+        let layers = load_layers(repo)?;
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        let Some(url) = env("TASKDAEMON_QUEUE").or(layers.queue.clone()) else {
+        let url = env("TASKDAEMON_QUEUE").or(layers.settings.queue.clone());
+        refuse_untrusted(&layers, url.is_some())?;
+        let Some(url) = url else {
             return Ok(None);
         };
-        QueueConfig::with_layers(repo, url, &layers).map(Some)
+        QueueConfig::with_layers(repo, url, &layers.settings).map(Some)
     }
 
     /// The queue at `url` for the project at `repo` (its key from `queue-project` or the
     /// remote, as configured).
     pub fn for_url(repo: &Path, url: &str) -> Result<QueueConfig, QueueError> {
-        let layers = crate::config::load_layers(repo, None).map_err(|e| QueueError::Config {
-            reason: e.to_string(),
-            hint: "fix the config file named above".into(),
-        })?;
-        QueueConfig::with_layers(repo, url.to_string(), &layers)
+        let layers = load_layers(repo)?;
+        refuse_untrusted(&layers, true)?;
+        QueueConfig::with_layers(repo, url.to_string(), &layers.settings)
     }
 
     fn with_layers(
@@ -67,6 +64,43 @@ impl QueueConfig {
         };
         Ok(QueueConfig { url, project })
     }
+}
+
+fn load_layers(repo: &Path) -> Result<crate::config::Layers, QueueError> {
+    crate::config::load_layers(repo, None).map_err(|e| QueueError::Config {
+        reason: e.to_string(),
+        hint: "fix the config file named above".into(),
+    })
+}
+
+/// A queue's records are trusted as the user's own (the daemon runs their commands), so
+/// which queue, project and remote is never an untrusted clone's choice, nor silently
+/// another store than the one asked for: while the repository's config that names them is
+/// untrusted, refused. `in_use`: a queue is used (from the environment or the user).
+fn refuse_untrusted(layers: &crate::config::Layers, in_use: bool) -> Result<(), QueueError> {
+    let Some(u) = &layers.untrusted else {
+        return Ok(());
+    };
+    let keys: Vec<&str> = u
+        .ignored
+        .iter()
+        .copied()
+        .filter(|k| k.starts_with("queue"))
+        .collect();
+    if keys.is_empty() || !(in_use || keys.contains(&"queue")) {
+        return Ok(());
+    }
+    Err(QueueError::Config {
+        reason: format!(
+            "{} sets `{}`, but this repository's config is not trusted, and a shared queue's records are trusted as your own",
+            u.path.display(),
+            keys.join("`, `")
+        ),
+        hint: format!(
+            "read the file; if you accept it, `taskdaemon trust {}`; or set the queue in your own ~/.config/taskdaemon/config.yaml or TASKDAEMON_QUEUE",
+            u.path.display()
+        ),
+    })
 }
 
 /// Whether a queue can be configured at all: `TASKDAEMON_QUEUE` is set, or a config file

@@ -14,6 +14,7 @@ pub fn env_num(name: &str, default: u64) -> u64 {
 pub fn hermetic(c: &mut Command, home: &Path) {
     c.env("HOME", home)
         .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
         .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"))
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("LC_ALL", "C");

@@ -33,8 +33,10 @@ pub fn run(args: ApiAgentArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         )));
     };
     let dir = std::env::current_dir()?;
+    // The harness that started this process has said what an untrusted config lacks.
     let api = config::load_layers(&dir, ctx.config.as_deref())
         .map_err(user)?
+        .settings
         .api
         .unwrap_or_default();
     let mut prompt = String::new();

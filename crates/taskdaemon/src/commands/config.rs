@@ -31,20 +31,54 @@ pub enum What {
 pub fn run(args: ConfigArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let What::Show { json } = args.what;
     let dir = ctx.workdir()?;
-    let rows = config::settings_in_force(&dir, ctx.config.as_deref()).map_err(user)?;
+    let report = config::settings_in_force(&dir, ctx.config.as_deref()).map_err(user)?;
     if json {
-        let v: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|r| serde_json::json!({"key": r.key, "value": r.value, "from": r.from.to_string(), "origin": r.from}))
-            .collect();
-        print_json(&v)?;
-        return Ok(0);
+        print_json(&rows_json(&report))?;
+    } else {
+        emit(&table(&report))?;
     }
+    Ok(0)
+}
+
+/// The keys of `u` under the top-level key `key` (`api` holds `api.openai.base-url`).
+fn ignored_under<'a>(u: Option<&'a config::Untrusted>, key: &str) -> Vec<&'a str> {
+    u.into_iter()
+        .flat_map(|u| u.ignored.iter().copied())
+        .filter(|k| k.split('.').next() == Some(key))
+        .collect()
+}
+
+/// One object per setting: key, value, where it came from; `ignored` where the
+/// repository's untrusted config set something under it that was left out.
+fn rows_json(report: &config::InForceReport) -> Vec<serde_json::Value> {
+    let u = report.untrusted.as_ref();
+    report
+        .rows
+        .iter()
+        .map(|r| {
+            let mut v = serde_json::json!({"key": r.key, "value": r.value, "from": r.from.to_string(), "origin": r.from});
+            let ignored = ignored_under(u, &r.key);
+            if let (Some(u), false) = (u, ignored.is_empty()) {
+                v["ignored"] = serde_json::json!({
+                    "keys": ignored,
+                    "file": u.path,
+                    "why": "the repository's config is not trusted",
+                    "trust": format!("taskdaemon trust {}", u.path.display()),
+                });
+            }
+            v
+        })
+        .collect()
+}
+
+/// The settings as a table; an untrusted repository config's left-out keys after it.
+fn table(report: &config::InForceReport) -> String {
     let show = |v: &serde_json::Value| match v {
         serde_json::Value::Null => "(unset)".to_string(),
         serde_json::Value::String(s) => s.clone(),
         other => other.to_string(),
     };
+    let rows = &report.rows;
     let kw = rows.iter().map(|r| r.key.len()).max().unwrap_or(0);
     let vw = rows
         .iter()
@@ -52,9 +86,23 @@ pub fn run(args: ConfigArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         .max()
         .unwrap_or(0);
     let mut out = String::new();
-    for r in &rows {
-        outln!(out, "{:kw$}  {:vw$}  {}", r.key, show(&r.value), r.from);
+    for r in rows {
+        let ignored = ignored_under(report.untrusted.as_ref(), &r.key);
+        let note = if ignored.is_empty() {
+            String::new()
+        } else {
+            format!("  (ignored, untrusted: {})", ignored.join(", "))
+        };
+        outln!(
+            out,
+            "{:kw$}  {:vw$}  {}{note}",
+            r.key,
+            show(&r.value),
+            r.from
+        );
     }
-    emit(&out)?;
-    Ok(0)
+    if let Some(u) = &report.untrusted {
+        outln!(out, "{u}");
+    }
+    out
 }

@@ -68,11 +68,21 @@ pub struct StartArgs {
     #[arg(long, value_name = "KIND", env = "TASKDAEMON_SANDBOX", value_parser = super::util::sandbox_kind)]
     pub sandbox: Option<SandboxKind>,
     /// Seconds between passes when nothing happens.
-    #[arg(long, value_name = "SECONDS", default_value_t = 1.0, hide = true)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0, hide = true, value_parser = tick_seconds)]
     pub tick: f64,
     /// Print the result as JSON (in the background).
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--tick`: a number of seconds, more than 0 (NaN and infinities are no time).
+fn tick_seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(t) if t.is_finite() && t > 0.0 => Ok(t),
+        _ => Err(format!(
+            "`{s}` is not a number of seconds above 0 (e.g. 0.2 or 1)"
+        )),
+    }
 }
 
 /// The exit status of `daemon status|stop` when no daemon runs.
@@ -88,8 +98,16 @@ pub fn run(args: DaemonArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     }
 }
 
-fn options(paths: &DaemonPaths, a: &StartArgs, ctx: &Ctx) -> anyhow::Result<Options> {
-    let s = config::load_layers(&paths.project, ctx.config.as_deref()).map_err(user)?;
+/// The daemon's options from the flags and the config files; and what an untrusted
+/// project config had that was left out (said by `daemon start`, and by the daemon itself
+/// in its log).
+fn options(
+    paths: &DaemonPaths,
+    a: &StartArgs,
+    ctx: &Ctx,
+) -> anyhow::Result<(Options, Option<config::Untrusted>)> {
+    let layers = config::load_layers(&paths.project, ctx.config.as_deref()).map_err(user)?;
+    let s = layers.settings;
     let max_loops = a.max_loops.or(s.max_loops).unwrap_or(4);
     if max_loops == 0 {
         return Err(user("max-loops must be at least 1"));
@@ -116,7 +134,7 @@ fn options(paths: &DaemonPaths, a: &StartArgs, ctx: &Ctx) -> anyhow::Result<Opti
         };
         sandbox::check_available(&plan).map_err(user)?;
     }
-    Ok(Options {
+    let opts = Options {
         script_runner: std::env::current_exe().context("finding the taskdaemon executable")?,
         worktrees_dir: s
             .worktrees_dir
@@ -139,7 +157,8 @@ fn options(paths: &DaemonPaths, a: &StartArgs, ctx: &Ctx) -> anyhow::Result<Opti
         tick: Duration::from_secs_f64(a.tick.clamp(0.05, 60.0)),
         grace: s.kill_grace.map(|d| d.0).unwrap_or(Duration::from_secs(5)),
         queue: queue_options(&s)?,
-    })
+    };
+    Ok((opts, layers.untrusted))
 }
 
 /// The shared queue's settings (used only when `queue:` is set): the remote, the lease,
@@ -224,7 +243,7 @@ fn spawn_signals(
 }
 
 fn foreground(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i32> {
-    let opts = options(paths, &a, ctx)?;
+    let (opts, _said_by_the_daemon) = options(paths, &a, ctx)?;
     taskdaemon_core::agent::become_subreaper();
     let rt = runtime(opts.limits.max_loops)?;
     rt.block_on(async move {
@@ -266,7 +285,8 @@ fn background(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i3
         return Ok(0);
     }
     // Check the settings here, where the person can see the error.
-    options(paths, &a, ctx)?;
+    let (_, untrusted) = options(paths, &a, ctx)?;
+    super::util::warn_untrusted(untrusted.as_ref());
     if let Some(ag) = &a.agent {
         let spec = taskdaemon_core::agent::AgentSpec::parse(ag).map_err(user)?;
         spec.check_installed().map_err(user)?;

@@ -29,8 +29,10 @@ pub struct DoctorArgs {
 
 pub fn run(a: DoctorArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let dir = ctx.workdir()?;
-    let settings = settings_json(&dir, ctx.config.as_deref())?;
-    let merged = config::load_layers(&dir, ctx.config.as_deref()).map_err(user)?;
+    let (settings, untrusted) = settings_json(&dir, ctx.config.as_deref())?;
+    let merged = config::load_layers(&dir, ctx.config.as_deref())
+        .map_err(user)?
+        .settings;
     // The agent a loop would run: --agent, else TASKDAEMON_AGENT (as `run` and the daemon
     // read it), else the config's.
     let from_env = std::env::var("TASKDAEMON_AGENT")
@@ -75,6 +77,10 @@ pub fn run(a: DoctorArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             "settings": settings, "sandbox": sandbox, "problems": problems, "exit-code": code,
             "queue": queue,
             "api-prices": api.price_table(),
+            "untrusted": untrusted.as_ref().map(|u| json!({
+                "file": u.path, "ignored": u.ignored,
+                "trust": format!("taskdaemon trust {}", u.path.display()),
+            })),
         }))?;
         return Ok(code);
     }
@@ -151,6 +157,9 @@ pub fn run(a: DoctorArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             v["value"],
             v["from"].as_str().unwrap_or_default()
         );
+    }
+    if let Some(u) = &untrusted {
+        outln!(out, "  {u}");
     }
     for p in &problems {
         outln!(out, "problem: {p}");
@@ -275,13 +284,20 @@ fn daemon(dir: &Path) -> Value {
 }
 
 /// Every key set by some layer (not a default): its value and where it came from, as
-/// `config show` finds them.
-fn settings_json(dir: &Path, explicit: Option<&Path>) -> anyhow::Result<Value> {
-    let rows = config::settings_in_force(dir, explicit).map_err(user)?;
-    Ok(Value::Object(
-        rows.into_iter()
+/// `config show` finds them; and what an untrusted repository config had that was left
+/// out.
+fn settings_json(
+    dir: &Path,
+    explicit: Option<&Path>,
+) -> anyhow::Result<(Value, Option<config::Untrusted>)> {
+    let report = config::settings_in_force(dir, explicit).map_err(user)?;
+    let rows = Value::Object(
+        report
+            .rows
+            .into_iter()
             .filter(|r| r.from != config::Origin::Default)
             .map(|r| (r.key, json!({"value": r.value, "from": r.from.to_string()})))
             .collect(),
-    ))
+    );
+    Ok((rows, report.untrusted))
 }

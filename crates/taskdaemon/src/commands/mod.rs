@@ -37,6 +37,7 @@ pub mod store_stress;
 pub mod stories;
 pub mod submit;
 pub mod task;
+pub mod trust;
 pub mod unblock;
 pub mod util;
 pub mod watch;

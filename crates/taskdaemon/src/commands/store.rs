@@ -154,7 +154,7 @@ fn migrate(a: MigrateArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     } else {
         outln!(
             out,
-            "  hint: set `queue:` to that URL (with its password) in .taskdaemon/config.yaml on every clone, or TASKDAEMON_QUEUE, to use it"
+            "  hint: set `queue:` to that URL (with its password) in .taskdaemon/config.yaml on every clone (then `taskdaemon trust` there), or TASKDAEMON_QUEUE, to use it"
         );
     }
     emit(&out)?;

@@ -72,13 +72,17 @@ pub fn run(args: WorktreeArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let project = ctx.project_dir()?;
     let base = match args.worktrees_dir {
         Some(d) => {
-            config::check_worktrees_dir(&d).map_err(user)?;
+            config::check_worktrees_dir(&d).map_err(|e| user(taskdaemon_core::yaml::hinted(&e)))?;
             d
         }
-        None => config::load_layers(&project, ctx.config.as_deref())
-            .map_err(user)?
-            .worktrees_dir
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_BASE)),
+        None => {
+            let layers = config::load_layers(&project, ctx.config.as_deref()).map_err(user)?;
+            super::util::warn_untrusted(layers.untrusted.as_ref());
+            layers
+                .settings
+                .worktrees_dir
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_BASE))
+        }
     };
     let wt = Worktrees::open(&dir, &base).map_err(user)?;
     let records = if store_dir(&project).exists() {

@@ -665,6 +665,11 @@ sleep 1
         format!("agent: \"{agent}\"\nagent-format: claude-stream-json\nmax-iterations: 4\n"),
     )
     .unwrap();
+    assert_eq!(
+        env.run(&["trust"]).code,
+        0,
+        "its agent applies once trusted"
+    );
     for t in ["task one", "task two"] {
         let r = env.run(&["submit", "ralph", t, "--validate", "false"]);
         assert_eq!(r.code, 0, "{}", r.stderr);

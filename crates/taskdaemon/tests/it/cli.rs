@@ -601,6 +601,8 @@ fn settings_come_from_config_then_env_then_flags() {
         ),
     )
     .unwrap();
+    // Its agent and validation apply once the file is trusted.
+    assert_eq!(env.run(&["trust"]).code, 0);
     assert_eq!(csv_len_after(&env, &[], &[]), 4);
     assert_eq!(
         csv_len_after(&env, &[("TASKDAEMON_MAX_ITERATIONS", "2")], &[]),

@@ -121,6 +121,8 @@ impl Env {
 fn hermetic(c: &mut Command, home: &Path) {
     c.env("HOME", home)
         .env("XDG_CONFIG_HOME", home.join(".config"))
+        // Where `taskdaemon trust` keeps its list: never the host's.
+        .env("XDG_DATA_HOME", home.join(".local/share"))
         .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"))
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("LC_ALL", "C")

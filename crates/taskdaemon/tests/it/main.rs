@@ -38,6 +38,7 @@ mod sandbox;
 mod snapshot_processes;
 mod snapshots;
 mod task_parser;
+mod trust;
 mod watch_tui;
 mod worklist;
 mod worklist_engine;

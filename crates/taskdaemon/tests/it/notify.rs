@@ -92,22 +92,33 @@ impl Setup {
         Setup { env, vars }
     }
 
-    /// The command hook, in the user's config (a project's config may not run commands).
-    fn user_hook(&self) {
+    /// The command hook, in the user's config (an untrusted project's config may not run
+    /// commands), and more sinks (YAML list items).
+    fn user_hook_and(&self, sinks: &str) {
         let dir = self.env.home().join(".config/taskdaemon");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(
             dir.join("config.yaml"),
             format!(
-                "notify:\n  - command: {}\n",
+                "notify:\n  - command: {}\n{sinks}",
                 self.env.root().join("hook.sh").display()
             ),
         )
         .unwrap();
     }
 
-    /// The project's config: the agent's output format and `sinks`.
+    fn user_hook(&self) {
+        self.user_hook_and("");
+    }
+
+    /// The project's config: the agent's output format and `sinks`, trusted by the user.
     fn project(&self, sinks: &str) {
+        self.untrusted_project(sinks);
+        self.ok(&["trust"]);
+    }
+
+    /// The project's config as a clone brings it: not trusted.
+    fn untrusted_project(&self, sinks: &str) {
         std::fs::write(
             self.env.repo().join(".taskdaemon/config.yaml"),
             format!("agent-format: claude-stream-json\nnotify:\n{sinks}"),
@@ -251,12 +262,11 @@ fn has(v: &[Value], kind: &str, run: &str) -> bool {
 fn a_webhook_and_a_command_hook_get_one_message_per_event_with_the_action() {
     let (url, got) = receiver();
     let mut s = Setup::new("");
-    s.user_hook();
-    let evil = s.env.root().join("evil.out");
-    s.project(&format!(
-        "  - webhook: {url}\n    events: [blocked, decide, complete, usage-limit-wait]\n  - command: touch {}\n",
-        evil.display()
+    s.user_hook_and(&format!(
+        "  - webhook: {url}\n    events: [blocked, decide, complete, usage-limit-wait]\n"
     ));
+    let evil = s.env.root().join("evil.out");
+    s.untrusted_project(&format!("  - command: touch {}\n", evil.display()));
     s.vars
         .push(("TASKDAEMON_MAX_ITERATIONS".into(), "3".into()));
     s.ok(&["daemon", "start", "--tick", "0.2", "--max-loops", "4"]);
@@ -313,11 +323,10 @@ fn a_webhook_and_a_command_hook_get_one_message_per_event_with_the_action() {
         w["reason"].as_str().unwrap().contains("usage limit"),
         "{w:#}"
     );
-    // The repository's own command hook never ran, and the log says why.
+    // The untrusted repository's own command hook never ran, and the log says why.
     assert!(!evil.exists(), "a project's command hook ran");
     assert!(
-        s.log()
-            .contains("is not run: a repository's own config may not make taskdaemon run commands"),
+        s.log().contains("ignoring `notify.command` from"),
         "{}",
         s.log()
     );

@@ -346,6 +346,8 @@ fn the_record_commands_work_unchanged_on_postgres() {
     )
     .unwrap();
     let none: &[(String, String)] = &[];
+    // A repository's queue is used once its config is trusted.
+    env.ok_with(none, &["trust"]);
     let plan = id_of(&env.ok_with(none, &["plan", "new", "Shared plan", "--json"]));
     let one = id_of(&env.ok_with(none, &["spec", "new", "one", "--parent", &plan, "--json"]));
     let two = id_of(&env.ok_with(

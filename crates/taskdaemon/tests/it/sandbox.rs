@@ -21,7 +21,7 @@ pub(crate) fn have(tool: &str) -> bool {
 }
 
 /// Whether bwrap works here; skips loudly, or fails under CI.
-fn bwrap_or_skip(test: &str) -> bool {
+pub(crate) fn bwrap_or_skip(test: &str) -> bool {
     let works = have("bwrap")
         && Command::new("bwrap")
             .args(["--ro-bind", "/", "/", "true"])
@@ -617,6 +617,8 @@ fn config_keys_set_network_hidden_and_writable_paths_and_the_validation_sandbox(
         ),
     )
     .unwrap();
+    // The sandbox keys of a repository's config apply once it is trusted.
+    assert_eq!(env.run(&["trust"]).code, 0);
     let agent = script(
         &env,
         "agent.sh",

@@ -477,6 +477,11 @@ fn parser_settings_are_checked_before_anything_changes() {
     assert_eq!(r.code, 64, "{}", r.stderr);
     assert!(r.stderr.contains("config.yaml:2:"), "{}", r.stderr);
     std::fs::write(repo.join(".taskdaemon/config.yaml"), "agent: cmd:true\n").unwrap();
+    assert_eq!(
+        env.run(&["trust"]).code,
+        0,
+        "its agent applies once trusted"
+    );
     let r = env.run(&[
         "task",
         "add a.txt",

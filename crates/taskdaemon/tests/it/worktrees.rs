@@ -150,6 +150,7 @@ fn the_worktrees_dir_setting_is_used() {
         "worktrees-dir: trees\n",
     )
     .unwrap();
+    assert_eq!(env.run(&["trust"]).code, 0, "applies once trusted");
     add_worktree(&env, "trees", "x", "td/x");
     let list = json(&ok(env.run(&["worktree", "list", "--json"])));
     assert_eq!(names(&list), ["x"]);

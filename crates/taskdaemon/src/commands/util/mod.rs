@@ -234,14 +234,33 @@ pub(crate) fn indent(s: &str) -> String {
         .join("\n")
 }
 
-/// The settings layers (user file, project file or `--config`) under `flags`.
+/// The settings layers (user file, project file or `--config`) under `flags`; what an
+/// untrusted project config had that was left out is said (once).
 pub(crate) fn settings(
     dir: &Path,
     flags: &Settings,
     explicit_config: Option<&Path>,
 ) -> anyhow::Result<Settings> {
     let files = config::load_layers(dir, explicit_config).map_err(user)?;
-    Ok(files.merge(flags.clone()))
+    warn_untrusted(files.untrusted.as_ref());
+    Ok(files.settings.merge(flags.clone()))
+}
+
+/// Say on stderr which keys of the repository's untrusted config were ignored: once per
+/// process, however many times the layers are read.
+pub(crate) fn warn_untrusted(untrusted: Option<&config::Untrusted>) {
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let Some(u) = untrusted else {
+        return;
+    };
+    let text = u.to_string();
+    let mut said = SAID
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !said.contains(&text) {
+        eprintln!("taskdaemon: warning: {text}");
+        said.push(text);
+    }
 }
 
 /// The run's configuration, checked (loop type, agent, values) before anything changes.
@@ -565,10 +584,8 @@ pub fn notify_local(
 ) {
     use taskdaemon_core::notify;
     let dir = &state.config.workdir;
-    let (sinks, skipped) = notify::sinks_for(dir, None);
-    for line in skipped {
-        eprintln!("taskdaemon: {line}");
-    }
+    let (sinks, untrusted) = notify::sinks_for(dir, None);
+    warn_untrusted(untrusted.as_ref());
     if sinks.is_empty() {
         return (rx, tokio::spawn(async {}));
     }
