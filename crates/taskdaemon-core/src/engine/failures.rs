@@ -103,6 +103,23 @@ pub struct FailureState {
     pub governed: bool,
 }
 
+impl FailureState {
+    /// Another member's result of the same iteration, taken in: the later wait wins (with
+    /// its reason), the counters move once per iteration (the higher count).
+    pub fn fold(&mut self, other: &FailureState) {
+        if other.wait_until > self.wait_until {
+            self.wait_until = other.wait_until;
+            self.wait_class = other.wait_class;
+            self.wait_line = other.wait_line.clone();
+            self.paused = other.paused;
+            self.governed = other.governed;
+        }
+        self.transient = self.transient.max(other.transient);
+        self.crashes = self.crashes.max(other.crashes);
+        self.waited_ms = self.waited_ms.max(other.waited_ms);
+    }
+}
+
 /// The engine's decision about an agent's result.
 #[derive(Debug, PartialEq)]
 pub(super) enum Verdict {
@@ -384,6 +401,28 @@ pub(super) async fn wait(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_groups_members_move_the_counters_once_and_the_later_wait_wins() {
+        let member = |transient, until: Option<i64>| FailureState {
+            transient,
+            wait_until: until,
+            wait_class: until.map(|_| FailureClass::Overloaded),
+            ..FailureState::default()
+        };
+        // Six members overloaded in one iteration: the count is one iteration's.
+        let mut f = member(1, Some(100));
+        for _ in 0..5 {
+            f.fold(&member(1, Some(90)));
+        }
+        assert_eq!((f.transient, f.wait_until), (1, Some(100)));
+        f.fold(&member(1, Some(200)));
+        assert_eq!(f.wait_until, Some(200));
+        assert_eq!(f.wait_class, Some(FailureClass::Overloaded));
+        // A member that worked does not reset what another's failure counted.
+        f.fold(&member(0, None));
+        assert_eq!((f.transient, f.wait_until), (1, Some(200)));
+    }
 
     #[test]
     fn backoff_doubles_and_is_bounded() {

@@ -52,21 +52,21 @@ pub(super) async fn iteration<S: WorkSource>(
         Next::Done(o) => return Ok(Some(o)),
         Next::Work(u) => u,
     };
+    // What the source committed while it chose the work (a story approved at the review
+    // cap) is the harness's bookkeeping, not the agents' progress.
+    it.st.last_head = it.git.head()?;
     let mut logs = open_logs(it, &unit, &started_at)?;
     let spawned = agents::run_members(it, &unit.members, &mut logs).await?;
     let ran = match started_agents(it, source, &unit, spawned, logs)? {
         Ok(ran) => ran,
         Err(o) => return Ok(Some(o)),
     };
-    let mut ran = ran;
-    archive_answer(it, &unit, &mut ran)?;
     let head = it.git.head()?;
-    let new_commit = head.is_some() && head != it.st.last_head;
-    let done = match failure_step(it, source, &unit, ran, new_commit)? {
-        Ok(done) => done,
+    let (mut done, stop) = match failure_step(it, source, &unit, ran)? {
+        Ok(finished) => finished,
         Err(ended) => return Ok(ended),
     };
-    let mut done = done;
+    archive_answer(it, &unit, &mut done)?;
     let interrupted = it.cancel.is_cancelled() || done.iter().any(|f| f.run.agent.interrupted);
     let judged = if interrupted {
         let all: Vec<usize> = done.iter().map(|f| f.index).collect();
@@ -80,11 +80,17 @@ pub(super) async fn iteration<S: WorkSource>(
             .judge(it.st, &mut done, head.clone(), it.ctx, it.cancel)
             .await?
     };
-    let ev = evidence(it, &done, &judged, interrupted);
+    let ev = evidence(it, &done, &judged, interrupted || judged.interrupted);
     let d = decide::decide(&ev, &counters(it.st), &policy(it.cfg));
     let mut d = effects::apply(it, &mut done, d)?;
     if d.run_outcome.is_none()
-        && let Some(o) = source.settle(it.st, &d, it.ctx)?
+        && let Some(o) = stop
+    {
+        // A member's failure stops the run; the others' finished work was judged first.
+        d.run_outcome = Some(o);
+    }
+    if let Some(o) = source.settle(it.st, &d, it.ctx)?
+        && d.run_outcome.is_none()
     {
         d.outcome = decide::IterationOutcome::Failed;
         d.run_outcome = Some(o);
@@ -161,7 +167,7 @@ fn started_agents<S: WorkSource>(
     logs: Vec<IterationLog>,
 ) -> Result<Result<Vec<Ran>, Outcome>, EngineError> {
     let mut ran = Vec::new();
-    let mut refused = None;
+    let mut refused: Option<Result<Outcome, EngineError>> = None;
     for (index, (s, mut log)) in spawned.into_iter().zip(logs).enumerate() {
         match s {
             Spawned::Ran(run) => {
@@ -175,8 +181,8 @@ fn started_agents<S: WorkSource>(
             Spawned::CouldNotStart(spec, e) => {
                 let o = agents::could_not_spawn(it, &spec, e, &mut log);
                 let _ = log.finish();
-                if refused.is_none() {
-                    refused = Some(o?);
+                if refused.as_ref().is_none_or(|r| r.is_ok()) {
+                    refused = Some(o);
                 }
             }
         }
@@ -184,17 +190,19 @@ fn started_agents<S: WorkSource>(
     let Some(o) = refused else {
         return Ok(Ok(ran));
     };
+    // What the others did is undone before the run ends (also on an error).
     let all: Vec<usize> = (0..unit.members.len()).collect();
     source.abandon(unit, &all, it.ctx)?;
     for r in ran {
         let _ = r.log.finish();
     }
-    Ok(Err(o))
+    Ok(Err(o?))
 }
 
-/// A person's answer to an earlier DECIDE is archived once an agent has seen it.
-fn archive_answer(it: &Iter<'_>, unit: &Unit, ran: &mut [Ran]) -> Result<(), EngineError> {
-    if !unit.answered || ran.iter().any(|r| r.run.agent.interrupted) {
+/// A person's answer to an earlier DECIDE is archived once an agent has seen it and
+/// finished (not when every member waits: the retried prompts carry it again).
+fn archive_answer(it: &Iter<'_>, unit: &Unit, done: &mut [Finished]) -> Result<(), EngineError> {
+    if !unit.answered || done.is_empty() || done.iter().any(|f| f.run.agent.interrupted) {
         return Ok(());
     }
     if let Some(p) = it
@@ -202,65 +210,77 @@ fn archive_answer(it: &Iter<'_>, unit: &Unit, ran: &mut [Ran]) -> Result<(), Eng
         .archive_decide(&clock::now().as_second().to_string())?
     {
         let note = format!("the answered question was archived to {}", p.display());
-        for r in ran {
-            r.log.note(&note);
+        for f in done {
+            f.log.note(&note);
         }
     }
     Ok(())
 }
 
-/// The failure classes of the members' runs. `Err`: the iteration ends here — the run
-/// stops (`Some`), or every member waits and runs again (`None`, not counted). Members
-/// that wait are abandoned; the others go on to be judged.
+/// The failure classes of the members' runs (one iteration moves the failure counters
+/// once, whatever the size of its group). `Err`: the iteration ends here — the run stops
+/// (`Some`), or every member waits and runs again (`None`, not counted). Members that wait
+/// or stop are abandoned; the finished ones go on to be judged, with the stop, if any,
+/// to end the run after them.
+#[allow(clippy::type_complexity)]
 fn failure_step<S: WorkSource>(
     it: &mut Iter<'_>,
     source: &mut S,
     unit: &Unit,
     ran: Vec<Ran>,
-    new_commit: bool,
-) -> Result<Result<Vec<Finished>, Option<Outcome>>, EngineError> {
+) -> Result<Result<(Vec<Finished>, Option<Outcome>), Option<Outcome>>, EngineError> {
     let mut done = Vec::new();
-    let mut retry = Vec::new();
+    let mut left = Vec::new();
     let mut stop = None;
+    let base = it.st.failures.clone();
+    let mut folded: Option<failures::FailureState> = None;
     for mut r in ran {
+        it.st.failures = base.clone();
+        let member = &unit.members[r.index];
+        let head = crate::git::Git::new(&member.cwd).head()?;
+        let new_commit = head.is_some() && head != it.st.last_head;
         match agents::judge(it, &r.run, new_commit, &mut r.log) {
             failures::Verdict::Proceed => done.push((r, None)),
             failures::Verdict::NoWork { reason } => done.push((r, Some(reason))),
             failures::Verdict::Stop(o) => {
                 stop.get_or_insert(o);
-                retry.push(r);
+                left.push(r);
             }
-            failures::Verdict::Retry => retry.push(r),
+            failures::Verdict::Retry => left.push(r),
+        }
+        match &mut folded {
+            None => folded = Some(it.st.failures.clone()),
+            Some(f) => f.fold(&it.st.failures),
         }
     }
-    if stop.is_some() || done.is_empty() {
-        let all: Vec<usize> = (0..unit.members.len()).collect();
-        source.abandon(unit, &all, it.ctx)?;
-        for r in retry.into_iter().chain(done.into_iter().map(|(r, _)| r)) {
-            r.log
-                .finish()
-                .map_err(io_err(format!("writing the log of iteration {}", it.n)))?;
-        }
+    it.st.failures = folded.unwrap_or(base);
+    let gone: Vec<usize> = if done.is_empty() {
+        (0..unit.members.len()).collect()
+    } else {
+        left.iter().map(|r| r.index).collect()
+    };
+    if !gone.is_empty() {
+        source.abandon(unit, &gone, it.ctx)?;
+    }
+    for r in left {
+        r.log
+            .finish()
+            .map_err(io_err(format!("writing the log of iteration {}", it.n)))?;
+    }
+    if done.is_empty() {
         return Ok(Err(stop));
     }
-    if !retry.is_empty() {
-        let waiting: Vec<usize> = retry.iter().map(|r| r.index).collect();
-        source.abandon(unit, &waiting, it.ctx)?;
-        for r in retry {
-            r.log
-                .finish()
-                .map_err(io_err(format!("writing the log of iteration {}", it.n)))?;
-        }
-    }
-    Ok(Ok(done
-        .into_iter()
-        .map(|(r, no_work)| Finished {
-            index: r.index,
-            run: r.run,
-            no_work,
-            log: r.log,
-        })
-        .collect()))
+    Ok(Ok((
+        done.into_iter()
+            .map(|(r, no_work)| Finished {
+                index: r.index,
+                run: r.run,
+                no_work,
+                log: r.log,
+            })
+            .collect(),
+        stop,
+    )))
 }
 
 /// Everything the iteration found out, for [`decide::decide`]. A single agent's timeout

@@ -52,6 +52,19 @@ impl SourceSpec {
         matches!(self, SourceSpec::Ralph)
     }
 
+    /// The same list (spec directory or stories file), whatever its other settings: a run
+    /// of it goes on from its saved state.
+    pub fn same_list(&self, other: &SourceSpec) -> bool {
+        match (self, other) {
+            (SourceSpec::Ralph, SourceSpec::Ralph) => true,
+            (SourceSpec::Tasks { spec_dir: a, .. }, SourceSpec::Tasks { spec_dir: b, .. }) => {
+                a == b
+            }
+            (SourceSpec::Stories { file: a, .. }, SourceSpec::Stories { file: b, .. }) => a == b,
+            _ => false,
+        }
+    }
+
     /// Whose BLOCKED / DECIDE a person answers, and which command continues it.
     pub fn kind(&self) -> StoppedLoop {
         match self {
@@ -133,6 +146,9 @@ pub struct Judged {
     pub head_after: Option<String>,
     /// One per finished member, in the order given.
     pub members: Vec<MemberVerdict>,
+    /// The run's stop came while the source judged (a Verify command cut short): no
+    /// verdict; the iteration is interrupted.
+    pub interrupted: bool,
 }
 
 /// What a source says at the end of the run.

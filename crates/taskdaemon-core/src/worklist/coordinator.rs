@@ -19,9 +19,9 @@ use super::state::{ImplementState, ParallelGroup, TaskStatus};
 use super::tasks_md::{self, Task};
 use super::verify::{self, Evidence, Failure};
 use super::{WorklistError, lock, progress};
-use crate::engine::decide::{Claim, Decision, WorkVerdict};
+use crate::engine::decide::{Claim, Decision};
 use crate::engine::events::WorkEvent;
-use crate::engine::source::{Ending, Finished, Judged, Member, MemberVerdict, Next, Unit};
+use crate::engine::source::{Ending, Finished, Judged, Member, Next, Unit};
 use crate::engine::{EngineContext, EngineError, Outcome, RunState, WorkSource};
 use crate::fsutil::write_atomic;
 use crate::git::Git;
@@ -45,11 +45,28 @@ const PROGRESS_BUDGET: usize = 6 * 1024;
 /// Attempts per task before the loop stops, by default.
 pub const DEFAULT_MAX_TASK_ITERATIONS: u32 = 5;
 
+mod judge;
+
 /// A task's member in the running iteration.
 struct Slot {
-    task: usize,
+    /// The task as tasks.md had it before the agents (what it is judged as).
+    task: Task,
     /// The worktree of a `[P]` member (its name), removed after the iteration.
     tree: Option<(String, PathBuf)>,
+}
+
+/// A `[P]` member that finished while an earlier member of its group waited (a usage
+/// limit): judged and landed after that one, so the group lands in task order.
+struct Parked {
+    task: Task,
+    tree: (String, PathBuf),
+    /// The commit its worktree started from.
+    base: String,
+    words: String,
+    timed_out: bool,
+    no_work: Option<String>,
+    /// It checked its box (put back while it waits).
+    checked: bool,
 }
 
 /// A task's verdict: its commits when accepted, else why not.
@@ -58,7 +75,9 @@ type TaskVerdict = (usize, Result<Vec<String>, Vec<Failure>>);
 /// A member's claim, with what it is judged against.
 struct Claimed<'a> {
     task: &'a Task,
-    run: &'a Finished,
+    words: &'a str,
+    timed_out: bool,
+    no_work: Option<&'a str>,
     /// Where it worked (the repository, or its worktree).
     tree: &'a Path,
     tasks_after: &'a [Task],
@@ -73,8 +92,10 @@ struct Current {
     checked_before: BTreeSet<usize>,
     /// The commit the group's worktrees started from.
     base: Option<String>,
-    /// The first rejected task and why: its next attempt (in `settle`).
-    failed: Option<(usize, String)>,
+    /// The rejected tasks and why: their next attempts (in `settle`).
+    failed: Vec<(usize, String)>,
+    /// The members that wait (abandoned for a retry), by their place in the unit.
+    waiting: BTreeSet<usize>,
 }
 
 pub struct TasksSource {
@@ -97,6 +118,9 @@ pub struct TasksSource {
     /// The spec directory's run lock, from the start on (one loop per spec directory,
     /// wherever it was started from).
     lock: Option<lock::RunLock>,
+    parked: Vec<Parked>,
+    /// The harness's guidance for the next prompts, until an agent has seen it.
+    note: Option<String>,
 }
 
 /// Check what `implement` needs before anything changes: tasks.md exists and git tracks it.
@@ -189,6 +213,8 @@ impl TasksSource {
             now: Current::default(),
             done: false,
             lock: None,
+            parked: Vec::new(),
+            note: None,
         })
     }
 
@@ -232,6 +258,24 @@ fn load_state(
     st.base_path = spec_dir.display().to_string();
     if st.task_iteration == 0 || st.task_iteration > st.max_task_iterations {
         st.task_iteration = 1;
+    }
+    // A state written before each task kept its own attempt: its task's is taskIteration.
+    let current = st.task_index.to_string();
+    if st.task_iteration > 1
+        && st
+            .task_results
+            .get(&current)
+            .is_none_or(|r| r.attempt.is_none())
+    {
+        let r = st
+            .task_results
+            .entry(current)
+            .or_insert(super::state::TaskResult {
+                status: TaskStatus::Pending,
+                error: None,
+                attempt: None,
+            });
+        r.attempt = Some(st.task_iteration);
     }
     Ok((st, resumed))
 }
@@ -318,11 +362,12 @@ impl WorkSource for TasksSource {
         let Some(next) = tasks.iter().position(|t| !t.done) else {
             return Ok(Next::Done(Outcome::Complete { verified: true }));
         };
-        if self.state.task_index != next {
-            self.state.task_index = next;
-            self.state.task_iteration = 1;
-        }
-        let group = begin_group(&mut self.state, &tasks, next);
+        self.state.task_index = next;
+        self.state.task_iteration = self.state.attempt(next);
+        // A member parked after an earlier one of its group waited is judged after it.
+        let parked: Vec<usize> = self.parked.iter().map(|p| p.task.index).collect();
+        let mut group = begin_group(&mut self.state, &tasks, next);
+        group.retain(|i| !parked.contains(i));
         self.state.global_iteration = n;
         self.state.save(&self.spec_dir)?;
         self.now = Current {
@@ -340,35 +385,16 @@ impl WorkSource for TasksSource {
                 ctx.events.warn(note);
             }
         }
-        let parallel = group.len() > 1 && self.git.head()?.is_some();
+        let parallel = (group.len() > 1 || !self.parked.is_empty()) && self.git.head()?.is_some();
         let group = if parallel { group } else { vec![next] };
         let decision = super::answered(&self.ws)?;
-        let note = super::take_feedback(&self.ws)?;
-        let mut members = Vec::new();
-        for &i in &group {
-            let tree = if parallel {
-                Some(self.worktree(&tasks[i])?)
-            } else {
-                None
-            };
-            let cwd = tree.as_ref().map(|(_, p)| p.clone());
-            let mut m = self.member(st, n, &tasks[i], cwd, decision.as_deref())?;
-            if let Some(note) = &note {
-                m.prompt.push_str(note);
-            }
-            members.push(m);
-            self.now.slots.push(Slot { task: i, tree });
+        // The harness's guidance is kept until an agent has seen it (a member that waits
+        // sees it again).
+        if self.note.is_none() {
+            self.note = super::take_feedback(&self.ws)?;
         }
-        let mut announce = Vec::new();
-        if parallel {
-            announce.push(WorkEvent::GroupStarted {
-                iteration: n,
-                task_ids: group.iter().map(|i| tasks[*i].id.clone()).collect(),
-            });
-        }
-        for (m, &i) in members.iter().zip(&group) {
-            announce.push(self.started(&tasks[i], n, m, parallel));
-        }
+        let (members, announce) =
+            self.members(st, n, &tasks, &group, parallel, decision.as_deref())?;
         Ok(Next::Work(Unit {
             members,
             answered: decision.is_some(),
@@ -384,97 +410,8 @@ impl WorkSource for TasksSource {
         ctx: &EngineContext,
         cancel: &CancellationToken,
     ) -> Result<Judged, EngineError> {
-        let tasks_before = self.read_tasks()?;
-        let after = tasks_before.clone();
-        let parallel = self.now.slots.iter().any(|s| s.tree.is_some());
-        let group: Vec<usize> = self.now.slots.iter().map(|s| s.task).collect();
-        let mut j = Judged {
-            head_after: head.clone(),
-            ..Judged::default()
-        };
-        let mut verdicts: Vec<TaskVerdict> = Vec::new();
-        let mut failed = Vec::new();
-        for f in done.iter() {
-            let slot = &self.now.slots[f.index];
-            let task = &tasks_before[slot.task];
-            if let Some(s) = signal_of(&f.run.parsed.words) {
-                j.signal.get_or_insert(s);
-                failed.push(slot.task);
-                j.members.push(MemberVerdict::default());
-                continue;
-            }
-            let tree = slot
-                .tree
-                .as_ref()
-                .map(|(_, p)| p.clone())
-                .unwrap_or_else(|| self.repo.clone());
-            let others: Vec<usize> = group.iter().copied().filter(|g| *g != slot.task).collect();
-            let claimed = Claimed {
-                task,
-                run: f,
-                tree: &tree,
-                tasks_after: &after,
-                group: &others,
-            };
-            let mut failures = self.verdict(&claimed, ctx, cancel).await?;
-            let mut commits = Vec::new();
-            if failures.is_empty() {
-                let base = if parallel {
-                    self.now.base.clone()
-                } else {
-                    st.last_head.clone()
-                };
-                commits = self.commits_since(&tree, base.as_deref())?;
-                if parallel && let Err(msg) = self.cherry_pick(&commits) {
-                    failures.push(Failure {
-                        layer: 2,
-                        message: format!(
-                            "the commits of task {} do not apply on top of the tasks before it: {msg}. Touch only the task's own files",
-                            task.id
-                        ),
-                    });
-                }
-            }
-            let claim = claim_of(&failures);
-            j.members.push(MemberVerdict {
-                claim: Some(claim),
-                commit: commits.last().cloned(),
-            });
-            if failures.is_empty() {
-                self.evidence.done(task);
-                ctx.events.work(WorkEvent::TaskCompleted {
-                    task_id: task.id.clone(),
-                    task_index: task.index,
-                    commits: commits.clone(),
-                });
-                verdicts.push((slot.task, Ok(commits)));
-            } else {
-                self.reject(task, &failures, ctx);
-                failed.push(slot.task);
-                verdicts.push((slot.task, Err(failures)));
-            }
-        }
-        if parallel {
-            j.head_after = self.git.head()?;
-        }
-        self.put_back(&after, &group, &failed, parallel, ctx)?;
-        if parallel {
-            self.land_group(&tasks_before, &group, &verdicts, &failed, ctx)?;
-        }
-        self.remove_trees(ctx);
-        self.now.failed = record_verdicts(&mut self.state, &verdicts);
-        self.state.parallel_group = None;
-        let claims: Vec<Claim> = j.members.iter().filter_map(|m| m.claim).collect();
-        let claim = if claims.contains(&Claim::Accepted) {
-            Claim::Accepted
-        } else if !claims.is_empty() && claims.iter().all(|c| *c == Claim::Tampered) {
-            Claim::Tampered
-        } else {
-            Claim::Rejected
-        };
-        let complete = self.read_tasks()?.iter().all(|t| t.done);
-        j.work = Some(WorkVerdict { claim, complete });
-        Ok(j)
+        self.note = None;
+        Ok(self.judge_unit(st, done, head, ctx, cancel).await?)
     }
 
     fn abandon(
@@ -483,20 +420,7 @@ impl WorkSource for TasksSource {
         members: &[usize],
         ctx: &EngineContext,
     ) -> Result<(), EngineError> {
-        let tasks: Vec<usize> = members
-            .iter()
-            .filter_map(|m| self.now.slots.get(*m).map(|s| s.task))
-            .collect();
-        let before = self.now.checked_before.clone();
-        self.restore_boxes(&tasks, &before)?;
-        for m in members {
-            if let Some(slot) = self.now.slots.get_mut(*m)
-                && let Some((name, path)) = slot.tree.take()
-            {
-                remove_tree(&self.repo, &name, &path, ctx);
-            }
-        }
-        Ok(())
+        Ok(self.abandon_members(members, ctx)?)
     }
 
     fn settle(
@@ -505,22 +429,17 @@ impl WorkSource for TasksSource {
         d: &Decision,
         _ctx: &EngineContext,
     ) -> Result<Option<Outcome>, EngineError> {
-        let failed = self.now.failed.take();
-        if d.run_outcome.is_some() {
-            // BLOCKED, DECIDE, stuck, a limit: the attempt is not counted; a rerun resumes
-            // here.
-            self.state.save(&self.spec_dir)?;
-            return Ok(None);
-        }
+        let failed = std::mem::take(&mut self.now.failed);
+        // BLOCKED, DECIDE, stuck, a stop: the attempts are not counted; a rerun resumes
+        // here. A limit counts them: they happened.
+        let counted = matches!(d.run_outcome, None | Some(Outcome::LimitReached { .. }));
         let mut ended = None;
-        if let Some((index, reason)) = failed {
-            self.state.task_index = index;
-            self.state.task_iteration += 1;
-            if self.state.task_iteration > self.state.max_task_iterations {
-                self.state.task_iteration = self.state.max_task_iterations;
+        for (index, reason) in failed.iter().filter(|_| counted) {
+            let attempt = self.state.next_attempt(*index);
+            if attempt > self.state.max_task_iterations && ended.is_none() {
                 let id = self
                     .read_tasks()?
-                    .get(index)
+                    .get(*index)
                     .map(|t| t.id.clone())
                     .unwrap_or_default();
                 ended = Some(Outcome::Failed {
@@ -531,6 +450,16 @@ impl WorkSource for TasksSource {
                 });
             }
         }
+        if ended.is_some() {
+            // Kept at the last attempt: a rerun after a fix tries it once more.
+            if let Some((index, _)) = failed.first() {
+                let max = self.state.max_task_iterations;
+                if let Some(r) = self.state.task_results.get_mut(&index.to_string()) {
+                    r.attempt = Some(max);
+                }
+            }
+        }
+        self.state.task_iteration = self.state.attempt(self.state.task_index);
         self.state.save(&self.spec_dir)?;
         Ok(ended)
     }
@@ -539,8 +468,9 @@ impl WorkSource for TasksSource {
         &mut self,
         st: &RunState,
         outcome: &Outcome,
-        _ctx: &EngineContext,
+        ctx: &EngineContext,
     ) -> Result<Ending, EngineError> {
+        self.keep_parked(ctx);
         let tasks = self.read_tasks()?;
         self.done = tasks.iter().all(|t| t.done);
         let started = self.lock.is_some() && (st.iterations_done > 0 || self.resumed);
@@ -607,21 +537,19 @@ fn signal_of(words: &str) -> Option<Signal> {
 }
 
 /// Record each task's verdict; the first failure (task index and reason), if any.
-fn record_verdicts(st: &mut ImplementState, verdicts: &[TaskVerdict]) -> Option<(usize, String)> {
-    let mut first_failed: Option<(usize, String)> = None;
+fn record_verdicts(st: &mut ImplementState, verdicts: &[TaskVerdict]) -> Vec<(usize, String)> {
+    let mut failed = Vec::new();
     for (index, result) in verdicts {
         match result {
             Ok(_) => st.record(*index, TaskStatus::Success, None),
             Err(f) => {
                 let reason = verify::reason(f);
                 st.record(*index, TaskStatus::Failed, Some(reason.clone()));
-                if first_failed.is_none() {
-                    first_failed = Some((*index, reason));
-                }
+                failed.push((*index, reason));
             }
         }
     }
-    first_failed
+    failed
 }
 
 /// How an attempt's verification layers judged it: a failure of the evidence's layer makes
@@ -816,23 +744,22 @@ impl TasksSource {
         c: &Claimed<'_>,
         ctx: &EngineContext,
         cancel: &CancellationToken,
-    ) -> Result<Vec<Failure>, WorklistError> {
-        let (task, f, tree) = (c.task, c.run, c.tree);
+    ) -> Result<Option<Vec<Failure>>, WorklistError> {
+        let (task, tree, timed_out) = (c.task, c.tree, c.timed_out);
         let (tasks_after, group) = (c.tasks_after, c.group);
         let uncommitted = self.uncommitted_spec(tree)?;
-        let timed_out = f.run.agent.timed_out;
         let mut failures = verify::check(&Evidence {
             task,
-            words: &f.run.parsed.words,
+            words: c.words,
             uncommitted_spec: &uncommitted,
             checked_before: &self.now.checked_before,
             tasks_after,
             group,
         });
-        if let Some(reason) = &f.no_work {
+        if let Some(reason) = c.no_work {
             failures.push(Failure {
                 layer: 4,
-                message: reason.clone(),
+                message: reason.to_string(),
             });
         }
         if timed_out {
@@ -840,7 +767,7 @@ impl TasksSource {
                 layer: 4,
                 message: "the agent was stopped at the iteration timeout before it finished; take smaller steps".into(),
             });
-            return Ok(failures);
+            return Ok(Some(failures));
         }
         let verified = verify::run_verify_command(
             task,
@@ -852,6 +779,10 @@ impl TasksSource {
         )
         .await
         .map_err(WorklistError::io(tree))?;
+        if verified.as_ref().is_some_and(|(_, r)| r.interrupted) {
+            // Stopped by the run's stop: no verdict, neither passed nor failed.
+            return Ok(None);
+        }
         let ran = verified
             .as_ref()
             .map(|(cmd, r)| (cmd.as_str(), r.output.as_str()));
@@ -867,7 +798,7 @@ impl TasksSource {
                 passed: r.passed,
                 exit_code: r.exit_code,
             });
-            if !r.passed && !r.interrupted {
+            if !r.passed {
                 failures.push(verify::verify_failure(task, &cmd, &r));
             } else if r.passed
                 && let Some(first) = failures.first_mut()
@@ -877,7 +808,7 @@ impl TasksSource {
                 ));
             }
         }
-        Ok(failures)
+        Ok(Some(failures))
     }
 
     fn reject(&self, task: &Task, failures: &[Failure], ctx: &EngineContext) {
@@ -928,27 +859,20 @@ impl TasksSource {
         self.restore_boxes(&restore, before)
     }
 
-    /// A group's progress files merged and the spec files committed.
+    /// A group's progress files merged and the spec files committed (`done`: the tasks
+    /// accepted, `rejected`: the others).
     fn land_group(
         &self,
-        tasks: &[Task],
-        group: &[usize],
-        verdicts: &[TaskVerdict],
-        failed: &[usize],
+        group: &[String],
+        done: &[String],
+        rejected: &[String],
         ctx: &EngineContext,
     ) -> Result<(), WorklistError> {
-        let ids: Vec<String> = group.iter().map(|i| tasks[*i].id.clone()).collect();
-        let rejected: Vec<String> = failed.iter().map(|i| tasks[*i].id.clone()).collect();
-        let merged = progress::merge(&self.spec_dir, &ids, &rejected)?;
+        let merged = progress::merge(&self.spec_dir, group, rejected)?;
         if !merged.is_empty() {
             ctx.events
                 .work(WorkEvent::ProgressMerged { task_ids: merged });
         }
-        let done: Vec<String> = verdicts
-            .iter()
-            .filter(|(_, r)| r.is_ok())
-            .map(|(i, _)| tasks[*i].id.clone())
-            .collect();
         let msg = if done.is_empty() {
             "taskdaemon: progress of a parallel group".to_string()
         } else {
@@ -966,6 +890,16 @@ impl TasksSource {
                 remove_tree(&self.repo, &name, &path, ctx);
             }
         }
+    }
+
+    /// Check (or clear) the box of task `index`.
+    fn set_box(&self, index: usize, done: bool) -> Result<(), WorklistError> {
+        let want: BTreeSet<usize> = if done {
+            BTreeSet::from([index])
+        } else {
+            BTreeSet::new()
+        };
+        self.restore_boxes(&[index], &want)
     }
 
     /// Put the checkboxes of `indices` back to how they were before the iteration.
@@ -1085,6 +1019,37 @@ impl TasksSource {
                 "interrupted; state kept. Continue with `taskdaemon implement`".into()
             }
             other => other.detail(),
+        }
+    }
+}
+
+impl TasksSource {
+    /// The run ends while members are parked (an earlier member of their group still
+    /// waits): their commits are kept under `refs/taskdaemon/parked/`, and said, so nothing
+    /// is lost; the tasks run again on the next `implement`.
+    fn keep_parked(&mut self, ctx: &EngineContext) {
+        for p in std::mem::take(&mut self.parked) {
+            let head = Git::new(&p.tree.1).head().ok().flatten();
+            let kept = head.as_ref().map(|h| {
+                let name = format!("refs/taskdaemon/parked/{}", p.tree.0);
+                let ok = self
+                    .git
+                    .call(&["update-ref", name.as_str(), h.as_str()])
+                    .output()
+                    .is_ok_and(|o| o.status.success());
+                (name, ok)
+            });
+            ctx.events.warn(match kept {
+                Some((name, true)) => format!(
+                    "task {} finished while an earlier task of its group waited, and the run ended before it was judged: its commits are kept as {name}; it runs again on the next `taskdaemon implement`",
+                    p.task.id
+                ),
+                _ => format!(
+                    "task {} finished while an earlier task of its group waited, and the run ended before it was judged; its work is in {}",
+                    p.task.id,
+                    p.tree.1.display()
+                ),
+            });
         }
     }
 }

@@ -32,6 +32,10 @@ pub struct TaskResult {
     pub status: TaskStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The task's attempt (1 until it is rejected): each task keeps its own, so a group
+    /// member that waits for a usage limit keeps its attempt while another is retried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -118,8 +122,35 @@ impl ImplementState {
     }
 
     pub fn record(&mut self, index: usize, status: TaskStatus, error: Option<String>) {
+        let attempt = self
+            .task_results
+            .get(&index.to_string())
+            .and_then(|r| r.attempt);
+        self.task_results.insert(
+            index.to_string(),
+            TaskResult {
+                status,
+                error,
+                attempt,
+            },
+        );
+    }
+
+    /// The attempt task `index` is at (1 for a task never rejected).
+    pub fn attempt(&self, index: usize) -> u32 {
         self.task_results
-            .insert(index.to_string(), TaskResult { status, error });
+            .get(&index.to_string())
+            .and_then(|r| r.attempt)
+            .unwrap_or(1)
+    }
+
+    /// Task `index` was rejected: its next attempt's number.
+    pub fn next_attempt(&mut self, index: usize) -> u32 {
+        let next = self.attempt(index).saturating_add(1);
+        if let Some(r) = self.task_results.get_mut(&index.to_string()) {
+            r.attempt = Some(next);
+        }
+        next
     }
 
     /// The coordinator's iteration limit.

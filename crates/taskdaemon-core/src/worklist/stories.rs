@@ -45,6 +45,8 @@ pub struct StoriesSource {
     snapshot: String,
     stories: Vec<Story>,
     previous_error: Option<String>,
+    /// The harness's guidance for the next prompt, until an agent has seen it.
+    note: Option<String>,
 }
 
 /// Read and check the stories file (before anything runs).
@@ -107,6 +109,7 @@ impl StoriesSource {
             snapshot,
             stories,
             previous_error: None,
+            note: None,
         })
     }
 
@@ -367,10 +370,11 @@ impl WorkSource for StoriesSource {
         &mut self,
         st: &mut RunState,
         done: &mut [Finished],
-        _head: Option<String>,
+        head: Option<String>,
         ctx: &EngineContext,
         _cancel: &CancellationToken,
     ) -> Result<Judged, EngineError> {
+        self.note = None;
         let (Some(mode), Some(f)) = (self.mode.clone(), done.first()) else {
             return Ok(Judged::default());
         };
@@ -388,6 +392,14 @@ impl WorkSource for StoriesSource {
             _ => {
                 let (claim, complete) = if f.run.agent.timed_out || f.no_work.is_some() {
                     self.restore(n)?;
+                    self.previous_error = Some(format!(
+                        "Iteration {n} ({}) did not finish: {}; {} was restored to how it was before it",
+                        mode.name(),
+                        f.no_work
+                            .as_deref()
+                            .unwrap_or("the agent was stopped at the iteration timeout"),
+                        self.rel.display()
+                    ));
                     (Claim::Rejected, false)
                 } else {
                     self.judge_file(n, &mode, &words, ctx)?
@@ -397,9 +409,16 @@ impl WorkSource for StoriesSource {
                     claim: Some(claim),
                     commit: None,
                 }];
+                // An accepted transition's commit is work; the harness's restore of a
+                // rejected one is not (what the agent committed still counts).
+                j.head_after = match claim {
+                    Claim::Accepted => self.git.head()?,
+                    _ => head,
+                };
+                return Ok(j);
             }
         }
-        j.head_after = self.git.head()?;
+        j.head_after = head;
         Ok(j)
     }
 

@@ -189,6 +189,41 @@ fn a_parallel_member_at_the_usage_limit_is_retried_alone_and_the_other_is_kept()
 }
 
 #[test]
+fn when_the_earlier_parallel_member_waits_the_later_one_lands_after_it() {
+    let env = spec_env("- [ ] 1.1 [P] Left\n- [ ] 1.2 [P] Right\n");
+    let agent = claude_agent(
+        &env,
+        &format!(
+            "if [ \"$id\" = 1.1 ] && [ $t -eq 1 ]; then\n{}\nfi",
+            usage_limit_in(3)
+        ),
+    );
+    let (code, evs, stderr) = implement(&env, &agent, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let log = std::fs::read_to_string(env.root().join("log")).unwrap();
+    assert_eq!(
+        log.lines().filter(|l| l.starts_with("1.2 ")).count(),
+        1,
+        "the finished member is not run again: {log}"
+    );
+    assert!(log.contains("1.1 call 2 attempt 1"), "{log}");
+    let subjects = git(&env.repo(), &["log", "--reverse", "--format=%s"]);
+    let tasks: Vec<&str> = subjects
+        .lines()
+        .filter(|s| s.starts_with("task "))
+        .collect();
+    assert_eq!(tasks, ["task 1.1", "task 1.2"], "in task order: {subjects}");
+    let completed: Vec<&str> = evs
+        .iter()
+        .filter(|e| e["event"] == "task_completed")
+        .map(|e| e["task_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(completed, ["1.1", "1.2"]);
+    assert_eq!(checked(&env), 2);
+    assert_eq!(git(&env.repo(), &["status", "--porcelain"]), "");
+}
+
+#[test]
 fn implement_backs_off_from_an_overload_and_completes() {
     let env = spec_env("- [ ] 1.1 Only\n");
     let agent = claude_agent(
@@ -408,4 +443,57 @@ fn every_agent_gets_its_own_directory_as_pwd_so_a_parallel_opencode_commits_in_i
         "landed in task order: {subjects}"
     );
     assert_eq!(checked(&env), 2);
+}
+
+#[test]
+fn a_stop_during_a_tasks_verify_command_accepts_nothing() {
+    let marker = "VERIFYING";
+    let env = spec_env(&format!(
+        "- [ ] 1.1 Only\n  - **Verify**: `touch {m}; sleep 30`\n",
+        m = marker
+    ));
+    let agent = claude_agent(&env, "");
+    let mut child = env
+        .cmd()
+        .args([
+            "implement",
+            SPEC,
+            "--json",
+            "--agent",
+            &agent,
+            "--agent-format",
+            "claude-stream-json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    crate::harness::wait_for(&env.repo().join(marker), std::time::Duration::from_secs(60));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let t = Instant::now();
+    let out = loop {
+        if let Some(_status) = child.try_wait().unwrap() {
+            break child.wait_with_output().unwrap();
+        }
+        assert!(t.elapsed().as_secs() < 60, "implement did not stop");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let evs = events(&String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !evs.iter().any(|e| e["event"] == "task_completed"),
+        "a Verify cut short is no verdict"
+    );
+    assert_eq!(checked(&env), 0, "the box the agent checked goes back");
+    let state = std::fs::read_to_string(env.repo().join(SPEC).join(".ralph-state.json")).unwrap();
+    assert!(!state.contains("\"success\""), "{state}");
 }

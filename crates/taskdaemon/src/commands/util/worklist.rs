@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use taskdaemon_core::config::Settings;
-use taskdaemon_core::engine::{Begin, Outcome, RunConfig, RunState};
+use taskdaemon_core::engine::{Begin, Outcome, RunConfig, RunState, SourceSpec};
 use taskdaemon_core::git::Git;
 use taskdaemon_core::loops::Registry;
 use taskdaemon_core::worklist::{self, WorklistError};
@@ -102,8 +102,9 @@ pub(crate) fn run_worklist(
     take_over_worklist(target, cfg.kill_grace())?;
     let (state, begin) = match RunState::load(&ws).ok().flatten() {
         Some(mut st)
-            if st.config.source == cfg.source
-                && st.outcome.as_ref().is_none_or(|o| o.resumable()) =>
+            if st.config.source.same_list(&cfg.source)
+                && st.outcome.as_ref().is_none_or(|o| o.resumable())
+                && list_state_kept(&cfg.source) =>
         {
             if matches!(st.outcome, Some(Outcome::Stuck { .. })) {
                 st.stuck_count = 0;
@@ -124,6 +125,15 @@ pub(crate) fn run_worklist(
     };
     let (_, summary) = drive(&ws, state, begin, json)?;
     Ok(summary.exit_code)
+}
+
+/// Whether the list's own state is still there to go on from: a tasks.md run's
+/// `.ralph-state.json` (`cancel` deletes it: the next run starts anew, its counters too).
+fn list_state_kept(source: &SourceSpec) -> bool {
+    match source {
+        SourceSpec::Tasks { spec_dir, .. } => worklist::ImplementState::path(spec_dir).exists(),
+        _ => true,
+    }
 }
 
 /// End every process a killed loop on `target` (spec directory or stories file) left
