@@ -337,6 +337,19 @@ fn policy(cfg: &RunConfig) -> decide::Policy {
     }
 }
 
+/// What the preflight would refuse a run of `cfg` for (an agent that cannot start, a
+/// validation program that does not exist), without its warnings: asked before a new run
+/// replaces an unfinished one.
+pub fn preflight_refusal(cfg: &RunConfig) -> Option<Outcome> {
+    preflight(
+        cfg,
+        &EngineContext {
+            script_runner: std::path::PathBuf::new(),
+            events: EventSink::none(),
+        },
+    )
+}
+
 /// Before iteration 1: an agent that cannot start or a validation program that does not
 /// exist ends the run at once (exit 64); doubts are warnings.
 fn preflight(cfg: &RunConfig, ctx: &EngineContext) -> Option<Outcome> {

@@ -124,6 +124,14 @@ pub enum TaskFlowError {
     State(#[from] StateError),
     #[error(transparent)]
     Engine(#[from] EngineError),
+    #[error(
+        "not starting: {reason}\n  the unfinished run {run_id} is kept\n  hint: fix that and start again, or go on with the unfinished run (`{next}`)"
+    )]
+    WouldReplace {
+        run_id: String,
+        reason: String,
+        next: &'static str,
+    },
     #[error("moving earlier logs to {}: {source}", path.display())]
     SetAsideLogs {
         path: PathBuf,
@@ -325,6 +333,18 @@ pub struct NewRun {
 pub fn new_run_state(dir: &Path, ws: &Workspace, cfg: RunConfig) -> Result<NewRun, TaskFlowError> {
     let head = Git::new(dir).head()?;
     let old = RunState::load(ws).ok().flatten();
+    // An unfinished run is replaced only by one that can start.
+    if let Some(o) = old
+        .as_ref()
+        .filter(|o| o.outcome.as_ref().is_none_or(Outcome::resumable))
+        && let Some(refused) = crate::engine::preflight_refusal(&cfg)
+    {
+        return Err(TaskFlowError::WouldReplace {
+            run_id: o.run_id.clone(),
+            reason: refused.detail(),
+            next: o.config.source.kind().continue_command(),
+        });
+    }
     // The id comes from a file in the repository: only a plain name names a directory.
     let old_name = old
         .as_ref()

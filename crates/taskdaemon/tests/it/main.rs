@@ -29,6 +29,7 @@ mod hostile;
 mod kills;
 mod lean_start;
 mod multi_machine;
+mod no_one_in;
 mod notify;
 mod one_engine;
 mod perf;
