@@ -81,8 +81,9 @@ async fn run_agent(
             grace: cfg.kill_grace(),
         };
         let events = &ctx.events;
-        let (agent, parsed) = crate::agent::api::run_iteration(
+        let (agent, parsed) = crate::agent::api::run_iteration_sandboxed(
             req,
+            &cfg.sandbox.with_contract_dirs(&env),
             it.cancel,
             |line| log.output(crate::agent::Stream::Stdout, line.as_bytes()),
             |activity| {

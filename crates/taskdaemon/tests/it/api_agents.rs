@@ -845,3 +845,278 @@ fn context_overflow_ends_the_iteration_with_a_note() {
     );
     assert_eq!(csv_rows(&env.repo()).len(), 2);
 }
+
+/// `user_config` for one provider at the mock, with more lines under the provider.
+fn mock_config(env: &Env, provider: &str, mock: &Mock, more: &str) {
+    let base = match provider {
+        "openai" => format!("{}/v1", mock.url()),
+        _ => mock.url(),
+    };
+    user_config(
+        env,
+        &format!("api:\n  {provider}:\n    base-url: {base}\n{more}"),
+    );
+}
+
+#[test]
+fn run_command_runs_in_the_runs_sandbox() {
+    if !have_python() || !crate::sandbox::bwrap_or_skip("run_command_runs_in_the_runs_sandbox") {
+        return;
+    }
+    let env = crate::sandbox::sandbox_env();
+    let name = format!(
+        "td-api-escape-{}",
+        env.root().file_name().unwrap().to_string_lossy()
+    );
+    let host_tmp = Path::new("/tmp").join(&name);
+    let _ = std::fs::remove_file(&host_tmp);
+    let command = format!("echo escaped > /tmp/{name} && echo inside > inside.txt");
+    let mock = Mock::start(
+        &env,
+        "bwrap",
+        json!({"provider": "anthropic", "replies": [
+            {"calls": [{"name": "run_command", "input": {"command": command}}], "usage": usage(10, 5, 0, 0)},
+            {"text": "<promise>COMPLETE</promise>", "usage": usage(10, 5, 0, 0)}
+        ]}),
+    );
+    mock_config(&env, "anthropic", &mock, "");
+    let r = run_with(
+        &env,
+        &[("ANTHROPIC_API_KEY", KEY)],
+        &[
+            "run",
+            "x",
+            "--agent",
+            "api:anthropic:claude-haiku-4-5",
+            "--validate",
+            "test -f inside.txt",
+            "--sandbox",
+            "bwrap",
+            "--max-iterations",
+            "1",
+        ],
+    );
+    let escaped = host_tmp.exists();
+    let _ = std::fs::remove_file(&host_tmp);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(env.repo().join("inside.txt").exists(), "the command ran");
+    assert!(!escaped, "the model's command wrote the host's /tmp");
+}
+
+/// The mock echoes the key (and another key variable's value) in its text, in a tool
+/// call's arguments, and a tool result carries it: none of it is written or emitted.
+#[test]
+fn the_key_is_redacted_from_text_tool_calls_results_and_events() {
+    if !have_python() {
+        return;
+    }
+    const OTHER: &str = "sk-other-0a1b2c3d-SECRET";
+    let env = Env::new();
+    // The key's two halves make it only in the command's output.
+    let (a, b) = KEY.split_at(10);
+    let command = format!("printf '%s%s\\n' '{a}' '{b}'; echo {KEY} {OTHER} > /dev/null");
+    let mock = Mock::start(
+        &env,
+        "redact",
+        json!({"provider": "anthropic", "key": KEY, "replies": [
+            {"text": format!("Your key is {KEY}, the other {OTHER}."),
+             "calls": [{"name": "run_command", "input": {"command": command}}],
+             "usage": usage(10, 5, 0, 0)},
+            {"text": format!("{KEY} <promise>COMPLETE</promise>"), "usage": usage(10, 5, 0, 0)}
+        ]}),
+    );
+    mock_config(&env, "anthropic", &mock, "    api-key-env: TD_MY_KEY\n");
+    let r = run_with(
+        &env,
+        &[("TD_MY_KEY", KEY), ("OPENAI_API_KEY", OTHER)],
+        &[
+            "run",
+            "x",
+            "--agent",
+            "api:anthropic:claude-haiku-4-5",
+            "--validate",
+            "true",
+            "--max-iterations",
+            "1",
+            "--json",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let report = run_with(&env, &[], &["report"]);
+    assert_eq!(report.code, 0, "{}", report.stderr);
+    let log = std::fs::read_to_string(env.repo().join(".ralph/logs/iteration-001.log")).unwrap();
+    assert!(
+        log.contains("model: Your key is [redacted], the other [redacted]."),
+        "{log}"
+    );
+    assert!(log.contains("  → [redacted]"), "the tool result: {log}");
+    assert!(r.stdout.contains("[redacted]"), "the events: {}", r.stdout);
+    assert!(env.repo().join(".ralph/logs/report.html").exists());
+    for secret in [KEY, OTHER] {
+        for dir in [env.repo(), env.home()] {
+            let hits = files_containing(&dir, secret.as_bytes());
+            assert!(hits.is_empty(), "{secret} is in {hits:?}");
+        }
+        for out in [&r.stdout, &r.stderr, &report.stdout, &report.stderr] {
+            assert!(!out.contains(secret), "{secret} emitted: {out}");
+        }
+    }
+    // What went back to the model is redacted too.
+    let back = mock.requests()[1]["body"].to_string();
+    assert!(!back.contains(KEY) && back.contains("[redacted]"), "{back}");
+}
+
+/// A message that looks like an option is the message: it never points the snapshot at
+/// another repository, nor prints help.
+#[test]
+fn snapshot_messages_are_never_options() {
+    if !have_python() {
+        return;
+    }
+    let env = Env::new();
+    let other = env.root().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    git(&other, &["init", "-q"]);
+    std::fs::write(other.join("o.txt"), "o\n").unwrap();
+    git(&other, &["add", "-A"]);
+    git(&other, &["commit", "-qm", "other"]);
+    let other_refs = git(&other, &["for-each-ref"]);
+    let here_refs = git(&env.repo(), &["for-each-ref"]);
+    let away = format!("-C{}", other.display());
+    let mock = Mock::start(
+        &env,
+        "snap",
+        json!({"provider": "openai", "replies": [
+            {"calls": [{"name": "snapshot", "input": {"message": away}}], "usage": usage(10, 5, 0, 0)},
+            {"calls": [{"name": "snapshot", "input": {"message": "--help"}}], "usage": usage(10, 5, 0, 0)},
+            {"text": "<promise>COMPLETE</promise>", "usage": usage(10, 5, 0, 0)}
+        ]}),
+    );
+    mock_config(&env, "openai", &mock, "");
+    let r = run_with(
+        &env,
+        &[],
+        &[
+            "run",
+            "x",
+            "--agent",
+            "api:openai:local",
+            "--validate",
+            "true",
+            "--max-iterations",
+            "1",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let log = std::fs::read_to_string(env.repo().join(".ralph/logs/iteration-001.log")).unwrap();
+    assert!(!log.contains("Usage:"), "help instead of a snapshot: {log}");
+    assert!(!log.contains("  ✗ "), "a snapshot failed: {log}");
+    assert_eq!(
+        git(&other, &["for-each-ref"]),
+        other_refs,
+        "the other repository changed"
+    );
+    assert!(!other.join(".ralph").exists() && !other.join(".taskdaemon").exists());
+    let list = run_with(&env, &[], &["snapshot", "list"]);
+    assert!(list.stdout.contains(&away), "{}\n{log}", list.stdout);
+    assert!(list.stdout.contains("--help"), "{}\n{log}", list.stdout);
+    assert_ne!(git(&env.repo(), &["for-each-ref"]), here_refs);
+}
+
+/// Run `c` to its end (killed after `limit`), with its peak resident memory in KiB
+/// (`VmHWM`, read while it runs).
+fn run_measured(env: &Env, mut c: Command, limit: Duration) -> (Run, u64) {
+    let (out, err) = (env.root().join("out.txt"), env.root().join("err.txt"));
+    c.stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap());
+    let mut child = c.spawn().unwrap();
+    let status = format!("/proc/{}/status", child.id());
+    let (t, mut peak) = (Instant::now(), 0);
+    let code = loop {
+        let hwm = std::fs::read_to_string(&status).unwrap_or_default();
+        if let Some(kb) = hwm
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        {
+            peak = peak.max(kb);
+        }
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.code().unwrap_or(-1);
+        }
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break -9;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    let run = Run {
+        code,
+        stdout: read(&out),
+        stderr: read(&err),
+    };
+    (run, peak)
+}
+
+/// A server streaming 64 MB of text (Anthropic) or of unclosed tool arguments (OpenAI):
+/// the harness stops reading at its cap, its memory stays bounded, the iteration ends
+/// with a note saying what was cut.
+fn flood(provider: &str, model: &str, reply: Value, what: &str) {
+    if !have_python() {
+        return;
+    }
+    let env = Env::new();
+    let mut script = json!({"provider": provider, "replies": [reply]});
+    script["replies"][0]["usage"] = usage(10, 5, 0, 0);
+    let mock = Mock::start(&env, "flood", script);
+    mock_config(&env, provider, &mock, "");
+    let mut c = env.cmd();
+    c.env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env("ANTHROPIC_API_KEY", KEY)
+        .args([
+            "run",
+            "x",
+            "--agent",
+            &format!("api:{provider}:{model}"),
+            "--validate",
+            "true",
+            "--max-iterations",
+            "1",
+        ]);
+    let t = Instant::now();
+    let (r, peak_kb) = run_measured(&env, c, Duration::from_secs(60));
+    let took = t.elapsed();
+    eprintln!(
+        "{provider} {what} flood: peak RSS {} MiB in {took:?}",
+        peak_kb >> 10
+    );
+    assert_ne!(r.code, -9, "the run never ended: {}", r.stderr);
+    let log = std::fs::read_to_string(env.repo().join(".ralph/logs/iteration-001.log")).unwrap();
+    let note = format!("the model's reply was cut: the reply's {what} passed 4 MiB");
+    assert!(log.contains(&note), "{log}");
+    assert!(peak_kb < 150 * 1024, "peak RSS {peak_kb} KiB");
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+}
+
+#[test]
+fn a_flood_of_text_is_cut_with_a_note() {
+    flood(
+        "anthropic",
+        "claude-haiku-4-5",
+        json!({"flood_text": 64 << 20}),
+        "text",
+    );
+}
+
+#[test]
+fn a_flood_of_tool_arguments_is_cut_with_a_note() {
+    flood(
+        "openai",
+        "local",
+        json!({"flood_args": 64 << 20}),
+        "tool arguments",
+    );
+}

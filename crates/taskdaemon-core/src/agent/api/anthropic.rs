@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::http::{self, ApiError};
-use super::{Msg, Reply, Request, Stop, ToolCall, Usage};
+use super::{MAX_REPLY_ARGS, MAX_REPLY_TEXT, Msg, Reply, Request, Stop, ToolCall, Usage};
 
 const VERSION: &str = "2023-06-01";
 
@@ -271,6 +271,8 @@ struct Accumulator {
     blocks: Vec<(usize, Part)>,
     usage: Usage,
     stop: Option<String>,
+    text_bytes: usize,
+    args_bytes: usize,
 }
 
 enum Part {
@@ -305,8 +307,13 @@ impl Accumulator {
             Event::ContentBlockDelta { index, delta } => {
                 let part = self.blocks.iter_mut().rev().find(|(i, _)| *i == index);
                 match (part.map(|(_, p)| p), delta) {
-                    (Some(Part::Text(t)), DeltaBody::TextDelta { text }) => t.push_str(&text),
+                    (Some(Part::Text(t)), DeltaBody::TextDelta { text }) => {
+                        super::grow(&mut self.text_bytes, text.len(), MAX_REPLY_TEXT, "text")?;
+                        t.push_str(&text)
+                    }
                     (Some(Part::Tool { json, .. }), DeltaBody::InputJsonDelta { partial_json }) => {
+                        let n = partial_json.len();
+                        super::grow(&mut self.args_bytes, n, MAX_REPLY_ARGS, "tool arguments")?;
                         json.push_str(&partial_json)
                     }
                     _ => {}

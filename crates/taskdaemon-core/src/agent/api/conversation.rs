@@ -16,6 +16,7 @@ use super::tools::{self, ToolContext};
 use super::{Iteration, Msg, Provider, Reply, Request, ToolResult, Usage};
 use crate::agent::{Activity, Evidence, ExitStatus, ParsedOutput, ProcessResult};
 use crate::duration::format_duration;
+use crate::sandbox::SandboxPlan;
 
 /// Transient failures of one turn retried before the iteration gives up.
 const MAX_RETRIES: u32 = 5;
@@ -35,6 +36,8 @@ enum End {
     Interrupted,
     /// The conversation outgrew the model's context.
     Overflow(String),
+    /// A reply grew past the harness's bounds: not read further, dropped.
+    Cut(String),
     Failed(ApiError),
 }
 
@@ -76,19 +79,87 @@ impl Transcript {
     }
 }
 
-/// The key in any text headed for a log, event or report is replaced.
-fn redact(text: &str, key: Option<&str>) -> String {
-    match key {
-        Some(k) if k.len() >= 4 => text.replace(k, "[redacted]"),
-        _ => text.to_string(),
+/// The secrets of a run (the key in use, and the value of every provider's key variable,
+/// `api-key-env` included) replaced in anything headed for a log, event, report or the
+/// model.
+#[derive(Debug, Clone, Default)]
+struct Redactor {
+    secrets: Vec<String>,
+}
+
+impl Redactor {
+    fn new(it: &Iteration<'_>, key: Option<&str>) -> Redactor {
+        let mut secrets: Vec<String> = key.into_iter().map(str::to_string).collect();
+        for p in Provider::ALL {
+            let var = it.settings.provider(p).key_env(p);
+            secrets.extend(std::env::var(&var).ok());
+            let given = it
+                .env
+                .iter()
+                .filter(|(k, _)| k.to_str() == Some(var.as_str()));
+            secrets.extend(given.filter_map(|(_, v)| v.to_str().map(str::to_string)));
+        }
+        secrets.retain(|s| s.len() >= 4);
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        secrets.dedup();
+        Redactor { secrets }
+    }
+
+    fn text(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for s in &self.secrets {
+            if out.contains(s.as_str()) {
+                out = out.replace(s.as_str(), "[redacted]");
+            }
+        }
+        out
+    }
+
+    /// Every string of a tool call's arguments.
+    fn value(&self, v: &mut serde_json::Value) {
+        use serde_json::Value;
+        match v {
+            Value::String(s) => *s = self.text(s),
+            Value::Array(a) => a.iter_mut().for_each(|v| self.value(v)),
+            Value::Object(o) => o.values_mut().for_each(|v| self.value(v)),
+            _ => {}
+        }
+    }
+
+    fn reply(&self, mut r: Reply) -> Reply {
+        r.text = self.text(&r.text);
+        for c in &mut r.calls {
+            self.value(&mut c.input);
+        }
+        r
+    }
+
+    fn activity(&self, a: Activity) -> Activity {
+        match a {
+            Activity::Text { text } => Activity::Text {
+                text: self.text(&text),
+            },
+            Activity::ToolCall { name, detail } => Activity::ToolCall {
+                name: self.text(&name),
+                detail: self.text(&detail),
+            },
+            Activity::Other { text } => Activity::Other {
+                text: self.text(&text),
+            },
+        }
     }
 }
+
+/// What a conversation may hold before it ends (no model's context is this large).
+const MAX_CONVERSATION: usize = 32 << 20;
 
 struct Turns<'a> {
     it: &'a Iteration<'a>,
     pset: ProviderSettings,
     base: String,
     key: Option<String>,
+    redactor: Redactor,
+    sandbox: &'a SandboxPlan,
     client: reqwest::Client,
     deadline: Option<Instant>,
     cancel: &'a CancellationToken,
@@ -96,6 +167,7 @@ struct Turns<'a> {
 
 pub(super) async fn run(
     it: Iteration<'_>,
+    sandbox: &SandboxPlan,
     cancel: &CancellationToken,
     mut log: impl FnMut(&str),
     mut activity: impl FnMut(Activity),
@@ -108,7 +180,11 @@ pub(super) async fn run(
     };
     let pset = it.settings.provider(it.provider);
     let base = pset.base_url(it.provider);
-    let end = match api_key(it.provider, &pset) {
+    let key = api_key(it.provider, &pset);
+    let redactor = Redactor::new(&it, key.as_ref().ok().and_then(|k| k.as_deref()));
+    let mut log = |l: &str| log(&redactor.text(l));
+    let mut activity = |a: Activity| activity(redactor.activity(a));
+    let end = match key {
         Err(message) => End::Failed(ApiError::Auth {
             status: 401,
             message,
@@ -124,6 +200,8 @@ pub(super) async fn run(
                     pset,
                     base: base.clone(),
                     key,
+                    redactor: redactor.clone(),
+                    sandbox,
                     client,
                     deadline: it.timeout.map(|t| started + t),
                     cancel,
@@ -139,6 +217,21 @@ pub(super) async fn run(
         },
     };
     finish(&it, tr, end, started, &mut log)
+}
+
+/// The conversation's size as held (and sent again every turn).
+fn held(m: &Msg) -> usize {
+    match m {
+        Msg::User(t) => t.len(),
+        Msg::Assistant { text, calls } => {
+            text.len()
+                + calls
+                    .iter()
+                    .map(|c| c.input.to_string().len())
+                    .sum::<usize>()
+        }
+        Msg::Results(rs) => rs.iter().map(|r| r.content.len()).sum(),
+    }
 }
 
 impl Turns<'_> {
@@ -160,6 +253,7 @@ impl Turns<'_> {
                 env
             },
             harness: self.it.harness.to_path_buf(),
+            sandbox: self.sandbox.clone(),
             deadline: self.deadline,
             grace: self.it.grace,
             cancel: self.cancel.clone(),
@@ -173,7 +267,7 @@ impl Turns<'_> {
                 max_tokens: self.pset.max_tokens(),
             };
             let reply = match self.request(turn, &req, log).await {
-                Ok(r) => r,
+                Ok(r) => self.redactor.reply(r),
                 Err(end) => return end,
             };
             tr.usage.add(&reply.usage);
@@ -202,7 +296,8 @@ impl Turns<'_> {
                     "tool {}",
                     tr.out.last_tool.as_deref().unwrap_or_default()
                 ));
-                let out = tools::run(&ctx, &call.name, &call.input).await;
+                let mut out = tools::run(&ctx, &call.name, &call.input).await;
+                out.content = self.redactor.text(&out.content);
                 let shown = crate::fsutil::bound_text(&out.content, LOG_RESULT);
                 let mark = if out.is_error { "  ✗ " } else { "  → " };
                 for (i, l) in shown.lines().enumerate() {
@@ -222,6 +317,14 @@ impl Turns<'_> {
                 calls: reply.calls,
             });
             history.push(Msg::Results(results));
+            let size: usize = history.iter().map(held).sum();
+            if size > MAX_CONVERSATION {
+                return End::Overflow(format!(
+                    "the conversation holds {} MiB, more than the {} MiB the harness keeps",
+                    size >> 20,
+                    MAX_CONVERSATION >> 20
+                ));
+            }
         }
         End::MaxTurns
     }
@@ -265,9 +368,11 @@ impl Turns<'_> {
                 Ok(reply) => return Ok(reply),
                 Err(e) => e,
             };
-            let e = redacted(e, self.key.as_deref());
-            if matches!(e, ApiError::ContextOverflow { .. }) {
-                return Err(End::Overflow(e.message().to_string()));
+            let e = redacted(e, &self.redactor);
+            match e {
+                ApiError::ContextOverflow { message } => return Err(End::Overflow(message)),
+                ApiError::TooLarge { message } => return Err(End::Cut(message)),
+                _ => {}
             }
             if !e.is_transient() || attempt >= MAX_RETRIES {
                 return Err(End::Failed(e));
@@ -326,8 +431,8 @@ impl Turns<'_> {
     }
 }
 
-fn redacted(e: ApiError, key: Option<&str>) -> ApiError {
-    let r = |m: String| redact(&m, key);
+fn redacted(e: ApiError, red: &Redactor) -> ApiError {
+    let r = |m: String| red.text(&m);
     match e {
         ApiError::Auth { status, message } => ApiError::Auth {
             status,
@@ -352,6 +457,9 @@ fn redacted(e: ApiError, key: Option<&str>) -> ApiError {
         },
         ApiError::Refused { status, message } => ApiError::Refused {
             status,
+            message: r(message),
+        },
+        ApiError::TooLarge { message } => ApiError::TooLarge {
             message: r(message),
         },
     }
@@ -389,6 +497,9 @@ fn finish(
         }
         End::Overflow(m) => log(&format!(
             "the conversation no longer fits the model's context ({m}): the iteration ends here; the next one starts fresh"
+        )),
+        End::Cut(m) => log(&format!(
+            "the model's reply was cut: {m}; the iteration ends here (its tool calls were not run); the next one starts fresh"
         )),
         End::Failed(e) => {
             log(&format!(
@@ -474,9 +585,15 @@ mod tests {
 
     #[test]
     fn the_key_is_redacted() {
+        let r = Redactor {
+            secrets: vec!["sk-secret-123".into()],
+        };
+        assert_eq!(r.text("bad key sk-secret-123"), "bad key [redacted]");
+        let mut v = serde_json::json!({"a": ["x sk-secret-123"], "b": {"c": "sk-secret-123"}});
+        r.value(&mut v);
         assert_eq!(
-            redact("bad key sk-secret-123", Some("sk-secret-123")),
-            "bad key [redacted]"
+            v.to_string(),
+            r#"{"a":["x [redacted]"],"b":{"c":"[redacted]"}}"#
         );
     }
 }

@@ -27,6 +27,8 @@ pub enum ApiError {
     ContextOverflow { message: String },
     /// Any other refusal (400, 404: a wrong model name): the iteration fails.
     Refused { status: u16, message: String },
+    /// The reply grew past what the harness holds: the iteration ends with a note.
+    TooLarge { message: String },
 }
 
 impl ApiError {
@@ -36,7 +38,9 @@ impl ApiError {
             ApiError::RateLimited { .. } => FailureClass::RateLimited,
             ApiError::Overloaded { .. } => FailureClass::Overloaded,
             ApiError::Unreachable { .. } => FailureClass::Unreachable,
-            ApiError::ContextOverflow { .. } | ApiError::Refused { .. } => FailureClass::Crashed,
+            ApiError::ContextOverflow { .. }
+            | ApiError::Refused { .. }
+            | ApiError::TooLarge { .. } => FailureClass::Crashed,
         }
     }
 
@@ -57,6 +61,7 @@ impl ApiError {
             | ApiError::Overloaded { message, .. }
             | ApiError::Unreachable { message }
             | ApiError::ContextOverflow { message }
+            | ApiError::TooLarge { message }
             | ApiError::Refused { message, .. } => message,
         }
     }
@@ -99,11 +104,61 @@ pub async fn event_stream(
         let text = resp.text().await.unwrap_or_default();
         return Err(from_status(status, &headers, &text));
     }
-    Ok(resp.bytes_stream().eventsource().map(|ev| {
-        ev.map_err(|e| ApiError::Unreachable {
-            message: format!("the reply stream broke: {e}"),
+    let mut bound = EventBound::default();
+    let bytes = resp.bytes_stream().map(move |chunk| match chunk {
+        Err(e) => Err(ApiError::transport(&e)),
+        Ok(b) if !bound.feed(&b) => Err(ApiError::TooLarge {
+            message: format!(
+                "one event of the reply stream passed {} MiB; the rest was not read",
+                MAX_EVENT >> 20
+            ),
+        }),
+        Ok(b) => Ok(b),
+    });
+    Ok(bytes.eventsource().map(|ev| {
+        use eventsource_stream::EventStreamError as E;
+        ev.map_err(|e| match e {
+            E::Transport(e) => e,
+            E::Utf8(e) => ApiError::Unreachable {
+                message: format!("the reply stream broke: {e}"),
+            },
+            E::Parser(e) => ApiError::Unreachable {
+                message: format!("the reply stream broke: {e}"),
+            },
         })
     }))
+}
+
+/// The most one server-sent event may hold before its end (the parser buffers it whole).
+pub const MAX_EVENT: usize = 8 << 20;
+
+/// Bytes since the last event boundary (an empty line), `\r` not counted.
+#[derive(Default)]
+struct EventBound {
+    run: usize,
+    line: usize,
+}
+
+impl EventBound {
+    /// False once an event passes [`MAX_EVENT`].
+    fn feed(&mut self, bytes: &[u8]) -> bool {
+        for &c in bytes {
+            match c {
+                b'\n' => {
+                    if self.line == 0 {
+                        self.run = 0;
+                    }
+                    self.line = 0;
+                }
+                b'\r' => {}
+                _ => {
+                    self.line += 1;
+                    self.run += 1;
+                }
+            }
+        }
+        self.run <= MAX_EVENT
+    }
 }
 
 pub fn error_message(body: &str) -> String {
@@ -213,6 +268,15 @@ fn go_duration(s: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_event_is_bounded_until_its_empty_line() {
+        let mut b = EventBound::default();
+        let big = vec![b'x'; MAX_EVENT / 2];
+        assert!(b.feed(b"data: ") && b.feed(&big) && b.feed(b"\r\n\r\n"));
+        assert!(b.feed(&big) && b.feed(b"\n") && b.feed(&big));
+        assert!(!b.feed(b"xxxxxxxxxx"), "one event of two halves and more");
+    }
     use reqwest::header::HeaderValue;
 
     #[test]

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 pub use settings::{ApiSettings, Price, ProviderSettings};
 
 use crate::agent::{Activity, ParsedOutput, ProcessResult};
+use crate::sandbox::SandboxPlan;
 
 /// A model API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -120,6 +121,30 @@ pub struct Request<'a> {
     pub max_tokens: u32,
 }
 
+/// The most one reply's text may hold; more is not read (the iteration ends with a note).
+pub const MAX_REPLY_TEXT: usize = 4 << 20;
+/// The most one reply's tool-call arguments may hold together.
+pub const MAX_REPLY_ARGS: usize = 4 << 20;
+
+/// `add` more bytes of `what` (now `*used`), unless that passes `cap`.
+pub(crate) fn grow(
+    used: &mut usize,
+    add: usize,
+    cap: usize,
+    what: &str,
+) -> Result<(), http::ApiError> {
+    *used = used.saturating_add(add);
+    if *used > cap {
+        return Err(http::ApiError::TooLarge {
+            message: format!(
+                "the reply's {what} passed {} MiB; the rest of the reply was not read and the reply was dropped",
+                cap >> 20
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Tool arguments as streamed (JSON text); invalid JSON is kept for the tool to refuse.
 pub fn parse_arguments(json: &str) -> Value {
     if json.trim().is_empty() {
@@ -155,7 +180,19 @@ pub async fn run_iteration(
     log: impl FnMut(&str),
     activity: impl FnMut(Activity),
 ) -> (ProcessResult, ParsedOutput) {
-    conversation::run(it, cancel, log, activity).await
+    conversation::run(it, &SandboxPlan::default(), cancel, log, activity).await
+}
+
+/// [`run_iteration`] with `run_command` confined by `sandbox` (the plan a CLI agent of
+/// the run would get).
+pub async fn run_iteration_sandboxed(
+    it: Iteration<'_>,
+    sandbox: &SandboxPlan,
+    cancel: &CancellationToken,
+    log: impl FnMut(&str),
+    activity: impl FnMut(Activity),
+) -> (ProcessResult, ParsedOutput) {
+    conversation::run(it, sandbox, cancel, log, activity).await
 }
 
 /// `doctor`'s row for an API agent: the endpoint, whether the key is there (never its

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::http::{self, ApiError};
-use super::{Msg, Reply, Request, Stop, ToolCall, Usage};
+use super::{MAX_REPLY_ARGS, MAX_REPLY_TEXT, Msg, Reply, Request, Stop, ToolCall, Usage};
 
 #[derive(Serialize)]
 struct ChatRequest<'a> {
@@ -217,6 +217,7 @@ struct Accumulator {
     calls: Vec<(usize, String, String, String)>,
     usage: Usage,
     finish_reason: Option<String>,
+    args_bytes: usize,
 }
 
 impl Accumulator {
@@ -247,6 +248,8 @@ impl Accumulator {
             }
             let Some(d) = choice.delta else { continue };
             if let Some(t) = d.content {
+                let mut used = self.text.len();
+                super::grow(&mut used, t.len(), MAX_REPLY_TEXT, "text")?;
                 self.text.push_str(&t);
             }
             for cd in d.tool_calls.unwrap_or_default() {
@@ -263,8 +266,12 @@ impl Accumulator {
                     slot.1 = id;
                 }
                 if let Some(f) = cd.function {
-                    slot.2.push_str(f.name.as_deref().unwrap_or_default());
-                    slot.3.push_str(f.arguments.as_deref().unwrap_or_default());
+                    let (name, args) =
+                        (f.name.unwrap_or_default(), f.arguments.unwrap_or_default());
+                    let n = name.len() + args.len();
+                    super::grow(&mut self.args_bytes, n, MAX_REPLY_ARGS, "tool arguments")?;
+                    slot.2.push_str(&name);
+                    slot.3.push_str(&args);
                 }
             }
         }

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::runner::{ProcessSpec, run_process};
 use crate::fsutil;
+use crate::sandbox::SandboxPlan;
 
 /// The most a tool result can hold (head and tail kept).
 pub const MAX_RESULT: usize = 16 * 1024;
@@ -31,6 +32,8 @@ pub struct ToolContext {
     pub env: Vec<(OsString, OsString)>,
     /// The taskdaemon binary (for `snapshot save`).
     pub harness: PathBuf,
+    /// What `run_command` is confined by (a CLI agent of the run gets the same).
+    pub sandbox: SandboxPlan,
     pub deadline: Option<Instant>,
     pub grace: Duration,
     pub cancel: CancellationToken,
@@ -395,7 +398,12 @@ fn grep(ctx: &ToolContext, input: &Value) -> Result<String, String> {
 }
 
 /// A program in its own process group, the iteration's remaining time as its timeout.
-async fn spawn(ctx: &ToolContext, program: OsString, args: Vec<OsString>) -> ToolOutput {
+async fn spawn(
+    ctx: &ToolContext,
+    program: OsString,
+    args: Vec<OsString>,
+    sandboxed: bool,
+) -> ToolOutput {
     let timeout = ctx
         .deadline
         .map(|d| d.saturating_duration_since(Instant::now()));
@@ -411,6 +419,11 @@ async fn spawn(ctx: &ToolContext, program: OsString, args: Vec<OsString>) -> Too
         timeout,
         grace: ctx.grace,
         after_stop: None,
+    };
+    let spec = if sandboxed {
+        crate::sandbox::wrap(spec, &ctx.sandbox)
+    } else {
+        spec
     };
     let mut out = String::new();
     let r = run_process(&spec, &ctx.cancel, |_, line| {
@@ -456,7 +469,7 @@ fn floor(s: &str, mut i: usize) -> usize {
 
 async fn run_command(ctx: &ToolContext, input: &Value) -> ToolOutput {
     match arg(input, "command") {
-        Ok(c) => spawn(ctx, "sh".into(), vec!["-c".into(), c.into()]).await,
+        Ok(c) => spawn(ctx, "sh".into(), vec!["-c".into(), c.into()], true).await,
         Err(e) => ToolOutput::err(e),
     }
 }
@@ -466,8 +479,18 @@ async fn snapshot(ctx: &ToolContext, input: &Value) -> ToolOutput {
         .get("message")
         .and_then(Value::as_str)
         .unwrap_or("saved by the agent");
-    let args = vec!["snapshot".into(), "save".into(), msg.into()];
-    spawn(ctx, ctx.harness.as_os_str().to_owned(), args).await
+    // The work tree's repository, whatever the message says: after `--` it is the
+    // message, never an option (`-C/other/repo`, `--help`).
+    let args = vec![
+        "-C".into(),
+        ctx.root.clone().into_os_string(),
+        "snapshot".into(),
+        "save".into(),
+        "--".into(),
+        msg.into(),
+    ];
+    // The harness itself, outside the sandbox: it writes the snapshot's refs in .git.
+    spawn(ctx, ctx.harness.as_os_str().to_owned(), args, false).await
 }
 
 #[cfg(test)]
@@ -490,6 +513,7 @@ mod tests {
             root: root.to_path_buf(),
             env: Vec::new(),
             harness: PathBuf::from("taskdaemon"),
+            sandbox: SandboxPlan::default(),
             deadline: None,
             grace: Duration::from_secs(1),
             cancel: CancellationToken::new(),
