@@ -328,6 +328,11 @@ pub const PATTERNS: &[(FailureClass, &[&str])] = &[
             // Claude Code.
             "not logged in",
             "please run /login",
+            // amp without a key opens a browser login and waits for a pasted code:
+            // "No API key found. Starting login flow...", "When prompted, paste your code".
+            "no api key found",
+            "starting login flow",
+            "paste your code here",
             "invalid api key",
             "authentication_failed",
             "oauth token has expired",
@@ -526,6 +531,14 @@ pub fn parse_reset(text: &str, now: &Zoned) -> Option<Timestamp> {
     let mut when = day.to_datetime(time).to_zoned(tz).ok()?;
     let day_span = jiff::Span::new().days(1);
     match date {
+        // A clock time given to the minute that is now means the end of this minute (a
+        // second refusal within it), not tomorrow.
+        None if when.timestamp() <= now.timestamp()
+            && now.timestamp().duration_since(when.timestamp())
+                < jiff::SignedDuration::from_secs(60) =>
+        {
+            when = when.checked_add(jiff::Span::new().minutes(1)).ok()?
+        }
         // A clock time without a date is the next one.
         None if when.timestamp() <= now.timestamp() => when = when.checked_add(day_span).ok()?,
         // A date without a year that has passed is next year's.

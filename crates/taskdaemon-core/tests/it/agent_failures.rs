@@ -204,6 +204,8 @@ fn text_variants_from_public_reports() {
             Some("2026-11-28T01:28:00Z"),
         ),
         ("Not logged in · Please run /login", Auth, None),
+        // amp without a key (recorded from @sourcegraph/amp with an empty HOME).
+        ("No API key found. Starting login flow...", Auth, None),
         ("API Error: 529 Overloaded.", Overloaded, None),
         ("sh: 1: /nonexistent: not found", CouldNotStart, None),
         (
@@ -222,6 +224,26 @@ fn text_variants_from_public_reports() {
         assert_eq!(parse_reset(text, &n), reset.map(ts), "{text}");
     }
     assert_eq!(class_of_text("all tests pass"), None);
+}
+
+#[test]
+fn a_reset_given_to_the_minute_that_is_now_is_the_end_of_that_minute() {
+    // Codex prints its reset to the minute; a second refusal within it is not tomorrow.
+    let n = jiff::Timestamp::from_second(ts("2026-11-24T21:33:20Z").as_second())
+        .unwrap()
+        .to_zoned(jiff::tz::TimeZone::UTC);
+    assert_eq!(
+        parse_reset("You've hit your usage limit. Try again at 9:33 PM.", &n),
+        Some(ts("2026-11-24T21:34:00Z"))
+    );
+    // A minute later it is tomorrow's.
+    let later = jiff::Timestamp::from_second(ts("2026-11-24T21:34:30Z").as_second())
+        .unwrap()
+        .to_zoned(jiff::tz::TimeZone::UTC);
+    assert_eq!(
+        parse_reset("You've hit your usage limit. Try again at 9:33 PM.", &later),
+        Some(ts("2026-11-25T21:33:00Z"))
+    );
 }
 
 #[test]
