@@ -133,6 +133,11 @@ fn missing_program(command: &str, workdir: &Path) -> Option<String> {
         .split_whitespace()
         .find(|w| !w.contains('=') || w.starts_with('='))?;
     let first = first.trim_matches(|c| c == '(' || c == '{');
+    // A redirection or an operator glued to the word ends it (`cat>/dev/null;`).
+    let first = first
+        .split(['|', '&', ';', '<', '>'])
+        .next()
+        .unwrap_or_default();
     // What the shell rewrites before it runs anything (a variable, a command substitution,
     // `~` or `~user`, quotes) is the shell's to judge.
     let rewritten = first.starts_with('~') || first.contains(['$', '`', '"', '\'', '\\']);
@@ -160,6 +165,26 @@ mod tests {
             root,
             sandbox,
         )
+    }
+
+    #[test]
+    fn an_operator_glued_to_the_program_is_not_part_of_its_name() {
+        for cmd in [
+            "cmd:cat>/dev/null; true",
+            "cmd:true;true",
+            "cmd:cat</dev/null|cat",
+        ] {
+            assert!(
+                !check(cmd, None, false, false)
+                    .iter()
+                    .any(|f| matches!(f, Finding::AgentRefused { .. })),
+                "{cmd}"
+            );
+        }
+        assert!(matches!(
+            check("cmd:/nonexistent/x>/dev/null", None, false, false)[..],
+            [Finding::AgentRefused { .. }]
+        ));
     }
 
     #[test]
