@@ -28,8 +28,11 @@ pub(super) struct Deliverer {
 impl Deliverer {
     pub(super) fn new(config: SinkConfig, cwd: PathBuf, log: Log) -> Deliverer {
         let http = match &config.target {
+            // No redirects: a notice goes to the address configured, nowhere else (a
+            // receiver that answers 3xx is a failed delivery, said in the log).
             Target::Webhook(_) => reqwest::Client::builder()
                 .timeout(config.timeout())
+                .redirect(reqwest::redirect::Policy::none())
                 .user_agent(concat!("taskdaemon/", env!("CARGO_PKG_VERSION")))
                 .build()
                 .ok(),

@@ -125,7 +125,7 @@ pub fn tee(
             let _ = tx.send(e);
         }
         drop(tx);
-        notifier.finish(std::time::Duration::from_secs(10)).await;
+        notifier.finish(super::Notifier::EXIT_FLUSH).await;
     });
     (rx, task)
 }

@@ -306,6 +306,10 @@ impl Notifier {
         }
     }
 
+    /// How long a foreground loop's queued notices may take to go out at its exit (a
+    /// receiver that hangs delays the exit no longer than this).
+    pub const EXIT_FLUSH: Duration = Duration::from_secs(3);
+
     /// Stop taking notices and give the queued ones up to `within` to go out.
     pub async fn finish(self, within: Duration) {
         drop(self.sinks);

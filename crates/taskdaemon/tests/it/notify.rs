@@ -440,3 +440,52 @@ fn a_foreground_run_notifies_from_its_own_events() {
         format!("taskdaemon -C {repo} unblock && taskdaemon -C {repo} run --resume").as_str()
     );
 }
+
+/// A webhook that answers every request with a redirect to `to`, counting them.
+fn redirecting(to: &str) -> (String, Arc<Mutex<u32>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook/secret-token", l.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(0));
+    let keep = seen.clone();
+    let answer = format!(
+        "HTTP/1.1 307 Temporary Redirect\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let _ = read_request(&s);
+            *keep.lock().unwrap() += 1;
+            let _ = (&s).write_all(answer.as_bytes());
+        }
+    });
+    (url, seen)
+}
+
+#[test]
+fn a_webhook_that_redirects_is_not_followed_and_a_hanging_one_delays_the_exit_little() {
+    let (elsewhere, got_elsewhere) = receiver();
+    let (url, redirects) = redirecting(&elsewhere);
+    let (hang, _held) = hanging();
+    let s = Setup::new("");
+    s.user_hook_and(&format!(
+        "  - webhook: {url}\n    events: [blocked]\n  - webhook: {hang}\n    events: [blocked]\n    timeout: 60s\n"
+    ));
+    s.project("");
+    let t = std::time::Instant::now();
+    let r = s.run(&[
+        "run",
+        "task-blocks: add the payment API",
+        "--max-iterations",
+        "2",
+    ]);
+    let took = t.elapsed();
+    assert_eq!(r.code, 2, "{}\n{}", r.stdout, r.stderr);
+    assert!(*redirects.lock().unwrap() >= 1, "the webhook was called");
+    assert!(
+        got_elsewhere.lock().unwrap().is_empty(),
+        "the notice went only to the address configured"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "a receiver that never answers holds the exit {took:?}"
+    );
+}
