@@ -459,6 +459,95 @@ echo "<promise>COMPLETE</promise>"
     assert!(log.contains("ralph in the sandbox"), "{log}");
 }
 
+/// `daemon start --sandbox bwrap` in the background: the daemon it starts has the sandbox
+/// (and every other flag), and a run that names none is confined by it.
+#[test]
+fn a_background_daemon_started_with_sandbox_bwrap_confines_its_runs_and_keeps_every_flag() {
+    if !bwrap_or_skip("a_background_daemon_started_with_sandbox_bwrap") {
+        return;
+    }
+    let env = sandbox_env();
+    let repo = env.repo();
+    let agent = script(
+        &env,
+        "agent.sh",
+        &format!(
+            "{HOSTILE}echo work >> work.txt\ngit add work.txt && git commit -qm 'daemon sandboxed'\necho '<promise>COMPLETE</promise>'\n"
+        ),
+    );
+    let agent = format!("cmd:{}", agent.display());
+    let run = |args: &[&str]| {
+        let out = env
+            .cmd()
+            .env("PATH", path_without(&env, &[]))
+            .env("SIBLING", env.root().join("sibling"))
+            .args(args)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stdout}\n{stderr}");
+        stdout
+    };
+    run(&["submit", "ralph", "task", "--agent", &agent]);
+    run(&[
+        "daemon",
+        "start",
+        "--sandbox",
+        "bwrap",
+        "--max-loops",
+        "2",
+        "--target",
+        "main",
+        "--agent",
+        &agent,
+        "--tick",
+        "0.2",
+    ]);
+    let st: Value = serde_json::from_str(&run(&["daemon", "status", "--json"])).unwrap();
+    let pid = st["daemon"]["pid"].as_u64().unwrap_or_default();
+    let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let argv: Vec<String> = argv
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let t = Instant::now();
+    let status = loop {
+        let s: Value = serde_json::from_str(&run(&["status", "--json"])).unwrap();
+        let st = s["runs"][0]["status"].as_str().unwrap_or("").to_string();
+        if ["complete", "merged", "failed", "stopped", "blocked"].contains(&st.as_str())
+            || t.elapsed() > Duration::from_secs(120)
+        {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    run(&["daemon", "stop"]);
+    let daemon_log =
+        std::fs::read_to_string(repo.join(".git/taskdaemon/daemon/daemon.log")).unwrap_or_default();
+    let st = status["runs"][0]["status"].as_str().unwrap_or("");
+    assert!(
+        st == "complete" || st == "merged",
+        "{status:#}\n{daemon_log}"
+    );
+    assert_nothing_outside_changed(&env);
+    let log = git(&repo, &["log", "--all", "--format=%s"]);
+    assert!(log.contains("daemon sandboxed"), "{log}");
+    let pairs = [
+        ["--sandbox", "bwrap"],
+        ["--max-loops", "2"],
+        ["--target", "main"],
+        ["--agent", agent.as_str()],
+        ["--tick", "0.2"],
+    ];
+    for pair in pairs {
+        assert!(
+            argv.windows(2).any(|w| w == pair),
+            "{pair:?} not in {argv:?}"
+        );
+    }
+}
+
 /// The real Claude Code CLI (`TASKDAEMON_REAL_CLAUDE=/path/to/claude`) under bwrap,
 /// against the mock Anthropic API on 127.0.0.1: the loop completes, the CLI's state
 /// directory is writable, the home directory is not.
