@@ -548,6 +548,127 @@ fn a_background_daemon_started_with_sandbox_bwrap_confines_its_runs_and_keeps_ev
     }
 }
 
+fn executable(p: &Path, text: &str) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+    std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+}
+
+/// A Claude-like agent script run by `interpreter` (a `#!` line): a commit, then a
+/// stream-json result.
+fn claude_script(interpreter: &str) -> String {
+    format!(
+        r#"#!{interpreter}
+cat >/dev/null
+echo work >> work.txt && git add work.txt && git commit -qm 'npm agent' >/dev/null
+echo '{{"type":"result","subtype":"success","is_error":false,"result":"done"}}'
+"#
+    )
+}
+
+/// Claude installed the npm way in a project of the user's home (here under /tmp, which
+/// the sandbox makes private): `node_modules/.bin/claude` a symlink into its package, a
+/// `#!/usr/bin/env fakenode` script, `fakenode` itself a symlink on PATH. Under bwrap it
+/// starts and the loop completes.
+#[test]
+fn an_npm_installed_agent_with_a_symlink_and_an_env_interpreter_starts_under_bwrap() {
+    if !bwrap_or_skip("an_npm_installed_agent_starts_under_bwrap") {
+        return;
+    }
+    let env = Env::new();
+    assert!(
+        env.home().starts_with("/tmp"),
+        "the test needs its home under /tmp"
+    );
+    let nm = env.home().join("proj/node_modules");
+    let pkg = nm.join("@anthropic-ai/claude-code/bin/claude.exe");
+    executable(&pkg, &claude_script("/usr/bin/env fakenode"));
+    std::fs::create_dir_all(nm.join(".bin")).unwrap();
+    std::os::unix::fs::symlink(
+        "../@anthropic-ai/claude-code/bin/claude.exe",
+        nm.join(".bin/claude"),
+    )
+    .unwrap();
+    let node = env.home().join("node");
+    executable(&node.join("lib/fakenode"), "#!/bin/sh\nexec sh \"$@\"\n");
+    std::fs::create_dir_all(node.join("bin")).unwrap();
+    std::os::unix::fs::symlink("../lib/fakenode", node.join("bin/fakenode")).unwrap();
+    let path = std::env::join_paths(
+        [nm.join(".bin"), node.join("bin")]
+            .into_iter()
+            .chain(std::env::split_paths(crate::harness::narrowed_path())),
+    )
+    .unwrap();
+    // The git config under this home (in /tmp) is not seen inside: the identity comes by
+    // environment.
+    let out = env
+        .cmd()
+        .env("PATH", &path)
+        .envs(
+            ["GIT_AUTHOR", "GIT_COMMITTER"]
+                .into_iter()
+                .flat_map(|w| [(format!("{w}_NAME"), "t"), (format!("{w}_EMAIL"), "t@t")]),
+        )
+        .args([
+            "run",
+            "npm agent",
+            "--agent",
+            "claude",
+            "--sandbox",
+            "bwrap",
+            "--validate",
+            "test -f work.txt",
+            "--max-iterations",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let log = git(&env.repo(), &["log", "--format=%s"]);
+    let logs = all_text(&env.repo().join(".ralph/logs"));
+    assert!(log.contains("npm agent"), "{log}\n{stderr}\n{logs}");
+}
+
+/// An agent that exists outside the sandbox but not inside (on PATH in a hidden
+/// directory): bwrap cannot run it, and that is could-not-start (exit 64) naming the
+/// sandbox, not a crash.
+#[test]
+fn an_agent_bwrap_cannot_start_exits_64_naming_the_sandbox() {
+    if !bwrap_or_skip("an_agent_bwrap_cannot_start_exits_64") {
+        return;
+    }
+    let env = sandbox_env();
+    let hidden = env.home().join(".ssh/bin");
+    executable(&hidden.join("claude"), &claude_script("/bin/sh"));
+    let path = std::env::join_paths(
+        std::iter::once(hidden).chain(std::env::split_paths(&path_without(&env, &[]))),
+    )
+    .unwrap();
+    let out = env
+        .cmd()
+        .env("PATH", &path)
+        .args([
+            "run",
+            "hidden agent",
+            "--agent",
+            "claude",
+            "--sandbox",
+            "bwrap",
+            "--max-iterations",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains("could not be started inside the sandbox (bwrap)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("execvp claude"), "{stderr}");
+}
+
 /// The real Claude Code CLI (`TASKDAEMON_REAL_CLAUDE=/path/to/claude`) under bwrap,
 /// against the mock Anthropic API on 127.0.0.1: the loop completes, the CLI's state
 /// directory is writable, the home directory is not.
