@@ -669,6 +669,55 @@ fn an_agent_bwrap_cannot_start_exits_64_naming_the_sandbox() {
     assert!(stderr.contains("execvp claude"), "{stderr}");
 }
 
+/// Codex with its state moved by `CODEX_HOME` (outside `~/.codex`): that directory is
+/// made and writable in the sandbox; the home directory stays read-only.
+#[test]
+fn codex_home_is_writable_under_bwrap() {
+    if !bwrap_or_skip("codex_home_is_writable_under_bwrap") {
+        return;
+    }
+    let env = sandbox_env();
+    let bin = env.root().join("agents");
+    executable(
+        &bin.join("codex"),
+        r#"#!/bin/sh
+cat >/dev/null
+echo session > "$CODEX_HOME/session.jsonl" || exit 3
+touch "$HOME/outside-marker"
+echo work >> work.txt
+echo '{"type":"turn.completed","usage":{"input_tokens":1,"output_tokens":1}}'
+"#,
+    );
+    let path = std::env::join_paths(
+        std::iter::once(bin).chain(std::env::split_paths(&path_without(&env, &[]))),
+    )
+    .unwrap();
+    let codex_home = env.root().join("codex-home");
+    let out = env
+        .cmd()
+        .env("PATH", &path)
+        .env("CODEX_HOME", &codex_home)
+        .env("SIBLING", env.root().join("sibling"))
+        .args([
+            "run",
+            "codex",
+            "--agent",
+            "codex",
+            "--sandbox",
+            "bwrap",
+            "--validate",
+            "test -f work.txt",
+            "--max-iterations",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(codex_home.join("session.jsonl").is_file(), "{stderr}");
+    assert_nothing_outside_changed(&env);
+}
+
 /// The real Claude Code CLI (`TASKDAEMON_REAL_CLAUDE=/path/to/claude`) under bwrap,
 /// against the mock Anthropic API on 127.0.0.1: the loop completes, the CLI's state
 /// directory is writable, the home directory is not.
