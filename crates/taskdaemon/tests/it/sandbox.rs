@@ -575,11 +575,53 @@ fn an_npm_installed_agent_with_a_symlink_and_an_env_interpreter_starts_under_bwr
     if !bwrap_or_skip("an_npm_installed_agent_starts_under_bwrap") {
         return;
     }
-    let env = Env::new();
-    assert!(
-        env.home().starts_with("/tmp"),
-        "the test needs its home under /tmp"
-    );
+    // The preset, and a `cmd:` agent naming the same program on PATH.
+    for agent in ["claude", "cmd:claude --print"] {
+        let env = Env::new();
+        assert!(
+            env.home().starts_with("/tmp"),
+            "the test needs its home under /tmp"
+        );
+        let path = npm_layout(&env);
+        // The git config under this home (in /tmp) is not seen inside: the identity comes
+        // by environment.
+        let out = env
+            .cmd()
+            .env("PATH", &path)
+            .envs(
+                ["GIT_AUTHOR", "GIT_COMMITTER"]
+                    .into_iter()
+                    .flat_map(|w| [(format!("{w}_NAME"), "t"), (format!("{w}_EMAIL"), "t@t")]),
+            )
+            .args([
+                "run",
+                "npm agent",
+                "--agent",
+                agent,
+                "--sandbox",
+                "bwrap",
+                "--validate",
+                "test -f work.txt",
+                "--max-iterations",
+                "1",
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{agent}: {stderr}");
+        let log = git(&env.repo(), &["log", "--format=%s"]);
+        let logs = all_text(&env.repo().join(".ralph/logs"));
+        assert!(
+            log.contains("npm agent"),
+            "{agent}: {log}\n{stderr}\n{logs}"
+        );
+    }
+}
+
+/// `~/proj/node_modules/.bin/claude` → `../@anthropic-ai/claude-code/bin/claude.exe`, a
+/// `#!/usr/bin/env fakenode` script; `~/node/bin/fakenode` → `../lib/fakenode`. The PATH
+/// with both `bin` directories first.
+fn npm_layout(env: &Env) -> OsString {
     let nm = env.home().join("proj/node_modules");
     let pkg = nm.join("@anthropic-ai/claude-code/bin/claude.exe");
     executable(&pkg, &claude_script("/usr/bin/env fakenode"));
@@ -593,41 +635,12 @@ fn an_npm_installed_agent_with_a_symlink_and_an_env_interpreter_starts_under_bwr
     executable(&node.join("lib/fakenode"), "#!/bin/sh\nexec sh \"$@\"\n");
     std::fs::create_dir_all(node.join("bin")).unwrap();
     std::os::unix::fs::symlink("../lib/fakenode", node.join("bin/fakenode")).unwrap();
-    let path = std::env::join_paths(
+    std::env::join_paths(
         [nm.join(".bin"), node.join("bin")]
             .into_iter()
             .chain(std::env::split_paths(crate::harness::narrowed_path())),
     )
-    .unwrap();
-    // The git config under this home (in /tmp) is not seen inside: the identity comes by
-    // environment.
-    let out = env
-        .cmd()
-        .env("PATH", &path)
-        .envs(
-            ["GIT_AUTHOR", "GIT_COMMITTER"]
-                .into_iter()
-                .flat_map(|w| [(format!("{w}_NAME"), "t"), (format!("{w}_EMAIL"), "t@t")]),
-        )
-        .args([
-            "run",
-            "npm agent",
-            "--agent",
-            "claude",
-            "--sandbox",
-            "bwrap",
-            "--validate",
-            "test -f work.txt",
-            "--max-iterations",
-            "1",
-        ])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let log = git(&env.repo(), &["log", "--format=%s"]);
-    let logs = all_text(&env.repo().join(".ralph/logs"));
-    assert!(log.contains("npm agent"), "{log}\n{stderr}\n{logs}");
+    .unwrap()
 }
 
 /// An agent that exists outside the sandbox but not inside (on PATH in a hidden
