@@ -254,6 +254,14 @@ impl AgentResult {
         if let Some(line) = crate::sandbox::exec_failed(plan, code, &ev.tail) {
             self.class = FailureClass::CouldNotStart;
             self.line = Some(format!("{SANDBOX_EXEC} ({}): {line}", plan.kind));
+        } else if plan.kind == crate::sandbox::SandboxKind::Bwrap
+            && code == 127
+            && self.class == FailureClass::CouldNotStart
+        {
+            // The shell of a `cmd:` agent found no such program inside (the preflight
+            // found it outside).
+            let line = self.line.as_deref().unwrap_or("exit 127");
+            self.line = Some(format!("{SANDBOX_EXEC} ({}): {line}", plan.kind));
         } else if crate::sandbox::engine_failed(plan, code) {
             self.class = FailureClass::CouldNotStart;
             self.line = Some(format!(
@@ -269,7 +277,7 @@ impl AgentResult {
         let line = self.line.as_deref().unwrap_or_default();
         match self.class {
             FailureClass::CouldNotStart if line.starts_with(SANDBOX_EXEC) => {
-                "inside the bwrap sandbox / is read-only but /tmp is private and empty: a program (its symlink's target, its #! interpreter) under /tmp is not there; install it outside /tmp, or run with --sandbox none (docs/sandbox.md)"
+                "inside the bwrap sandbox / is read-only but /tmp is private and empty and hidden directories (~/.ssh, sandbox-ro-hide) are empty: a program there (or its symlink's target, its #! interpreter) is not found; install it elsewhere, or run with --sandbox none (docs/sandbox.md)"
             }
             FailureClass::CouldNotStart if line.starts_with(ENGINE_FAILED) => {
                 "check the engine and the image: `podman info` or `docker info`, `sandbox-image` in the settings (`taskdaemon config show`); podman's --init needs catatonit (docs/sandbox.md)"
@@ -751,5 +759,15 @@ mod tests {
             classify_process(2, false, &ev, &bwrap).class,
             FailureClass::Crashed
         );
+        // A `cmd:` agent's shell that finds no such program inside.
+        let sh = Evidence {
+            tail: vec!["sh: 1: fakeagent: not found".into()],
+            ..Evidence::default()
+        };
+        let r = classify_process(127, false, &sh, &bwrap);
+        assert_eq!(r.class, FailureClass::CouldNotStart);
+        assert!(r.hint().contains("bwrap sandbox"), "{}", r.hint());
+        let r = classify_process(127, false, &sh, &none);
+        assert!(!r.hint().contains("bwrap"), "{}", r.hint());
     }
 }
