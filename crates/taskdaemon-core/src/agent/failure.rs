@@ -242,8 +242,27 @@ impl AgentResult {
 
     /// This result of a process under `plan` that exited `code`: when a container engine
     /// could not start the agent's container, the agent could not start, whatever its text.
-    fn in_sandbox(mut self, plan: &crate::sandbox::SandboxPlan, code: i32) -> AgentResult {
-        if self.class != FailureClass::Ok && crate::sandbox::engine_failed(plan, code) {
+    fn in_sandbox(
+        mut self,
+        plan: &crate::sandbox::SandboxPlan,
+        code: i32,
+        ev: &Evidence,
+    ) -> AgentResult {
+        if self.class == FailureClass::Ok {
+            return self;
+        }
+        if let Some(line) = crate::sandbox::exec_failed(plan, code, &ev.tail) {
+            self.class = FailureClass::CouldNotStart;
+            self.line = Some(format!("{SANDBOX_EXEC} ({}): {line}", plan.kind));
+        } else if plan.kind == crate::sandbox::SandboxKind::Bwrap
+            && code == 127
+            && self.class == FailureClass::CouldNotStart
+        {
+            // The shell of a `cmd:` agent found no such program inside (the preflight
+            // found it outside).
+            let line = self.line.as_deref().unwrap_or("exit 127");
+            self.line = Some(format!("{SANDBOX_EXEC} ({}): {line}", plan.kind));
+        } else if crate::sandbox::engine_failed(plan, code) {
             self.class = FailureClass::CouldNotStart;
             self.line = Some(format!(
                 "{ENGINE_FAILED}: {}",
@@ -257,6 +276,9 @@ impl AgentResult {
     pub fn hint(&self) -> &'static str {
         let line = self.line.as_deref().unwrap_or_default();
         match self.class {
+            FailureClass::CouldNotStart if line.starts_with(SANDBOX_EXEC) => {
+                "inside the bwrap sandbox / is read-only but /tmp is private and empty and hidden directories (~/.ssh, sandbox-ro-hide) are empty: a program there (or its symlink's target, its #! interpreter) is not found; install it elsewhere, or run with --sandbox none (docs/sandbox.md)"
+            }
             FailureClass::CouldNotStart if line.starts_with(ENGINE_FAILED) => {
                 "check the engine and the image: `podman info` or `docker info`, `sandbox-image` in the settings (`taskdaemon config show`); podman's --init needs catatonit (docs/sandbox.md)"
             }
@@ -417,6 +439,9 @@ pub fn classify(exit_code: i32, timed_out: bool, ev: &Evidence, now: &Zoned) -> 
     classify_at(exit_code, timed_out, ev, || now.clone())
 }
 
+/// How [`AgentResult::in_sandbox`] begins the line of a program bwrap could not run.
+const SANDBOX_EXEC: &str = "the agent's program could not be started inside the sandbox";
+
 /// How [`AgentResult::in_sandbox`] begins its line.
 const ENGINE_FAILED: &str = "the container engine could not start the agent's container";
 
@@ -428,7 +453,7 @@ pub fn classify_process(
     ev: &Evidence,
     plan: &crate::sandbox::SandboxPlan,
 ) -> AgentResult {
-    classify_now(exit_code, timed_out, ev).in_sandbox(plan, exit_code)
+    classify_now(exit_code, timed_out, ev).in_sandbox(plan, exit_code, ev)
 }
 
 /// [`classify`] at the current time in the local time zone, which is looked up only when
@@ -686,7 +711,7 @@ mod tests {
                 kind,
                 ..Default::default()
             };
-            let r = crashed().in_sandbox(&plan, 125);
+            let r = crashed().in_sandbox(&plan, 125, &ev);
             assert_eq!(r.class, FailureClass::CouldNotStart, "{kind}");
             assert_eq!(classify_process(125, false, &ev, &plan), r);
             assert!(
@@ -695,7 +720,7 @@ mod tests {
             );
             assert!(r.hint().contains("podman info"), "{}", r.hint());
             // The agent's own exit code 1 in the container is the agent's.
-            let own = classify_now(1, false, &ev).in_sandbox(&plan, 1);
+            let own = classify_now(1, false, &ev).in_sandbox(&plan, 1, &ev);
             assert_eq!(own.class, FailureClass::Crashed);
         }
         for kind in [SandboxKind::None, SandboxKind::Bwrap] {
@@ -704,7 +729,7 @@ mod tests {
                 ..Default::default()
             };
             assert_eq!(
-                crashed().in_sandbox(&plan, 125).class,
+                crashed().in_sandbox(&plan, 125, &ev).class,
                 FailureClass::Crashed
             );
         }
@@ -714,7 +739,48 @@ mod tests {
                 ..Default::default()
             },
             0,
+            &Evidence::default(),
         );
         assert_eq!(ok.class, FailureClass::Ok);
+    }
+
+    #[test]
+    fn a_program_bwrap_cannot_run_is_could_not_start_naming_the_sandbox() {
+        let ev = Evidence {
+            tail: vec!["bwrap: execvp claude: No such file or directory".into()],
+            ..Evidence::default()
+        };
+        let bwrap = SandboxPlan {
+            kind: SandboxKind::Bwrap,
+            ..Default::default()
+        };
+        let r = classify_process(1, false, &ev, &bwrap);
+        assert_eq!(r.class, FailureClass::CouldNotStart);
+        let line = r.line.as_deref().unwrap_or_default();
+        assert!(
+            line.contains("sandbox (bwrap)") && line.contains("execvp claude"),
+            "{line}"
+        );
+        assert!(r.hint().contains("bwrap sandbox"), "{}", r.hint());
+        // Not under another sandbox, and not the agent's own exit code 2.
+        let none = SandboxPlan::default();
+        assert_eq!(
+            classify_process(1, false, &ev, &none).class,
+            FailureClass::Crashed
+        );
+        assert_eq!(
+            classify_process(2, false, &ev, &bwrap).class,
+            FailureClass::Crashed
+        );
+        // A `cmd:` agent's shell that finds no such program inside.
+        let sh = Evidence {
+            tail: vec!["sh: 1: fakeagent: not found".into()],
+            ..Evidence::default()
+        };
+        let r = classify_process(127, false, &sh, &bwrap);
+        assert_eq!(r.class, FailureClass::CouldNotStart);
+        assert!(r.hint().contains("bwrap sandbox"), "{}", r.hint());
+        let r = classify_process(127, false, &sh, &none);
+        assert!(!r.hint().contains("bwrap"), "{}", r.hint());
     }
 }

@@ -9,7 +9,7 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-use super::{SandboxNetwork, SandboxPlan, paths};
+use super::{SandboxNetwork, SandboxPlan, paths, programs};
 use crate::agent::ProcessSpec;
 
 pub const PROGRAM: &str = "bwrap";
@@ -57,6 +57,29 @@ pub fn path_binds(path: Option<&std::ffi::OsStr>) -> Vec<OsString> {
     a
 }
 
+/// `line` when it is bwrap's own word that it could not run the program.
+pub fn exec_failed(line: &str) -> Option<&str> {
+    let line = line.trim();
+    line.strip_prefix("bwrap: execvp ")
+        .is_some_and(|rest| rest.contains(": "))
+        .then_some(line)
+}
+
+/// What the program (and the first program of a `sh -c` command) needs under `/tmp`,
+/// bound read-only: the real file behind its symlink, its package, its `#!` interpreter.
+fn program_binds(spec: &ProcessSpec, path: Option<&std::ffi::OsStr>, cwd: &Path) -> Vec<OsString> {
+    let first = programs::shell_command_program(&spec.program, &spec.args);
+    let mut a = Vec::new();
+    for program in
+        std::iter::once(spec.program.as_os_str()).chain(first.as_deref().map(Path::as_os_str))
+    {
+        for dir in programs::needed_under_tmp(program, path, cwd) {
+            bind(&mut a, "--ro-bind", &dir, &dir);
+        }
+    }
+    a
+}
+
 fn bind(a: &mut Vec<OsString>, flag: &str, from: &Path, to: &Path) {
     a.push(flag.into());
     a.push(from.into());
@@ -74,6 +97,7 @@ pub fn wrap(spec: ProcessSpec, plan: &SandboxPlan) -> ProcessSpec {
         .or_else(|| std::env::var_os("PATH"));
     a.extend(path_binds(path.as_deref()));
     let cwd = spec.cwd.canonicalize().unwrap_or_else(|_| spec.cwd.clone());
+    a.extend(program_binds(&spec, path.as_deref(), &cwd));
     bind(&mut a, "--bind", &cwd, &cwd);
     for p in paths::git_writable(&cwd).iter().chain(&plan.rw) {
         bind(&mut a, "--bind", p, p);

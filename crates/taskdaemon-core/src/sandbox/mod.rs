@@ -19,6 +19,7 @@ mod container;
 mod denied;
 mod paths;
 mod podman_init;
+mod programs;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -137,6 +138,10 @@ pub enum SandboxError {
         "preparing the sandbox: {path}: {message}\n  hint: create it yourself, or remove it from sandbox-rw"
     )]
     Prepare { path: PathBuf, message: String },
+    #[error(
+        "{var}={path} cannot be made writable in the sandbox: it is not an absolute path, or it is the home directory or above it\n  hint: point {var} at a directory of its own, or unset it"
+    )]
+    StateVar { var: &'static str, path: PathBuf },
 }
 
 impl SandboxPlan {
@@ -245,6 +250,14 @@ pub fn wrap(mut spec: ProcessSpec, plan: &SandboxPlan) -> ProcessSpec {
 /// init binary missing, an option refused), before the command in the image ran.
 pub fn engine_failed(plan: &SandboxPlan, code: i32) -> bool {
     plan.kind.is_container() && code == 125
+}
+
+/// The line in which bwrap (under `plan`, exited `code`) said it could not run the
+/// program: `bwrap: execvp claude: No such file or directory`, exit 1.
+pub fn exec_failed<'a>(plan: &SandboxPlan, code: i32, tail: &'a [String]) -> Option<&'a str> {
+    (plan.kind == SandboxKind::Bwrap && code == 1)
+        .then(|| tail.iter().find_map(|l| bwrap::exec_failed(l)))
+        .flatten()
 }
 
 /// [`wrap`] for the validation command (`sandbox-validate:`).

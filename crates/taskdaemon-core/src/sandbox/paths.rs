@@ -53,10 +53,30 @@ fn preset_state(p: Preset) -> &'static [State] {
     }
 }
 
-/// The preset's state paths, made when missing; nothing for `cmd:` and `script:` agents
-/// (give them `sandbox-rw`).
+/// The variables that move a preset's state elsewhere, and the directory each names:
+/// `CLAUDE_CONFIG_DIR`, `CODEX_HOME`, and `GEMINI_CLI_HOME` (its `.gemini` inside).
+fn preset_state_vars(p: Preset) -> &'static [(&'static str, &'static str)] {
+    match p {
+        Preset::Claude => &[("CLAUDE_CONFIG_DIR", "")],
+        Preset::Codex => &[("CODEX_HOME", "")],
+        Preset::Gemini => &[("GEMINI_CLI_HOME", ".gemini")],
+        Preset::Opencode | Preset::Amp => &[],
+    }
+}
+
+/// The preset's state paths, made when missing (also where its variables in this
+/// process's environment put them); nothing for `cmd:` and `script:` agents (give them
+/// `sandbox-rw`).
 pub fn agent_state(agent: &AgentSpec, home: Option<&Path>) -> Result<Vec<PathBuf>, SandboxError> {
-    let (AgentSpec::Preset { preset }, Some(_)) = (agent, home) else {
+    agent_state_with(agent, home, |k| std::env::var_os(k))
+}
+
+fn agent_state_with(
+    agent: &AgentSpec,
+    home: Option<&Path>,
+    var: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<Vec<PathBuf>, SandboxError> {
+    let (AgentSpec::Preset { preset }, Some(h)) = (agent, home) else {
         return Ok(Vec::new());
     };
     let mut out = Vec::new();
@@ -65,16 +85,41 @@ pub fn agent_state(agent: &AgentSpec, home: Option<&Path>) -> Result<Vec<PathBuf
             State::Dir(p) => (p, true),
             State::Cache(p) => (p, false),
         };
-        let path = expand(Path::new(raw), home);
-        if make && !path.exists() {
-            std::fs::create_dir_all(&path).map_err(|e| SandboxError::Prepare {
-                path: path.clone(),
-                message: e.to_string(),
-            })?;
-        }
-        out.extend(existing(&path));
+        out.extend(prepare(&expand(Path::new(raw), home), make)?);
+    }
+    for (name, sub) in preset_state_vars(*preset) {
+        let Some(value) = var(name).filter(|v| !v.is_empty()) else {
+            continue;
+        };
+        let dir = state_var_dir(name, Path::new(&value), h)?.join(sub);
+        out.extend(prepare(&dir, true)?);
     }
     Ok(out)
+}
+
+/// The directory a state variable names: absolute, and neither `/` nor the home
+/// directory or one above it (the agent would get all of it writable).
+fn state_var_dir(name: &'static str, value: &Path, home: &Path) -> Result<PathBuf, SandboxError> {
+    let home = home.canonicalize().unwrap_or_else(|_| home.to_path_buf());
+    let real = value.canonicalize().unwrap_or_else(|_| value.to_path_buf());
+    if !value.is_absolute() || home.starts_with(&real) {
+        return Err(SandboxError::StateVar {
+            var: name,
+            path: value.to_path_buf(),
+        });
+    }
+    Ok(value.to_path_buf())
+}
+
+/// `path` when it exists (made first when `make`), canonical.
+fn prepare(path: &Path, make: bool) -> Result<Option<PathBuf>, SandboxError> {
+    if make && !path.exists() {
+        std::fs::create_dir_all(path).map_err(|e| SandboxError::Prepare {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    }
+    Ok(existing(path))
 }
 
 /// `~/x` against `home`; other paths unchanged.
@@ -174,6 +219,44 @@ mod tests {
         // A subdirectory of the checkout: its .git above.
         std::fs::create_dir(repo.join("sub")).unwrap();
         assert_eq!(git_writable(&repo.join("sub")), vec![g]);
+    }
+
+    #[test]
+    fn the_state_variables_of_codex_claude_and_gemini_are_made_writable() {
+        let t = tempfile::tempdir().unwrap();
+        let home = t.path().join("home");
+        std::fs::create_dir(&home).unwrap();
+        let elsewhere = t.path().join("state");
+        let state = |agent: &str, var: &'static str| {
+            let value = elsewhere.join(agent);
+            agent_state_with(&AgentSpec::parse(agent).unwrap(), Some(&home), |k| {
+                (k == var).then(|| value.clone().into_os_string())
+            })
+        };
+        std::fs::create_dir(&elsewhere).unwrap();
+        let e = elsewhere.canonicalize().unwrap();
+        let codex = state("codex", "CODEX_HOME").unwrap();
+        assert!(codex.contains(&e.join("codex")), "{codex:?}");
+        assert!(codex.contains(&home.canonicalize().unwrap().join(".codex")));
+        let claude = state("claude", "CLAUDE_CONFIG_DIR").unwrap();
+        assert!(claude.contains(&e.join("claude")), "{claude:?}");
+        let gemini = state("gemini", "GEMINI_CLI_HOME").unwrap();
+        assert!(gemini.contains(&e.join("gemini/.gemini")), "{gemini:?}");
+        // Never the home directory itself, nor a relative path.
+        let refused = agent_state_with(&AgentSpec::parse("codex").unwrap(), Some(&home), |k| {
+            (k == "CODEX_HOME").then(|| home.clone().into_os_string())
+        });
+        assert!(matches!(
+            refused,
+            Err(SandboxError::StateVar {
+                var: "CODEX_HOME",
+                ..
+            })
+        ));
+        let relative = agent_state_with(&AgentSpec::parse("codex").unwrap(), Some(&home), |k| {
+            (k == "CODEX_HOME").then(|| "rel".into())
+        });
+        assert!(relative.is_err());
     }
 
     #[test]

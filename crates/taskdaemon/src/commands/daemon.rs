@@ -75,6 +75,33 @@ pub struct StartArgs {
     pub json: bool,
 }
 
+impl StartArgs {
+    /// The arguments of the foreground daemon a background start runs: every setting of
+    /// these (the fields taken apart by name, so a new flag cannot be left out).
+    fn foreground_args(&self) -> Vec<String> {
+        let StartArgs {
+            foreground: _,
+            max_loops,
+            target,
+            agent,
+            sandbox,
+            tick,
+            json: _,
+        } = self;
+        let mut v = vec!["--foreground".into(), "--tick".into(), tick.to_string()];
+        let mut flag = |name: &str, value: Option<String>| {
+            if let Some(value) = value {
+                v.extend([name.to_string(), value]);
+            }
+        };
+        flag("--max-loops", max_loops.map(|n| n.to_string()));
+        flag("--target", target.clone());
+        flag("--agent", agent.clone());
+        flag("--sandbox", sandbox.map(|k| k.name().to_string()));
+        v
+    }
+}
+
 /// `--tick`: a number of seconds, more than 0 (NaN and infinities are no time).
 fn tick_seconds(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
@@ -304,22 +331,7 @@ fn background(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i3
     if let Some(c) = &ctx.config {
         cmd.arg("--config").arg(c);
     }
-    cmd.args([
-        "daemon",
-        "start",
-        "--foreground",
-        "--tick",
-        &a.tick.to_string(),
-    ]);
-    if let Some(n) = a.max_loops {
-        cmd.args(["--max-loops", &n.to_string()]);
-    }
-    if let Some(t) = &a.target {
-        cmd.args(["--target", t]);
-    }
-    if let Some(ag) = &a.agent {
-        cmd.args(["--agent", ag]);
-    }
+    cmd.args(["daemon", "start"]).args(a.foreground_args());
     cmd.stdin(std::process::Stdio::null())
         .stdout(log.try_clone().context("duplicating the log handle")?)
         .stderr(log);
@@ -474,4 +486,51 @@ fn status(paths: &DaemonPaths, json: bool) -> anyhow::Result<i32> {
     }
     emit(&out)?;
     Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Start {
+        #[command(flatten)]
+        a: StartArgs,
+    }
+
+    fn parse(args: &[String]) -> StartArgs {
+        let argv = std::iter::once("start".to_string()).chain(args.iter().cloned());
+        Start::try_parse_from(argv).map(|s| s.a).expect("parses")
+    }
+
+    #[test]
+    fn the_foreground_daemon_gets_every_setting_of_a_background_start() {
+        let given: Vec<String> = [
+            "--max-loops",
+            "3",
+            "--target",
+            "dev",
+            "--agent",
+            "cmd:agent.sh --fast",
+            "--sandbox",
+            "bwrap",
+            "--tick",
+            "0.25",
+            "--json",
+        ]
+        .map(String::from)
+        .to_vec();
+        let a = parse(&given);
+        let child = parse(&a.foreground_args());
+        let expected = StartArgs {
+            foreground: true,
+            json: false,
+            ..a
+        };
+        assert_eq!(format!("{child:?}"), format!("{expected:?}"));
+        // Nothing set: only what every foreground daemon gets.
+        let bare = parse(&[]).foreground_args();
+        assert_eq!(bare, ["--foreground", "--tick", "1"]);
+    }
 }

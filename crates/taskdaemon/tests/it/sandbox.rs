@@ -459,6 +459,283 @@ echo "<promise>COMPLETE</promise>"
     assert!(log.contains("ralph in the sandbox"), "{log}");
 }
 
+/// `daemon start --sandbox bwrap` in the background: the daemon it starts has the sandbox
+/// (and every other flag), and a run that names none is confined by it.
+#[test]
+fn a_background_daemon_started_with_sandbox_bwrap_confines_its_runs_and_keeps_every_flag() {
+    if !bwrap_or_skip("a_background_daemon_started_with_sandbox_bwrap") {
+        return;
+    }
+    let env = sandbox_env();
+    let repo = env.repo();
+    let agent = script(
+        &env,
+        "agent.sh",
+        &format!(
+            "{HOSTILE}echo work >> work.txt\ngit add work.txt && git commit -qm 'daemon sandboxed'\necho '<promise>COMPLETE</promise>'\n"
+        ),
+    );
+    let agent = format!("cmd:{}", agent.display());
+    let run = |args: &[&str]| {
+        let out = env
+            .cmd()
+            .env("PATH", path_without(&env, &[]))
+            .env("SIBLING", env.root().join("sibling"))
+            .args(args)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stdout}\n{stderr}");
+        stdout
+    };
+    run(&["submit", "ralph", "task", "--agent", &agent]);
+    run(&[
+        "daemon",
+        "start",
+        "--sandbox",
+        "bwrap",
+        "--max-loops",
+        "2",
+        "--target",
+        "main",
+        "--agent",
+        &agent,
+        "--tick",
+        "0.2",
+    ]);
+    let st: Value = serde_json::from_str(&run(&["daemon", "status", "--json"])).unwrap();
+    let pid = st["daemon"]["pid"].as_u64().unwrap_or_default();
+    let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let argv: Vec<String> = argv
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let t = Instant::now();
+    let status = loop {
+        let s: Value = serde_json::from_str(&run(&["status", "--json"])).unwrap();
+        let st = s["runs"][0]["status"].as_str().unwrap_or("").to_string();
+        if ["complete", "merged", "failed", "stopped", "blocked"].contains(&st.as_str())
+            || t.elapsed() > Duration::from_secs(120)
+        {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    run(&["daemon", "stop"]);
+    let daemon_log =
+        std::fs::read_to_string(repo.join(".git/taskdaemon/daemon/daemon.log")).unwrap_or_default();
+    let st = status["runs"][0]["status"].as_str().unwrap_or("");
+    assert!(
+        st == "complete" || st == "merged",
+        "{status:#}\n{daemon_log}"
+    );
+    assert_nothing_outside_changed(&env);
+    let log = git(&repo, &["log", "--all", "--format=%s"]);
+    assert!(log.contains("daemon sandboxed"), "{log}");
+    let pairs = [
+        ["--sandbox", "bwrap"],
+        ["--max-loops", "2"],
+        ["--target", "main"],
+        ["--agent", agent.as_str()],
+        ["--tick", "0.2"],
+    ];
+    for pair in pairs {
+        assert!(
+            argv.windows(2).any(|w| w == pair),
+            "{pair:?} not in {argv:?}"
+        );
+    }
+}
+
+fn executable(p: &Path, text: &str) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+    std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+}
+
+/// A Claude-like agent script run by `interpreter` (a `#!` line): a commit, then a
+/// stream-json result.
+fn claude_script(interpreter: &str) -> String {
+    format!(
+        r#"#!{interpreter}
+cat >/dev/null
+echo work >> work.txt && git add work.txt && git commit -qm 'npm agent' >/dev/null
+echo '{{"type":"result","subtype":"success","is_error":false,"result":"done"}}'
+"#
+    )
+}
+
+/// Claude installed the npm way in a project of the user's home (here under /tmp, which
+/// the sandbox makes private): `node_modules/.bin/claude` a symlink into its package, a
+/// `#!/usr/bin/env fakenode` script, `fakenode` itself a symlink on PATH. Under bwrap it
+/// starts and the loop completes.
+#[test]
+fn an_npm_installed_agent_with_a_symlink_and_an_env_interpreter_starts_under_bwrap() {
+    if !bwrap_or_skip("an_npm_installed_agent_starts_under_bwrap") {
+        return;
+    }
+    // The preset, and a `cmd:` agent naming the same program on PATH.
+    for agent in ["claude", "cmd:claude --print"] {
+        let env = Env::new();
+        assert!(
+            env.home().starts_with("/tmp"),
+            "the test needs its home under /tmp"
+        );
+        let path = npm_layout(&env);
+        // The git config under this home (in /tmp) is not seen inside: the identity comes
+        // by environment.
+        let out = env
+            .cmd()
+            .env("PATH", &path)
+            .envs(
+                ["GIT_AUTHOR", "GIT_COMMITTER"]
+                    .into_iter()
+                    .flat_map(|w| [(format!("{w}_NAME"), "t"), (format!("{w}_EMAIL"), "t@t")]),
+            )
+            .args([
+                "run",
+                "npm agent",
+                "--agent",
+                agent,
+                "--sandbox",
+                "bwrap",
+                "--validate",
+                "test -f work.txt",
+                "--max-iterations",
+                "1",
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{agent}: {stderr}");
+        let log = git(&env.repo(), &["log", "--format=%s"]);
+        let logs = all_text(&env.repo().join(".ralph/logs"));
+        assert!(
+            log.contains("npm agent"),
+            "{agent}: {log}\n{stderr}\n{logs}"
+        );
+    }
+}
+
+/// `~/proj/node_modules/.bin/claude` → `../@anthropic-ai/claude-code/bin/claude.exe`, a
+/// `#!/usr/bin/env fakenode` script; `~/node/bin/fakenode` → `../lib/fakenode`. The PATH
+/// with both `bin` directories first.
+fn npm_layout(env: &Env) -> OsString {
+    let nm = env.home().join("proj/node_modules");
+    let pkg = nm.join("@anthropic-ai/claude-code/bin/claude.exe");
+    executable(&pkg, &claude_script("/usr/bin/env fakenode"));
+    std::fs::create_dir_all(nm.join(".bin")).unwrap();
+    std::os::unix::fs::symlink(
+        "../@anthropic-ai/claude-code/bin/claude.exe",
+        nm.join(".bin/claude"),
+    )
+    .unwrap();
+    let node = env.home().join("node");
+    executable(&node.join("lib/fakenode"), "#!/bin/sh\nexec sh \"$@\"\n");
+    std::fs::create_dir_all(node.join("bin")).unwrap();
+    std::os::unix::fs::symlink("../lib/fakenode", node.join("bin/fakenode")).unwrap();
+    std::env::join_paths(
+        [nm.join(".bin"), node.join("bin")]
+            .into_iter()
+            .chain(std::env::split_paths(crate::harness::narrowed_path())),
+    )
+    .unwrap()
+}
+
+/// An agent that exists outside the sandbox but not inside (on PATH in a hidden
+/// directory): bwrap cannot run it, and that is could-not-start (exit 64) naming the
+/// sandbox, not a crash.
+#[test]
+fn an_agent_bwrap_cannot_start_exits_64_naming_the_sandbox() {
+    if !bwrap_or_skip("an_agent_bwrap_cannot_start_exits_64") {
+        return;
+    }
+    for agent in ["claude", "cmd:claude"] {
+        cannot_start_under_bwrap(agent);
+    }
+}
+
+fn cannot_start_under_bwrap(agent: &str) {
+    let env = sandbox_env();
+    let hidden = env.home().join(".ssh/bin");
+    executable(&hidden.join("claude"), &claude_script("/bin/sh"));
+    let path = std::env::join_paths(
+        std::iter::once(hidden).chain(std::env::split_paths(&path_without(&env, &[]))),
+    )
+    .unwrap();
+    let out = env
+        .cmd()
+        .env("PATH", &path)
+        .args([
+            "run",
+            "hidden agent",
+            "--agent",
+            agent,
+            "--sandbox",
+            "bwrap",
+            "--max-iterations",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{agent}: {stderr}");
+    assert!(
+        stderr.contains("could not be started inside the sandbox (bwrap)"),
+        "{agent}: {stderr}"
+    );
+}
+
+/// Codex with its state moved by `CODEX_HOME` (outside `~/.codex`): that directory is
+/// made and writable in the sandbox; the home directory stays read-only.
+#[test]
+fn codex_home_is_writable_under_bwrap() {
+    if !bwrap_or_skip("codex_home_is_writable_under_bwrap") {
+        return;
+    }
+    let env = sandbox_env();
+    let bin = env.root().join("agents");
+    executable(
+        &bin.join("codex"),
+        r#"#!/bin/sh
+cat >/dev/null
+echo session > "$CODEX_HOME/session.jsonl" || exit 3
+touch "$HOME/outside-marker"
+echo work >> work.txt
+echo '{"type":"turn.completed","usage":{"input_tokens":1,"output_tokens":1}}'
+"#,
+    );
+    let path = std::env::join_paths(
+        std::iter::once(bin).chain(std::env::split_paths(&path_without(&env, &[]))),
+    )
+    .unwrap();
+    let codex_home = env.root().join("codex-home");
+    let out = env
+        .cmd()
+        .env("PATH", &path)
+        .env("CODEX_HOME", &codex_home)
+        .env("SIBLING", env.root().join("sibling"))
+        .args([
+            "run",
+            "codex",
+            "--agent",
+            "codex",
+            "--sandbox",
+            "bwrap",
+            "--validate",
+            "test -f work.txt",
+            "--max-iterations",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(codex_home.join("session.jsonl").is_file(), "{stderr}");
+    assert_nothing_outside_changed(&env);
+}
+
 /// The real Claude Code CLI (`TASKDAEMON_REAL_CLAUDE=/path/to/claude`) under bwrap,
 /// against the mock Anthropic API on 127.0.0.1: the loop completes, the CLI's state
 /// directory is writable, the home directory is not.
