@@ -97,6 +97,9 @@ pub enum Claim {
     Rejected,
     /// Rejected for changing its own evidence: no progress, whatever it committed.
     Tampered,
+    /// Not judged yet (a `[P]` member that finished while an earlier one waits): neither
+    /// progress nor its absence.
+    Pending,
 }
 
 /// A work list's verdict on an iteration's claims (the verification layers, the story
@@ -331,7 +334,7 @@ fn agent_rules(ev: &Evidence, policy: &Policy, d: &mut Decision) -> bool {
     }
     if let Some(w) = &ev.work {
         work_rules(w, d);
-        return true;
+        return w.claim != Claim::Pending;
     }
     let counts = validation_rules(ev, policy, d);
     if counts {
@@ -349,6 +352,7 @@ fn work_rules(w: &WorkVerdict, d: &mut Decision) {
             d.run_outcome = Some(Outcome::Complete { verified: true });
         }
         (Claim::Accepted, false) => d.validation = ValidationResult::Passed,
+        (Claim::Pending, _) => d.note.push_str("; judged once the member before it is"),
         (Claim::Rejected | Claim::Tampered, _) => {
             d.validation = ValidationResult::Failed;
             d.outcome = IterationOutcome::Rejected;

@@ -113,7 +113,7 @@ fn member_labels(
         .as_deref()
         .map(|c| c[..c.len().min(12)].to_string());
     match v.claim {
-        None => (d.outcome, ValidationResult::Skipped, None),
+        None | Some(Claim::Pending) => (d.outcome, ValidationResult::Skipped, None),
         Some(Claim::Accepted) => (
             match d.outcome {
                 IterationOutcome::Stuck | IterationOutcome::Complete => d.outcome,

@@ -221,6 +221,13 @@ fn when_the_earlier_parallel_member_waits_the_later_one_lands_after_it() {
     assert_eq!(completed, ["1.1", "1.2"]);
     assert_eq!(checked(&env), 2);
     assert_eq!(git(&env.repo(), &["status", "--porcelain"]), "");
+    // The parked member's iteration is neither progress nor its absence.
+    let rows = csv_rows(&env.repo());
+    assert!(
+        rows.iter()
+            .all(|r| r["outcome"] != "rejected" && r["stuck_count"] == "0"),
+        "{rows:?}"
+    );
 }
 
 #[test]

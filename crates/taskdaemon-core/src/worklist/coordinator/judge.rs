@@ -94,6 +94,7 @@ impl TasksSource {
         };
         let mut verdicts: Vec<TaskVerdict> = Vec::new();
         let mut failed = Vec::new();
+        let parked_before = self.parked.len();
         for f in done {
             let task = self.now.slots[f.index].task.clone();
             if cancel.is_cancelled() {
@@ -165,8 +166,13 @@ impl TasksSource {
         self.remove_trees(ctx);
         self.now.failed = record_verdicts(&mut self.state, &verdicts);
         self.state.parallel_group = None;
+        let parked_now = self.parked.len() > parked_before;
         j.work = Some(WorkVerdict {
-            claim: iteration_claim(&verdicts),
+            claim: if verdicts.is_empty() && parked_now && j.signal.is_none() {
+                Claim::Pending
+            } else {
+                iteration_claim(&verdicts)
+            },
             complete: self.parked.is_empty() && self.read_tasks()?.iter().all(|t| t.done),
         });
         Ok(j)
