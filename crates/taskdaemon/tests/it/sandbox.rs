@@ -434,25 +434,7 @@ echo "<promise>COMPLETE</promise>"
         "bwrap",
     ]);
     run(&["daemon", "start", "--tick", "0.2"]);
-    let t = Instant::now();
-    let status = loop {
-        let s: Value = serde_json::from_str(&run(&["status", "--json"])).unwrap();
-        let st = s["runs"][0]["status"].as_str().unwrap_or("").to_string();
-        if ["complete", "merged", "failed", "stopped", "blocked"].contains(&st.as_str())
-            || t.elapsed() > Duration::from_secs(120)
-        {
-            break s;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    run(&["daemon", "stop"]);
-    let daemon_log =
-        std::fs::read_to_string(repo.join(".git/taskdaemon/daemon/daemon.log")).unwrap_or_default();
-    let st = status["runs"][0]["status"].as_str().unwrap_or("");
-    assert!(
-        st == "complete" || st == "merged",
-        "{status:#}\n{daemon_log}"
-    );
+    daemon_run_finished(&run, &repo);
     assert_nothing_outside_changed(&env);
     assert!(!repo.join("intrusion").exists(), "the checkout was written");
     let log = git(&repo, &["log", "--all", "--format=%s"]);
@@ -511,25 +493,7 @@ fn a_background_daemon_started_with_sandbox_bwrap_confines_its_runs_and_keeps_ev
         .split(|b| *b == 0)
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
-    let t = Instant::now();
-    let status = loop {
-        let s: Value = serde_json::from_str(&run(&["status", "--json"])).unwrap();
-        let st = s["runs"][0]["status"].as_str().unwrap_or("").to_string();
-        if ["complete", "merged", "failed", "stopped", "blocked"].contains(&st.as_str())
-            || t.elapsed() > Duration::from_secs(120)
-        {
-            break s;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    run(&["daemon", "stop"]);
-    let daemon_log =
-        std::fs::read_to_string(repo.join(".git/taskdaemon/daemon/daemon.log")).unwrap_or_default();
-    let st = status["runs"][0]["status"].as_str().unwrap_or("");
-    assert!(
-        st == "complete" || st == "merged",
-        "{status:#}\n{daemon_log}"
-    );
+    daemon_run_finished(&run, &repo);
     assert_nothing_outside_changed(&env);
     let log = git(&repo, &["log", "--all", "--format=%s"]);
     assert!(log.contains("daemon sandboxed"), "{log}");
@@ -935,4 +899,28 @@ fn config_keys_set_network_hidden_and_writable_paths_and_the_validation_sandbox(
         "cached\n"
     );
     assert!(outside.exists(), "the validation ran outside the sandbox");
+}
+
+/// Wait (up to 2 min) for the daemon's first run to end, stop the daemon, and require that
+/// the run completed.
+fn daemon_run_finished(run: &dyn Fn(&[&str]) -> String, repo: &Path) {
+    let t = Instant::now();
+    let status = loop {
+        let s: Value = serde_json::from_str(&run(&["status", "--json"])).unwrap();
+        let st = s["runs"][0]["status"].as_str().unwrap_or("").to_string();
+        if ["complete", "merged", "failed", "stopped", "blocked"].contains(&st.as_str())
+            || t.elapsed() > Duration::from_secs(120)
+        {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    run(&["daemon", "stop"]);
+    let daemon_log =
+        std::fs::read_to_string(repo.join(".git/taskdaemon/daemon/daemon.log")).unwrap_or_default();
+    let st = status["runs"][0]["status"].as_str().unwrap_or("");
+    assert!(
+        st == "complete" || st == "merged",
+        "{status:#}\n{daemon_log}"
+    );
 }

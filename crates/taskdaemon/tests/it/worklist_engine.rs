@@ -151,28 +151,32 @@ fn implement_waits_out_a_usage_limit_and_retries_the_same_attempt() {
     assert_eq!(checked(&env), 0);
 }
 
-#[test]
-fn a_parallel_member_at_the_usage_limit_is_retried_alone_and_the_other_is_kept() {
+/// A `[P]` pair (and a task after it) whose member `limited` hits the usage limit on its
+/// first call: the other is never run again, the limited one runs again as attempt 1, the
+/// group lands in task order, and nothing counts as rejected or stuck.
+fn a_pair_with_one_member_at_the_limit(limited: &str) {
     let env = spec_env("- [ ] 1.1 [P] Left\n- [ ] 1.2 [P] Right\n- [ ] 1.3 After\n");
     let agent = claude_agent(
         &env,
         &format!(
-            "if [ \"$id\" = 1.2 ] && [ $t -eq 1 ]; then\n{}\nfi",
+            "if [ \"$id\" = {limited} ] && [ $t -eq 1 ]; then\n{}\nfi",
             usage_limit_in(3)
         ),
     );
     let (code, evs, stderr) = implement(&env, &agent, &[]);
     assert_eq!(code, 0, "{stderr}");
     let log = std::fs::read_to_string(env.root().join("log")).unwrap();
-    let calls: Vec<&str> = log.lines().collect();
+    let other = if limited == "1.1" { "1.2" } else { "1.1" };
     assert_eq!(
-        calls.iter().filter(|l| l.starts_with("1.1 ")).count(),
+        log.lines()
+            .filter(|l| l.starts_with(&format!("{other} ")))
+            .count(),
         1,
-        "the member that finished is never run again: {calls:?}"
+        "the member that finished is never run again: {log}"
     );
     assert!(
-        calls.contains(&"1.2 call 2 attempt 1"),
-        "the limited member ran again as the same attempt: {calls:?}"
+        log.contains(&format!("{limited} call 2 attempt 1")),
+        "the limited member ran again as the same attempt: {log}"
     );
     assert!(
         evs.iter()
@@ -184,50 +188,31 @@ fn a_parallel_member_at_the_usage_limit_is_retried_alone_and_the_other_is_kept()
         .filter(|s| s.starts_with("task "))
         .collect();
     assert_eq!(tasks, ["task 1.1", "task 1.2", "task 1.3"], "in task order");
-    assert_eq!(checked(&env), 3);
-    assert_eq!(git(&env.repo(), &["status", "--porcelain"]), "");
-}
-
-#[test]
-fn when_the_earlier_parallel_member_waits_the_later_one_lands_after_it() {
-    let env = spec_env("- [ ] 1.1 [P] Left\n- [ ] 1.2 [P] Right\n");
-    let agent = claude_agent(
-        &env,
-        &format!(
-            "if [ \"$id\" = 1.1 ] && [ $t -eq 1 ]; then\n{}\nfi",
-            usage_limit_in(3)
-        ),
-    );
-    let (code, evs, stderr) = implement(&env, &agent, &[]);
-    assert_eq!(code, 0, "{stderr}");
-    let log = std::fs::read_to_string(env.root().join("log")).unwrap();
-    assert_eq!(
-        log.lines().filter(|l| l.starts_with("1.2 ")).count(),
-        1,
-        "the finished member is not run again: {log}"
-    );
-    assert!(log.contains("1.1 call 2 attempt 1"), "{log}");
-    let subjects = git(&env.repo(), &["log", "--reverse", "--format=%s"]);
-    let tasks: Vec<&str> = subjects
-        .lines()
-        .filter(|s| s.starts_with("task "))
-        .collect();
-    assert_eq!(tasks, ["task 1.1", "task 1.2"], "in task order: {subjects}");
     let completed: Vec<&str> = evs
         .iter()
         .filter(|e| e["event"] == "task_completed")
         .map(|e| e["task_id"].as_str().unwrap())
         .collect();
-    assert_eq!(completed, ["1.1", "1.2"]);
-    assert_eq!(checked(&env), 2);
+    assert_eq!(completed, ["1.1", "1.2", "1.3"]);
+    assert_eq!(checked(&env), 3);
     assert_eq!(git(&env.repo(), &["status", "--porcelain"]), "");
-    // The parked member's iteration is neither progress nor its absence.
     let rows = csv_rows(&env.repo());
     assert!(
         rows.iter()
             .all(|r| r["outcome"] != "rejected" && r["stuck_count"] == "0"),
         "{rows:?}"
     );
+}
+
+#[test]
+fn a_parallel_member_at_the_usage_limit_is_retried_alone_and_the_other_is_kept() {
+    a_pair_with_one_member_at_the_limit("1.2");
+}
+
+#[test]
+fn when_the_earlier_parallel_member_waits_the_later_one_lands_after_it() {
+    // The later member, finished, is parked and judged after the earlier one.
+    a_pair_with_one_member_at_the_limit("1.1");
 }
 
 #[test]
