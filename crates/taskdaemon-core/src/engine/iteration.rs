@@ -101,7 +101,11 @@ pub(super) async fn iteration<S: WorkSource>(
         head_before: it.st.last_head.clone(),
     };
     it.st.last_head = it.git.head()?;
-    it.st.iterations_done = it.n;
+    // An interrupted iteration did not happen for the limits: a resume runs it again (its
+    // row and log are replaced and appended to).
+    if d.outcome != decide::IterationOutcome::Interrupted {
+        it.st.iterations_done = it.n;
+    }
     record::finish(it, &unit, done, &judged, d, start, source.tally())
 }
 

@@ -432,7 +432,7 @@ fn sigint_mid_iteration_then_resume_continues_with_the_stuck_count() {
     let env = Env::new();
     let script = env.script(
         "s.yaml",
-        "iterations:\n  - steps: [ { say: one } ]\n  - steps: [ { write: { path: started-2, content: x } }, { sleep: 60 } ]\n  - steps: [ { say: three } ]\n",
+        "iterations:\n  - steps: [ { say: one } ]\n  - steps: [ { run: \"if [ -e started-2 ]; then echo again; else echo x > started-2; sleep 60; fi\" } ]\n  - steps: [ { say: three } ]\n",
     );
     let mut child = env
         .cmd()
@@ -464,7 +464,10 @@ fn sigint_mid_iteration_then_resume_continues_with_the_stuck_count() {
     let st: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(env.repo().join(".ralph/run.json")).unwrap())
             .unwrap();
-    assert_eq!(st["iterations_done"], 2);
+    assert_eq!(
+        st["iterations_done"], 1,
+        "the interrupted iteration does not count toward --max-iterations"
+    );
     assert_eq!(st["stuck_count"], 1);
     let rows = csv_rows(&env.repo());
     assert_eq!(rows[1]["outcome"], "interrupted");
@@ -472,16 +475,28 @@ fn sigint_mid_iteration_then_resume_continues_with_the_stuck_count() {
     let r = env.run(&["run", "--resume", "--json"]);
     assert_eq!(r.code, 1, "{}", r.stderr);
     let ev = events(&r.stdout);
-    assert_eq!(ev[0]["first_iteration"], 3);
-    let fin = ev
+    assert_eq!(ev[0]["first_iteration"], 2, "iteration 2 runs again");
+    let fins: Vec<&serde_json::Value> = ev
         .iter()
-        .find(|e| e["event"] == "iteration_finished")
-        .unwrap();
-    assert_eq!(fin["iteration"], 3);
+        .filter(|e| e["event"] == "iteration_finished")
+        .collect();
     assert_eq!(
-        fin["stuck_count"], 2,
+        fins.len(),
+        2,
+        "iterations 2 and 3: all of --max-iterations 3"
+    );
+    assert_eq!(fins[0]["iteration"], 2);
+    assert_eq!(
+        fins[0]["stuck_count"], 2,
         "stuck count carried over from iteration 1"
     );
+    let rows = csv_rows(&env.repo());
+    assert_eq!(
+        rows.len(),
+        3,
+        "the redone iteration replaced its row: {rows:?}"
+    );
+    assert_eq!(rows[1]["outcome"], "continue");
 }
 
 #[test]
