@@ -659,8 +659,8 @@ fn pause_resume_and_cancel_act_on_a_running_loop() {
 
     d.ok(&["resume", &id]);
     let second = wait_log(2);
-    // The interrupted iteration counts: the loop goes on at iteration 2, in the same worktree.
-    assert_eq!(second[1].split_whitespace().nth(2), Some("2"), "{second:?}");
+    // The interrupted iteration is not used up: it runs again, in the same worktree.
+    assert_eq!(second[1].split_whitespace().nth(2), Some("1"), "{second:?}");
     let pid2: i32 = second[1]
         .split_whitespace()
         .nth(3)
@@ -679,16 +679,14 @@ fn pause_resume_and_cancel_act_on_a_running_loop() {
         s["runs"][0]["worktree"].as_str().map(PathBuf::from),
         Some(worktree.clone())
     );
-    assert!(
-        worktree.join(".ralph/logs/iteration-001.log").is_file(),
-        "logs kept"
-    );
-    assert!(
-        worktree.join(".ralph/logs/iteration-002.log").is_file(),
-        "logs kept"
+    let log1 = std::fs::read_to_string(worktree.join(".ralph/logs/iteration-001.log")).unwrap();
+    assert_eq!(
+        log1.matches("iteration 1/").count(),
+        2,
+        "the log keeps both runs of iteration 1: {log1}"
     );
     let logs = d.ok(&["logs", &id]);
-    assert!(logs.contains("iteration-002.log"), "{logs}");
+    assert!(logs.contains("iteration-001.log"), "{logs}");
     // A second cancel is refused with the reason.
     let r = d.run(&["cancel", &id]);
     assert_eq!(r.code, 64, "{}", r.stderr);

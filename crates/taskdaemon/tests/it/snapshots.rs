@@ -1119,7 +1119,7 @@ fn a_stop_ends_the_stall_guards_wait_for_a_stuck_snapshot_lock_and_a_resumed_run
     let r = env.run(&["run", "--resume"]);
     assert!(
         r.stderr.contains(
-            "iteration 5: stalled (3 iterations of the same tool calls): saved stall-1-recovery"
+            "iteration 4: stalled (3 iterations of the same tool calls): saved stall-1-recovery"
         ),
         "{}",
         r.stderr
