@@ -1029,28 +1029,37 @@ impl TasksSource {
     /// is lost; the tasks run again on the next `implement`.
     fn keep_parked(&mut self, ctx: &EngineContext) {
         for p in std::mem::take(&mut self.parked) {
-            let head = Git::new(&p.tree.1).head().ok().flatten();
-            let kept = head.as_ref().map(|h| {
-                let name = format!("refs/taskdaemon/parked/{}", p.tree.0);
-                let ok = self
-                    .git
-                    .call(&["update-ref", name.as_str(), h.as_str()])
-                    .output()
-                    .is_ok_and(|o| o.status.success());
-                (name, ok)
-            });
-            ctx.events.warn(match kept {
-                Some((name, true)) => format!(
+            ctx.events.warn(match self.pin(&p) {
+                Some(name) => format!(
                     "task {} finished while an earlier task of its group waited, and the run ended before it was judged: its commits are kept as {name}; it runs again on the next `taskdaemon implement`",
                     p.task.id
                 ),
-                _ => format!(
+                None => format!(
                     "task {} finished while an earlier task of its group waited, and the run ended before it was judged; its work is in {}",
                     p.task.id,
                     p.tree.1.display()
                 ),
             });
         }
+    }
+
+    /// Keep a parked member's commits reachable (`refs/taskdaemon/parked/<worktree>`) while
+    /// it waits, so that not even a kill of the harness loses them; its name.
+    fn pin(&self, p: &Parked) -> Option<String> {
+        let head = Git::new(&p.tree.1).head().ok().flatten()?;
+        let name = format!("refs/taskdaemon/parked/{}", p.tree.0);
+        self.git
+            .call(&["update-ref", name.as_str(), head.as_str()])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|_| name)
+    }
+
+    /// A parked member was judged: its commits landed or were rejected; the ref goes.
+    fn unpin(&self, p: &Parked) {
+        let name = format!("refs/taskdaemon/parked/{}", p.tree.0);
+        let _ = self.git.call(&["update-ref", "-d", name.as_str()]).output();
     }
 }
 

@@ -202,6 +202,11 @@ fn a_pair_with_one_member_at_the_limit(limited: &str) {
             .all(|r| r["outcome"] != "rejected" && r["stuck_count"] == "0"),
         "{rows:?}"
     );
+    // A parked member's ref is gone once it landed.
+    assert_eq!(
+        git(&env.repo(), &["for-each-ref", "refs/taskdaemon/parked/"]),
+        ""
+    );
 }
 
 #[test]

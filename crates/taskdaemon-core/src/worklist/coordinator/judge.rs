@@ -156,7 +156,8 @@ impl TasksSource {
             }
         }
         if parallel && first_wait.is_none() && !j.interrupted {
-            self.judge_parked(&after, &group, &mut verdicts, &mut failed, ctx, cancel)
+            j.interrupted = self
+                .judge_parked(&after, &group, &mut verdicts, &mut failed, ctx, cancel)
                 .await?;
         }
         if parallel {
@@ -249,7 +250,7 @@ impl TasksSource {
             .get(task.index)
             .is_some_and(|t| t.done && t.id == task.id);
         self.restore_boxes(&[task.index], &self.now.checked_before.clone())?;
-        self.parked.push(Parked {
+        let parked = Parked {
             base: self.now.base.clone().unwrap_or_default(),
             task,
             tree,
@@ -257,11 +258,14 @@ impl TasksSource {
             timed_out: f.run.agent.timed_out,
             no_work: f.no_work.clone(),
             checked,
-        });
+        };
+        self.pin(&parked);
+        self.parked.push(parked);
         Ok(())
     }
 
-    /// The parked members, judged and landed after the members before them.
+    /// The parked members, judged and landed after the members before them; `true` when the
+    /// run's stop left one without a verdict (it stays parked).
     async fn judge_parked(
         &mut self,
         after: &[Task],
@@ -270,8 +274,9 @@ impl TasksSource {
         failed: &mut Vec<usize>,
         ctx: &EngineContext,
         cancel: &CancellationToken,
-    ) -> Result<(), WorklistError> {
+    ) -> Result<bool, WorklistError> {
         let mut parked = std::mem::take(&mut self.parked);
+        let mut stopped = false;
         parked.sort_by_key(|p| p.task.index);
         for p in parked {
             // Its box as it left it.
@@ -290,20 +295,22 @@ impl TasksSource {
                 no_work: p.no_work.as_deref(),
             };
             let judged = self.judge_one(&c, &seen, group, true, ctx, cancel).await?;
+            let Some((v, _)) = judged else {
+                // No verdict (the run's stop): it stays parked, its commits kept.
+                stopped = true;
+                self.parked.push(p);
+                continue;
+            };
+            self.unpin(&p);
             super::remove_tree(&self.repo, &p.tree.0, &p.tree.1, ctx);
-            match judged {
-                Some((v, _)) => {
-                    if v.1.is_err() {
-                        failed.push(p.task.index);
-                    } else {
-                        self.set_box(p.task.index, true)?;
-                    }
-                    verdicts.push(v);
-                }
-                None => failed.push(p.task.index),
+            if v.1.is_err() {
+                failed.push(p.task.index);
+            } else {
+                self.set_box(p.task.index, true)?;
             }
+            verdicts.push(v);
         }
-        Ok(())
+        Ok(stopped)
     }
 
     /// The boxes that must not be checked go back, a group's progress merged and its spec
