@@ -119,18 +119,12 @@ pub(crate) fn die_with(parent: Pid) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Run `spec`; call `on_line` for every line of output. Returns when the child and every
-/// process of its group are gone.
-pub async fn run_process(
-    spec: &ProcessSpec,
-    cancel: &CancellationToken,
-    mut on_line: impl FnMut(Stream, &[u8]),
-) -> std::io::Result<ProcessResult> {
-    let start = Instant::now();
+/// The child's command: its program, arguments, directory (also as `PWD`), environment
+/// with the spawn's token, piped output, its own session and the parent-death signal.
+fn command(spec: &ProcessSpec, token: &str) -> Command {
     let mut cmd = Command::new(&spec.program);
     cmd.args(&spec.args).current_dir(&spec.cwd);
-    let token = super::tracked::token();
-    cmd.env(super::tracked::GROUP_VAR, &token);
+    cmd.env(super::tracked::GROUP_VAR, token);
     // A new session: the child leads its own process group (so the group can be signalled
     // as a whole) and has no controlling terminal, so a tool that opens /dev/tty (a password
     // prompt, pinentry) fails instead of being stopped by SIGTTIN until the timeout.
@@ -169,6 +163,19 @@ pub async fn run_process(
         std::path::absolute(&spec.cwd).unwrap_or_else(|_| spec.cwd.clone()),
     )
     .env_remove("OLDPWD");
+    cmd
+}
+
+/// Run `spec`; call `on_line` for every line of output. Returns when the child and every
+/// process of its group are gone.
+pub async fn run_process(
+    spec: &ProcessSpec,
+    cancel: &CancellationToken,
+    mut on_line: impl FnMut(Stream, &[u8]),
+) -> std::io::Result<ProcessResult> {
+    let start = Instant::now();
+    let token = super::tracked::token();
+    let mut cmd = command(spec, &token);
     // Recorded before it exists: a harness killed at any later moment leaves a record.
     let _record = super::tracked::record(&token, &spec.env)?;
     // Read before the spawn: only then is every orphan of this tree re-parented to us.

@@ -247,6 +247,18 @@ fn stories_env(stories: &str) -> Env {
     env
 }
 
+/// A one-story file and an agent that only talks: HEAD never moves.
+fn idle_stories() -> (Env, String) {
+    let env = stories_env(ONE_STORY);
+    std::fs::write(
+        env.root().join("idle.sh"),
+        "#!/bin/sh\ncat >/dev/null\necho 'I looked around and changed nothing.'\n",
+    )
+    .unwrap();
+    let agent = format!("cmd:sh {}", env.root().join("idle.sh").display());
+    (env, agent)
+}
+
 const ONE_STORY: &str =
     r#"{"userStories":[{"id":"US-1","title":"Greet","priority":1,"passes":false}]}"#;
 
@@ -291,13 +303,7 @@ echo '{{"type":"result","subtype":"success","is_error":false,"result":"done <pro
     assert_eq!(summary(&evs)["work"]["unit"], "stories");
 
     // An agent that does nothing: HEAD never moves, so it is stuck after --max-stuck (3).
-    let env = stories_env(ONE_STORY);
-    std::fs::write(
-        env.root().join("idle.sh"),
-        "#!/bin/sh\ncat >/dev/null\necho 'I looked around and changed nothing.'\n",
-    )
-    .unwrap();
-    let agent = format!("cmd:sh {}", env.root().join("idle.sh").display());
+    let (env, agent) = idle_stories();
     let r = env.run(&[
         "stories",
         "prd.json",
@@ -348,13 +354,7 @@ fn the_summary_names_the_list_a_loop_has_and_no_other() {
 
 #[test]
 fn the_stuck_count_of_a_work_list_survives_a_resume() {
-    let env = stories_env(ONE_STORY);
-    std::fs::write(
-        env.root().join("idle.sh"),
-        "#!/bin/sh\ncat >/dev/null\necho 'nothing changed'\n",
-    )
-    .unwrap();
-    let agent = format!("cmd:sh {}", env.root().join("idle.sh").display());
+    let (env, agent) = idle_stories();
     let r = env.run(&[
         "stories",
         "prd.json",
