@@ -1,12 +1,14 @@
 //! Which repository config files the user trusts (`taskdaemon trust`, `untrust`,
 //! `trust --list`), the way direnv and mise do it.
 //!
-//! A repository's `.taskdaemon/config.yaml` comes with the clone: until the user trusts
-//! it, the keys that run commands, name destinations or widen access are left out
-//! (`super::untrusted`). Trust is for one content: the file's SHA-256 is recorded with its
-//! path, so a changed file (a `git pull`, an agent's edit) is untrusted again. The path is
-//! the repository's real directory (links resolved) joined with `.taskdaemon/config.yaml`:
-//! a repository whose config links to a trusted file elsewhere is not trusted by it.
+//! A repository's `.taskdaemon/config.yaml` and its loop types in `.taskdaemon/loops/`
+//! come with the clone: until the user trusts them, the config's keys that run commands,
+//! name destinations or widen access are left out (`super::untrusted`), and so are the
+//! loop types that set a validation command (`crate::loops`). Trust is for one content:
+//! each file's SHA-256 is recorded with its path, so a changed file (a `git pull`, an
+//! agent's edit) is untrusted again. The path is the repository's real directory (links
+//! resolved) joined with the file's place in it: a repository whose config links to a
+//! trusted file elsewhere is not trusted by it.
 //!
 //! The list is the user's: `$XDG_DATA_HOME/taskdaemon/trusted` (else
 //! `~/.local/share/taskdaemon/trusted`), one `sha256:HEX PATH` line per file, replaced
@@ -44,15 +46,16 @@ pub enum State {
 /// What `trust` recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Trusted {
-    pub entry: Entry,
-    /// The keys of the file that apply now and did not while it was untrusted.
+    /// The files trusted: the config (when there is one), then each loop file.
+    pub entries: Vec<Entry>,
+    /// The keys of the config that apply now and did not while it was untrusted.
     pub applies: Vec<&'static str>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrustError {
     #[error(
-        "{0} does not exist, so there is nothing to trust\n  hint: run it in a repository with a .taskdaemon/config.yaml, or name one: `taskdaemon trust PATH`"
+        "{0} does not exist and there is no loop file in .taskdaemon/loops/, so there is nothing to trust\n  hint: run it in a repository with a .taskdaemon/config.yaml, or name one: `taskdaemon trust PATH`"
     )]
     NoConfig(PathBuf),
     #[error(
@@ -75,6 +78,9 @@ pub enum TrustError {
     BadPath(PathBuf),
     #[error("{0}\n  (nothing was trusted: fix the file first)")]
     Invalid(ConfigError),
+    /// A loop file that does not load (its loader's error, as text).
+    #[error("{0}\n  (nothing was trusted: fix the file first)")]
+    InvalidLoop(String),
 }
 
 /// The list's file: `$XDG_DATA_HOME/taskdaemon/trusted`, else
@@ -121,10 +127,28 @@ pub fn repository_of(path: &Path) -> Result<PathBuf, TrustError> {
 /// The name a repository's config is trusted by: its real directory (links resolved;
 /// where it no longer exists, the absolute path) and `.taskdaemon/config.yaml`.
 pub fn key(repo: &Path) -> PathBuf {
-    let real = fs::canonicalize(repo)
+    project_config_path(&real_dir(repo))
+}
+
+/// The name loop file `name` of `repo` (in `.taskdaemon/loops/`) is trusted by.
+pub fn loop_key(repo: &Path, name: &std::ffi::OsStr) -> PathBuf {
+    loops_dir(&real_dir(repo)).join(name)
+}
+
+/// A repository's directory of loop types.
+pub fn loops_dir(repo: &Path) -> PathBuf {
+    repo.join(".taskdaemon").join("loops")
+}
+
+fn real_dir(repo: &Path) -> PathBuf {
+    fs::canonicalize(repo)
         .or_else(|_| std::path::absolute(repo))
-        .unwrap_or_else(|_| repo.to_path_buf());
-    project_config_path(&real)
+        .unwrap_or_else(|_| repo.to_path_buf())
+}
+
+/// Whether entry `e` is one of `repo`'s files (its config or a loop file).
+fn of_repo(e: &Entry, repo: &Path) -> bool {
+    e.path == key(repo) || e.path.parent() == Some(loops_dir(&real_dir(repo)).as_path())
 }
 
 /// Every trusted file (none when the list does not exist yet).
@@ -144,45 +168,72 @@ pub fn state(e: &Entry) -> State {
 /// Whether the user trusts exactly `text` as the config of `repo`. Anything unreadable
 /// is no trust.
 pub(crate) fn is_trusted(repo: &Path, text: &[u8]) -> bool {
-    let (path, hash) = (key(repo), digest(text));
-    entries().is_ok_and(|all| all.iter().any(|e| e.path == path && e.hash == hash))
+    is_trusted_file(&key(repo), text)
 }
 
-/// Trust the config of `repo` as it is now: it must exist and be a valid repository
-/// config (what would be refused anyway is not trusted).
-pub fn trust(repo: &Path) -> Result<Trusted, TrustError> {
+/// Whether the user trusts exactly `bytes` as the file trusted by the name `key`.
+pub(crate) fn is_trusted_file(key: &Path, bytes: &[u8]) -> bool {
+    let hash = digest(bytes);
+    entries().is_ok_and(|all| all.iter().any(|e| e.path == key && e.hash == hash))
+}
+
+/// Trust the config of `repo` as it is now, and its loop files `loops` (each name in
+/// `.taskdaemon/loops/` with the content its caller checked): the config must be a
+/// valid repository config (what would be refused anyway is not trusted). Whatever of
+/// the repository was trusted before is replaced.
+pub(crate) fn trust(
+    repo: &Path,
+    loops: &[(std::ffi::OsString, Vec<u8>)],
+) -> Result<Trusted, TrustError> {
     let file = project_config_path(repo);
-    let text = match fs::read_to_string(&file) {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(TrustError::NoConfig(file)),
+    let (mut entries, mut applies) = (Vec::new(), Vec::new());
+    match fs::read_to_string(&file) {
+        Ok(text) => {
+            let settings = super::parse_text(&file, &text).map_err(TrustError::Invalid)?;
+            super::check_repository_config(repo, &file, &text, &settings)
+                .map_err(TrustError::Invalid)?;
+            applies = super::untrusted::split(settings).1;
+            entries.push(Entry {
+                hash: digest(text.as_bytes()),
+                path: key(repo),
+            });
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(source) => return Err(TrustError::Read { path: file, source }),
-    };
-    let settings = super::parse_text(&file, &text).map_err(TrustError::Invalid)?;
-    super::check_repository_config(repo, &file, &text, &settings).map_err(TrustError::Invalid)?;
-    let entry = Entry {
-        hash: digest(text.as_bytes()),
-        path: key(repo),
-    };
-    if entry.path.to_string_lossy().contains(['\n', '\r']) {
-        return Err(TrustError::BadPath(entry.path));
     }
-    let kept = entry.clone();
+    for (name, bytes) in loops {
+        entries.push(Entry {
+            hash: digest(bytes),
+            path: loop_key(repo, name),
+        });
+    }
+    if entries.is_empty() {
+        return Err(TrustError::NoConfig(file));
+    }
+    if let Some(e) = entries
+        .iter()
+        .find(|e| e.path.to_string_lossy().contains(['\n', '\r']))
+    {
+        return Err(TrustError::BadPath(e.path.clone()));
+    }
+    let kept = entries.clone();
+    let repo = repo.to_path_buf();
     update(move |all| {
-        all.retain(|e| e.path != kept.path);
-        all.push(kept);
+        all.retain(|e| !of_repo(e, &repo));
+        all.extend(kept);
     })?;
-    Ok(Trusted {
-        entry,
-        applies: super::untrusted::split(settings).1,
-    })
+    Ok(Trusted { entries, applies })
 }
 
-/// Forget the trust in the config of `repo`: the entry removed, if there was one.
-pub fn untrust(repo: &Path) -> Result<Option<Entry>, TrustError> {
-    let path = key(repo);
+/// Forget the trust in the config and loop files of `repo`: the entries removed.
+pub fn untrust(repo: &Path) -> Result<Vec<Entry>, TrustError> {
+    let repo = repo.to_path_buf();
     update(move |all| {
-        let found = all.iter().position(|e| e.path == path)?;
-        Some(all.remove(found))
+        let (gone, kept): (Vec<Entry>, Vec<Entry>) = std::mem::take(all)
+            .into_iter()
+            .partition(|e| of_repo(e, &repo));
+        *all = kept;
+        gone
     })
 }
 

@@ -41,6 +41,9 @@ pub(crate) fn split(mut s: Settings) -> (Settings, Vec<&'static str>) {
         take(&mut s.agent, "agent", &mut out);
     }
     take(&mut s.validate, "validate", &mut out);
+    // Which exit code of the validation means done: the user's own validation read
+    // backwards is no evidence.
+    take(&mut s.success_exit_code, "success-exit-code", &mut out);
     if s.parse_agent.as_deref().is_some_and(names_a_command) {
         take(&mut s.parse_agent, "parse-agent", &mut out);
     }
@@ -122,7 +125,7 @@ mod tests {
     #[test]
     fn every_key_that_runs_names_or_widens_is_left_out_and_named() {
         let s = parse(
-            "agent: cmd:curl x | sh\nvalidate: make\nparse-agent: script:p.yaml\nworktrees-dir: wt\n\
+            "agent: cmd:curl x | sh\nvalidate: make\nsuccess-exit-code: 1\nparse-agent: script:p.yaml\nworktrees-dir: wt\n\
              sandbox: none\nsandbox-validate: none\nsandbox-rw: [/srv]\nsandbox-ro-hide: [~/x]\n\
              sandbox-network: shared\nsandbox-image: evil/image\nqueue: postgres://h/db\n\
              queue-project: p\nqueue-remote: up\nmax-iterations: 7\nmax-stuck: 2\n\
@@ -136,6 +139,7 @@ mod tests {
             [
                 "agent",
                 "validate",
+                "success-exit-code",
                 "parse-agent",
                 "worktrees-dir",
                 "sandbox",

@@ -366,12 +366,7 @@ pub fn config_for(
             .unwrap_or("")
             .to_string(),
     };
-    let user_loops = config::user_config_dir().map(|d| d.join("loops"));
-    let registry = Registry::load(
-        user_loops.as_deref(),
-        &project.join(".taskdaemon").join("loops"),
-    )
-    .map_err(|e| e.to_string())?;
+    let registry = Registry::for_repo(project).map_err(|e| e.to_string())?;
     if run.loop_type == LoopKind::Implement {
         return implement_config(workdir, run, &s, &registry);
     }

@@ -519,18 +519,14 @@ impl Dispatcher {
 }
 
 fn executor_registry(project: &Path) -> Vec<String> {
-    let user_loops = crate::config::user_config_dir().map(|d| d.join("loops"));
-    crate::loops::Registry::load(
-        user_loops.as_deref(),
-        &project.join(".taskdaemon").join("loops"),
-    )
-    .map(|r| r.entries().map(|e| e.name.clone()).collect())
-    .unwrap_or_else(|_| {
-        crate::loops::Registry::builtin()
-            .entries()
-            .map(|e| e.name.clone())
-            .collect()
-    })
+    crate::loops::Registry::for_repo(project)
+        .map(|r| r.entries().map(|e| e.name.clone()).collect())
+        .unwrap_or_else(|_| {
+            crate::loops::Registry::builtin()
+                .entries()
+                .map(|e| e.name.clone())
+                .collect()
+        })
 }
 
 type Requests = mpsc::Sender<(Request, oneshot::Sender<Response>)>;

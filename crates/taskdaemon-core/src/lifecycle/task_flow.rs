@@ -301,11 +301,7 @@ pub fn resolve_config(
     task: String,
     settings: &Settings,
 ) -> Result<RunConfig, TaskFlowError> {
-    let user_loops = config::user_config_dir().map(|d| d.join("loops"));
-    let registry = Registry::load(
-        user_loops.as_deref(),
-        &dir.join(".taskdaemon").join("loops"),
-    )?;
+    let registry = Registry::for_repo(dir)?;
     Ok(RunConfig::resolve(dir, task, settings, &registry)?)
 }
 

@@ -1,11 +1,14 @@
 //! The loop-type registry: built-ins embedded in the binary, then the user's
 //! `~/.config/taskdaemon/loops/*.yaml`, then the project's `.taskdaemon/loops/*.yaml`.
-//! A later layer replaces an earlier definition of the same name.
+//! A later layer replaces an earlier definition of the same name. A project's definition
+//! that would run a validation command of its own waits for the user's trust
+//! (`super::project`).
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use super::project::{self, UntrustedLoops};
 use super::schema::LoopType;
 use super::template::{PromptTemplate, TemplateError};
 use crate::yaml::{self, YamlError};
@@ -66,6 +69,14 @@ pub enum LoopError {
         message: String,
     },
     #[error(
+        "loop type `{name}` of {file} is not used: this repository's loop files are not trusted, and it sets a validation command of its own\n  hint: read the file; to use it as it is now, `taskdaemon trust {repo}`"
+    )]
+    Untrusted {
+        name: String,
+        file: PathBuf,
+        repo: PathBuf,
+    },
+    #[error(
         "unknown loop type `{name}`{suggestion}\n  hint: `taskdaemon loops` lists the loop types: {known}"
     )]
     Unknown {
@@ -88,6 +99,8 @@ enum Slot {
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
     entries: BTreeMap<String, Slot>,
+    /// The project's definitions left out until the user trusts their files.
+    untrusted: Vec<UntrustedLoops>,
 }
 
 /// The names a built-in file defines: its top-level keys, the lines that start in the
@@ -144,7 +157,43 @@ impl Registry {
         r
     }
 
-    /// Built-ins, then `user_dir`, then `project_dir` (each a directory of `*.yaml`).
+    /// The loop types as `repo` sees them: built-ins, then the user's
+    /// (`~/.config/taskdaemon/loops/`), then the repository's `.taskdaemon/loops/`, whose
+    /// definitions that bring a validation command of their own (a new one, or a changed
+    /// one or success code for a name defined before) apply only from files the user
+    /// trusts ([`Registry::untrusted`] says which were left out).
+    pub fn for_repo(repo: &Path) -> Result<Registry, LoopError> {
+        let mut r = Registry::builtin();
+        if let Some(dir) = crate::config::user_config_dir() {
+            r.load_dir(&dir.join("loops"), LoopSource::User)?;
+        }
+        for file in project::files(repo)? {
+            let defs = parse_file(&file.path, &file.text)?;
+            let mut held = Vec::new();
+            let mut trusted = None;
+            for (name, def) in defs {
+                if r.brings_a_command(&name, &def)
+                    && !*trusted.get_or_insert_with(|| file.is_trusted(repo))
+                {
+                    held.push(name);
+                    continue;
+                }
+                r.insert(name, def, LoopSource::Project(file.path.clone()));
+            }
+            if !held.is_empty() {
+                r.untrusted.push(UntrustedLoops {
+                    path: file.path,
+                    repo: repo.to_path_buf(),
+                    names: held,
+                });
+            }
+        }
+        Ok(r)
+    }
+
+    /// Built-ins, then `user_dir`, then `project_dir` (each a directory of `*.yaml`),
+    /// every file applied whole: for tests and for files that are the user's own.
+    #[cfg(test)]
     pub fn load(user_dir: Option<&Path>, project_dir: &Path) -> Result<Registry, LoopError> {
         let mut r = Registry::builtin();
         if let Some(dir) = user_dir {
@@ -154,29 +203,28 @@ impl Registry {
         Ok(r)
     }
 
-    fn load_dir(&mut self, dir: &Path, source: fn(PathBuf) -> LoopSource) -> Result<(), LoopError> {
-        let read = match std::fs::read_dir(dir) {
-            Ok(r) => r,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(source) => {
-                return Err(LoopError::Read {
-                    path: dir.to_path_buf(),
-                    source,
-                });
+    /// The project's definitions left out because their files are not trusted.
+    pub fn untrusted(&self) -> &[UntrustedLoops] {
+        &self.untrusted
+    }
+
+    /// Whether `def` as `name` would run a command the earlier layers do not: a
+    /// validation command (or its success code) other than the one `name` has now, or
+    /// any validation command for a new name.
+    fn brings_a_command(&self, name: &str, def: &LoopType) -> bool {
+        match self.entries.get(name).and_then(|s| s.entry(name)) {
+            Some(old) => {
+                old.def.validation_command != def.validation_command
+                    || old.def.success_exit_code != def.success_exit_code
             }
-        };
-        let mut files: Vec<PathBuf> = read
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| matches!(p.extension().and_then(|x| x.to_str()), Some("yaml" | "yml")))
-            .collect();
-        files.sort();
-        for path in files {
-            let text = std::fs::read_to_string(&path).map_err(|source| LoopError::Read {
-                path: path.clone(),
-                source,
-            })?;
-            for (name, def) in parse_file(&path, &text)? {
-                self.insert(name, def, source(path.clone()));
+            None => !def.validation_command.trim().is_empty(),
+        }
+    }
+
+    fn load_dir(&mut self, dir: &Path, source: fn(PathBuf) -> LoopSource) -> Result<(), LoopError> {
+        for file in project::yaml_files(dir)? {
+            for (name, def) in parse_file(&file.path, &file.text)? {
+                self.insert(name, def, source(file.path.clone()));
             }
         }
         Ok(())
@@ -202,10 +250,22 @@ impl Registry {
     }
 
     pub fn get(&self, name: &str) -> Result<&LoopEntry, LoopError> {
+        let held = || {
+            self.untrusted
+                .iter()
+                .find(|u| u.names.iter().any(|n| n == name))
+        };
         self.entries
             .get(name)
             .and_then(|s| s.entry(name))
             .ok_or_else(|| {
+                if let Some(u) = held() {
+                    return LoopError::Untrusted {
+                        name: name.to_string(),
+                        file: u.path.clone(),
+                        repo: u.repo.clone(),
+                    };
+                }
                 let names: Vec<&str> = self.entries().map(|e| e.name.as_str()).collect();
                 LoopError::Unknown {
                     name: name.to_string(),
@@ -363,6 +423,39 @@ mod tests {
         let e = Registry::load(None, d.path()).unwrap_err().to_string();
         assert!(e.contains("x.yaml:5:3"), "{e}");
         assert!(e.contains("did you mean `max-iterations`"), "{e}");
+    }
+
+    #[test]
+    fn a_definition_brings_a_command_when_its_validation_is_new_or_changed() {
+        let r = Registry::builtin();
+        let phase = r.get("phase").unwrap().def.clone();
+        assert!(
+            !r.brings_a_command("phase", &phase),
+            "the same as the built-in"
+        );
+        let weakened = LoopType {
+            validation_command: String::new(),
+            ..phase.clone()
+        };
+        assert!(r.brings_a_command("phase", &weakened), "the check dropped");
+        let turned = LoopType {
+            success_exit_code: 1,
+            ..phase.clone()
+        };
+        assert!(r.brings_a_command("phase", &turned), "read backwards");
+        let prompt_only = LoopType {
+            prompt_template: "other".into(),
+            ..phase.clone()
+        };
+        assert!(!r.brings_a_command("phase", &prompt_only));
+        assert!(
+            r.brings_a_command("new", &phase),
+            "a new one that runs a command"
+        );
+        assert!(
+            !r.brings_a_command("new", &weakened),
+            "a new one that runs none"
+        );
     }
 
     #[test]

@@ -31,9 +31,8 @@ pub struct LoopPrompts {
 impl LoopPrompts {
     /// The work lists' loop types as `repo` sees them (built-in, user, project).
     pub fn load(repo: &Path) -> Result<LoopPrompts, WorklistError> {
-        let user = crate::config::user_config_dir().map(|d| d.join("loops"));
-        let registry = Registry::load(user.as_deref(), &repo.join(".taskdaemon").join("loops"))
-            .map_err(|e| WorklistError::Invalid(e.to_string()))?;
+        let registry =
+            Registry::for_repo(repo).map_err(|e| WorklistError::Invalid(e.to_string()))?;
         let mut templates = BTreeMap::new();
         for name in LOOP_TYPES {
             let entry = registry

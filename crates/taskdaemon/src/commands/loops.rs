@@ -1,7 +1,6 @@
 //! `taskdaemon loops`: the loop types and where each came from.
 
 use clap::Args;
-use taskdaemon_core::config::user_config_dir;
 use taskdaemon_core::loops::Registry;
 
 use super::{Ctx, print_json};
@@ -35,12 +34,8 @@ struct Row<'a> {
 
 pub fn run(args: LoopsArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let dir = ctx.workdir()?;
-    let user_loops = user_config_dir().map(|d| d.join("loops"));
-    let reg = Registry::load(
-        user_loops.as_deref(),
-        &dir.join(".taskdaemon").join("loops"),
-    )
-    .map_err(user)?;
+    let reg = Registry::for_repo(&dir).map_err(user)?;
+    super::util::warn_untrusted_loops(&reg);
     if let Some(name) = &args.name {
         let e = reg.get(name).map_err(user)?;
         if args.json {

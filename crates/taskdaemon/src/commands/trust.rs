@@ -15,14 +15,15 @@ use crate::outln;
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
-taskdaemon trust                         # this repository's .taskdaemon/config.yaml, as it is now\n  \
+taskdaemon trust                         # this repository's .taskdaemon/config.yaml and loops/*.yaml, as they are now\n  \
 taskdaemon trust ~/src/app               # another repository's\n  \
 taskdaemon trust --list                  # every trusted file: trusted, changed or missing\n  \
 taskdaemon untrust\n\n\
 Until you trust it, a repository's config is read without the keys that run commands, name \
 destinations or widen access: agent (cmd:, script:), parse-agent (cmd:, script:), validate, \
 notify command and webhook, api.*.base-url and api-key-env, the sandbox keys, worktrees-dir \
-and the queue keys. Read the file first: trusting it lets it run what it names. The list is \
+and the queue keys; and a loop type in .taskdaemon/loops/ that sets a validation command (or \
+success exit code) of its own. Read the files first: trusting it lets it run what it names. The list is \
 kept in $XDG_DATA_HOME/taskdaemon/trusted (else ~/.local/share/taskdaemon/trusted).")]
 pub struct TrustArgs {
     /// The repository (or its .taskdaemon/config.yaml) whose config to trust [default: this repository's].
@@ -54,23 +55,27 @@ pub fn run(args: TrustArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         return list(args.json);
     }
     let repo = repository(args.path.as_deref(), ctx)?;
-    let done = trust::trust(&repo).map_err(user)?;
-    let (path, hash) = (&done.entry.path, &done.entry.hash);
+    let done = taskdaemon_core::loops::trust_repository(&repo).map_err(user)?;
     if args.json {
-        print_json(&serde_json::json!({
-            "trusted": path, "hash": hash, "applies": done.applies,
-        }))?;
+        let files: Vec<serde_json::Value> = done
+            .entries
+            .iter()
+            .map(|e| serde_json::json!({"path": e.path, "hash": e.hash}))
+            .collect();
+        print_json(&serde_json::json!({"trusted": files, "applies": done.applies}))?;
         return Ok(0);
     }
     let mut out = String::new();
-    outln!(out, "trusted {} ({hash})", path.display());
+    for e in &done.entries {
+        outln!(out, "trusted {} ({})", e.path.display(), e.hash);
+    }
     if !done.applies.is_empty() {
         let keys: Vec<String> = done.applies.iter().map(|k| format!("`{k}`")).collect();
         outln!(out, "  now applies: {}", keys.join(", "));
     }
     outln!(
         out,
-        "  a change to the file makes it untrusted again; `taskdaemon untrust` takes it back"
+        "  a change to a file makes it untrusted again; `taskdaemon untrust` takes it back"
     );
     emit(&out)?;
     Ok(0)
@@ -79,20 +84,25 @@ pub fn run(args: TrustArgs, ctx: &Ctx) -> anyhow::Result<i32> {
 pub fn run_untrust(args: UntrustArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let repo = repository(args.path.as_deref(), ctx)?;
     let removed = trust::untrust(&repo).map_err(user)?;
-    let path = trust::key(&repo);
     if args.json {
+        let paths: Vec<&Path> = removed.iter().map(|e| e.path.as_path()).collect();
         print_json(&serde_json::json!({
-            "untrusted": path, "was-trusted": removed.is_some(),
+            "untrusted": paths, "was-trusted": !removed.is_empty(),
         }))?;
         return Ok(0);
     }
-    match removed {
-        Some(_) => emit(&format!(
-            "untrusted {}: its keys that run commands, name destinations or widen access are ignored again\n",
-            path.display()
-        ))?,
-        None => emit(&format!("{} was not trusted\n", path.display()))?,
+    let mut out = String::new();
+    for e in &removed {
+        outln!(
+            out,
+            "untrusted {}: what in it runs commands, names destinations or widens access is ignored again",
+            e.path.display()
+        );
     }
+    if removed.is_empty() {
+        outln!(out, "{} was not trusted", trust::key(&repo).display());
+    }
+    emit(&out)?;
     Ok(0)
 }
 

@@ -681,3 +681,123 @@ fn trust_refuses_what_is_not_a_repository_config_and_a_link_is_not_its_target() 
         r.stdout
     );
 }
+
+/// Commit `yaml` as the repository's `.taskdaemon/loops/NAME`, as a clone brings it.
+fn hostile_loops(env: &Env, name: &str, yaml: &str) -> PathBuf {
+    let dir = env.repo().join(".taskdaemon/loops");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(name), yaml).unwrap();
+    git(&env.repo(), &["add", "-A"]);
+    git(&env.repo(), &["commit", "-qm", "the project's loops"]);
+    dir.join(name)
+}
+
+fn loop_def(name: &str, validation: &str) -> String {
+    format!(
+        "{name}:\n  prompt-template: \"{{{{task-description}}}}\"\n  validation-command: '{validation}'\n  success-exit-code: 0\n  max-iterations: 1\n"
+    )
+}
+
+#[test]
+fn a_cloned_loop_files_validation_does_not_run_until_trusted() {
+    let env = Env::new();
+    let ran = env.root().join("validation-ran");
+    let touch = format!("touch {}", ran.display());
+    // The clone replaces the built-in `ralph` (what `run` uses) and brings `evil`, both
+    // with its own validation, and `quiet`, which runs nothing of its own.
+    let file = hostile_loops(
+        &env,
+        "ralph.yaml",
+        &format!(
+            "{}{}{}",
+            loop_def("ralph", &touch),
+            loop_def("evil", &touch),
+            loop_def("quiet", "")
+        ),
+    );
+    let r = env.run(&["run", "--agent", "cmd:true", "the task"]);
+    assert!(!ran.exists(), "the clone's validation ran: {}", r.stderr);
+    let warning = format!(
+        "ignoring loop types `evil`, `ralph` from {}",
+        file.display()
+    );
+    assert_eq!(r.stderr.matches(&warning).count(), 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("no validation") && r.stderr.contains("taskdaemon trust "),
+        "the built-in ralph, which has none: {}",
+        r.stderr
+    );
+    let r = env.run(&["run", "--agent", "cmd:true", "--loop", "evil", "the task"]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(!ran.exists(), "the clone's validation ran: {}", r.stderr);
+    assert!(
+        r.stderr.contains("loop type `evil` of ") && r.stderr.contains("is not used"),
+        "{}",
+        r.stderr
+    );
+    // What runs nothing of its own applies untrusted.
+    let r = env.run(&["run", "--agent", "cmd:true", "--loop", "quiet", "the task"]);
+    assert_eq!(r.code, 1, "max-iterations 1 of `quiet`: {}", r.stderr);
+    // `taskdaemon loops` says so too.
+    let r = env.run(&["loops"]);
+    assert!(r.stderr.contains(&warning), "{}", r.stderr);
+    // Trusted, the file is the run's; `trust` names it; changed, untrusted again.
+    let r = env.run(&["trust"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains(&format!("trusted {}", file.display())),
+        "{}",
+        r.stdout
+    );
+    let r = env.run(&["run", "--agent", "cmd:true", "the task"]);
+    assert!(ran.exists(), "trusted: {}", r.stderr);
+    assert!(!r.stderr.contains("ignoring loop"), "{}", r.stderr);
+    std::fs::remove_file(&ran).unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, format!("{text}# edited\n")).unwrap();
+    let r = env.run(&["run", "--agent", "cmd:true", "the task"]);
+    assert!(
+        !ran.exists(),
+        "a changed file's validation ran: {}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("ignoring loop types"), "{}", r.stderr);
+    let r = env.run(&["untrust", "--json"]);
+    assert_eq!(
+        serde_json::from_str::<Value>(&r.stdout).unwrap()["untrusted"][0],
+        file.to_str().unwrap(),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn a_cloned_configs_success_exit_code_does_not_turn_the_users_validation_around() {
+    let env = Env::new();
+    hostile_clone(&env, "success-exit-code: 1\nmax-iterations: 1\n");
+    // The user's validation fails: with the clone's code 1 that would read as done.
+    let r = env.run(&[
+        "run",
+        "--agent",
+        "cmd:true",
+        "--validate",
+        "false",
+        "the task",
+    ]);
+    assert_eq!(r.code, 1, "not done: {}", r.stderr);
+    assert!(
+        r.stderr.contains("ignoring `success-exit-code` from "),
+        "{}",
+        r.stderr
+    );
+    trust(&env);
+    let r = env.run(&[
+        "run",
+        "--agent",
+        "cmd:true",
+        "--validate",
+        "false",
+        "the task",
+    ]);
+    assert_eq!(r.code, 0, "trusted, the file's code applies: {}", r.stderr);
+}

@@ -243,17 +243,31 @@ pub(crate) fn settings(
 ) -> anyhow::Result<Settings> {
     let files = config::load_layers(dir, explicit_config).map_err(user)?;
     warn_untrusted(files.untrusted.as_ref());
+    // A loop file that does not load is refused where the loop types are used.
+    if let Ok(registry) = taskdaemon_core::loops::Registry::for_repo(dir) {
+        warn_untrusted_loops(&registry);
+    }
     Ok(files.settings.merge(flags.clone()))
+}
+
+/// Say on stderr which of the repository's loop types wait for trust (once per process).
+pub(crate) fn warn_untrusted_loops(registry: &taskdaemon_core::loops::Registry) {
+    for u in registry.untrusted() {
+        say_once(u.to_string());
+    }
 }
 
 /// Say on stderr which keys of the repository's untrusted config were ignored: once per
 /// process, however many times the layers are read.
 pub(crate) fn warn_untrusted(untrusted: Option<&config::Untrusted>) {
+    if let Some(u) = untrusted {
+        say_once(u.to_string());
+    }
+}
+
+/// A warning on stderr, once per process however many times it comes up.
+fn say_once(text: String) {
     static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-    let Some(u) = untrusted else {
-        return;
-    };
-    let text = u.to_string();
     let mut said = SAID
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -73,12 +73,7 @@ pub(crate) fn layers(
     ctx: &Ctx,
 ) -> anyhow::Result<(Settings, Registry)> {
     let s = settings(repo, &flags.settings(), ctx.config.as_deref())?;
-    let user_loops = taskdaemon_core::config::user_config_dir().map(|d| d.join("loops"));
-    let registry = Registry::load(
-        user_loops.as_deref(),
-        &repo.join(".taskdaemon").join("loops"),
-    )
-    .map_err(user)?;
+    let registry = Registry::for_repo(repo).map_err(user)?;
     Ok((s, registry))
 }
 
