@@ -924,3 +924,50 @@ fn daemon_run_finished(run: &dyn Fn(&[&str]) -> String, repo: &Path) {
         "{status:#}\n{daemon_log}"
     );
 }
+
+#[test]
+fn the_task_parsers_agent_runs_in_the_runs_sandbox() {
+    if !bwrap_or_skip("the_task_parsers_agent_runs_in_the_runs_sandbox") {
+        return;
+    }
+    let env = sandbox_env();
+    let parser = script(
+        &env,
+        "parser.sh",
+        &format!(
+            "cat > /dev/null\n{HOSTILE}printf '%s' '{{\"type\":\"fresh\",\"requirements\":[{{\"marker\":\"ADD\",\"text\":\"a greeting\"}}]}}'\n"
+        ),
+    );
+    let done = env.script(
+        "done.yaml",
+        "iterations:\n  - steps:\n      - write: { path: hello.txt, content: \"hi\\n\" }\n      - commit: greet\n      - say: \"<promise>COMPLETE</promise>\"\n",
+    );
+    let out = env
+        .cmd()
+        .env("PATH", path_without(&env, &[]))
+        .env("SIBLING", env.root().join("sibling"))
+        .args([
+            "task",
+            "add a greeting",
+            "--parse-agent",
+            &format!("cmd:{}", parser.display()),
+            "--agent",
+            &done,
+            "--sandbox",
+            "bwrap",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("\"parser\":\"model\""),
+        "the parse agent's answer was used: {stdout}"
+    );
+    assert_nothing_outside_changed(&env);
+    assert!(!stdout.contains(SECRET) && !stderr.contains(SECRET));
+}

@@ -9,6 +9,7 @@ use super::{DEFAULT_PARSE_TIMEOUT, ModelParser, ParserMode};
 use crate::agent::script::{Script, ScriptFormat};
 use crate::agent::{AgentSpec, OutputFormat};
 use crate::config::Settings;
+use crate::sandbox::SandboxPlan;
 
 /// A setting that makes no parse possible (the rest only means the rules parse).
 #[derive(Debug, thiserror::Error)]
@@ -36,19 +37,29 @@ pub fn choose_parser(
         Ok(chosen) => chosen,
         Err(because) => return Ok((None, Some(because))),
     };
-    match agent_and_format(settings, dir, &text, own) {
-        Ok((agent, format)) => Ok((
-            Some(ModelParser {
-                agent,
-                format,
-                timeout,
-                script_runner,
-                log_dir,
-            }),
-            None,
-        )),
-        Err(because) => Ok((None, Some(because))),
-    }
+    let (agent, format) = match agent_and_format(settings, dir, &text, own) {
+        Ok(chosen) => chosen,
+        Err(because) => return Ok((None, Some(because))),
+    };
+    // The parse agent reads what came with the repository (its file names, the task's
+    // words): it runs in the sandbox the run's agent gets.
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let sandbox = match SandboxPlan::resolve(&settings.sandbox_settings(), &agent, home.as_deref())
+    {
+        Ok(plan) => plan,
+        Err(e) => return Ok((None, Some(format!("the parse agent's sandbox: {e}")))),
+    };
+    Ok((
+        Some(ModelParser {
+            agent,
+            format,
+            timeout,
+            script_runner,
+            log_dir,
+            sandbox,
+        }),
+        None,
+    ))
 }
 
 /// The agent's text and whether it is the parser's own (`parse-agent`), or why none.

@@ -38,6 +38,8 @@ pub struct ModelParser {
     /// Where the parse's prompt and log are kept ([`PARSE_PROMPT`], [`PARSE_LOG`]); none: a
     /// temporary directory, removed after the parse (`task parse` changes no file).
     pub log_dir: Option<PathBuf>,
+    /// The sandbox the agent runs in (the run's agent's settings, resolved for this one).
+    pub sandbox: SandboxPlan,
 }
 
 /// The extraction prompt for `input` (spec 1 §5, option A).
@@ -171,7 +173,6 @@ pub async fn parse_with_model(
         harness: &p.script_runner,
     });
     set_env(&mut env, "TASKDAEMON_TASK_PARSE", "1");
-    let no_sandbox = SandboxPlan::default();
     let req = StepRequest {
         agent: &p.agent,
         format: p.format,
@@ -187,7 +188,7 @@ pub async fn parse_with_model(
                 .max(Duration::from_millis(1)),
         ),
         grace,
-        sandbox: &no_sandbox,
+        sandbox: &p.sandbox,
     };
     let mut last_stderr = String::new();
     let ran = run_step(&req, &mut log, cancel, |_, stream, text, _| {
