@@ -42,11 +42,9 @@ impl<'de> Deserialize<'de> for Dur {
             Text(String),
         }
         match Raw::deserialize(d)? {
-            Raw::Num(secs) => {
-                crate::duration::check_bound(&secs.to_string(), Duration::from_secs(secs))
-                    .map(Dur)
-                    .map_err(serde::de::Error::custom)
-            }
+            Raw::Num(n) => Err(serde::de::Error::custom(crate::duration::no_unit(
+                &n.to_string(),
+            ))),
             Raw::Text(s) => parse_duration(&s)
                 .map(Dur)
                 .map_err(serde::de::Error::custom),
@@ -675,7 +673,8 @@ mod tests {
     fn garbage_values_are_refused_with_their_line() {
         let cases = [
             ("iteration-timeout: 99999999999999999999h\n", "too long"),
-            ("max-runtime: 18446744073709551615\n", "too long"),
+            ("max-runtime: 18446744073709551615\n", "has no unit"),
+            ("kill-grace: 600\n", "`600` has no unit; write 600s"),
             ("agent-limits: {cmd: 0}\n", "agent-limits.cmd is 0"),
             ("worktrees-dir: /\n", "root directory"),
             ("worktrees-dir: ../../outside\n", "leaves the repository"),

@@ -17,18 +17,16 @@ pub fn check_bound(input: &str, d: Duration) -> Result<Duration, String> {
 }
 
 /// Parse `90s`, `15m`, `2h`, `1d`, `500ms` or a combination such as `1h30m` (jiff's
-/// friendly format, days of 24 hours). A bare number means seconds. Returns a message
-/// saying what was wrong; values over [`MAX_DURATION`] and overflows are refused.
+/// friendly format, days of 24 hours). A bare number is refused: `10` could be seconds or
+/// minutes, and a timeout read the wrong way ends work or lets it run all night. Returns a
+/// message saying what was wrong; values over [`MAX_DURATION`] and overflows are refused.
 pub fn parse_duration(input: &str) -> Result<Duration, String> {
     let s = input.trim();
     if s.is_empty() {
         return Err("empty duration; write it like 90s, 15m or 2h".into());
     }
     if s.bytes().all(|b| b.is_ascii_digit()) {
-        return match s.parse::<u64>() {
-            Ok(secs) => check_bound(input, Duration::from_secs(secs)),
-            Err(_) => check_bound(input, Duration::MAX),
-        };
+        return Err(no_unit(s));
     }
     let hint = "write it like 90s, 15m, 2h or 1h30m (units ms, s, m, h, d; at most 366d)";
     // One word, no sign, no ISO 8601: jiff would also take `1 hour ago` or `PT1H`.
@@ -51,6 +49,13 @@ pub fn parse_duration(input: &str) -> Result<Duration, String> {
         .map_err(|e| format!("`{input}`: {e}; {hint}"))?;
     let d = Duration::try_from(signed).map_err(|_| format!("`{input}` is negative; {hint}"))?;
     check_bound(input, d)
+}
+
+/// The message for a number without a unit.
+pub fn no_unit(number: &str) -> String {
+    format!(
+        "`{number}` has no unit; write {number}s for seconds (or {number}m, {number}h; units ms, s, m, h, d)"
+    )
 }
 
 /// Format a duration for people: `850ms`, `42s`, `3m 05s`, `1h 02m`.
@@ -85,7 +90,9 @@ mod tests {
         assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
         assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
+        // A bare number could mean seconds or minutes: it says how to write it.
+        let e = parse_duration("45").unwrap_err();
+        assert!(e.contains("`45` has no unit; write 45s for seconds"), "{e}");
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("2sec"), Ok(Duration::from_secs(2)));
         assert_eq!(parse_duration("3mins"), Ok(Duration::from_secs(180)));

@@ -18,7 +18,7 @@ use crate::commands;
 Each iteration gives an agent a fresh prompt; the harness then decides from evidence (a validation \
 command, git) whether the work is done, blocked, stuck or must go on.\n\n\
 Exit codes: 0 complete, 1 limit reached, 2 blocked, 3 decision needed, 4 stuck, 5 failed, \
-64 usage or configuration error, 70 internal error, 130 interrupted (resumable).",
+64 usage or configuration error, 70 internal error, 78 `doctor` found a problem, 130 interrupted (resumable).",
     after_help = "Start with `taskdaemon demo` (no API key needed), then `taskdaemon init` in your repository."
 )]
 pub struct Cli {
@@ -424,7 +424,11 @@ mod tests {
                 let (Some(s), Some(long)) = (arg.get_short(), arg.get_long()) else {
                     continue;
                 };
-                // -f is "the text from FILE": the run's prompt, the task's message.
+                // -f is "the text from FILE": the run's prompt, the task's message; and
+                // `logs -f` follows, as `tail -f` does.
+                if s == 'f' && long == "follow" && path.ends_with(" logs") {
+                    continue;
+                }
                 let same = |a: &str, b: &str| {
                     a == b
                         || ["prompt-file", "message-file"].contains(&a)

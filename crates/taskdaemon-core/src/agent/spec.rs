@@ -31,9 +31,9 @@ pub enum AgentSpec {
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     #[error(
-        "unknown agent `{0}`\n  hint: use one of claude, codex, gemini, opencode, amp, script:FILE, cmd:COMMAND or api:anthropic|openai:MODEL"
+        "unknown agent `{name}`{suggestion}\n  hint: use one of claude, codex, gemini, opencode, amp, script:FILE, cmd:COMMAND or api:anthropic|openai:MODEL"
     )]
-    Unknown(String),
+    Unknown { name: String, suggestion: String },
     #[error(
         "`{0}` is not an API agent\n  hint: write api:anthropic:MODEL (e.g. api:anthropic:claude-sonnet-4-5) or api:openai:MODEL (any OpenAI-compatible server through api.openai.base-url)"
     )]
@@ -87,7 +87,15 @@ impl AgentSpec {
         }
         Preset::from_name(s)
             .map(|preset| AgentSpec::Preset { preset })
-            .ok_or_else(|| AgentError::Unknown(s.into()))
+            .ok_or_else(|| {
+                let names = Preset::ALL.map(Preset::name);
+                AgentError::Unknown {
+                    name: s.into(),
+                    suggestion: crate::yaml::nearest(s, &names)
+                        .map(|n| format!(" (did you mean `{n}`?)"))
+                        .unwrap_or_default(),
+                }
+            })
     }
 
     /// The agent to use when none was given: the first installed CLI.
@@ -209,6 +217,17 @@ pub struct Invocation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_misspelt_agent_gets_a_did_you_mean() {
+        let e = AgentSpec::parse("claud").unwrap_err().to_string();
+        assert!(
+            e.starts_with("unknown agent `claud` (did you mean `claude`?)"),
+            "{e}"
+        );
+        let e = AgentSpec::parse("zzzzzz").unwrap_err().to_string();
+        assert!(e.starts_with("unknown agent `zzzzzz`\n  hint:"), "{e}");
+    }
 
     #[test]
     fn parses_all_forms() {

@@ -16,8 +16,13 @@ use super::{Ctx, emit, print_json};
 use crate::cli::user;
 use crate::outln;
 
+/// `doctor`'s exit code when a check fails (the sysexits "configuration error").
+pub const PROBLEMS_FOUND: i32 = 78;
+
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  taskdaemon doctor\n  taskdaemon doctor --agent codex --json")]
+#[command(
+    after_help = "Examples:\n  taskdaemon doctor\n  taskdaemon doctor --agent codex --json\n\nExit codes: 0 every check passed, 78 a check failed (each problem is listed)."
+)]
 pub struct DoctorArgs {
     /// Check only this agent (claude, codex, …, cmd:COMMAND, script:FILE) [default: every CLI].
     #[arg(long, value_name = "SPEC")]
@@ -70,7 +75,12 @@ pub fn run(a: DoctorArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     if let Some(p) = queue.as_ref().and_then(|q| q.problem.clone()) {
         problems.push(p);
     }
-    let code = i32::from(!problems.is_empty());
+    // Its own code: 1 is a run's "a limit came first".
+    let code = if problems.is_empty() {
+        0
+    } else {
+        PROBLEMS_FOUND
+    };
     if a.json {
         print_json(&json!({
             "agents": agents, "agent-in-use": needed, "git": git, "daemon": daemon,

@@ -35,7 +35,7 @@ An agent may end its answer with <promise>BLOCKED: reason</promise> (.ralph/bloc
 exit 3; `taskdaemon answer \"…\"` then run again: the answer goes into the next prompt). Every \
 agent invocation adds a row to .ralph/logs/summary.csv (mode implement or qa).\n\n\
 The loop is the engine's, as `run`'s: a usage limit waits for its reset and retries the same attempt (--on-usage-limit, --max-wait, --pause-at-usage), overloads back off (--retry-backoff, --max-retries), a quiet agent is reported (--quiet-warning), and the run resumes where it stopped.\n\n\
-Exit codes: 0 ALL_TASKS_COMPLETE, 1 a limit (iterations, --max-cost, --max-runtime) or an agent failure that would not end, 4 stuck (--max-stuck iterations in a row without a new commit), 2 blocked, 3 decide, 4 stuck, 5 a task kept failing or the agents stalled, 64 usage, 130 interrupted or cancelled.")]
+Exit codes: 0 ALL_TASKS_COMPLETE, 1 a limit (iterations, --max-cost, --max-runtime) or an agent failure that would not end, 2 blocked, 3 decide, 4 stuck (--max-stuck iterations in a row without a new commit), 5 a task kept failing or the agents stalled, 64 usage, 130 interrupted or cancelled.")]
 pub struct ImplementArgs {
     /// The spec directory with tasks.md [default: specs/<name> from specs/.current-spec, else the current directory].
     #[arg(value_name = "SPEC_DIR")]

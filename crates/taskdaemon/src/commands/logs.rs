@@ -24,13 +24,13 @@ use crate::cli::user;
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  taskdaemon logs                      # the local run of this directory\n  taskdaemon logs 4d5e6f\n  taskdaemon logs spec-oauth-db --follow\n  taskdaemon logs 4d5e6f --json | jq -r .text"
+    after_help = "Examples:\n  taskdaemon logs                      # the local run of this directory\n  taskdaemon logs 4d5e6f\n  taskdaemon logs spec-oauth-db -f       # or --follow\n  taskdaemon logs 4d5e6f --json | jq -r .text"
 )]
 pub struct LogsArgs {
     /// A run, or a spec or plan (its latest run) [default: the local run of this directory].
     pub reference: Option<String>,
-    /// Keep printing as the run writes, until it stops running (no -f: -f means "from FILE").
-    #[arg(long)]
+    /// Keep printing as the run writes, until it stops running (as `tail -f`).
+    #[arg(short = 'f', long)]
     pub follow: bool,
     /// One JSON object per piece of a log: `{"run", "file", "text"}`, then `{"run", "status"}`.
     #[arg(long)]

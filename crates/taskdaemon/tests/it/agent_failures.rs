@@ -407,7 +407,11 @@ fn doctor_says_an_agent_is_not_logged_in_and_exits_1_and_a_cmd_agent_alone_passe
         .args(["doctor", "--json"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        out.status.code(),
+        Some(78),
+        "doctor's own code for a failing check"
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let agent = |n: &str| {
         v["agents"]

@@ -764,3 +764,61 @@ fn a_file_for_a_directory_and_a_directory_for_a_file_are_told_apart() {
     assert!(r.stderr.contains("is a file"), "{}", r.stderr);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x\n");
 }
+
+/// Issue 38's rough edges: a misspelt agent gets a did-you-mean, a duration needs its
+/// unit, `logs -f` follows, `doctor` has its own exit code.
+#[test]
+fn cli_rough_edges_of_a_first_hour_are_smoothed() {
+    let env = Env::new();
+    let r = env.run(&["run", "--agent", "claud", "a task"]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("(did you mean `claude`?)"),
+        "{}",
+        r.stderr
+    );
+    let r = env.run(&[
+        "run",
+        "--agent",
+        "cmd:true",
+        "--iteration-timeout",
+        "10",
+        "a task",
+    ]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("`10` has no unit; write 10s for seconds"),
+        "{}",
+        r.stderr
+    );
+    std::fs::create_dir_all(env.repo().join(".taskdaemon")).unwrap();
+    std::fs::write(
+        env.repo().join(".taskdaemon/config.yaml"),
+        "max-runtime: 600\n",
+    )
+    .unwrap();
+    let r = env.run(&["run", "--agent", "cmd:true", "a task"]);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("config.yaml:1"), "{}", r.stderr);
+    assert!(r.stderr.contains("write 600s"), "{}", r.stderr);
+    std::fs::remove_file(env.repo().join(".taskdaemon/config.yaml")).unwrap();
+    let r = env.run(&[
+        "run",
+        "--agent",
+        "cmd:true",
+        "--max-iterations",
+        "1",
+        "a task",
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let r = env.run(&["logs", "-f"]);
+    assert_eq!(
+        r.code, 0,
+        "a finished run's logs, followed to its end: {}",
+        r.stderr
+    );
+    assert!(r.stdout.contains("iteration-001.log"), "{}", r.stdout);
+    // No agent on the narrowed PATH: a failing check, doctor's own code.
+    let r = env.run(&["doctor"]);
+    assert_eq!(r.code, 78, "{}{}", r.stdout, r.stderr);
+}

@@ -333,7 +333,7 @@ fn a_second_interrupt_forces_the_foreground_daemon_to_stop() {
     std::fs::create_dir_all(s.env.repo().join(".taskdaemon")).unwrap();
     std::fs::write(
         s.env.repo().join(".taskdaemon/config.yaml"),
-        "kill-grace: 600\n",
+        "kill-grace: 600s\n",
     )
     .unwrap();
     let mut c = s.env.cmd();
