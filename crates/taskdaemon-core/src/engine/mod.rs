@@ -4,7 +4,7 @@
 //! (`effects.rs`), the records (`record.rs`), events, state and resume. Emits
 //! [`EngineEvent`]s; never prints.
 
-mod outcome;
+pub(crate) mod outcome;
 mod prompt;
 mod state;
 

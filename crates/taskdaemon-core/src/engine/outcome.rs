@@ -98,10 +98,12 @@ impl Outcome {
                 limit.flag()
             ),
             Outcome::Blocked { reason } => format!(
-                "blocked: {reason}. See .ralph/blocked.txt; resolve it, `taskdaemon unblock`, then `taskdaemon run --resume`"
+                "blocked: {} See .ralph/blocked.txt; resolve it, `taskdaemon unblock`, then `taskdaemon run --resume`",
+                sentence(reason)
             ),
             Outcome::Decide { question } => format!(
-                "decision needed: {question}. Answer with `taskdaemon answer \"…\"`, then `taskdaemon run --resume`"
+                "decision needed: {} Answer with `taskdaemon answer \"…\"`, then `taskdaemon run --resume`",
+                sentence(question)
             ),
             Outcome::Stuck { iterations } => format!(
                 "no progress in {iterations} consecutive iterations (no new commit, or only commits the harness rejected for changing the evidence); read the iteration logs, then `taskdaemon run --resume` (the stuck count restarts)"
@@ -121,5 +123,16 @@ impl Outcome {
     /// Whether `run --resume` may continue after this outcome.
     pub fn resumable(&self) -> bool {
         !matches!(self, Outcome::Complete { .. } | Outcome::Failed { .. })
+    }
+}
+
+/// `text` as a sentence: ended with a full stop unless it ends with one of its own
+/// (`red or blue?` stays as it is, not `red or blue?.`).
+pub(crate) fn sentence(text: &str) -> String {
+    let t = text.trim_end();
+    if t.ends_with(['.', '?', '!', ':', ';']) {
+        t.to_string()
+    } else {
+        format!("{t}.")
     }
 }

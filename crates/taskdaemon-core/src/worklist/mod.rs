@@ -111,10 +111,12 @@ pub fn stop_detail(outcome: &crate::engine::Outcome, kind: &str) -> Option<Strin
     use crate::engine::Outcome;
     Some(match outcome {
         Outcome::Blocked { reason } => format!(
-            "blocked: {reason}. See .ralph/blocked.txt; resolve it, `taskdaemon unblock`, then `taskdaemon {kind}` again (it resumes)"
+            "blocked: {} See .ralph/blocked.txt; resolve it, `taskdaemon unblock`, then `taskdaemon {kind}` again (it resumes)",
+            crate::engine::outcome::sentence(reason)
         ),
         Outcome::Decide { question } => format!(
-            "decision needed: {question}. Answer with `taskdaemon answer \"…\"`, then `taskdaemon {kind}` again: the answer goes into the next prompt"
+            "decision needed: {} Answer with `taskdaemon answer \"…\"`, then `taskdaemon {kind}` again: the answer goes into the next prompt",
+            crate::engine::outcome::sentence(question)
         ),
         Outcome::Stuck { iterations } => format!(
             "stuck: {iterations} iterations in a row without a new commit (--max-stuck)\n  hint: read the last prompts' rejection reasons and the logs, fix the work list or the agent, then `taskdaemon {kind}` again"

@@ -821,4 +821,16 @@ fn cli_rough_edges_of_a_first_hour_are_smoothed() {
     // No agent on the narrowed PATH: a failing check, doctor's own code.
     let r = env.run(&["doctor"]);
     assert_eq!(r.code, 78, "{}{}", r.stdout, r.stderr);
+    // A question keeps its own punctuation.
+    let ask = env.script(
+        "ask.yaml",
+        "iterations:\n  - steps:\n      - say: \"<promise>DECIDE:red or blue?</promise>\"\n",
+    );
+    let r = env.run(&["run", "--agent", &ask, "a new task"]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let all = format!("{}{}", r.stdout, r.stderr);
+    assert!(
+        all.contains("decision needed: red or blue? Answer with") && !all.contains("?."),
+        "{all}"
+    );
 }
