@@ -8,8 +8,9 @@ use taskdaemon_core::git::with_ignore_block;
 use taskdaemon_core::workspace::IGNORED;
 
 use super::util::merge_driver as merge_store;
-use super::{Ctx, print_json};
+use super::{Ctx, emit, print_json};
 use crate::cli::user;
+use crate::outln;
 
 #[derive(Debug, Args)]
 pub struct InitArgs {
@@ -113,30 +114,42 @@ pub fn run(args: InitArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         })?;
         return Ok(0);
     }
+    // `-q`: as `git init -q`, nothing on success.
+    if crate::out::level() < 0 {
+        return Ok(0);
+    }
+    let mut out = String::new();
     if config_written {
-        println!(
+        outln!(
+            out,
             "wrote {} (every setting commented at its default)",
             cfg.display()
         );
     } else {
-        println!("kept {} (use --force to replace it)", cfg.display());
+        outln!(out, "kept {} (use --force to replace it)", cfg.display());
     }
     if added.is_empty() {
-        println!(
+        outln!(
+            out,
             "{} already ignores taskdaemon's runtime files",
             gi.display()
         );
     } else {
-        println!("added to {}: {}", gi.display(), added.join(" "));
+        outln!(out, "added to {}: {}", gi.display(), added.join(" "));
     }
     if attributes_added {
-        println!(
+        outln!(
+            out,
             "added to {}: {}",
             ga.display(),
             merge_store::ATTRIBUTES_LINE
         );
     }
-    println!("git config merge.taskstore.driver = {driver}");
-    println!("next: taskdaemon run \"your task\" --validate \"your test command\"");
+    outln!(out, "git config merge.taskstore.driver = {driver}");
+    outln!(
+        out,
+        "next: taskdaemon run \"your task\" --validate \"your test command\""
+    );
+    emit(&out)?;
     Ok(0)
 }

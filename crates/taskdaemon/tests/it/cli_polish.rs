@@ -834,3 +834,43 @@ fn cli_rough_edges_of_a_first_hour_are_smoothed() {
         "{all}"
     );
 }
+
+/// `init -q` says nothing on success; the merge driver names `taskdaemon` when that is
+/// this binary on PATH (an upgrade or move along PATH keeps it working), else its path.
+#[test]
+fn init_is_quiet_with_q_and_its_merge_driver_survives_a_move_along_path() {
+    let env = Env::new();
+    let r = env.run(&["init", "-q"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stdout, "", "init -q prints nothing");
+    let driver = || harness::git(&env.repo(), &["config", "merge.taskstore.driver"]);
+    assert!(
+        driver().starts_with('\''),
+        "not on PATH: its path: {}",
+        driver()
+    );
+    let bin = env.root().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_taskdaemon"), bin.join("taskdaemon")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = env
+        .cmd()
+        .env("PATH", &path)
+        .args(["init"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(driver().trim(), "taskdaemon __merge-store %O %A %B %P");
+    let out = env
+        .cmd()
+        .env("PATH", &path)
+        .args(["store", "check"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("merge driver: installed"), "{text}");
+}

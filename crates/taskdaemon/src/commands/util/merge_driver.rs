@@ -2,11 +2,12 @@
 //!
 //! `taskdaemon init` writes `.taskdaemon/store/*.jsonl merge=taskstore` to `.gitattributes`
 //! (committed: everyone's git uses it) and, in the repository's own config (not
-//! committed: it names a program on this machine), `merge.taskstore.driver` as this very
-//! binary's absolute path (`std::env::current_exe`) with the hidden subcommand
-//! `__merge-store %O %A %B %P`. The `taskstore-merge` binary of the taskstore crate does
-//! the same job for those who install it. If the binary moves, `taskdaemon store check`
-//! says so and `taskdaemon init` fixes it. Without the driver git falls back to its line
+//! committed: it names a program on this machine), `merge.taskstore.driver`: `taskdaemon`
+//! when that name on `PATH` is this very binary (so an upgrade or a move along `PATH` keeps
+//! it working), else this binary's absolute path (`std::env::current_exe`), with the
+//! hidden subcommand `__merge-store %O %A %B %P`. The `taskstore-merge` binary of the
+//! taskstore crate does the same job for those who install it. If the program is gone,
+//! `taskdaemon store check` says so and `taskdaemon init` fixes it. Without the driver git falls back to its line
 //! merge (it still refuses nothing silently, but conflicts are per line, not per record).
 
 use std::path::Path;
@@ -21,8 +22,23 @@ pub const ATTRIBUTES_LINE: &str = ".taskdaemon/store/*.jsonl merge=taskstore";
 pub fn driver_command() -> anyhow::Result<String> {
     let exe = std::env::current_exe()?;
     let exe = exe.canonicalize().unwrap_or(exe);
+    if on_path("taskdaemon").and_then(|p| p.canonicalize().ok()) == Some(exe.clone()) {
+        return Ok("taskdaemon __merge-store %O %A %B %P".into());
+    }
     let quoted = format!("'{}'", exe.display().to_string().replace('\'', r"'\''"));
     Ok(format!("{quoted} __merge-store %O %A %B %P"))
+}
+
+/// The file `name` means on `PATH`, as a shell finds it.
+fn on_path(name: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| {
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
 
 /// Set the repository-local git config for the driver. Returns the driver command.
@@ -84,7 +100,11 @@ pub fn status(dir: &Path) -> DriverStatus {
                 .replace(r"'\''", "'"),
             None => d.split_whitespace().next().unwrap_or("").to_string(),
         };
-        Path::new(&program).is_file()
+        if program.contains('/') {
+            Path::new(&program).is_file()
+        } else {
+            on_path(&program).is_some()
+        }
     });
     DriverStatus {
         attribute,
