@@ -6,7 +6,7 @@ use clap::Args;
 use taskdaemon_core::daemon::DaemonEvent;
 use taskdaemon_core::daemon::ipc::{self, Request};
 use taskdaemon_core::daemon::status::{self, RunView, StatusSnapshot};
-use taskdaemon_core::store::Records;
+use taskdaemon_core::store::{LoopKind, Records};
 
 use super::daemon_link;
 use super::{Ctx, emit, now_ms, print_json, store_err};
@@ -38,13 +38,20 @@ fn painted(status: &str, width: usize) -> String {
     crate::out::paint(&padded, crate::out::status_style(status), false)
 }
 
+/// The widest word a run's status column holds (`interrupted`).
+const RUN_STATUS_WIDTH: usize = 11;
+
+/// What a run is: its loop type, and for a phase run which phase ("phase 1 of 2", not
+/// "phase phase 1 of 2").
+fn run_kind(r: &RunView) -> String {
+    match r.phase.as_ref().and_then(|p| p.as_str()) {
+        Some(p) if r.loop_type == LoopKind::Phase => format!("phase {p}"),
+        Some(p) => format!("{} phase {p}", r.loop_type),
+        None => r.loop_type.to_string(),
+    }
+}
+
 fn run_line(out: &mut String, indent: &str, r: &RunView) {
-    let phase = r
-        .phase
-        .as_ref()
-        .and_then(|p| p.as_str())
-        .map(|p| format!(" phase {p}"))
-        .unwrap_or_default();
     let status = if r.interrupted {
         "interrupted"
     } else {
@@ -52,10 +59,10 @@ fn run_line(out: &mut String, indent: &str, r: &RunView) {
     };
     outln!(
         out,
-        "{indent}run  {:<44} {} {}{phase}  iteration {}{}  {}{}",
+        "{indent}run  {:<44} {} {}  iteration {}{}  {}{}",
         r.id,
-        painted(status, 9),
-        r.loop_type,
+        painted(status, RUN_STATUS_WIDTH),
+        run_kind(r),
         r.iteration,
         r.last_outcome
             .as_deref()
@@ -242,4 +249,42 @@ fn watch(paths: &taskdaemon_core::daemon::DaemonPaths, json: bool) -> anyhow::Re
         }
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use taskdaemon_core::store::RunStatus;
+
+    fn view(loop_type: LoopKind, phase: Option<&str>, interrupted: bool) -> RunView {
+        RunView {
+            id: "r1".into(),
+            title: String::new(),
+            loop_type,
+            status: RunStatus::Running,
+            interrupted,
+            iteration: 2,
+            last_outcome: None,
+            elapsed_ms: 1000,
+            cost_usd: None,
+            worktree: None,
+            note: None,
+            phase: phase.map(|p| serde_json::Value::String(p.into())),
+            held_by: None,
+            tasks: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_phase_run_says_phase_once_and_every_status_keeps_the_columns() {
+        let mut out = String::new();
+        run_line(&mut out, "", &view(LoopKind::Phase, Some("1 of 2"), false));
+        assert!(out.contains(" phase 1 of 2  iteration 2"), "{out}");
+        assert!(!out.contains("phase phase"), "{out}");
+        let (mut a, mut b) = (String::new(), String::new());
+        run_line(&mut a, "", &view(LoopKind::Ralph, None, true));
+        run_line(&mut b, "", &view(LoopKind::Ralph, None, false));
+        let col = |t: &str| t.lines().next().unwrap().find(" ralph").unwrap();
+        assert_eq!(col(&a), col(&b), "interrupted keeps the column:\n{a}{b}");
+    }
 }
