@@ -1021,7 +1021,8 @@ impl Dispatcher {
         let agent = context::RunContext::get(&run.context.agent)
             .map(agent_kind)
             .unwrap_or_else(|| self.opts.default_agent_kind.clone());
-        if run.status != RunStatus::Running {
+        // Going on after a daemon stop: the note that said so is no longer true.
+        if run.status != RunStatus::Running || run.note.as_deref() == Some(INTERRUPTED_NOTE) {
             run.status = RunStatus::Running;
             run.note = None;
             match self.records.update(AnyRecord::Run(run.clone()), now_ms()) {
@@ -1436,6 +1437,10 @@ impl Dispatcher {
     }
 }
 
+/// The note of a run a daemon stop interrupted (still `running`: it goes on at the next
+/// start, which clears it).
+const INTERRUPTED_NOTE: &str = "interrupted by a daemon stop; resumes on the next start";
+
 /// A run's status and note once it ended with `result`.
 fn end_status(
     result: &Result<Outcome, String>,
@@ -1452,10 +1457,7 @@ fn end_status(
                 RunStatus::Stopped,
                 Some("cancelled by a person".to_string()),
             ),
-            None => (
-                RunStatus::Running,
-                Some("interrupted by a daemon stop; resumes on the next start".to_string()),
-            ),
+            None => (RunStatus::Running, Some(INTERRUPTED_NOTE.to_string())),
         },
         Ok(Outcome::Blocked { reason }) => (RunStatus::Blocked, Some(format!("BLOCKED: {reason}"))),
         Ok(Outcome::Decide { question }) => (

@@ -313,6 +313,36 @@ fn status_after_the_daemon_was_killed_shows_the_run_interrupted_not_running() {
 }
 
 #[test]
+fn a_run_a_daemon_stop_interrupted_loses_its_note_when_it_goes_on() {
+    let go = Env::new();
+    let go_file = go.root().join("go");
+    let s = Setup::new(&[("WAIT_FOR", go_file.display().to_string())]);
+    s.ok(&["daemon", "start", "--tick", "0.2"]);
+    let mut sub = ipc::subscribe(&s.socket()).unwrap();
+    let id = s.submit("stop and go on");
+    wait_iteration_started(&s, &mut sub, &id);
+    s.ok(&["daemon", "stop"]);
+    let v: Value = serde_json::from_str(&s.ok(&["status", "--json"])).unwrap();
+    assert_eq!(
+        v["runs"][0]["note"], "interrupted by a daemon stop; resumes on the next start",
+        "{v}"
+    );
+    s.ok(&["daemon", "start", "--tick", "0.2"]);
+    let mut sub = ipc::subscribe(&s.socket()).unwrap();
+    wait_iteration_started(&s, &mut sub, &id);
+    let v: Value = serde_json::from_str(&s.ok(&["status", "--json"])).unwrap();
+    assert_eq!(v["runs"][0]["status"], "running", "{v}");
+    assert!(v["runs"][0]["note"].is_null(), "going on again: {v}");
+    std::fs::write(&go_file, "").unwrap();
+    read_until(
+        &mut sub,
+        &s,
+        |e| matches!(e, DaemonEvent::Merged { subject, .. } if subject.run == id),
+    );
+    s.ok(&["daemon", "stop"]);
+}
+
+#[test]
 fn a_second_interrupt_forces_the_foreground_daemon_to_stop() {
     // An agent that ignores TERM, and a long grace: only a forced stop ends it soon.
     let go = Env::new();
