@@ -16,6 +16,7 @@ pub mod events;
 pub mod executor;
 pub mod governor;
 pub mod ipc;
+pub mod local;
 mod paths;
 mod reports;
 pub mod shared_queue;

@@ -97,6 +97,14 @@ pub struct StatusSnapshot {
     pub plans: Vec<PlanView>,
     /// Runs of no plan or spec.
     pub runs: Vec<RunView>,
+    /// Loops of the repository running in the foreground, not the daemon's (filled by
+    /// `status`: [`super::local::foreground_runs`]).
+    #[serde(default)]
+    pub foreground: Vec<super::local::ForegroundRun>,
+    /// The plan's records and documents git has not got as they are (filled by `status`:
+    /// [`super::local::uncommitted_records`]).
+    #[serde(default)]
+    pub uncommitted: Vec<String>,
 }
 
 /// A run's title: its task, else its spec's or plan's title, else its loop kind.
@@ -267,6 +275,8 @@ pub fn snapshot(
         daemon,
         plans,
         runs,
+        foreground: Vec::new(),
+        uncommitted: Vec::new(),
     })
 }
 

@@ -5,6 +5,7 @@
 use clap::Args;
 use taskdaemon_core::daemon::DaemonEvent;
 use taskdaemon_core::daemon::ipc::{self, Request};
+use taskdaemon_core::daemon::local::{self, ForegroundRun};
 use taskdaemon_core::daemon::status::{self, RunView, StatusSnapshot};
 use taskdaemon_core::store::{LoopKind, Records};
 
@@ -180,7 +181,55 @@ pub fn render(s: &StatusSnapshot) -> String {
             run_line(&mut out, "  ", r);
         }
     }
+    foreground_lines(&mut out, &s.foreground);
+    uncommitted_lines(&mut out, &s.uncommitted);
     out
+}
+
+/// The repository's loops in the foreground (not the daemon's).
+fn foreground_lines(out: &mut String, runs: &[ForegroundRun]) {
+    if runs.is_empty() {
+        return;
+    }
+    outln!(out, "foreground (not the daemon's)");
+    for r in runs {
+        outln!(
+            out,
+            "  run  {:<44} {} {}  iteration {}/{}  {}{}",
+            r.id,
+            painted("running", RUN_STATUS_WIDTH),
+            r.loop_type,
+            r.iteration,
+            r.max_iterations,
+            secs(r.elapsed_ms),
+            r.cost_usd.map(|c| format!("  ${c:.2}")).unwrap_or_default()
+        );
+        let pid = r.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
+        outln!(out, "       {} (in {}{pid})", r.title, r.dir.display());
+    }
+}
+
+/// The plan's files git has not got, and the command that commits them.
+fn uncommitted_lines(out: &mut String, paths: &[String]) {
+    if paths.is_empty() {
+        return;
+    }
+    let shown: Vec<&str> = paths.iter().take(4).map(String::as_str).collect();
+    let more = paths.len().saturating_sub(shown.len());
+    outln!(
+        out,
+        "not committed: {}{}",
+        shown.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    );
+    outln!(
+        out,
+        "  hint: `git add .taskdaemon && git commit -m \"taskdaemon: plans\"` keeps them with the repository (a clone or another machine sees the plan)"
+    );
 }
 
 /// The snapshot: from the daemon when one runs, else from the store.
@@ -202,7 +251,10 @@ pub fn run(args: StatusArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     if args.watch {
         return watch(&paths, args.json);
     }
-    let s = snapshot(&paths)?;
+    let mut s = snapshot(&paths)?;
+    let daemon_pid = s.daemon.as_ref().map(|d| d.pid);
+    s.foreground = local::foreground_runs(&paths.project, daemon_pid);
+    s.uncommitted = local::uncommitted_records(&paths.project);
     if args.json {
         print_json(&s)?;
     } else {

@@ -874,3 +874,59 @@ fn init_is_quiet_with_q_and_its_merge_driver_survives_a_move_along_path() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("merge driver: installed"), "{text}");
 }
+
+/// `status` sees a foreground `run` of the repository while it runs (no daemon), and
+/// names the plan's records git has not got.
+#[test]
+fn status_lists_a_foreground_run_while_it_runs_and_the_uncommitted_records() {
+    let env = Env::new();
+    let go = env.root().join("go");
+    let agent = format!("cmd:while [ ! -f {} ]; do sleep 0.05; done", go.display());
+    let mut child = env
+        .cmd()
+        .args([
+            "run",
+            "--agent",
+            &agent,
+            "--max-iterations",
+            "1",
+            "wait for go",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let seen = (0..200).find_map(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        let r = env.run(&["status", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&r.stdout).ok()?;
+        (v["foreground"].as_array()?.len() == 1).then_some(v)
+    });
+    let v = seen.expect("status never listed the foreground run");
+    let run = &v["foreground"][0];
+    assert_eq!(run["title"], "wait for go", "{v}");
+    assert_eq!(run["loop-type"], "ralph", "{v}");
+    assert_eq!(run["iteration"], 1, "{v}");
+    assert_eq!(run["pid"], child.id(), "{v}");
+    let text = env.run(&["status"]).stdout;
+    assert!(
+        text.contains("foreground (not the daemon's)") && text.contains("wait for go"),
+        "{text}"
+    );
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(
+        wait_timeout(&mut child, Duration::from_secs(60)).code(),
+        Some(1)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&env.run(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(v["foreground"], serde_json::json!([]), "it ended: {v}");
+    // A plan made here and not committed: named, with the command that commits it.
+    assert_eq!(env.run(&["plan", "new", "Add OAuth"]).code, 0);
+    let text = env.run(&["status"]).stdout;
+    assert!(
+        text.contains("not committed: .taskdaemon/store/plans.jsonl")
+            && text.contains("git add .taskdaemon && git commit"),
+        "{text}"
+    );
+}
