@@ -34,6 +34,9 @@ pub struct Cli {
     /// Say more: every cause of an error on its own line.
     #[arg(short = 'v', long, global = true)]
     pub verbose: bool,
+    /// Colour: auto (a terminal, no NO_COLOR, not TERM=dumb), always or never.
+    #[arg(long, global = true, value_name = "WHEN", default_value = "auto", value_parser = ["auto", "always", "never"])]
+    pub color: String,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -246,6 +249,7 @@ pub fn main() -> ExitCode {
         Err(e) => return parse_error(e),
     };
     crate::out::set_level(if cli.quiet { -1 } else { i8::from(cli.verbose) });
+    crate::out::set_colour(&cli.color);
     let code = match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {

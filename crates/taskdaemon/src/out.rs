@@ -55,8 +55,19 @@ fn quiet_drops(text: &str) -> bool {
         && !text.contains("error")
 }
 
-/// Whether colour goes to this stream: a terminal, no NO_COLOR, not TERM=dumb
-/// (anstream's rules, also CLICOLOR/CLICOLOR_FORCE).
+/// `--color WHEN`: `always` and `never` decide for every stream; `auto` leaves it to
+/// [`colour_on`]'s rules.
+pub fn set_colour(when: &str) {
+    let choice = match when {
+        "always" => anstream::ColorChoice::Always,
+        "never" => anstream::ColorChoice::Never,
+        _ => return,
+    };
+    anstream::ColorChoice::write_global(choice);
+}
+
+/// Whether colour goes to this stream: `--color`, else a terminal, no NO_COLOR, not
+/// TERM=dumb (anstream's rules, also CLICOLOR/CLICOLOR_FORCE).
 pub fn colour_on(stderr: bool) -> bool {
     let choice = if stderr {
         anstream::AutoStream::choice(&std::io::stderr())
@@ -84,6 +95,19 @@ pub fn status_style(status: &str) -> anstyle::Style {
         "running" | "in-progress" | "rebasing" | "ready" => fg(AnsiColor::Cyan),
         "failed" | "blocked" | "stuck" | "cancelled" => fg(AnsiColor::Red).bold(),
         "paused" | "pending" | "queued" | "draft" => fg(AnsiColor::Yellow),
+        _ => Style::new(),
+    }
+}
+
+/// A run's exit label (`COMPLETE`, `STUCK`, …) as the status of the same meaning.
+pub fn outcome_style(label: &str) -> anstyle::Style {
+    use anstyle::{AnsiColor, Style};
+    match label {
+        "COMPLETE" | "ALL_TASKS_COMPLETE" => status_style("complete"),
+        "DECIDE" | "LIMIT" | "INTERRUPTED" => Style::new().fg_color(Some(AnsiColor::Yellow.into())),
+        "BLOCKED" | "STUCK" | "FAILED" | "AGENT-FAILED" | "VALIDATION-MISSING" => {
+            status_style("failed")
+        }
         _ => Style::new(),
     }
 }

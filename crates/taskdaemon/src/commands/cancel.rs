@@ -19,7 +19,7 @@ use crate::cli::user;
 const STOP_LIMIT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  \
+#[command(after_long_help = "Examples:\n  \
 taskdaemon cancel                 # the spec named in specs/.current-spec\n  \
 taskdaemon cancel specs/login     # that spec's implement loop\n  \
 taskdaemon cancel specs/login --json\n  \

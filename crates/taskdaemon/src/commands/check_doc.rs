@@ -11,7 +11,7 @@ use super::{Ctx, emit, print_json};
 use crate::outln;
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  \
+#[command(after_long_help = "Examples:\n  \
 taskdaemon check-doc plan .taskdaemon/plans/1a2b3c-plan-oauth.md --review-pass 5\n  \
 taskdaemon check-doc specs .taskdaemon/specs/1a2b3c-plan-oauth/\n\n\
 The plan and spec loops run these as their validation; the problems go into the next prompt.")]

@@ -9,7 +9,7 @@ use super::emit;
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  source <(taskdaemon completions bash)\n  taskdaemon completions zsh > ~/.zfunc/_taskdaemon\n  taskdaemon completions fish > ~/.config/fish/completions/taskdaemon.fish"
+    after_long_help = "Examples:\n  source <(taskdaemon completions bash)\n  taskdaemon completions zsh > ~/.zfunc/_taskdaemon\n  taskdaemon completions fish > ~/.config/fish/completions/taskdaemon.fish"
 )]
 pub struct CompletionsArgs {
     /// The shell to write a completion script for.
@@ -19,7 +19,7 @@ pub struct CompletionsArgs {
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  taskdaemon man | man -l -\n  taskdaemon man > /usr/local/share/man/man1/taskdaemon.1"
+    after_long_help = "Examples:\n  taskdaemon man | man -l -\n  taskdaemon man > /usr/local/share/man/man1/taskdaemon.1"
 )]
 pub struct ManArgs {}
 

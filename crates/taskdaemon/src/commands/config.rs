@@ -11,7 +11,7 @@ use crate::outln;
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  taskdaemon config show\n  TASKDAEMON_MAX_ITERATIONS=5 taskdaemon config show --json"
+    after_long_help = "Examples:\n  taskdaemon config show\n  TASKDAEMON_MAX_ITERATIONS=5 taskdaemon config show --json"
 )]
 pub struct ConfigArgs {
     #[command(subcommand)]

@@ -19,7 +19,7 @@ use crate::cli::user;
 use crate::outln;
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  \
+#[command(after_long_help = "Examples:\n  \
 taskdaemon daemon start                 # in the background; returns once it answers\n  \
 taskdaemon daemon start --foreground    # in this terminal (Ctrl-C stops it)\n  \
 taskdaemon daemon status --json\n  \

@@ -13,7 +13,7 @@ use crate::cli::user;
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  taskdaemon delete 4d5e6f\n  taskdaemon delete plan-old-idea --json\n\n\
+    after_long_help = "Examples:\n  taskdaemon delete 4d5e6f\n  taskdaemon delete plan-old-idea --json\n\n\
 A record that others name (as parent or dep) is not deleted: delete those first, or drop the dep with \
 `taskdaemon edit REF --remove-dep ID`. There is no --force cascade."
 )]

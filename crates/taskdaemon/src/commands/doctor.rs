@@ -21,7 +21,7 @@ pub const PROBLEMS_FOUND: i32 = 78;
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  taskdaemon doctor\n  taskdaemon doctor --agent codex --json\n\nExit codes: 0 every check passed, 78 a check failed (each problem is listed)."
+    after_long_help = "Examples:\n  taskdaemon doctor\n  taskdaemon doctor --agent codex --json\n\nExit codes: 0 every check passed, 78 a check failed (each problem is listed)."
 )]
 pub struct DoctorArgs {
     /// Check only this agent (claude, codex, …, cmd:COMMAND, script:FILE) [default: every CLI].

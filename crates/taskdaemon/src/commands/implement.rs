@@ -19,7 +19,7 @@ use crate::cli::user;
 const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  \
+#[command(after_long_help = "Examples:\n  \
 taskdaemon implement specs/login --agent claude\n  \
 taskdaemon implement                      # the spec named in specs/.current-spec\n  \
 taskdaemon implement specs/login --max-task-iterations 3 --json\n  \

@@ -24,7 +24,7 @@ use crate::cli::user;
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  taskdaemon logs                      # the local run of this directory\n  taskdaemon logs 4d5e6f\n  taskdaemon logs spec-oauth-db -f       # or --follow\n  taskdaemon logs 4d5e6f --json | jq -r .text"
+    after_long_help = "Examples:\n  taskdaemon logs                      # the local run of this directory\n  taskdaemon logs 4d5e6f\n  taskdaemon logs spec-oauth-db -f       # or --follow\n  taskdaemon logs 4d5e6f --json | jq -r .text"
 )]
 pub struct LogsArgs {
     /// A run, or a spec or plan (its latest run) [default: the local run of this directory].

@@ -13,7 +13,7 @@ use crate::cli::user;
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  taskdaemon report                 # this directory's last run\n  taskdaemon report --all -o runs.html\n  taskdaemon report plan-oauth      # a daemon plan: its specs and every run"
+    after_long_help = "Examples:\n  taskdaemon report                 # this directory's last run\n  taskdaemon report --all -o runs.html\n  taskdaemon report plan-oauth      # a daemon plan: its specs and every run"
 )]
 pub struct ReportArgs {
     /// A run id of this directory (or its start), or a daemon record: run, spec or plan (id, hex, or part of its name).

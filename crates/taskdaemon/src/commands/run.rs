@@ -18,7 +18,7 @@ use super::util::{
 use crate::cli::user;
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  \
+#[command(after_long_help = "Examples:\n  \
 taskdaemon run \"make the failing tests pass\" --agent claude --validate \"cargo test\"\n  \
 taskdaemon run -f task.md --agent 'cmd:./my-agent.sh' --max-iterations 5\n  \
 taskdaemon run --resume                 # continue the last run here\n\n\
@@ -38,10 +38,10 @@ pub struct RunArgs {
     pub vars: Vec<String>,
     /// Continue the last run in this directory at its next iteration, with its saved settings
     /// (options given now override them).
-    #[arg(long)]
+    #[arg(long, help_heading = "Run")]
     pub resume: bool,
     /// One JSON event per line on stdout.
-    #[arg(long)]
+    #[arg(long, help_heading = "Output")]
     pub json: bool,
 }
 

@@ -14,7 +14,7 @@ use super::{Ctx, print_json};
 use crate::cli::user;
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  \
+#[command(after_long_help = "Examples:\n  \
 taskdaemon snapshot save \"before CTA redesign\"\n  \
 taskdaemon snapshot list\n  \
 taskdaemon snapshot diff task-2-post\n  \

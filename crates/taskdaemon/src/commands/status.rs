@@ -16,7 +16,7 @@ use crate::outln;
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  taskdaemon status\n  taskdaemon status --json | jq '.plans[].specs[] | {id, status}'\n  taskdaemon status --watch\n\n\
+    after_long_help = "Examples:\n  taskdaemon status\n  taskdaemon status --json | jq '.plans[].specs[] | {id, status}'\n  taskdaemon status --watch\n\n\
 `taskdaemon logs REF` shows a run's iteration logs; `taskdaemon show REF` one record in full."
 )]
 pub struct StatusArgs {

@@ -13,7 +13,7 @@ use super::util::worklist::{layers, repo_of, run_worklist, worklist_err};
 use crate::cli::user;
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  \
+#[command(after_long_help = "Examples:\n  \
 taskdaemon stories                       # tasks.json, else prd.json, in the current directory\n  \
 taskdaemon stories prd.json --agent claude\n  \
 taskdaemon stories --skip-review --max-iterations 20\n\n\

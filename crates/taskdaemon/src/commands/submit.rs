@@ -14,7 +14,7 @@ use super::{Ctx, emit, now_ms, print_json, store_err};
 use crate::cli::user;
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  \
+#[command(after_long_help = "Examples:\n  \
 taskdaemon submit plan \"add OAuth login with Google and GitHub\" --agent claude\n  \
 taskdaemon submit plan --file docs/oauth-plan.md          # an existing plan: straight to specs\n  \
 taskdaemon submit spec docs/specs/01-schema.md --plan oauth\n  \

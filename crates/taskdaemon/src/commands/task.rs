@@ -30,7 +30,7 @@ use crate::cli::user;
 #[derive(Debug, Args)]
 #[command(
     args_conflicts_with_subcommands = true,
-    after_help = "Examples:\n  \
+    after_long_help = "Examples:\n  \
 taskdaemon task \"add a mul command\" --agent claude --validate \"cargo test\"\n  \
 taskdaemon task -f request.md --agent 'script:agent.yaml'\n  \
 taskdaemon task parse \"refine the copy and add 2 more drinks\"   # look at the parse only\n\n\

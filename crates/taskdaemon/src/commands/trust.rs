@@ -14,7 +14,7 @@ use crate::cli::user;
 use crate::outln;
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  \
+#[command(after_long_help = "Examples:\n  \
 taskdaemon trust                         # this repository's .taskdaemon/config.yaml and loops/*.yaml, as they are now\n  \
 taskdaemon trust ~/src/app               # another repository's\n  \
 taskdaemon trust --list                  # every trusted file: trusted, changed or missing\n  \
@@ -39,7 +39,7 @@ pub struct TrustArgs {
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  taskdaemon untrust\n  taskdaemon untrust ~/src/app/.taskdaemon/config.yaml"
+    after_long_help = "Examples:\n  taskdaemon untrust\n  taskdaemon untrust ~/src/app/.taskdaemon/config.yaml"
 )]
 pub struct UntrustArgs {
     /// The repository (or its .taskdaemon/config.yaml) whose config to stop trusting [default: this repository's].

@@ -15,7 +15,7 @@ use crate::cli::user;
 use crate::outln;
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  \
+#[command(after_long_help = "Examples:\n  \
 taskdaemon worktree list\n  \
 taskdaemon worktree list --json\n  \
 taskdaemon worktree prune\n  \

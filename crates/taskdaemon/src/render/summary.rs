@@ -41,7 +41,11 @@ Cost:        {cost} · tokens {} in / {} out\n\
 Log:         {}\n\
 Iter logs:   {}\n\
 Report:      `taskdaemon report` writes {}/report.html (timeline, plots, gates, logs)",
-        s.exit_label,
+        crate::out::paint(
+            &s.exit_label,
+            crate::out::outcome_style(&s.exit_label),
+            false
+        ),
         s.exit_code,
         s.detail,
         s.iterations,

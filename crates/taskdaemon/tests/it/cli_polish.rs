@@ -802,7 +802,10 @@ fn cli_rough_edges_of_a_first_hour_are_smoothed() {
     assert!(r.stderr.contains("config.yaml:1"), "{}", r.stderr);
     assert!(r.stderr.contains("write 600s"), "{}", r.stderr);
     std::fs::remove_file(env.repo().join(".taskdaemon/config.yaml")).unwrap();
+    // --color always colours the outcome whatever the stream is.
     let r = env.run(&[
+        "--color",
+        "always",
         "run",
         "--agent",
         "cmd:true",
@@ -811,6 +814,7 @@ fn cli_rough_edges_of_a_first_hour_are_smoothed() {
         "a task",
     ]);
     assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stdout.contains("\u{1b}[33mLIMIT\u{1b}[0m"), "{}", r.stdout);
     let r = env.run(&["logs", "-f"]);
     assert_eq!(
         r.code, 0,
@@ -821,13 +825,33 @@ fn cli_rough_edges_of_a_first_hour_are_smoothed() {
     // No agent on the narrowed PATH: a failing check, doctor's own code.
     let r = env.run(&["doctor"]);
     assert_eq!(r.code, 78, "{}{}", r.stdout, r.stderr);
+    // -h is the short help (options under headings), --help the long one (examples).
+    let (short, long) = (
+        env.run(&["run", "-h"]).stdout,
+        env.run(&["run", "--help"]).stdout,
+    );
+    for heading in [
+        "Agent:",
+        "Evidence:",
+        "Limits:",
+        "Failure policy:",
+        "Sandbox:",
+    ] {
+        assert!(short.contains(heading), "{heading}: {short}");
+    }
+    assert!(
+        short.contains("see more with '--help'") && !short.contains("Examples:"),
+        "{short}"
+    );
+    assert!(long.contains("Examples:"), "{long}");
     // A question keeps its own punctuation.
     let ask = env.script(
         "ask.yaml",
         "iterations:\n  - steps:\n      - say: \"<promise>DECIDE:red or blue?</promise>\"\n",
     );
-    let r = env.run(&["run", "--agent", &ask, "a new task"]);
+    let r = env.run(&["--color", "never", "run", "--agent", &ask, "a new task"]);
     assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(!r.stdout.contains('\u{1b}'), "{}", r.stdout);
     let all = format!("{}{}", r.stdout, r.stderr);
     assert!(
         all.contains("decision needed: red or blue? Answer with") && !all.contains("?."),

@@ -48,7 +48,7 @@ impl ParserFlags {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  \
+#[command(after_long_help = "Examples:\n  \
 taskdaemon task parse \"refine the copy, fix the toggle and add 2 more drinks\"\n  \
 taskdaemon task parse --json -f request.md\n  \
 taskdaemon task parse \"add a mul command\" --task-parser model --parse-agent claude --parse-timeout 30s\n\n\

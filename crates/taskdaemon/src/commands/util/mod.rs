@@ -35,58 +35,98 @@ use crate::render::Renderer;
 #[derive(Debug, Args)]
 pub struct LoopFlags {
     /// claude, codex, gemini, opencode, amp, script:FILE, cmd:COMMAND or api:anthropic|openai:MODEL [default: config, else the first installed CLI].
-    #[arg(long, value_name = "SPEC", env = "TASKDAEMON_AGENT")]
+    #[arg(
+        help_heading = "Agent",
+        long,
+        value_name = "SPEC",
+        env = "TASKDAEMON_AGENT"
+    )]
     pub agent: Option<String>,
     /// How to read the agent's output: text, claude-stream-json, codex-json [default: per agent].
-    #[arg(long, value_name = "FORMAT", env = "TASKDAEMON_AGENT_FORMAT")]
+    #[arg(
+        help_heading = "Agent",
+        long,
+        value_name = "FORMAT",
+        env = "TASKDAEMON_AGENT_FORMAT"
+    )]
     pub agent_format: Option<String>,
     /// Stop (exit 4) after N consecutive iterations without a new commit; 0 disables [default: 3].
-    #[arg(long, value_name = "N", env = "TASKDAEMON_MAX_STUCK")]
+    #[arg(
+        help_heading = "Limits",
+        long,
+        value_name = "N",
+        env = "TASKDAEMON_MAX_STUCK"
+    )]
     pub max_stuck: Option<u32>,
     /// Stall recovery after N consecutive iterations with the same tool calls; a second stall fails the task (exit 5); 0 disables [default: 3].
-    #[arg(long, value_name = "N", env = "TASKDAEMON_MAX_STALL")]
+    #[arg(
+        help_heading = "Limits",
+        long,
+        value_name = "N",
+        env = "TASKDAEMON_MAX_STALL"
+    )]
     pub max_stall: Option<u32>,
     /// Stop an iteration's agent after DUR (90s, 15m, 2h) [default: 30m].
-    #[arg(long, value_name = "DUR", env = "TASKDAEMON_ITERATION_TIMEOUT", value_parser = dur)]
+    #[arg(help_heading = "Limits", long, value_name = "DUR", env = "TASKDAEMON_ITERATION_TIMEOUT", value_parser = dur)]
     pub iteration_timeout: Option<Dur>,
     /// Stop (exit 1) once the run has taken DUR.
-    #[arg(long, value_name = "DUR", env = "TASKDAEMON_MAX_RUNTIME", value_parser = dur)]
+    #[arg(help_heading = "Limits", long, value_name = "DUR", env = "TASKDAEMON_MAX_RUNTIME", value_parser = dur)]
     pub max_runtime: Option<Dur>,
     /// Stop (exit 1) once the agent's reported cost reaches USD.
-    #[arg(long, value_name = "USD", env = "TASKDAEMON_MAX_COST")]
+    #[arg(
+        help_heading = "Limits",
+        long,
+        value_name = "USD",
+        env = "TASKDAEMON_MAX_COST"
+    )]
     pub max_cost: Option<f64>,
     /// Time between TERM and KILL when the agent is stopped [default: 5s].
-    #[arg(long, value_name = "DUR", env = "TASKDAEMON_KILL_GRACE", value_parser = dur)]
+    #[arg(help_heading = "Limits", long, value_name = "DUR", env = "TASKDAEMON_KILL_GRACE", value_parser = dur)]
     pub kill_grace: Option<Dur>,
     /// Cap of one iteration's log (50MB, 512KB, 1GB): past it the first and last part are kept, with a note of what was dropped [default: 50MB].
-    #[arg(long, value_name = "SIZE", env = "TASKDAEMON_MAX_LOG_SIZE")]
+    #[arg(
+        help_heading = "Limits",
+        long,
+        value_name = "SIZE",
+        env = "TASKDAEMON_MAX_LOG_SIZE"
+    )]
     pub max_log_size: Option<String>,
     /// At the agent's usage limit: wait for the reset, then retry the same iteration; or stop (exit 1) [default: wait].
-    #[arg(long, value_name = "ACTION", env = "TASKDAEMON_ON_USAGE_LIMIT", value_parser = ["wait", "stop"])]
+    #[arg(help_heading = "Failure policy", long, value_name = "ACTION", env = "TASKDAEMON_ON_USAGE_LIMIT", value_parser = ["wait", "stop"])]
     pub on_usage_limit: Option<String>,
     /// Stop instead of waiting when the usage limit resets later than DUR [default: 12h].
-    #[arg(long, value_name = "DUR", env = "TASKDAEMON_MAX_WAIT", value_parser = dur)]
+    #[arg(help_heading = "Failure policy", long, value_name = "DUR", env = "TASKDAEMON_MAX_WAIT", value_parser = dur)]
     pub max_wait: Option<Dur>,
     /// First wait after a rate limit, overload or unreachable API; doubled each time [default: 30s].
-    #[arg(long, value_name = "DUR", env = "TASKDAEMON_RETRY_BACKOFF", value_parser = dur)]
+    #[arg(help_heading = "Failure policy", long, value_name = "DUR", env = "TASKDAEMON_RETRY_BACKOFF", value_parser = dur)]
     pub retry_backoff: Option<Dur>,
     /// Such failures in a row before the run stops (exit 1) [default: 5].
-    #[arg(long, value_name = "N", env = "TASKDAEMON_MAX_RETRIES")]
+    #[arg(
+        help_heading = "Failure policy",
+        long,
+        value_name = "N",
+        env = "TASKDAEMON_MAX_RETRIES"
+    )]
     pub max_retries: Option<u32>,
     /// Say so when the agent prints nothing for DUR; 0s: never [default: 5m].
-    #[arg(long, value_name = "DUR", env = "TASKDAEMON_QUIET_WARNING", value_parser = dur)]
+    #[arg(help_heading = "Failure policy", long, value_name = "DUR", env = "TASKDAEMON_QUIET_WARNING", value_parser = dur)]
     pub quiet_warning: Option<Dur>,
     /// Stop an agent that only retries, making no progress, after DUR; 0s: never [default: 10m].
-    #[arg(long, value_name = "DUR", env = "TASKDAEMON_NO_PROGRESS_TIMEOUT", value_parser = dur)]
+    #[arg(help_heading = "Failure policy", long, value_name = "DUR", env = "TASKDAEMON_NO_PROGRESS_TIMEOUT", value_parser = dur)]
     pub no_progress_timeout: Option<Dur>,
     /// Pause when the agent reports PCT % of a usage window used (Claude with a subscription), until it resets.
-    #[arg(long, value_name = "PCT", env = "TASKDAEMON_PAUSE_AT_USAGE")]
+    #[arg(
+        help_heading = "Failure policy",
+        long,
+        value_name = "PCT",
+        env = "TASKDAEMON_PAUSE_AT_USAGE"
+    )]
     pub pause_at_usage: Option<u8>,
     /// Confine the agent and the validation command: none, bwrap, docker, podman (docs/sandbox.md) [default: none].
-    #[arg(long, value_name = "KIND", env = "TASKDAEMON_SANDBOX", value_parser = sandbox_kind)]
+    #[arg(help_heading = "Sandbox", long, value_name = "KIND", env = "TASKDAEMON_SANDBOX", value_parser = sandbox_kind)]
     pub sandbox: Option<SandboxKind>,
     /// Turn off the evidence protection for this run: a changed validation script, deleted or skipped tests and fewer tests run are warnings (in the output, the log and the report), not rejections.
-    #[arg(long, env = "TASKDAEMON_ALLOW_TEST_CHANGES")]
+    #[arg(help_heading = "Evidence", long, env = "TASKDAEMON_ALLOW_TEST_CHANGES")]
     pub allow_test_changes: bool,
 }
 
@@ -94,19 +134,44 @@ pub struct LoopFlags {
 #[derive(Debug, Args)]
 pub struct RunFlags {
     /// Loop type (see `taskdaemon loops`) [default: ralph].
-    #[arg(long = "loop", value_name = "TYPE", env = "TASKDAEMON_LOOP")]
+    #[arg(
+        help_heading = "Agent",
+        long = "loop",
+        value_name = "TYPE",
+        env = "TASKDAEMON_LOOP"
+    )]
     pub loop_type: Option<String>,
     /// Validation command (sh -c) run after every iteration; its exit code decides completion.
-    #[arg(long, value_name = "CMD", env = "TASKDAEMON_VALIDATE")]
+    #[arg(
+        help_heading = "Evidence",
+        long,
+        value_name = "CMD",
+        env = "TASKDAEMON_VALIDATE"
+    )]
     pub validate: Option<String>,
     /// The validation exit code that means done [default: 0].
-    #[arg(long, value_name = "N", env = "TASKDAEMON_SUCCESS_EXIT_CODE")]
+    #[arg(
+        help_heading = "Evidence",
+        long,
+        value_name = "N",
+        env = "TASKDAEMON_SUCCESS_EXIT_CODE"
+    )]
     pub success_exit_code: Option<i32>,
     /// Stop (exit 1) after N iterations [default: from the loop type, 20 for ralph].
-    #[arg(long, value_name = "N", env = "TASKDAEMON_MAX_ITERATIONS")]
+    #[arg(
+        help_heading = "Limits",
+        long,
+        value_name = "N",
+        env = "TASKDAEMON_MAX_ITERATIONS"
+    )]
     pub max_iterations: Option<u32>,
     /// Also require <promise>TEXT</promise> for completion (the agent says it; validation must pass too).
-    #[arg(long, value_name = "TEXT", env = "TASKDAEMON_COMPLETION_PROMISE")]
+    #[arg(
+        help_heading = "Evidence",
+        long,
+        value_name = "TEXT",
+        env = "TASKDAEMON_COMPLETION_PROMISE"
+    )]
     pub completion_promise: Option<String>,
     #[command(flatten)]
     pub common: LoopFlags,
