@@ -244,6 +244,18 @@ fn man_page_is_roff_with_every_visible_subcommand() {
         !r.stdout.contains("__merge-store"),
         "hidden commands stay out"
     );
+    // The synopses name each option's value.
+    assert!(
+        r.stdout
+            .contains("[\\fB\\-C\\fR|\\fB\\-\\-dir\\fR \\fIDIR\\fR]"),
+        "{:.600}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains("[\\fB\\-\\-max\\-iterations\\fR \\fIN\\fR]"),
+        "the run's synopsis"
+    );
 }
 
 #[test]
@@ -814,7 +826,11 @@ fn cli_rough_edges_of_a_first_hour_are_smoothed() {
         "a task",
     ]);
     assert_eq!(r.code, 1, "{}", r.stderr);
-    assert!(r.stdout.contains("\u{1b}[33mLIMIT\u{1b}[0m"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("\u{1b}[33mLIMIT\u{1b}[0m"),
+        "{}",
+        r.stdout
+    );
     let r = env.run(&["logs", "-f"]);
     assert_eq!(
         r.code, 0,
