@@ -9,6 +9,7 @@ mod parse;
 pub mod preflight;
 mod presets;
 pub(crate) mod proctree;
+pub mod readable;
 mod runner;
 pub mod script;
 mod spec;

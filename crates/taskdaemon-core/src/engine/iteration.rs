@@ -142,7 +142,7 @@ fn open_log(it: &Iter<'_>, m: &Member, started_at: &str) -> Result<IterationLog,
     let mut log = IterationLog::create(&m.log, it.cfg.max_log_bytes)
         .map_err(io_err(format!("creating {}", m.log.display())))?;
     log.note(&format!(
-        "run {} iteration {}/{} started {started_at}; {}agent {}; prompt {} ({} bytes)",
+        "run {} iteration {}/{} started {started_at}; {}agent {}{}{}; prompt {} ({} bytes)",
         it.st.run_id,
         it.n,
         it.cfg.max_iterations,
@@ -151,6 +151,8 @@ fn open_log(it: &Iter<'_>, m: &Member, started_at: &str) -> Result<IterationLog,
             .map(|l| format!("{} {l}; ", m.mode))
             .unwrap_or_default(),
         it.cfg.agent.label(),
+        crate::agent::readable::FORMAT_MARK,
+        it.cfg.agent_format.name(),
         m.prompt_file.display(),
         m.prompt.len()
     ));

@@ -221,10 +221,13 @@ fn iteration(row: &Row, logs: Option<&Path>) -> Iteration {
     let get = |k: &str| row.get(k).cloned().unwrap_or_default();
     let read = |suffix: &str| {
         let dir = logs?;
-        let bytes = std::fs::read(dir.join(format!("iteration-{n:03}.{suffix}"))).ok()?;
-        Some(Excerpt::new(&bytes, EXCERPT_CAP))
+        std::fs::read(dir.join(format!("iteration-{n:03}.{suffix}"))).ok()
     };
-    let log = read("log");
+    // The log as the agent's words and one line per tool call, as everywhere else.
+    let log = read("log").map(|bytes| {
+        let text = crate::agent::readable::readable_log(&String::from_utf8_lossy(&bytes));
+        Excerpt::new(text.as_bytes(), EXCERPT_CAP)
+    });
     let notes = log
         .as_ref()
         .map(|l| {
@@ -253,7 +256,7 @@ fn iteration(row: &Row, logs: Option<&Path>) -> Iteration {
         waited_s: num(row, "waited_seconds"),
         timestamp: get("timestamp"),
         notes,
-        prompt: read("prompt.md"),
+        prompt: read("prompt.md").map(|b| Excerpt::new(&b, EXCERPT_CAP)),
         log,
     }
 }

@@ -160,3 +160,15 @@ fn a_kept_copy_without_run_json_takes_outcome_and_loop_from_the_record() {
         "a running record has no outcome yet"
     );
 }
+
+#[test]
+fn an_iteration_log_of_a_json_stream_reads_as_words_and_tool_lines() {
+    let log = "[taskdaemon] run r1 iteration 2/5 started t; agent claude; output claude-stream-json; prompt p (1 bytes)\n\
+{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"tool_use\",\"name\":\"Write\",\"input\":{\"file_path\":\"calc.sh\"}}]}}\n\
+{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"text\",\"text\":\"wrote it\"}]}}\n";
+    let d = ralph_with(log);
+    let run = load(&d);
+    let text = &run.iterations[1].log.as_ref().unwrap().text;
+    assert!(text.contains("→ Write: calc.sh\nwrote it\n"), "{text}");
+    assert!(!text.contains("\"type\""), "{text}");
+}

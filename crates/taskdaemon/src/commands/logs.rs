@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
+use taskdaemon_core::agent::readable::{LogReader, readable_log};
 use taskdaemon_core::daemon::ipc;
 use taskdaemon_core::daemon::{DaemonEvent, DaemonPaths};
 use taskdaemon_core::engine::RunState;
@@ -35,6 +36,9 @@ pub struct LogsArgs {
     /// One JSON object per piece of a log: `{"run", "file", "text"}`, then `{"run", "status"}`.
     #[arg(long)]
     pub json: bool,
+    /// The logs as written: the agents' JSON streams unchanged (else their words, one line per tool call).
+    #[arg(long)]
+    pub raw: bool,
 }
 
 fn latest_run(records: &Records, rec: AnyRecord) -> anyhow::Result<LoopRun> {
@@ -95,29 +99,53 @@ fn iteration_files(dir: &Path) -> Vec<PathBuf> {
 struct Printer {
     run: String,
     json: bool,
+    /// The logs as written, not read through [`LogReader`].
+    raw: bool,
     shown: BTreeMap<PathBuf, u64>,
+    readers: BTreeMap<PathBuf, LogReader>,
 }
 
 impl Printer {
-    fn new(run: &str, json: bool) -> Printer {
+    fn new(run: &str, args: &LogsArgs) -> Printer {
         Printer {
             run: run.to_string(),
-            json,
+            json: args.json,
+            raw: args.raw,
             shown: BTreeMap::new(),
+            readers: BTreeMap::new(),
         }
     }
 
-    /// Print what the files of `dir` gained since the last look.
+    /// Print what the files of `dir` gained since the last look: read, whole lines only
+    /// (the rest waits for its end of line), unless raw.
     fn catch_up(&mut self, dir: &Path) -> anyhow::Result<()> {
         for f in iteration_files(dir) {
             let Ok(bytes) = std::fs::read(&f) else {
                 continue;
             };
             let from = self.shown.get(&f).copied().unwrap_or(0) as usize;
-            if bytes.len() <= from {
+            let upto = if self.raw {
+                bytes.len()
+            } else {
+                bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1)
+            };
+            if upto <= from {
                 continue;
             }
-            let text = String::from_utf8_lossy(&bytes[from..]);
+            let piece = String::from_utf8_lossy(&bytes[from..upto]);
+            let text = if self.raw {
+                piece.into_owned()
+            } else {
+                let reader = self.readers.entry(f.clone()).or_default();
+                let mut out = String::new();
+                for line in piece.lines() {
+                    for l in reader.line(line) {
+                        out.push_str(&l);
+                        out.push('\n');
+                    }
+                }
+                out
+            };
             if self.json {
                 print_json(&serde_json::json!({"run": self.run, "file": f, "text": text}))?;
             } else {
@@ -126,7 +154,7 @@ impl Printer {
                 }
                 emit(&text)?;
             }
-            self.shown.insert(f.clone(), bytes.len() as u64);
+            self.shown.insert(f.clone(), upto as u64);
         }
         Ok(())
     }
@@ -176,6 +204,7 @@ fn queue_logs(records: &mut Records, mut run: LoopRun, args: &LogsArgs) -> anyho
             if n <= shown {
                 continue;
             }
+            let text = if args.raw { text } else { readable_log(&text) };
             if args.json {
                 print_json(&serde_json::json!({"run": run.id, "iteration": n, "text": text}))?;
             } else {
@@ -215,7 +244,7 @@ fn daemon_run(
 ) -> anyhow::Result<i32> {
     let reference = rec.id().to_string();
     let mut run = latest_run(&records, rec)?;
-    let mut p = Printer::new(&run.id, args.json);
+    let mut p = Printer::new(&run.id, args);
     let dir = |run: &LoopRun| {
         log_dirs(paths, run)
             .into_iter()
@@ -301,7 +330,7 @@ fn daemon_run(
                     p.catch_up(&d)?;
                 }
                 emit(&format!("-- next: run {} --\n", newer.id))?;
-                p = Printer::new(&newer.id, args.json);
+                p = Printer::new(&newer.id, args);
             }
             run = newer;
         }
@@ -358,7 +387,7 @@ fn local(ctx: &Ctx, reference: Option<&str>, args: &LogsArgs) -> anyhow::Result<
             dir.display()
         )));
     };
-    let mut p = Printer::new(&id, args.json);
+    let mut p = Printer::new(&id, args);
     loop {
         // Read whether it still runs first: what it wrote before ending is then read below.
         let running = args.follow && ws.is_locked();

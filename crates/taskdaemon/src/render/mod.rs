@@ -187,14 +187,10 @@ impl Renderer {
                     }
                     Activity::ToolCall { name, detail } => {
                         self.status.last = format!("{name} {detail}").chars().take(60).collect();
-                        self.out(&format!(
-                            "{tag}  → {name}{}",
-                            if detail.is_empty() {
-                                String::new()
-                            } else {
-                                format!(": {detail}")
-                            }
-                        ));
+                        let line = taskdaemon_core::agent::readable::activity_text(
+                            &Activity::ToolCall { name, detail },
+                        );
+                        self.out(&format!("{tag}  {line}"));
                     }
                     Activity::Other { text } => self.out(&format!("{tag}{text}")),
                 }

@@ -1,7 +1,9 @@
 //! The selected run's iteration log, followed as it grows.
 
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{BufRead, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+
+use taskdaemon_core::agent::readable::LogReader;
 
 /// Lines kept in memory; older ones scroll out.
 const KEEP: usize = 5000;
@@ -19,6 +21,8 @@ pub struct LogPane {
     pub search: Option<String>,
     /// Lines pushed by the daemon, shown instead of the file while the file lags.
     pub live: Option<Vec<String>>,
+    /// The log read as everywhere else: the agent's words, one line per tool call.
+    reader: LogReader,
 }
 
 impl LogPane {
@@ -47,11 +51,20 @@ impl LogPane {
             self.offset = 0;
             self.lines.clear();
             self.partial.clear();
+            self.reader = LogReader::new();
         }
         if len == self.offset {
             return;
         }
         let start = self.offset.max(len.saturating_sub(CHUNK));
+        if self.offset == 0 && start > 0 {
+            // Only the tail is read: its header names the agent's output format.
+            let mut first = String::new();
+            let _ = std::io::BufReader::new(&mut f)
+                .take(4096)
+                .read_line(&mut first);
+            let _ = self.reader.line(first.trim_end());
+        }
         if f.seek(SeekFrom::Start(start)).is_err() {
             return;
         }
@@ -66,11 +79,12 @@ impl LogPane {
         if let Some(last) = parts.pop() {
             self.partial = last.to_string();
         }
-        self.lines.extend(
-            parts
-                .iter()
-                .map(|l| l.replace('\t', "    ").trim_end_matches('\r').to_string()),
-        );
+        for part in parts {
+            let line = part.trim_end_matches('\r');
+            for l in self.reader.line(line) {
+                self.lines.push(l.replace('\t', "    "));
+            }
+        }
         if self.lines.len() > KEEP {
             let cut = self.lines.len() - KEEP;
             self.lines.drain(..cut);

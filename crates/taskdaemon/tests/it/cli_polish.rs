@@ -970,3 +970,55 @@ fn status_lists_a_foreground_run_while_it_runs_and_the_uncommitted_records() {
         "{text}"
     );
 }
+
+/// `logs` of a recorded Claude, Codex, Gemini and opencode run reads as the agent's words
+/// and one line per tool call; `--raw` prints the log as written.
+#[test]
+fn logs_of_each_clis_recorded_run_read_as_words_and_tool_lines() {
+    let fixtures = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../taskdaemon-core/tests/fixtures/"
+    );
+    let cases = [
+        ("claude-stream-json", "claude-stream-json/2-complete.jsonl"),
+        ("codex-json", "codex-exec-json/2-complete.jsonl"),
+        (
+            "gemini-stream-json",
+            "agent-failures/gemini/success-tool-call/stdout.jsonl",
+        ),
+        (
+            "opencode-json",
+            "agent-failures/opencode/success-tool-call/stdout.jsonl",
+        ),
+    ];
+    for (format, file) in cases {
+        let env = Env::new();
+        let recorded = format!("{fixtures}{file}");
+        let agent = format!("cmd:cat {recorded}");
+        let r = env.run(&[
+            "run",
+            "--agent",
+            &agent,
+            "--agent-format",
+            format,
+            "--max-iterations",
+            "1",
+            "replay",
+        ]);
+        assert!(r.code <= 1, "{format}: {}", r.stderr);
+        let shown = env.run(&["logs"]).stdout;
+        assert!(!shown.contains("{\""), "{format}: JSON in `logs`:\n{shown}");
+        assert!(
+            shown.lines().any(|l| l.starts_with("→ ")),
+            "{format}: no tool line:\n{shown}"
+        );
+        assert!(shown.contains("[taskdaemon] agent exited"), "{shown}");
+        let raw = env.run(&["logs", "--raw"]).stdout;
+        let first = std::fs::read_to_string(&recorded).unwrap();
+        let first = first.lines().next().unwrap();
+        assert!(
+            raw.contains(first),
+            "{format}: --raw keeps the JSON:\n{raw}"
+        );
+    }
+}
