@@ -34,13 +34,41 @@ fn refused(path: &Path, why: &str) -> io::Error {
 fn refused_with(path: &Path, why: &str, hint: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::PermissionDenied,
-        format!("refusing to use {}: {why}\n  hint: {hint}", path.display()),
+        Refused {
+            path: path.to_path_buf(),
+            why: why.to_string(),
+            hint: hint.to_string(),
+        },
     )
+}
+
+/// A path the harness refuses to follow (a symbolic link, or directories that resolve out
+/// of the work tree): the repository's to fix, not the harness failing (exit 64). Carried
+/// inside the `io::Error` the functions here return ([`is_refused_link`], [`refusal_in`]).
+#[derive(Debug, thiserror::Error)]
+#[error("refusing to use {}: {why}\n  hint: {hint}", path.display())]
+pub struct Refused {
+    pub path: PathBuf,
+    pub why: String,
+    pub hint: String,
 }
 
 /// Whether `err` is a refusal of [`confine`] or `O_NOFOLLOW` (for callers that report it).
 pub fn is_refused_link(err: &io::Error) -> bool {
-    err.kind() == io::ErrorKind::PermissionDenied && err.to_string().starts_with("refusing to use")
+    err.get_ref().is_some_and(|e| e.is::<Refused>())
+}
+
+/// Whether a refusal ([`Refused`]) is `err` or one of its causes: an error that wraps the
+/// `io::Error` of a refused path, however deep.
+pub fn refusal_in(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if e.is::<Refused>() || e.downcast_ref::<io::Error>().is_some_and(is_refused_link) {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
 }
 
 /// The work tree `path` lies in: the nearest ancestor that holds a `.git` and is not
@@ -660,6 +688,24 @@ mod tests {
         assert!(is_refused_link(
             &append_record(&inner, b"y", false).unwrap_err()
         ));
+    }
+
+    #[test]
+    fn a_refusal_is_found_under_the_errors_that_wrap_it_and_nothing_else_is() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("writing: {source}")]
+        struct Outer {
+            source: io::Error,
+        }
+        let (_d, repo, outside) = tree();
+        fs::create_dir_all(repo.join(".ralph")).unwrap();
+        std::os::unix::fs::symlink(outside.join("f"), repo.join(".ralph/run.json")).unwrap();
+        let e = write_atomic(&repo.join(".ralph/run.json"), b"x").unwrap_err();
+        assert!(e.to_string().contains("\n  hint: "), "{e}");
+        assert!(refusal_in(&Outer { source: e }));
+        let denied = io::Error::new(io::ErrorKind::PermissionDenied, "refusing to use x");
+        assert!(!is_refused_link(&denied), "a message alike is no refusal");
+        assert!(!refusal_in(&Outer { source: denied }));
     }
 
     #[test]

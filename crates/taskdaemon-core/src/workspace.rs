@@ -27,7 +27,8 @@ pub struct Workspace {
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
-    #[error("{path}: {source}")]
+    /// A refused link says its path already (`refusing to use PATH: …`).
+    #[error("{}", if crate::fsutil::is_refused_link(.source) { source.to_string() } else { format!("{}: {source}", path.display()) })]
     Io {
         path: PathBuf,
         source: std::io::Error,

@@ -22,6 +22,7 @@ mod reports;
 pub mod shared_queue;
 pub mod status;
 pub mod submit;
+mod subscriber;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -562,7 +563,7 @@ async fn serve(listener: UnixListener, tx: Requests, events: Publisher) {
                     // Subscribed before the snapshot is taken: nothing falls in between.
                     let rx = events.subscribe();
                     drop(events);
-                    return stream_events(w, rx, &tx).await;
+                    return subscriber::stream_events(reader, w, rx, &tx).await;
                 }
                 Ok(req) => ask(&tx, req).await,
                 Err(e) => Response::err(format!("bad request: {e}")),
@@ -589,51 +590,6 @@ async fn write_line(
     let mut out = serde_json::to_string(v).map_err(std::io::Error::other)?;
     out.push('\n');
     w.write_all(out.as_bytes()).await
-}
-
-/// A subscriber: a snapshot, then every event until the daemon stops or the client goes.
-/// One that falls behind gets `lagged` and a fresh snapshot; the daemon never waits for it.
-async fn stream_events(
-    mut w: tokio::net::unix::OwnedWriteHalf,
-    mut rx: broadcast::Receiver<DaemonEvent>,
-    tx: &Requests,
-) {
-    let snapshot = async |w: &mut tokio::net::unix::OwnedWriteHalf| -> std::io::Result<()> {
-        let resp = ask(tx, Request::Snapshot).await;
-        if !resp.ok {
-            return write_line(w, &resp).await;
-        }
-        match serde_json::from_value::<status::StatusSnapshot>(resp.data) {
-            Ok(s) => write_line(w, &DaemonEvent::Snapshot(s)).await,
-            Err(e) => write_line(w, &Response::err(format!("snapshot: {e}"))).await,
-        }
-    };
-    if snapshot(&mut w).await.is_err() {
-        return;
-    }
-    loop {
-        let written = match rx.recv().await {
-            Ok(e) => {
-                let last = matches!(e, DaemonEvent::DaemonStopped { .. });
-                let r = write_line(&mut w, &e).await;
-                if last {
-                    let _ = w.shutdown().await;
-                    return;
-                }
-                r
-            }
-            Err(broadcast::error::RecvError::Lagged(missed)) => {
-                match write_line(&mut w, &DaemonEvent::Lagged { missed }).await {
-                    Ok(()) => snapshot(&mut w).await,
-                    Err(e) => Err(e),
-                }
-            }
-            Err(broadcast::error::RecvError::Closed) => return,
-        };
-        if written.is_err() {
-            return;
-        }
-    }
 }
 
 impl Dispatcher {

@@ -77,7 +77,8 @@ pub enum EngineError {
 }
 
 impl EngineError {
-    /// Whether the person can fix it (bad input or state): exit 64.
+    /// Whether the person can fix it (bad input or state, a link in the repository that
+    /// the harness refuses to follow out of it): exit 64.
     pub fn is_user_fault(&self) -> bool {
         matches!(
             self,
@@ -85,7 +86,7 @@ impl EngineError {
                 user_fault: true,
                 ..
             }
-        )
+        ) || crate::fsutil::refusal_in(self)
     }
 }
 

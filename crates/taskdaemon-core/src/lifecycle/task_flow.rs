@@ -156,7 +156,8 @@ impl TaskFlowError {
             // A link in the repository that would lead the move out of it: the repository's
             // to fix (the message says how).
             TaskFlowError::SetAsideLogs { source, .. } => crate::fsutil::is_refused_link(source),
-            TaskFlowError::Engine(_) | TaskFlowError::TakeOver { .. } => false,
+            TaskFlowError::Engine(e) => e.is_user_fault(),
+            TaskFlowError::TakeOver { source, .. } => crate::fsutil::is_refused_link(source),
             _ => true,
         }
     }

@@ -8,13 +8,13 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{Log, Notice, SinkConfig, Target};
+use super::{Log, Notice, Pending, SinkConfig, Target};
 use crate::agent::{ProcessSpec, Stream, run_process};
 
 /// The first wait before a retry; doubled after each failed attempt.
 const BACKOFF: Duration = Duration::from_millis(500);
-/// Time between TERM and KILL for a hook that overruns its timeout.
-const GRACE: Duration = Duration::from_secs(2);
+/// Time between TERM and KILL for a hook that overruns its timeout (or is stopped).
+pub(super) const GRACE: Duration = Duration::from_secs(2);
 
 pub(super) struct Deliverer {
     config: SinkConfig,
@@ -23,10 +23,25 @@ pub(super) struct Deliverer {
     http: Option<reqwest::Client>,
     /// Whether the current run of failures was reported.
     failing: bool,
+    /// The notifier's stop: a request in flight or a retry's wait ends, a hook is ended.
+    stop: CancellationToken,
+}
+
+/// How one notice's delivery ended.
+enum Delivery {
+    /// Delivered, or given up after its retries (logged): done with.
+    Done,
+    /// The notifier stopped first: still pending (the stop's log line names it).
+    Stopped,
 }
 
 impl Deliverer {
-    pub(super) fn new(config: SinkConfig, cwd: PathBuf, log: Log) -> Deliverer {
+    pub(super) fn new(
+        config: SinkConfig,
+        cwd: PathBuf,
+        log: Log,
+        stop: CancellationToken,
+    ) -> Deliverer {
         let http = match &config.target {
             // No redirects: a notice goes to the address configured, nowhere else (a
             // receiver that answers 3xx is a failed delivery, said in the log).
@@ -44,39 +59,66 @@ impl Deliverer {
             log,
             http,
             failing: false,
+            stop,
         }
     }
 
-    pub(super) async fn run(mut self, mut rx: mpsc::Receiver<Arc<Notice>>) {
+    /// Deliver what comes, a notice at a time, until the queue closes or the notifier
+    /// stops; each notice done with is taken off `pending`.
+    pub(super) async fn run(mut self, mut rx: mpsc::Receiver<Arc<Notice>>, pending: Pending) {
+        let done = || {
+            pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop_front();
+        };
         if self.config.target == Target::Desktop
             && crate::agent::find_on_path("notify-send").is_none()
         {
             (self.log)(
                 "notify: desktop notifications are off: `notify-send` is not installed (Debian/Ubuntu: libnotify-bin)".into(),
             );
-            while rx.recv().await.is_some() {}
+            while rx.recv().await.is_some() {
+                done();
+            }
             return;
         }
-        while let Some(n) = rx.recv().await {
-            self.deliver(&n).await;
+        loop {
+            let next = tokio::select! {
+                biased;
+                () = self.stop.cancelled() => None,
+                n = rx.recv() => n,
+            };
+            let Some(n) = next else { return };
+            match self.deliver(&n).await {
+                Delivery::Done => done(),
+                Delivery::Stopped => return,
+            }
         }
     }
 
-    async fn deliver(&mut self, n: &Notice) {
+    async fn deliver(&mut self, n: &Notice) -> Delivery {
         let mut wait = BACKOFF;
         let mut last = String::new();
         for attempt in 0..=self.config.retries() {
             if attempt > 0 {
-                tokio::time::sleep(wait).await;
+                tokio::select! {
+                    () = self.stop.cancelled() => return Delivery::Stopped,
+                    () = tokio::time::sleep(wait) => {}
+                }
                 wait *= 2;
             }
-            match tokio::time::timeout(self.config.timeout(), self.attempt(n)).await {
+            let tried = tokio::time::timeout(self.config.timeout(), self.attempt(n)).await;
+            if self.stop.is_cancelled() {
+                return Delivery::Stopped;
+            }
+            match tried {
                 Ok(Ok(())) => {
                     if self.failing {
                         self.failing = false;
                         (self.log)(format!("notify: {} delivers again", self.config.describe()));
                     }
-                    return;
+                    return Delivery::Done;
                 }
                 Ok(Err(e)) => last = e,
                 Err(_) => {
@@ -96,6 +138,7 @@ impl Deliverer {
                 n.kind
             ));
         }
+        Delivery::Done
     }
 
     async fn attempt(&self, n: &Notice) -> Result<(), String> {
@@ -110,12 +153,11 @@ impl Deliverer {
         let Some(http) = &self.http else {
             return Err("no HTTP client (TLS setup failed)".into());
         };
-        let resp = http
-            .post(url)
-            .json(&n.body())
-            .send()
-            .await
-            .map_err(|e| describe_http_error(&e))?;
+        let sent = tokio::select! {
+            () = self.stop.cancelled() => return Err("stopped".into()),
+            r = http.post(url).json(&n.body()).send() => r,
+        };
+        let resp = sent.map_err(|e| describe_http_error(&e))?;
         let status = resp.status();
         if status.is_success() {
             Ok(())
@@ -174,7 +216,7 @@ impl Deliverer {
     /// the error.
     async fn spawn(&self, spec: &ProcessSpec) -> Result<(), String> {
         let mut last_err = String::new();
-        let r = run_process(spec, &CancellationToken::new(), |s, line| {
+        let r = run_process(spec, &self.stop, |s, line| {
             if s == Stream::Stderr {
                 last_err = String::from_utf8_lossy(line).trim().to_string();
             }

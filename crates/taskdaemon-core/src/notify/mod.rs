@@ -139,6 +139,14 @@ impl Notice {
         }
     }
 
+    /// Its kind and run (`blocked of run 2026…`), for a log line about it.
+    pub fn describe(&self) -> String {
+        if self.run.is_empty() {
+            return self.kind.to_string();
+        }
+        format!("{} of run {}", self.kind, self.run)
+    }
+
     /// One line for a terminal or a desktop notification's summary.
     pub fn summary(&self) -> String {
         let repo = Path::new(&self.repository)
@@ -257,13 +265,21 @@ struct Sink {
     config: SinkConfig,
     tx: mpsc::Sender<Arc<Notice>>,
     full_reported: AtomicBool,
+    pending: Pending,
 }
+
+/// What a sink was handed and has not finished with (delivered or given up), oldest
+/// first: what a stop drops, named in its log line.
+pub(crate) type Pending = Arc<std::sync::Mutex<std::collections::VecDeque<String>>>;
 
 /// The running sinks. Cheap to share behind an `Arc`.
 pub struct Notifier {
     sinks: Vec<Sink>,
     tasks: Vec<JoinHandle<()>>,
     log: Log,
+    /// Ends every delivery at once (a request in flight, a retry's wait; a hook gets its
+    /// TERM): [`Notifier::finish`] once its time is up.
+    stop: tokio_util::sync::CancellationToken,
 }
 
 impl Notifier {
@@ -272,17 +288,26 @@ impl Notifier {
     pub fn start(configs: &[SinkConfig], cwd: &Path, log: Log) -> Notifier {
         let mut sinks = Vec::new();
         let mut tasks = Vec::new();
+        let stop = tokio_util::sync::CancellationToken::new();
         for c in configs {
             let (tx, rx) = mpsc::channel(QUEUE);
-            let d = deliver::Deliverer::new(c.clone(), cwd.to_path_buf(), log.clone());
-            tasks.push(tokio::spawn(d.run(rx)));
+            let pending = Pending::default();
+            let d =
+                deliver::Deliverer::new(c.clone(), cwd.to_path_buf(), log.clone(), stop.clone());
+            tasks.push(tokio::spawn(d.run(rx, pending.clone())));
             sinks.push(Sink {
                 config: c.clone(),
                 tx,
                 full_reported: AtomicBool::new(false),
+                pending,
             });
         }
-        Notifier { sinks, tasks, log }
+        Notifier {
+            sinks,
+            tasks,
+            log,
+            stop,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -297,11 +322,17 @@ impl Notifier {
             if !s.config.wants(n.kind) {
                 continue;
             }
-            if s.tx.try_send(n.clone()).is_err() && !s.full_reported.swap(true, Ordering::Relaxed) {
-                (self.log)(format!(
-                    "notify: {} is not keeping up ({QUEUE} notices queued); newer ones are dropped",
-                    s.config.describe()
-                ));
+            // Listed before it is queued: the delivery task takes it off when done.
+            let mut pending = s.pending.lock().unwrap_or_else(|p| p.into_inner());
+            pending.push_back(n.describe());
+            if s.tx.try_send(n.clone()).is_err() {
+                pending.pop_back();
+                if !s.full_reported.swap(true, Ordering::Relaxed) {
+                    (self.log)(format!(
+                        "notify: {} is not keeping up ({QUEUE} notices queued); newer ones are dropped",
+                        s.config.describe()
+                    ));
+                }
             }
         }
     }
@@ -310,17 +341,57 @@ impl Notifier {
     /// receiver that hangs delays the exit no longer than this).
     pub const EXIT_FLUSH: Duration = Duration::from_secs(3);
 
-    /// Stop taking notices and give the queued ones up to `within` to go out.
+    /// After [`Notifier::EXIT_FLUSH`] (or a daemon's flush), how long the deliveries have to
+    /// end once stopped: a request in flight ends at once, a hook's process group gets TERM
+    /// and KILL after its grace (`deliver::GRACE`); then what is left is aborted.
+    const STOP_GRACE: Duration = Duration::from_millis(2500);
+
+    /// Stop taking notices and give the queued ones up to `within` to go out; then end the
+    /// deliveries (bounded by [`Self::STOP_GRACE`]) and log, per sink, the notices dropped.
     pub async fn finish(self, within: Duration) {
-        drop(self.sinks);
-        let all = futures_join(self.tasks);
-        let _ = tokio::time::timeout(within, all).await;
+        let Notifier {
+            sinks,
+            mut tasks,
+            log,
+            stop,
+        } = self;
+        let pendings: Vec<(String, Pending)> = sinks
+            .into_iter()
+            .map(|s| (s.config.describe(), s.pending))
+            .collect();
+        if tokio::time::timeout(within, join_all(&mut tasks))
+            .await
+            .is_err()
+        {
+            stop.cancel();
+            let _ = tokio::time::timeout(Self::STOP_GRACE, join_all(&mut tasks)).await;
+            for t in &tasks {
+                t.abort();
+            }
+        }
+        for (sink, pending) in pendings {
+            let left: Vec<String> = pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .drain(..)
+                .collect();
+            if !left.is_empty() {
+                log(format!(
+                    "notify: {sink}: {} notice(s) not delivered within {} of the stop, dropped: {}",
+                    left.len(),
+                    crate::duration::format_duration(within),
+                    left.join(", ")
+                ));
+            }
+        }
     }
 }
 
-async fn futures_join(tasks: Vec<JoinHandle<()>>) {
-    for t in tasks {
-        let _ = t.await;
+async fn join_all(tasks: &mut [JoinHandle<()>]) {
+    for t in tasks.iter_mut() {
+        if !t.is_finished() {
+            let _ = t.await;
+        }
     }
 }
 

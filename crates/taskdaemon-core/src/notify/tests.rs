@@ -181,3 +181,61 @@ async fn a_failing_sink_is_reported_once_and_never_blocks_send() {
     assert_eq!(failed, 1, "{lines:?}");
     assert_eq!(full, 1, "{lines:?}");
 }
+
+/// A command hook that never ends, at a stop: its process is ended (TERM, within the
+/// hook's grace), and the notices it had not finished with, the one in flight and those
+/// queued behind it, are named in one line.
+#[tokio::test]
+async fn a_stop_ends_a_hanging_hook_and_names_what_it_drops() {
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let log: Log = {
+        let lines = lines.clone();
+        std::sync::Arc::new(move |s| lines.lock().unwrap().push(s))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("started");
+    let sink = parse(&format!(
+        "notify:\n  - command: echo $$ > {}; exec sleep 600\n    timeout: 10m\n",
+        started.display()
+    ))
+    .unwrap()
+    .notify
+    .unwrap();
+    let n = Notifier::start(&sink, dir.path(), log);
+    for run in ["run-1", "run-2"] {
+        n.send(Notice::new(
+            Kind::Blocked,
+            Place::Local(dir.path()),
+            run,
+            "t",
+            "why",
+        ));
+    }
+    while std::fs::read_to_string(&started).map_or(true, |s| s.trim().is_empty()) {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let pid: i32 = std::fs::read_to_string(&started)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    n.finish(std::time::Duration::from_millis(100)).await;
+    let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
+        || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        });
+    assert!(gone, "the hook (pid {pid}) still runs after the stop");
+    let lines = lines.lock().unwrap();
+    let dropped: Vec<&String> = lines.iter().filter(|l| l.contains("dropped")).collect();
+    assert_eq!(dropped.len(), 1, "{lines:?}");
+    assert!(
+        dropped[0].contains("2 notice(s)")
+            && dropped[0].contains("blocked of run run-1, blocked of run run-2"),
+        "{lines:?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("failed")),
+        "a stop is no failure: {lines:?}"
+    );
+}

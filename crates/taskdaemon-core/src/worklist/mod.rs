@@ -47,13 +47,22 @@ pub enum WorklistError {
     Worktree(#[from] crate::git::worktree::WorktreeError),
     #[error("{0}")]
     Invalid(String),
+    /// A link in the repository the harness refuses to follow out of it (the message names
+    /// the file and says what to do): the repository's to fix.
+    #[error("{0}")]
+    Refused(#[source] std::io::Error),
 }
 
 impl WorklistError {
     pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorklistError + '_ {
-        move |e| WorklistError::Io {
-            path: path.to_path_buf(),
-            message: e.to_string(),
+        move |e| {
+            if crate::fsutil::is_refused_link(&e) {
+                return WorklistError::Refused(e);
+            }
+            WorklistError::Io {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            }
         }
     }
 
@@ -64,6 +73,7 @@ impl WorklistError {
             WorklistError::CorruptState { .. }
                 | WorklistError::Busy { .. }
                 | WorklistError::Invalid(_)
+                | WorklistError::Refused(_)
         )
     }
 }

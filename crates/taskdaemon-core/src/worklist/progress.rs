@@ -19,9 +19,12 @@ pub fn task_file(spec_dir: &Path, id: &str) -> PathBuf {
     spec_dir.join(format!(".progress-task-{id}.md"))
 }
 
-/// Create the default `.progress.md` when it is missing; whether it was created.
+/// Create the default `.progress.md` when it is missing; whether it was created. A link
+/// there is refused ([`WorklistError::Refused`]): the harness reads it into every prompt
+/// and writes the groups' notes into it, never through a link.
 pub fn ensure(spec_dir: &Path) -> Result<bool, WorklistError> {
     let p = path(spec_dir);
+    crate::fsutil::confine(&p).map_err(WorklistError::io(&p))?;
     if p.exists() {
         return Ok(false);
     }

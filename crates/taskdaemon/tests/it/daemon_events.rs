@@ -867,3 +867,81 @@ fn a_daemon_implement_run_is_seen_while_it_runs_as_any_run_is() {
     );
     s.ok(&["daemon", "stop"]);
 }
+
+/// A subscription on the daemon's socket, its snapshot read (the daemon streams to it).
+fn subscribed(socket: &std::path::Path) -> std::io::BufReader<std::os::unix::net::UnixStream> {
+    use std::io::{BufRead, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    s.write_all(b"{\"op\":\"subscribe\"}\n").unwrap();
+    let mut r = std::io::BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.contains("\"snapshot\""), "{line}");
+    r
+}
+
+fn open_fds(pid: i64) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// 50 subscribers that close their end are dropped while nothing happens: the daemon's
+/// descriptors come back to what they were, and no event was broadcast meanwhile (a
+/// subscriber kept open saw none). One that shut only its sending side still gets events.
+#[test]
+fn subscribers_that_go_are_dropped_without_waiting_for_an_event() {
+    let s = Setup::new(&[]);
+    s.ok(&["daemon", "start", "--tick", "0.2"]);
+    let info: Value = serde_json::from_str(
+        &std::fs::read_to_string(s.env.repo().join(".git/taskdaemon/daemon/info.json")).unwrap(),
+    )
+    .unwrap();
+    let pid = info["pid"].as_i64().unwrap();
+    let socket = s.socket();
+    let witness = subscribed(&socket);
+    let half = subscribed(&socket);
+    half.get_ref().shutdown(std::net::Shutdown::Write).unwrap();
+    let baseline = open_fds(pid);
+    let subs: Vec<_> = (0..50).map(|_| subscribed(&socket)).collect();
+    let held = open_fds(pid);
+    assert!(
+        held >= baseline + 50,
+        "{baseline} then {held} with 50 subscribers"
+    );
+    drop(subs);
+    // A failure guard only: the descriptors go as soon as the daemon notices.
+    let start = std::time::Instant::now();
+    let mut now = open_fds(pid);
+    while now > baseline && start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+        now = open_fds(pid);
+    }
+    assert!(
+        now <= baseline,
+        "{held} descriptors with 50 subscribers, {now} after they closed (baseline {baseline})\nlog:\n{}",
+        s.log()
+    );
+    eprintln!(
+        "50 closed subscribers dropped in {:?} ({held} -> {now} descriptors)",
+        start.elapsed()
+    );
+    let quiet = witness.get_ref();
+    quiet.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 256];
+    let got = std::io::Read::read(&mut &*quiet, &mut buf);
+    assert!(
+        matches!(&got, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "no event was broadcast meanwhile: {got:?} {:?}",
+        String::from_utf8_lossy(&buf)
+    );
+    // The half-closed subscriber is still there: it gets the stop.
+    s.ok(&["daemon", "stop"]);
+    let rest: Vec<String> = std::io::BufRead::lines(half)
+        .map_while(Result::ok)
+        .collect();
+    assert!(
+        rest.iter().any(|l| l.contains("daemon-stopped")),
+        "{rest:?}"
+    );
+}

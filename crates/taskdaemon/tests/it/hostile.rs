@@ -155,6 +155,50 @@ fn symlinked_state_files_and_directories_are_refused_and_nothing_is_written_outs
     }
 }
 
+/// A file of `.ralph/` the harness reads or writes, linked out of the repository by a
+/// hostile clone: the run is refused as the repository's to fix (exit 64, not 70), the
+/// message names the file and how to go on, and the link's target is untouched. The same
+/// for a spec's `.progress.md` under `implement`.
+#[test]
+fn a_linked_harness_file_is_refused_with_exit_64_naming_it() {
+    for link in [
+        ".ralph/progress.md",
+        ".ralph/feedback.md",
+        ".ralph/run.json",
+        ".ralph/logs/summary.csv",
+        "specs/x/.progress.md",
+    ] {
+        let env = Env::new();
+        let target = env.root().join("outside-file");
+        std::fs::write(&target, "precious\n").unwrap();
+        let r = if link.starts_with("specs/") {
+            std::fs::create_dir_all(env.repo().join("specs/x")).unwrap();
+            std::fs::write(env.repo().join("specs/x/tasks.md"), "- [ ] 1.1 do it\n").unwrap();
+            std::fs::write(env.repo().join("specs/.current-spec"), "x\n").unwrap();
+            commit_link(&env, link, &target);
+            env.run(&["implement", "--agent", "cmd:true"])
+        } else {
+            commit_link(&env, link, &target);
+            run_once(&env)
+        };
+        assert_eq!(r.code, 64, "{link}: {}\n{}", r.stdout, r.stderr);
+        let file = env.repo().join(link);
+        assert!(
+            r.stderr
+                .contains(&format!("refusing to use {}", file.display()))
+                && r.stderr.contains(&format!("rm {}", file.display())),
+            "{link}: {}",
+            r.stderr
+        );
+        assert_eq!(r.stderr.matches("hint:").count(), 1, "{link}: {}", r.stderr);
+        assert_eq!(
+            std::fs::read_to_string(&target).unwrap(),
+            "precious\n",
+            "{link}"
+        );
+    }
+}
+
 /// An earlier run's logs are set aside under `.ralph/logs/runs/`: a link there leads
 /// nothing out of the repository.
 #[test]

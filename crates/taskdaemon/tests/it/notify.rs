@@ -489,3 +489,48 @@ fn a_webhook_that_redirects_is_not_followed_and_a_hanging_one_delays_the_exit_li
         "a receiver that never answers holds the exit {took:?}"
     );
 }
+
+/// A webhook that accepts the connection and never answers holds a daemon's stop no
+/// longer than the flush (its timeout is a minute): `daemon stop` returns with the daemon
+/// gone, and the log names the notice that was dropped. The time the stop took is printed.
+#[test]
+fn a_hanging_webhook_holds_a_daemon_stop_briefly_and_the_dropped_notice_is_logged() {
+    let (hang, held) = hanging();
+    let s = Setup::new("");
+    s.user_hook_and(&format!(
+        "  - webhook: {hang}\n    events: [blocked]\n    timeout: 60s\n    retries: 0\n"
+    ));
+    s.project("");
+    s.ok(&["daemon", "start", "--tick", "0.2"]);
+    let info = s.env.repo().join(".git/taskdaemon/daemon/info.json");
+    let info: Value = serde_json::from_str(&std::fs::read_to_string(info).unwrap()).unwrap();
+    let pid = i32::try_from(info["pid"].as_i64().unwrap()).unwrap();
+    let id = s.submit("task-blocks: add the payment API");
+    s.wait_for("the blocked notice at the command hook", || {
+        has(&s.hooked(), "blocked", &id)
+    });
+    s.wait_for("the hanging webhook's connection", || {
+        !held.lock().unwrap().is_empty()
+    });
+    let t = Instant::now();
+    s.ok(&["daemon", "stop"]);
+    eprintln!(
+        "daemon stop with a webhook that never answers: {:?}",
+        t.elapsed()
+    );
+    assert!(
+        !harness::pid_alive(pid),
+        "the daemon (pid {pid}) is still there after `daemon stop` returned\n{}",
+        s.log()
+    );
+    let log = s.log();
+    let dropped = log
+        .lines()
+        .find(|l| l.contains("not delivered") && l.contains("dropped"))
+        .unwrap_or_else(|| panic!("no line names the dropped notice:\n{log}"));
+    assert!(
+        dropped.contains(&format!("blocked of run {id}"))
+            && dropped.contains("webhook http://127.0.0.1"),
+        "{dropped}"
+    );
+}

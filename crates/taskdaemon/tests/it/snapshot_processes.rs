@@ -268,3 +268,44 @@ fn a_save_after_a_save_scans_in_the_private_git_directory() {
         "hello 3\n"
     );
 }
+
+/// The git processes one `snapshot prune` starts (every one of the trace, by subcommand).
+fn prune_processes(env: &Env, args: &[&str]) -> Vec<String> {
+    let mut steps: Vec<String> = trace_events(env, args, &[])
+        .into_iter()
+        .filter(|e| e["event"] == "start")
+        .filter_map(|e| {
+            let argv: Vec<String> = e["argv"]
+                .as_array()?
+                .iter()
+                .filter_map(|a| a.as_str().map(str::to_string))
+                .collect();
+            Some(subcommand(&argv))
+        })
+        .collect();
+    steps.sort();
+    steps
+}
+
+#[test]
+fn a_prune_starts_as_many_git_processes_for_eight_snapshots_as_for_three() {
+    // A git process per snapshot, each reading every ref, made `prune --dry-run` take
+    // 85 s at 800 snapshots: the number of processes must not grow with the snapshots.
+    let counted = |n: usize| {
+        let env = Env::new();
+        for i in 0..n {
+            std::fs::write(env.repo().join(format!("f{i}")), "x").unwrap();
+            env.ok_with(&[], &["snapshot", "save", &format!("s{i}")]);
+        }
+        let dry = prune_processes(&env, &["snapshot", "prune", "--keep", "1", "--dry-run"]);
+        let real = prune_processes(&env, &["snapshot", "prune", "--keep", "1"]);
+        let left = env.ok_with(&[], &["snapshot", "list", "--json"]);
+        let left: Value = serde_json::from_str(left.trim()).unwrap();
+        assert_eq!(left.as_array().map(Vec::len), Some(1), "{left}");
+        (dry, real)
+    };
+    let (dry3, real3) = counted(3);
+    let (dry8, real8) = counted(8);
+    assert_eq!(dry3, dry8, "a dry run at 3 and at 8 snapshots");
+    assert_eq!(real3, real8, "a prune at 3 and at 8 snapshots");
+}
