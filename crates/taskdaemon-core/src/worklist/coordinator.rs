@@ -948,7 +948,9 @@ impl TasksSource {
             "--keep-redundant-commits".into(),
         ];
         args.extend(commits.iter().cloned());
-        let out = self.git.call(&args).output().map_err(|e| e.to_string())?;
+        // A commit of the user's history: their hooks see it (README, "Git hooks").
+        let hooked = self.git.clone().with_user_hooks();
+        let out = hooked.call(&args).output().map_err(|e| e.to_string())?;
         if out.status.success() {
             return Ok(());
         }
@@ -997,7 +999,7 @@ impl TasksSource {
             "--".into(),
         ];
         commit.extend(paths);
-        self.git.call(&commit).text()?;
+        self.git.clone().with_user_hooks().call(&commit).text()?;
         Ok(())
     }
 

@@ -579,17 +579,20 @@ fn commit_file(git: &Git, rel: &Path, msg: &str) -> Result<(), WorklistError> {
     if unchanged {
         return Ok(());
     }
-    git.call(&[
-        "commit".as_ref(),
-        "-q".as_ref(),
-        "--no-verify".as_ref(),
-        "-m".as_ref(),
-        msg.as_ref(),
-        "--only".as_ref(),
-        "--".as_ref(),
-        rel.as_os_str(),
-    ])
-    .text()?;
+    // The user's hooks see the commit (README, "Git hooks"), all but pre-commit/commit-msg.
+    git.clone()
+        .with_user_hooks()
+        .call(&[
+            "commit".as_ref(),
+            "-q".as_ref(),
+            "--no-verify".as_ref(),
+            "-m".as_ref(),
+            msg.as_ref(),
+            "--only".as_ref(),
+            "--".as_ref(),
+            rel.as_os_str(),
+        ])
+        .text()?;
     Ok(())
 }
 
