@@ -284,6 +284,13 @@ pub fn decide(ev: &Evidence, st: &Counters, policy: &Policy) -> Decision {
     d
 }
 
+/// What the next prompt says about an iteration whose agents changed git's own `files`.
+pub fn git_tampered_feedback(iteration: u32, files: &str) -> String {
+    format!(
+        "Iteration {iteration} changed git's own files ({files}). taskdaemon put them back and did not accept the iteration's work. Never edit .git/config, .git/hooks, .git/commondir or a worktree's .git file (no `git config`, no hooks): change the project's files and commit them with plain `git add` and `git commit`."
+    )
+}
+
 fn new_commit(ev: &Evidence) -> bool {
     ev.head_after.is_some() && ev.head_after != ev.head_before
 }
@@ -302,10 +309,7 @@ fn agent_rules(ev: &Evidence, policy: &Policy, d: &mut Decision) -> bool {
         d.note.push_str(&format!(
             "; rejected: git's own files changed ({files}), put back"
         ));
-        d.feedback = Feedback::Set(format!(
-            "Iteration {} changed git's own files ({files}). taskdaemon put them back and did not accept the iteration's work. Never edit .git/config, .git/hooks, .git/commondir or a worktree's .git file (no `git config`, no hooks): change the project's files and commit them with plain `git add` and `git commit`.",
-            ev.iteration
-        ));
+        d.feedback = Feedback::Set(git_tampered_feedback(ev.iteration, files));
         d.rejected = Some(format!("git's own files changed: {files}"));
         return true;
     }

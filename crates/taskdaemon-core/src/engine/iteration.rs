@@ -78,6 +78,9 @@ pub(super) async fn iteration<S: WorkSource>(
     let judged = if interrupted || git_tampered.is_some() {
         let all: Vec<usize> = done.iter().map(|f| f.index).collect();
         source.abandon(&unit, &all, it.ctx)?;
+        if let Some(files) = &git_tampered {
+            source.note_for_next(&decide::git_tampered_feedback(it.n, files));
+        }
         Judged {
             head_after: head.clone(),
             ..Judged::default()

@@ -414,6 +414,10 @@ impl WorkSource for TasksSource {
         Ok(self.judge_unit(st, done, head, ctx, cancel).await?)
     }
 
+    fn note_for_next(&mut self, note: &str) {
+        self.note = Some(format!("\n\n## A note from the harness\n\n{note}\n"));
+    }
+
     fn abandon(
         &mut self,
         _unit: &Unit,

@@ -422,6 +422,10 @@ impl WorkSource for StoriesSource {
         Ok(j)
     }
 
+    fn note_for_next(&mut self, note: &str) {
+        self.previous_error = Some(note.to_string());
+    }
+
     fn abandon(&mut self, _: &Unit, _: &[usize], _: &EngineContext) -> Result<(), EngineError> {
         if let Some(mode) = &self.mode {
             let _ = mode;

@@ -22,17 +22,14 @@ fn marks(env: &Env) -> Vec<String> {
     v
 }
 
-/// The agent's script: arm the repository's git every way it can (each write's result in
-/// `tried.txt`), change a tracked file (same size: git must read it to see the change) and
-/// commit a file of its own work first.
-fn arming_agent(env: &Env) -> PathBuf {
+/// Shell lines that arm the repository's git every way an agent can (each write's result
+/// in `tried.txt`), each armed program leaving its mark in `marks/` when it runs.
+fn arming(env: &Env) -> String {
     let m = env.root().join("marks");
     std::fs::create_dir_all(&m).unwrap();
     let m = m.display();
-    let body = format!(
-        r#"#!/bin/sh
-try() {{ if "$@" 2>/dev/null; then echo "wrote $TRY" >> tried.txt; else echo "refused $TRY" >> tried.txt; fi; }}
-echo work >> work.txt && git add work.txt && git commit -qm work
+    format!(
+        r#"try() {{ if "$@" 2>/dev/null; then echo "wrote $TRY" >> tried.txt; else echo "refused $TRY" >> tried.txt; fi; }}
 TRY=fsmonitor try git config core.fsmonitor "touch {m}/fsmonitor; false #"
 TRY=filter try git config filter.x.clean "sh -c 'touch {m}/clean; cat'"
 TRY=attributes try sh -c 'mkdir -p .git/info && echo "* filter=x" > .git/info/attributes'
@@ -46,14 +43,25 @@ printf '[core]\n\trepositoryformatversion = 0\n\tfsmonitor = "touch {m}/evil-fsm
 echo "* filter=x" > evil/info/attributes
 printf '#!/bin/sh\ntouch {m}/evil-hook\n' > evil/hooks/reference-transaction && chmod +x evil/hooks/reference-transaction
 TRY=commondir try sh -c "echo '$PWD/evil' > .git/commondir"
-echo HELLO > README.md
-echo done
 "#
-    );
-    let p = env.root().join("agent.sh");
-    std::fs::write(&p, body).unwrap();
+    )
+}
+
+fn executable(env: &Env, name: &str, body: &str) -> PathBuf {
+    let p = env.root().join(name);
+    std::fs::write(&p, format!("#!/bin/sh\n{body}")).unwrap();
     std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     p
+}
+
+/// A ralph agent: commit a file of its work, arm git, then change a tracked file (same
+/// size: git must read it to see the change).
+fn arming_agent(env: &Env) -> PathBuf {
+    let body = format!(
+        "echo work >> work.txt && git add work.txt && git commit -qm work\n{}echo HELLO > README.md\necho done\n",
+        arming(env)
+    );
+    executable(env, "agent.sh", &body)
 }
 
 /// The git files the agent must not change, as bytes (the hooks directory listed).
@@ -216,9 +224,7 @@ fn a_config_armed_before_taskdaemon_runs_has_its_monitor_and_hooks_ignored() {
     }
     std::fs::write(repo.join("README.md"), "HELLO\n").unwrap();
     // An agent that runs no git: whatever runs, runs from taskdaemon's git.
-    let agent = env.root().join("quiet.sh");
-    std::fs::write(&agent, "#!/bin/sh\necho 'looked around'\n").unwrap();
-    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let agent = executable(&env, "quiet.sh", "echo 'looked around'\n");
     let stderr = run_then_more(&env, &agent, "none", None);
     assert!(!stderr.contains("changed git's own files"), "{stderr}");
     for args in [&["snapshot", "save", "by hand"][..], &["snapshot", "list"]] {
@@ -226,4 +232,45 @@ fn a_config_armed_before_taskdaemon_runs_has_its_monitor_and_hooks_ignored() {
         assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
     }
     assert_eq!(marks(&env), Vec::<String>::new());
+}
+
+#[test]
+fn implement_judges_nothing_with_the_armed_git_and_tells_the_next_prompt() {
+    let env = crate::sandbox::spec_env("- [ ] 1.1 Only\n  - **Verify**: `test -f work/1.1.txt`\n");
+    let repo = env.repo();
+    let before = git_files(&repo);
+    let root = env.root().display().to_string();
+    // The first attempt does the task, then arms git; the second does it plainly.
+    let body = format!(
+        r#"cat > "{root}/prompt-$(ls {root} | grep -c prompt-)"
+id="$TASKDAEMON_TASK_ID"
+mkdir -p work && echo "$id" > "work/$id.txt"
+sed -i "s/^- \[ \] $id /- [x] $id /" "$TASKDAEMON_TASKS_FILE"
+echo "notes of $id" > "$TASKDAEMON_PROGRESS_FILE"
+git add work "$TASKDAEMON_TASKS_FILE" "$TASKDAEMON_PROGRESS_FILE" && git commit -qm "task $id"
+if [ ! -e "{root}/armed" ]; then touch "{root}/armed"
+{}fi
+echo "done. TASK_COMPLETE"
+"#,
+        arming(&env)
+    );
+    let agent = executable(&env, "agent.sh", &body);
+    let r = env.run(&[
+        "implement",
+        "specs/demo",
+        "--agent",
+        &format!("cmd:{}", agent.display()),
+    ]);
+    assert_eq!(marks(&env), Vec::<String>::new(), "{}", r.stderr);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains("the agent changed git's own files"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(git_files(&repo), before);
+    let second = std::fs::read_to_string(env.root().join("prompt-1")).unwrap();
+    assert!(second.contains("changed git's own files"), "{second}");
+    let tasks = std::fs::read_to_string(repo.join("specs/demo/tasks.md")).unwrap();
+    assert!(tasks.contains("- [x] 1.1"), "{tasks}");
 }
