@@ -274,3 +274,63 @@ echo "done. TASK_COMPLETE"
     let tasks = std::fs::read_to_string(repo.join("specs/demo/tasks.md")).unwrap();
     assert!(tasks.contains("- [x] 1.1"), "{tasks}");
 }
+
+#[test]
+fn parallel_tasks_under_bwrap_cannot_repoint_their_worktree_or_arm_the_common_git() {
+    if !bwrap_or_skip("parallel_tasks_under_bwrap_cannot_repoint_their_worktree") {
+        return;
+    }
+    let tasks = "- [ ] 1.1 [P] Left\n  - **Verify**: `test -f work/1.1.txt`\n- [ ] 1.2 [P] Right\n  - **Verify**: `test -f work/1.2.txt`\n";
+    let env = crate::sandbox::spec_env(tasks);
+    let repo = env.repo();
+    let before = git_files(&repo);
+    let body = r#"id="$TASKDAEMON_TASK_ID"
+gd=$(git rev-parse --absolute-git-dir)
+common=$(cd "$(git rev-parse --git-common-dir)" && pwd)
+try() { if (eval "$2") 2>/dev/null; then echo "TRIED wrote $1 $id"; else echo "TRIED refused $1 $id"; fi; }
+try dotgit 'echo "gitdir: /nowhere" > .git'
+try commondir 'echo /nowhere > "$gd/commondir"'
+try config 'git config core.fsmonitor "touch /nowhere"'
+try hook 'echo x > "$common/hooks/post-commit"'
+mkdir -p work && echo "$id" > "work/$id.txt"
+git add work && git commit -qm "task $id"
+flock "$TASKDAEMON_TASKS_LOCK" sed -i "s/^- \[ \] $id /- [x] $id /" "$TASKDAEMON_TASKS_FILE"
+echo "notes of $id" > "$TASKDAEMON_PROGRESS_FILE"
+echo "all done. TASK_COMPLETE"
+"#;
+    let agent = executable(&env, "agent.sh", body);
+    let out = env
+        .cmd()
+        .env("PATH", crate::sandbox::path_without(&env, &[]))
+        .args([
+            "implement",
+            "specs/demo",
+            "--agent",
+            &format!("cmd:{}", agent.display()),
+            "--sandbox",
+            "bwrap",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let mut logs = String::new();
+    for e in std::fs::read_dir(repo.join(".ralph/logs"))
+        .unwrap()
+        .flatten()
+    {
+        logs.push_str(&String::from_utf8_lossy(&std::fs::read(e.path()).unwrap()));
+    }
+    for what in ["dotgit", "commondir", "config", "hook"] {
+        for id in ["1.1", "1.2"] {
+            assert!(
+                logs.contains(&format!("TRIED refused {what} {id}")),
+                "{what} {id}: {logs}"
+            );
+        }
+    }
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("changed git's own files"), "{stderr}");
+    assert_eq!(git_files(&repo), before);
+    let tasks = std::fs::read_to_string(repo.join("specs/demo/tasks.md")).unwrap();
+    assert_eq!(tasks.matches("- [x]").count(), 2, "{tasks}");
+}
