@@ -172,6 +172,9 @@ pub struct Evidence {
     pub tool_signature: Option<String>,
     /// The run's cost after this iteration.
     pub cost_usd: f64,
+    /// The agents changed git's own files (config, hooks: `git::guard`), named here; they
+    /// were put back. The iteration's work is not judged: rejected, and no progress.
+    pub git_tampered: Option<String>,
 }
 
 /// The counters the decision reads and moves.
@@ -281,6 +284,13 @@ pub fn decide(ev: &Evidence, st: &Counters, policy: &Policy) -> Decision {
     d
 }
 
+/// What the next prompt says about an iteration whose agents changed git's own `files`.
+pub fn git_tampered_feedback(iteration: u32, files: &str) -> String {
+    format!(
+        "Iteration {iteration} changed git's own files ({files}). taskdaemon put them back and did not accept the iteration's work. Never edit .git/config, .git/hooks, .git/commondir or a worktree's .git file (no `git config`, no hooks): change the project's files and commit them with plain `git add` and `git commit`."
+    )
+}
+
 fn new_commit(ev: &Evidence) -> bool {
     ev.head_after.is_some() && ev.head_after != ev.head_before
 }
@@ -292,6 +302,16 @@ fn agent_rules(ev: &Evidence, policy: &Policy, d: &mut Decision) -> bool {
         d.outcome = IterationOutcome::Interrupted;
         d.run_outcome = Some(Outcome::Interrupted);
         return false;
+    }
+    if let Some(files) = &ev.git_tampered {
+        d.outcome = IterationOutcome::Rejected;
+        d.validation = ValidationResult::Failed;
+        d.note.push_str(&format!(
+            "; rejected: git's own files changed ({files}), put back"
+        ));
+        d.feedback = Feedback::Set(git_tampered_feedback(ev.iteration, files));
+        d.rejected = Some(format!("git's own files changed: {files}"));
+        return true;
     }
     if ev.timed_out {
         d.outcome = IterationOutcome::Timeout;
@@ -477,7 +497,8 @@ fn guard_rules(ev: &Evidence, policy: &Policy, d: &mut Decision) {
         return;
     }
     let tampered = matches!(ev.gates, Some(GateVerdict::Rejected { tampered: true }))
-        || ev.work.is_some_and(|w| w.claim == Claim::Tampered);
+        || ev.work.is_some_and(|w| w.claim == Claim::Tampered)
+        || ev.git_tampered.is_some();
     c.stuck = if tampered {
         // A commit that changes the evidence is no progress.
         c.stuck + 1

@@ -95,6 +95,13 @@ pub enum EngineEvent {
         interrupted: bool,
         duration_ms: u64,
     },
+    /// The agents changed git's own files (config, hooks, pointers: `git::guard`), found
+    /// right after they finished; each was put back unless its `not_restored` says why
+    /// not. The iteration is rejected.
+    GitTampered {
+        iteration: u32,
+        changes: Vec<crate::git::guard::GitChange>,
+    },
     /// The agent claimed completion but the evidence says otherwise.
     CompletionRejected {
         iteration: u32,

@@ -16,6 +16,7 @@ use super::{
 use crate::clock;
 use crate::fsutil::PendingSyncs;
 use crate::git::Git;
+use crate::git::guard::GitGuard;
 use crate::telemetry::IterationLog;
 use crate::workspace::Workspace;
 
@@ -56,7 +57,12 @@ pub(super) async fn iteration<S: WorkSource>(
     // cap) is the harness's bookkeeping, not the agents' progress.
     it.st.last_head = it.git.head()?;
     let mut logs = open_logs(it, &unit, &started_at)?;
+    let guard = GitGuard::record(
+        std::iter::once(it.git.dir()).chain(unit.members.iter().map(|m| m.cwd.as_path())),
+    );
     let spawned = agents::run_members(it, &unit.members, &mut logs).await?;
+    // Before any git of ours runs again: what the agents changed in git's own files.
+    let git_tampered = restore_git(it, &guard, &mut logs);
     let ran = match started_agents(it, source, &unit, spawned, logs)? {
         Ok(ran) => ran,
         Err(o) => return Ok(Some(o)),
@@ -68,9 +74,13 @@ pub(super) async fn iteration<S: WorkSource>(
     };
     archive_answer(it, &unit, &mut done)?;
     let interrupted = it.cancel.is_cancelled() || done.iter().any(|f| f.run.agent.interrupted);
-    let judged = if interrupted {
+    // Work done by agents that changed git's own files is not judged: given back.
+    let judged = if interrupted || git_tampered.is_some() {
         let all: Vec<usize> = done.iter().map(|f| f.index).collect();
         source.abandon(&unit, &all, it.ctx)?;
+        if let Some(files) = &git_tampered {
+            source.note_for_next(&decide::git_tampered_feedback(it.n, files));
+        }
         Judged {
             head_after: head.clone(),
             ..Judged::default()
@@ -80,7 +90,13 @@ pub(super) async fn iteration<S: WorkSource>(
             .judge(it.st, &mut done, head.clone(), it.ctx, it.cancel)
             .await?
     };
-    let ev = evidence(it, &done, &judged, interrupted || judged.interrupted);
+    let ev = evidence(
+        it,
+        &done,
+        &judged,
+        interrupted || judged.interrupted,
+        git_tampered,
+    );
     let d = decide::decide(&ev, &counters(it.st), &policy(it.cfg));
     let mut d = effects::apply(it, &mut done, d)?;
     if d.run_outcome.is_none()
@@ -107,6 +123,27 @@ pub(super) async fn iteration<S: WorkSource>(
         it.st.iterations_done = it.n;
     }
     record::finish(it, &unit, done, &judged, d, start, source.tally())
+}
+
+/// Put back what the agents changed in git's own files (`git::guard`): announced, noted in
+/// each member's log, and named for the decision (`None`: nothing changed).
+fn restore_git(it: &Iter<'_>, guard: &GitGuard, logs: &mut [IterationLog]) -> Option<String> {
+    let changes = guard.restore();
+    if changes.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = changes.iter().map(|c| c.to_string()).collect();
+    let list = list.join(", ");
+    for log in logs.iter_mut() {
+        log.note(&format!(
+            "the agent changed git's own files: {list}; the iteration is rejected"
+        ));
+    }
+    it.ctx.events.emit(EngineEvent::GitTampered {
+        iteration: it.n,
+        changes,
+    });
+    Some(list)
 }
 
 /// Each member's log, created with its first lines; the iteration announced.
@@ -291,7 +328,13 @@ fn failure_step<S: WorkSource>(
 
 /// Everything the iteration found out, for [`decide::decide`]. A single agent's timeout
 /// or crash is the iteration's; a group's members are judged by the source one by one.
-fn evidence(it: &Iter<'_>, done: &[Finished], j: &Judged, interrupted: bool) -> decide::Evidence {
+fn evidence(
+    it: &Iter<'_>,
+    done: &[Finished],
+    j: &Judged,
+    interrupted: bool,
+    git_tampered: Option<String>,
+) -> decide::Evidence {
     let single = match done {
         [one] if done.len() == 1 => Some(one),
         _ => None,
@@ -315,5 +358,6 @@ fn evidence(it: &Iter<'_>, done: &[Finished], j: &Judged, interrupted: bool) -> 
         head_after: j.head_after.clone(),
         tool_signature: (!signatures.is_empty()).then(|| signatures.join("|")),
         cost_usd: it.st.cost_usd,
+        git_tampered,
     }
 }

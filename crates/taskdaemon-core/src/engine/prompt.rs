@@ -181,7 +181,14 @@ pub fn variables(
 fn diff_since_start(st: &RunState, git: &Git) -> Result<String, GitError> {
     match &st.start_head {
         Some(start) if git.head()?.is_some() => {
-            let diff = git.run(&["diff", start.as_str(), "--stat", "--patch", "--"])?;
+            let diff = git.run(&[
+                "diff",
+                "--no-ext-diff",
+                start.as_str(),
+                "--stat",
+                "--patch",
+                "--",
+            ])?;
             Ok(format!(
                 "(changes since {} — the commit this run started from)\n{diff}",
                 start.chars().take(12).collect::<String>()

@@ -190,6 +190,11 @@ pub trait WorkSource: Send {
         cancel: &CancellationToken,
     ) -> impl Future<Output = Result<Judged, EngineError>> + Send;
 
+    /// What the engine found wrong with the iteration outside the source's judgement (the
+    /// agents changed git's own files), for the source's next prompt. The engine's loop
+    /// types carry it in `previous-errors` already: nothing to do by default.
+    fn note_for_next(&mut self, _note: &str) {}
+
     /// Members that did not finish (a usage limit, a backoff, a stop, an agent that could
     /// not run): what they left is undone, and they run again as the same attempt.
     fn abandon(

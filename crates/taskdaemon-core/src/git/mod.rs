@@ -1,8 +1,19 @@
 //! One wrapper over the `git` CLI. Always `LC_ALL=C`, never prompts, never takes optional
 //! locks (a status from the harness must not fight the agent's own git for `index.lock`).
+//!
+//! **No agent-controlled code.** The agent can write the repository's `.git` (a main
+//! checkout without a sandbox), so every invocation turns off what git would run from
+//! there on a local operation: the file-system monitor ([`SAFE_CONFIG`]) and the hooks
+//! (`core.hooksPath=/dev/null`), unless the call is a commit the user's hooks should see
+//! ([`Git::with_user_hooks`]); the diffs that print a patch pass `--no-ext-diff` (an empty
+//! `diff.external` is not "none" but a program that cannot start). What `-c` cannot name —
+//! a filter, textconv or merge driver of any name, a signing program, a remote's helper
+//! or upload/receive program — lives in the repository's config files, which the sandbox
+//! mounts read-only and [`guard`] puts back after each iteration.
 
 mod deadline;
 mod discover;
+pub mod guard;
 pub mod integrate;
 mod refs;
 pub mod remote;
@@ -53,12 +64,22 @@ pub enum GitError {
     },
 }
 
+/// Given to every git invocation of taskdaemon's: what git would otherwise run from the
+/// repository's config on every local operation that reads the index (status, ls-files,
+/// diff, add, checkout, reset, worktree add): the file-system monitor.
+pub const SAFE_CONFIG: &[&str] = &["core.fsmonitor=false"];
+
+/// The hooks off: git looks for them in a directory that cannot hold any.
+pub const NO_HOOKS: &str = "core.hooksPath=/dev/null";
+
 #[derive(Debug, Clone)]
 pub struct Git {
     dir: PathBuf,
     /// `-c key=value` settings and environment given to every invocation.
     config: Vec<String>,
     env: Vec<(String, String)>,
+    /// Run the repository's hooks (see [`Git::with_user_hooks`]).
+    user_hooks: bool,
 }
 
 impl Git {
@@ -67,7 +88,17 @@ impl Git {
             dir: dir.into(),
             config: Vec::new(),
             env: Vec::new(),
+            user_hooks: false,
         }
+    }
+
+    /// The same wrapper with the repository's hooks on: only for the commits the user's
+    /// hooks should see (README, "Git hooks": `implement`/`stories` committing their
+    /// files, `implement` cherry-picking a group's commits). The file-system monitor and
+    /// the external diff stay off.
+    pub fn with_user_hooks(mut self) -> Git {
+        self.user_hooks = true;
+        self
     }
 
     /// The same wrapper with `-c` settings and environment for every invocation.
@@ -85,6 +116,10 @@ impl Git {
     fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new("git");
         c.arg("-C").arg(&self.dir);
+        let hooks = (!self.user_hooks).then_some(NO_HOOKS);
+        for kv in SAFE_CONFIG.iter().copied().chain(hooks) {
+            c.arg("-c").arg(kv);
+        }
         for kv in &self.config {
             c.arg("-c").arg(kv);
         }
@@ -214,9 +249,9 @@ impl Git {
     /// a stat summary then the patch.
     pub fn diff_head(&self) -> Result<String, GitError> {
         if self.head()?.is_none() {
-            return self.run(&["diff", "--cached", "--stat", "--patch"]);
+            return self.run(&["diff", "--no-ext-diff", "--cached", "--stat", "--patch"]);
         }
-        self.run(&["diff", "HEAD", "--stat", "--patch"])
+        self.run(&["diff", "--no-ext-diff", "HEAD", "--stat", "--patch"])
     }
 }
 
@@ -534,6 +569,99 @@ mod tests {
         std::fs::write(d.path().join(".ralph/logs/x.log"), "x").unwrap();
         std::fs::write(d.path().join(".ralph/run.json"), "{}").unwrap();
         assert_eq!(g.status_porcelain().unwrap(), "");
+    }
+
+    /// A repository whose `.git/config` and hooks run programs that leave a mark.
+    fn hostile(d: &Path) -> (PathBuf, PathBuf) {
+        let (r, marks) = (d.join("r"), d.join("marks"));
+        std::fs::create_dir_all(&r).unwrap();
+        std::fs::create_dir_all(&marks).unwrap();
+        testrepo::init(&r);
+        std::fs::write(r.join("a"), "a\n").unwrap();
+        testrepo::commit_all(&r, "one");
+        let m = marks.display();
+        testrepo::git(
+            &r,
+            &[
+                "config",
+                "core.fsmonitor",
+                &format!("touch {m}/fsmonitor; false #"),
+            ],
+        );
+        testrepo::git(
+            &r,
+            &[
+                "config",
+                "diff.external",
+                &format!("sh -c 'touch {m}/external'"),
+            ],
+        );
+        for h in [
+            "post-checkout",
+            "reference-transaction",
+            "post-index-change",
+            "post-commit",
+        ] {
+            let p = r.join(".git/hooks").join(h);
+            std::fs::write(&p, format!("#!/bin/sh\ntouch {m}/{h}\n")).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        std::fs::write(r.join("a"), "b\n").unwrap();
+        (r, marks)
+    }
+
+    fn marks(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn the_harness_git_runs_no_fsmonitor_hook_or_external_diff_of_the_repository() {
+        let d = tempfile::tempdir().unwrap();
+        let (r, m) = hostile(d.path());
+        // The repository is armed: plain git runs them.
+        testrepo::git(&r, &["status", "--porcelain"]);
+        assert_eq!(marks(&m), ["fsmonitor", "post-index-change"]);
+        for f in marks(&m) {
+            std::fs::remove_file(m.join(f)).unwrap();
+        }
+        let g = Git::new(&r);
+        g.status_porcelain().unwrap();
+        g.run(&["ls-files", "-z", "-c", "-o"]).unwrap();
+        g.run(&["ls-files", "--error-unmatch", "a"]).unwrap();
+        g.diff_head().unwrap();
+        g.run(&["add", "a"]).unwrap();
+        g.run(&["commit", "-q", "-m", "two"]).unwrap();
+        g.run(&["branch", "b2"]).unwrap();
+        g.run(&["update-ref", "-d", "refs/heads/b2"]).unwrap();
+        let wt = d.path().join("wt");
+        g.call(&[
+            OsStr::new("worktree"),
+            "add".as_ref(),
+            "-q".as_ref(),
+            wt.as_os_str(),
+        ])
+        .text()
+        .unwrap();
+        g.run(&["reset", "-q", "--hard", "HEAD~1"]).unwrap();
+        assert_eq!(marks(&m), Vec::<String>::new());
+        // A commit the user's hooks should see runs them, and still no monitor.
+        std::fs::write(r.join("a"), "c\n").unwrap();
+        g.run(&["add", "a"]).unwrap();
+        g.clone()
+            .with_user_hooks()
+            .run(&["commit", "-q", "-m", "three"])
+            .unwrap();
+        assert_eq!(
+            marks(&m),
+            ["post-commit", "post-index-change", "reference-transaction"]
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! bubblewrap: the whole filesystem read-only, the work tree (and git's paths, the
-//! agent's state) read-write, a private `/tmp`, secrets hidden.
+//! agent's state) read-write but git's config, hooks and pointer files read-only
+//! ([`paths::git_protected`]), a private `/tmp`, secrets hidden.
 //!
 //! No new session (the runner's process group must keep holding every process) and the
 //! environment passes through (the tracking token, the agent contract). A PID namespace
@@ -101,6 +102,14 @@ pub fn wrap(spec: ProcessSpec, plan: &SandboxPlan) -> ProcessSpec {
     bind(&mut a, "--bind", &cwd, &cwd);
     for p in paths::git_writable(&cwd).iter().chain(&plan.rw) {
         bind(&mut a, "--bind", p, p);
+    }
+    // Last, so that no writable bind lies over them: what taskdaemon's own git reads.
+    for (how, p) in paths::git_protected(&cwd) {
+        let flag = match how {
+            paths::GitMount::Pinned => "--bind",
+            paths::GitMount::ReadOnly => "--ro-bind",
+        };
+        bind(&mut a, flag, &p, &p);
     }
     for p in &plan.hide {
         if p.is_dir() {

@@ -1,5 +1,6 @@
 //! docker / podman: `run --rm -i` of the configured image, with the work tree (and git's
-//! paths, the agent's state) mounted at the same paths, the user's uid and gid, and the
+//! paths, the agent's state) mounted at the same paths (git's config, hooks and pointer
+//! files read-only: [`paths::git_protected`]), the user's uid and gid, and the
 //! environment contract passed by name (`--env KEY`: the value comes from the CLI's own
 //! environment, never from its command line). `PATH` is the image's own: the host's
 //! directories mean nothing inside it. The container is named, so that a timeout or a
@@ -34,6 +35,17 @@ pub fn wrap(spec: ProcessSpec, plan: &SandboxPlan) -> ProcessSpec {
         v.push(p);
         v.push(":");
         v.push(p);
+        a.push(v);
+    }
+    // After the writable volumes: what taskdaemon's own git reads, pinned or read-only.
+    for (how, p) in paths::git_protected(&cwd) {
+        let mut v = OsString::from("--volume=");
+        v.push(&p);
+        v.push(":");
+        v.push(&p);
+        if how == paths::GitMount::ReadOnly {
+            v.push(":ro");
+        }
         a.push(v);
     }
     let mut w = OsString::from("--workdir=");

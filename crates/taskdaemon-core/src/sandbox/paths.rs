@@ -163,6 +163,58 @@ pub fn git_writable(cwd: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// How one of git's own paths is mounted in the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GitMount {
+    /// Bound onto itself, writable: a mount point cannot be renamed or removed, so the
+    /// agent cannot put another `.git` (with its own config) in its place.
+    Pinned,
+    ReadOnly,
+}
+
+/// What of git's own files the agent must not change in the work tree at `cwd`, because
+/// taskdaemon's git reads them outside the sandbox (`git::guard` puts back what changes
+/// anyway, and what the agent creates, such as a missing `hooks` or a `commondir`): for a
+/// checkout, its `.git` pinned and `.git/config`, `.git/hooks` and `config.worktree`
+/// read-only (those that exist); for a linked
+/// worktree, its `.git` file and its git dir's `commondir`, `gitdir` and `config.worktree`
+/// read-only (the common config and hooks are not writable there at all). In mount order.
+pub fn git_protected(cwd: &Path) -> Vec<(GitMount, PathBuf)> {
+    let Some(dot_git) = cwd.ancestors().map(|d| d.join(".git")).find(|g| g.exists()) else {
+        return Vec::new();
+    };
+    let read_only = |dir: &Path, names: &[&str], out: &mut Vec<(GitMount, PathBuf)>| {
+        for n in names {
+            let p = dir.join(n);
+            if std::fs::symlink_metadata(&p).is_ok_and(|m| !m.file_type().is_symlink()) {
+                out.push((GitMount::ReadOnly, p));
+            }
+        }
+    };
+    let mut out = Vec::new();
+    if dot_git.is_dir() {
+        let Some(g) = existing(&dot_git) else {
+            return out;
+        };
+        out.push((GitMount::Pinned, g.clone()));
+        read_only(&g, &["config", "hooks", "config.worktree"], &mut out);
+        return out;
+    }
+    let Some(gitdir) = read_pointer(&dot_git, "gitdir:") else {
+        return out;
+    };
+    let gitdir = dot_git.parent().unwrap_or(cwd).join(gitdir);
+    if let (Some(file), Some(gitdir)) = (existing(&dot_git), existing(&gitdir)) {
+        out.push((GitMount::ReadOnly, file));
+        read_only(
+            &gitdir,
+            &["commondir", "gitdir", "config.worktree"],
+            &mut out,
+        );
+    }
+    out
+}
+
 /// The one-line content of a git pointer file after `prefix`.
 fn read_pointer(file: &Path, prefix: &str) -> Option<PathBuf> {
     let text = std::fs::read_to_string(file).ok()?;
@@ -219,6 +271,53 @@ mod tests {
         // A subdirectory of the checkout: its .git above.
         std::fs::create_dir(repo.join("sub")).unwrap();
         assert_eq!(git_writable(&repo.join("sub")), vec![g]);
+    }
+
+    #[test]
+    fn git_config_hooks_and_pointers_are_protected_for_checkouts_and_worktrees() {
+        let t = tempfile::tempdir().unwrap();
+        let repo = t.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        git(
+            &repo,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-m",
+                "i",
+            ],
+        );
+        git(&repo, &["worktree", "add", "-q", "../wt", "-b", "wt"]);
+        let g = repo.join(".git").canonicalize().unwrap();
+        std::fs::create_dir_all(g.join("hooks")).unwrap();
+        let main = git_protected(&repo);
+        assert_eq!(
+            main,
+            vec![
+                (GitMount::Pinned, g.clone()),
+                (GitMount::ReadOnly, g.join("config")),
+                (GitMount::ReadOnly, g.join("hooks")),
+            ]
+        );
+        // A subdirectory: the same .git above it.
+        std::fs::create_dir(repo.join("sub")).unwrap();
+        assert_eq!(git_protected(&repo.join("sub")), main);
+        let wt = t.path().join("wt").canonicalize().unwrap();
+        assert_eq!(
+            git_protected(&wt),
+            vec![
+                (GitMount::ReadOnly, wt.join(".git")),
+                (GitMount::ReadOnly, g.join("worktrees/wt/commondir")),
+                (GitMount::ReadOnly, g.join("worktrees/wt/gitdir")),
+            ]
+        );
+        assert!(git_protected(t.path()).is_empty());
     }
 
     #[test]

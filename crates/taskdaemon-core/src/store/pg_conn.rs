@@ -3,7 +3,6 @@
 //! errors a person can fix, and the versioned schema.
 
 use std::path::Path;
-use std::process::Command;
 
 use postgres::{Client, NoTls};
 
@@ -222,10 +221,8 @@ fn check_url(url: &str) -> Result<(), QueueError> {
 
 /// The project key from a git remote's URL: credentials, a trailing `/` and `.git` gone.
 fn project_from_remote(repo: &Path, remote: &str) -> Result<String, QueueError> {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(["remote", "get-url", "--", remote])
+    let out = crate::git::Git::new(repo)
+        .call(&["remote", "get-url", "--", remote])
         .output();
     match out {
         Ok(o) if o.status.success() => {

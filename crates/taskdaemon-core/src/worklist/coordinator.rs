@@ -414,6 +414,10 @@ impl WorkSource for TasksSource {
         Ok(self.judge_unit(st, done, head, ctx, cancel).await?)
     }
 
+    fn note_for_next(&mut self, note: &str) {
+        self.note = Some(format!("\n\n## A note from the harness\n\n{note}\n"));
+    }
+
     fn abandon(
         &mut self,
         _unit: &Unit,
@@ -948,7 +952,9 @@ impl TasksSource {
             "--keep-redundant-commits".into(),
         ];
         args.extend(commits.iter().cloned());
-        let out = self.git.call(&args).output().map_err(|e| e.to_string())?;
+        // A commit of the user's history: their hooks see it (README, "Git hooks").
+        let hooked = self.git.clone().with_user_hooks();
+        let out = hooked.call(&args).output().map_err(|e| e.to_string())?;
         if out.status.success() {
             return Ok(());
         }
@@ -997,7 +1003,7 @@ impl TasksSource {
             "--".into(),
         ];
         commit.extend(paths);
-        self.git.call(&commit).text()?;
+        self.git.clone().with_user_hooks().call(&commit).text()?;
         Ok(())
     }
 

@@ -422,6 +422,10 @@ impl WorkSource for StoriesSource {
         Ok(j)
     }
 
+    fn note_for_next(&mut self, note: &str) {
+        self.previous_error = Some(note.to_string());
+    }
+
     fn abandon(&mut self, _: &Unit, _: &[usize], _: &EngineContext) -> Result<(), EngineError> {
         if let Some(mode) = &self.mode {
             let _ = mode;
@@ -579,17 +583,20 @@ fn commit_file(git: &Git, rel: &Path, msg: &str) -> Result<(), WorklistError> {
     if unchanged {
         return Ok(());
     }
-    git.call(&[
-        "commit".as_ref(),
-        "-q".as_ref(),
-        "--no-verify".as_ref(),
-        "-m".as_ref(),
-        msg.as_ref(),
-        "--only".as_ref(),
-        "--".as_ref(),
-        rel.as_os_str(),
-    ])
-    .text()?;
+    // The user's hooks see the commit (README, "Git hooks"), all but pre-commit/commit-msg.
+    git.clone()
+        .with_user_hooks()
+        .call(&[
+            "commit".as_ref(),
+            "-q".as_ref(),
+            "--no-verify".as_ref(),
+            "-m".as_ref(),
+            msg.as_ref(),
+            "--only".as_ref(),
+            "--".as_ref(),
+            rel.as_os_str(),
+        ])
+        .text()?;
     Ok(())
 }
 

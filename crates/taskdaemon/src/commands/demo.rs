@@ -3,7 +3,6 @@
 //! harness rejects it); iteration 2 fixes it; validation passes; exit 0.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
@@ -115,11 +114,10 @@ pub fn run(args: DemoArgs, _ctx: &Ctx) -> anyhow::Result<i32> {
 }
 
 fn make_project(dir: &Path) -> anyhow::Result<()> {
+    // Through the core's wrapper: no file-system monitor, no hooks, as every git of ours.
     let git = |args: &[&str]| -> anyhow::Result<()> {
-        let out = Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(args)
+        let out = taskdaemon_core::git::Git::new(dir)
+            .call(args)
             .output()
             .context("running git (is it installed?)")?;
         if !out.status.success() {

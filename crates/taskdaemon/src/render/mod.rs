@@ -254,6 +254,13 @@ impl Renderer {
                 if timed_out { ", timed out" } else { "" },
                 format_duration(Duration::from_millis(duration_ms))
             )),
+            EngineEvent::GitTampered { iteration, changes } => {
+                let list: Vec<String> = changes.iter().map(|c| c.to_string()).collect();
+                self.note(&format!(
+                    "warning: iteration {iteration}: the agent changed git's own files, which taskdaemon's git would have run outside the sandbox: {}; the iteration is rejected",
+                    list.join(", ")
+                ))
+            }
             EngineEvent::CompletionRejected { reason, .. } => {
                 self.note(&format!("COMPLETE rejected: {reason}"))
             }

@@ -25,6 +25,7 @@ mod daemon;
 mod daemon_events;
 mod evidence;
 mod gates;
+mod git_guard;
 mod hostile;
 mod kills;
 mod lean_start;

@@ -284,7 +284,7 @@ fn a_timed_out_sandboxed_agent_that_forks_sleepers_leaves_no_process_behind() {
     );
 }
 
-fn spec_env(tasks: &str) -> Env {
+pub(crate) fn spec_env(tasks: &str) -> Env {
     let env = sandbox_env();
     let spec = env.repo().join("specs/demo");
     std::fs::create_dir_all(&spec).unwrap();

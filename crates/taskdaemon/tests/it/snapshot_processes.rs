@@ -1,7 +1,8 @@
 //! How many git processes a snapshot save and rollback start (issue 16): counted from
 //! git's own trace (`GIT_TRACE2_EVENT`), so a change that adds one shows here. Only the
 //! snapshot machinery's processes are counted (its plumbing runs with
-//! `core.hooksPath=/dev/null`, plus the one `rev-parse` that opens the repository): the
+//! `core.looseCompression=0` — every git of taskdaemon's has the hooks off — plus the one
+//! `rev-parse` that opens the repository): the
 //! command line's own start-up facts are another part's.
 
 use std::path::Path;
@@ -35,7 +36,7 @@ fn traced(env: &Env, args: &[&str]) -> Vec<String> {
                 .iter()
                 .filter_map(|a| a.as_str().map(str::to_string))
                 .collect();
-            let ours = argv.iter().any(|a| a == "core.hooksPath=/dev/null")
+            let ours = argv.iter().any(|a| a == "core.looseCompression=0")
                 || argv.iter().any(|a| a == "--show-object-format");
             ours.then(|| subcommand(&argv))
         })

@@ -282,3 +282,36 @@ fn a_work_list_follows_the_commit_based_stuck_rule() {
     assert_eq!(d.outcome, IterationOutcome::Complete);
     assert_eq!(d.validation.label(), "true");
 }
+
+#[test]
+fn changed_git_files_reject_the_iteration_whatever_it_claimed_and_count_for_stuck() {
+    let p = policy();
+    let tampered = Evidence {
+        signal: Some(Signal::Complete),
+        validation: Some(ValidationEvidence::Passed),
+        head_after: Some("b".into()),
+        git_tampered: Some(".git/config (changed, restored)".into()),
+        ..ev()
+    };
+    let d = decide(&tampered, &Counters::default(), &p);
+    assert_eq!(d.outcome, IterationOutcome::Rejected);
+    assert_eq!(
+        d.run_outcome, None,
+        "a commit and a passing validation do not complete"
+    );
+    assert_eq!(d.counters.stuck, 1, "no progress, whatever it committed");
+    let Feedback::Set(f) = &d.feedback else {
+        panic!("the next prompt is told: {:?}", d.feedback);
+    };
+    assert!(f.contains(".git/config (changed, restored)"), "{f}");
+    assert!(d.note.contains("git's own files changed"), "{}", d.note);
+    // An interrupted iteration stays interrupted (not counted).
+    let stopped = Evidence {
+        interrupted: true,
+        ..tampered
+    };
+    assert_eq!(
+        decide(&stopped, &Counters::default(), &p).outcome,
+        IterationOutcome::Interrupted
+    );
+}
