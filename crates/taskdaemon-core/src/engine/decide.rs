@@ -172,6 +172,9 @@ pub struct Evidence {
     pub tool_signature: Option<String>,
     /// The run's cost after this iteration.
     pub cost_usd: f64,
+    /// Files that look like secrets which the run's commits add (`crate::secrets`): no
+    /// claim is accepted while one does.
+    pub secrets: Vec<String>,
 }
 
 /// The counters the decision reads and moves.
@@ -332,15 +335,53 @@ fn agent_rules(ev: &Evidence, policy: &Policy, d: &mut Decision) -> bool {
         }
         _ => {}
     }
-    if let Some(w) = &ev.work {
+    let counts = if let Some(w) = &ev.work {
         work_rules(w, d);
-        return w.claim != Claim::Pending;
-    }
-    let counts = validation_rules(ev, policy, d);
-    if counts {
-        gate_rules(ev, policy, d);
+        w.claim != Claim::Pending
+    } else {
+        let counts = validation_rules(ev, policy, d);
+        if counts {
+            gate_rules(ev, policy, d);
+        }
+        counts
+    };
+    if counts && !ev.secrets.is_empty() {
+        secret_rules(ev, d);
     }
     counts
+}
+
+/// The run's commits add files that look like secrets: whatever was claimed, the work is
+/// rejected (a completion does not end the run), and the next prompt says which files and
+/// how to take them out of the commits.
+fn secret_rules(ev: &Evidence, d: &mut Decision) {
+    if matches!(
+        d.outcome,
+        IterationOutcome::ValidationMissing | IterationOutcome::Decide | IterationOutcome::Failed
+    ) {
+        return;
+    }
+    let names = crate::secrets::list(&ev.secrets);
+    d.outcome = IterationOutcome::Rejected;
+    if matches!(d.run_outcome, Some(Outcome::Complete { .. })) {
+        d.run_outcome = None;
+    }
+    if d.validation == ValidationResult::Passed {
+        d.validation = ValidationResult::Failed;
+    }
+    d.rejected = Some(format!(
+        "the run's commits add files that look like secrets: {names}"
+    ));
+    d.note
+        .push_str(&format!("; commits add secret-looking files: {names}"));
+    let first = ev.secrets.first().map(String::as_str).unwrap_or(".env");
+    let text = format!(
+        "Your commits add files that look like secrets: {names}. They must never be committed. Keep the files, but take them out of every commit of this run: `git rm --cached -- {first}` (each of them), add them to .gitignore, and rewrite the commits that added them (`git commit --amend`, or `git rebase -i` for older ones) so that no commit adds them. Until then the work is not accepted, and the branch is neither pushed nor merged."
+    );
+    d.feedback = match std::mem::replace(&mut d.feedback, Feedback::Keep) {
+        Feedback::Set(other) => Feedback::Set(format!("{text}\n\n{other}")),
+        _ => Feedback::Set(text),
+    };
 }
 
 /// A work list's verdict: its claims were accepted (and the list may be done) or rejected.

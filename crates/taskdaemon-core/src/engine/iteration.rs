@@ -49,7 +49,7 @@ pub(super) async fn iteration<S: WorkSource>(
     let started = Instant::now();
     let started_at = clock::now_rfc3339();
     let unit = match source.next(it.st, it.n, it.ctx, it.cancel).await? {
-        Next::Done(o) => return Ok(Some(o)),
+        Next::Done(o) => return Ok(Some(done_unless_secrets(it, o)?)),
         Next::Work(u) => u,
     };
     // What the source committed while it chose the work (a story approved at the review
@@ -80,7 +80,19 @@ pub(super) async fn iteration<S: WorkSource>(
             .judge(it.st, &mut done, head.clone(), it.ctx, it.cancel)
             .await?
     };
-    let ev = evidence(it, &done, &judged, interrupted || judged.interrupted);
+    let interrupted = interrupted || judged.interrupted;
+    let secrets = match interrupted {
+        true => Vec::new(),
+        false => super::pre_run::secrets_step(
+            it.st,
+            it.git,
+            it.n,
+            done.first_mut().map(|f| &mut f.log),
+            it.ctx,
+        )?,
+    };
+    let mut ev = evidence(it, &done, &judged, interrupted);
+    ev.secrets = secrets;
     let d = decide::decide(&ev, &counters(it.st), &policy(it.cfg));
     let mut d = effects::apply(it, &mut done, d)?;
     if d.run_outcome.is_none()
@@ -107,6 +119,24 @@ pub(super) async fn iteration<S: WorkSource>(
         it.st.iterations_done = it.n;
     }
     record::finish(it, &unit, done, &judged, d, start, source.tally())
+}
+
+/// A work list with nothing left to do does not complete while the run's commits add
+/// files that look like secrets: it fails, naming them (its work stays on the branch).
+fn done_unless_secrets(it: &Iter<'_>, o: Outcome) -> Result<Outcome, EngineError> {
+    if !matches!(o, Outcome::Complete { .. }) {
+        return Ok(o);
+    }
+    let added = super::pre_run::committed_secrets(it.st, it.git)?;
+    if added.is_empty() {
+        return Ok(o);
+    }
+    Ok(Outcome::Failed {
+        reason: format!(
+            "the work is done, but the run's commits add files that look like secrets: {}; take them out of the commits (`git rm --cached`, then rewrite the commits that added them) and run again",
+            crate::secrets::list(&crate::secrets::paths(&added))
+        ),
+    })
 }
 
 /// Each member's log, created with its first lines; the iteration announced.
@@ -313,5 +343,6 @@ fn evidence(it: &Iter<'_>, done: &[Finished], j: &Judged, interrupted: bool) -> 
         head_after: j.head_after.clone(),
         tool_signature: (!signatures.is_empty()).then(|| signatures.join("|")),
         cost_usd: it.st.cost_usd,
+        secrets: Vec::new(),
     }
 }

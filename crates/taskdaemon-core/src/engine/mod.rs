@@ -16,6 +16,7 @@ pub mod events;
 mod evidence;
 pub mod failures;
 mod iteration;
+mod pre_run;
 pub mod ralph;
 mod record;
 pub mod source;
@@ -162,6 +163,10 @@ pub async fn run_source<S: WorkSource>(
     st.save_start(ws)?;
     let mut refused = preflight(&cfg, ctx);
     if refused.is_none() {
+        if !resumed {
+            // The user's uncommitted work, saved before the source or an agent commits.
+            pre_run::save_uncommitted(&st, &git, ctx)?;
+        }
         refused = source.start(&mut st, resumed, ctx, cancel).await?;
         if !resumed {
             // What the source committed at its start (a work list's progress file) is not
