@@ -133,6 +133,16 @@ pub fn paths(added: &[Added]) -> Vec<String> {
     out
 }
 
+/// What an agent whose commits add `paths` is told (the next prompt): which files, and how
+/// to take them out of its commits while keeping them.
+pub fn take_out(paths: &[String]) -> String {
+    let first = paths.first().map(String::as_str).unwrap_or(".env");
+    format!(
+        "Your commits add files that look like secrets: {}. They must never be committed. Keep the files, but take them out of every commit of this run: `git rm --cached -- {first}` (each of them), add them to .gitignore, and rewrite the commits that added them (`git commit --amend`, or `git rebase -i` for older ones) so that no commit adds them. Until then the work is not accepted, and the branch is neither pushed nor merged.",
+        list(paths)
+    )
+}
+
 /// The paths, for a sentence: `a, b and 3 more`.
 pub fn list(paths: &[String]) -> String {
     const SHOWN: usize = 5;

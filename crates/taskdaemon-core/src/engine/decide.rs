@@ -374,10 +374,7 @@ fn secret_rules(ev: &Evidence, d: &mut Decision) {
     ));
     d.note
         .push_str(&format!("; commits add secret-looking files: {names}"));
-    let first = ev.secrets.first().map(String::as_str).unwrap_or(".env");
-    let text = format!(
-        "Your commits add files that look like secrets: {names}. They must never be committed. Keep the files, but take them out of every commit of this run: `git rm --cached -- {first}` (each of them), add them to .gitignore, and rewrite the commits that added them (`git commit --amend`, or `git rebase -i` for older ones) so that no commit adds them. Until then the work is not accepted, and the branch is neither pushed nor merged."
-    );
+    let text = crate::secrets::take_out(&ev.secrets);
     d.feedback = match std::mem::replace(&mut d.feedback, Feedback::Keep) {
         Feedback::Set(other) => Feedback::Set(format!("{text}\n\n{other}")),
         _ => Feedback::Set(text),

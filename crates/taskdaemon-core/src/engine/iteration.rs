@@ -85,7 +85,7 @@ pub(super) async fn iteration<S: WorkSource>(
         true => Vec::new(),
         false => super::pre_run::secrets_step(
             it.st,
-            it.git,
+            (it.git, it.ws),
             it.n,
             done.first_mut().map(|f| &mut f.log),
             it.ctx,

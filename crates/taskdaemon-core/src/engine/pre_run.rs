@@ -97,10 +97,11 @@ pub(super) fn committed_secrets(
 }
 
 /// After iteration `n`'s agents and their judgement: the secret-looking files the run's
-/// commits add, said in a warning and the first member's log; their paths.
+/// commits add, said in a warning and the first member's log (and, for a work list, in
+/// `feedback.md` for its next prompt); their paths.
 pub(super) fn secrets_step(
     st: &RunState,
-    git: &Git,
+    (git, ws): (&Git, &crate::workspace::Workspace),
     n: u32,
     log: Option<&mut crate::telemetry::IterationLog>,
     ctx: &EngineContext,
@@ -121,7 +122,17 @@ pub(super) fn secrets_step(
         log.note(&text);
     }
     super::warn(ctx, &text);
-    Ok(crate::secrets::paths(&added))
+    let paths = crate::secrets::paths(&added);
+    if !st.config.source.is_ralph() {
+        // A work list's next prompt takes the harness's note from feedback.md (the ralph
+        // loop's, from the decision's feedback).
+        let mut note = crate::secrets::take_out(&paths);
+        if let Some(earlier) = ws.read_feedback()? {
+            note = format!("{note}\n\n{earlier}");
+        }
+        ws.write_feedback(&note)?;
+    }
+    Ok(paths)
 }
 
 /// How many paths the event and its sentence name.
