@@ -4,7 +4,8 @@
 //! the run's changes and gives them back, and says so ([`EngineEvent::UncommittedSaved`]).
 //! Untracked files that look like secrets (`crate::secrets`) are named and left out of it.
 //!
-//! Once per run: not on a resume, not for a `task` run (its `task-N-pre` saved the same
+//! Once per run (`RunState::uncommitted_checked`, saved before any agent starts): not on a
+//! resume or after a kill, not for a `task` run (its `task-N-pre` saved the same
 //! state a moment before), not when nothing is uncommitted (the harness's own `.ralph/`
 //! files do not count).
 //!
@@ -12,9 +13,11 @@
 //! commits add (from its start to HEAD), for the decision (no claim is accepted while one
 //! does) and a warning.
 
-use super::{EngineContext, EngineError, EngineEvent, RunState};
+use tokio_util::sync::CancellationToken;
+
+use super::{EngineContext, EngineError, EngineEvent, Outcome, RunState};
 use crate::git::Git;
-use crate::git::snapshot::{Kind, SaveRequest};
+use crate::git::snapshot::{Kind, SaveRequest, SnapshotError};
 
 /// What `git status` says is uncommitted: every path, and the untracked ones that look
 /// like secrets.
@@ -24,14 +27,17 @@ struct Uncommitted {
     secrets: Vec<String>,
 }
 
-/// Save the uncommitted changes of a new run's work tree as `run-N-pre` and say it.
+/// Save the uncommitted changes of a new run's work tree as `run-N-pre` and say it. A wait
+/// for another holder of the snapshot lock is told after a second and ended by the run's
+/// stop (`Some(Interrupted)`: nothing saved, no agent started).
 pub(super) fn save_uncommitted(
     st: &RunState,
     git: &Git,
     ctx: &EngineContext,
-) -> Result<(), EngineError> {
+    cancel: &CancellationToken,
+) -> Result<Option<Outcome>, EngineError> {
     if st.task.is_some() {
-        return Ok(());
+        return Ok(None);
     }
     let out = git
         .call(&[
@@ -45,7 +51,7 @@ pub(super) fn save_uncommitted(
         .bytes()?;
     let found = parse_status(&out);
     if found.paths.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let secrets = found.secrets.clone();
     let saved: Vec<String> = found
@@ -57,14 +63,29 @@ pub(super) fn save_uncommitted(
     let tag = if saved.is_empty() {
         None
     } else {
-        let snaps = crate::git::snapshot::Snapshots::open(&st.config.workdir)?;
-        let snap = snaps.save(&SaveRequest {
+        let events = ctx.events.clone();
+        let tell = move |lock: &std::path::Path, pid: Option<i32>| {
+            events.emit(EngineEvent::Warning {
+                message: format!(
+                    "saving your uncommitted changes: {}",
+                    crate::git::snapshot::waiting_text(lock, pid)
+                ),
+            });
+        };
+        let snaps = crate::git::snapshot::Snapshots::open(&st.config.workdir)?
+            .stopped_by(cancel)
+            .telling_waits_to(std::sync::Arc::new(tell));
+        let saved = snaps.save(&SaveRequest {
             kind: Kind::RunPre,
             task: None,
             message: &format!("before run {}: the uncommitted changes", st.run_id),
             time_ms: crate::clock::now().as_millisecond(),
-        })?;
-        Some(snap.tag)
+        });
+        match saved {
+            Ok(snap) => Some(snap.tag),
+            Err(SnapshotError::Stopped { .. }) => return Ok(Some(Outcome::Interrupted)),
+            Err(e) => return Err(e.into()),
+        }
     };
     let message = describe(tag.as_deref(), &saved, &secrets);
     ctx.events.emit(EngineEvent::UncommittedSaved {
@@ -74,7 +95,7 @@ pub(super) fn save_uncommitted(
         secrets,
         message,
     });
-    Ok(())
+    Ok(None)
 }
 
 /// The files that look like secrets which the run's commits add (from its start to HEAD;

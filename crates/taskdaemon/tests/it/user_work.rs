@@ -145,3 +145,42 @@ fn a_dirty_start_says_what_it_saved_in_words_and_its_resume_saves_nothing_again(
         resumed.stderr
     );
 }
+
+#[test]
+fn a_run_killed_in_its_first_iteration_and_resumed_saves_the_uncommitted_work_once() {
+    let env = Env::new();
+    let repo = env.repo();
+    std::fs::write(repo.join("notes.txt"), "the user's notes\n").unwrap();
+    let bg = env.spawn(&[
+        "run",
+        "slow",
+        "--agent",
+        "cmd:sleep 30",
+        "--validate",
+        "true",
+        "--max-iterations",
+        "1",
+    ]);
+    bg.wait_to_say("── iteration 1/1 ──", std::time::Duration::from_secs(30));
+    // SIGKILL in the middle of iteration 1 (the agent dies with it).
+    drop(bg);
+    let r = env.run(&[
+        "run",
+        "--resume",
+        "--agent",
+        "cmd:true",
+        "--max-iterations",
+        "1",
+    ]);
+    assert!(
+        r.stderr.contains("resuming at iteration 1") && !r.stderr.contains("saved as snapshot"),
+        "{}",
+        r.stderr
+    );
+    let tags = git(&repo, &["tag", "--list", "run-*"]);
+    assert_eq!(tags.trim(), "run-1-pre", "{}", r.stderr);
+    assert_eq!(
+        git(&repo, &["show", "run-1-pre:notes.txt"]),
+        "the user's notes\n"
+    );
+}
