@@ -81,15 +81,12 @@ pub(super) async fn iteration<S: WorkSource>(
             .await?
     };
     let interrupted = interrupted || judged.interrupted;
-    let secrets = match interrupted {
-        true => Vec::new(),
-        false => super::pre_run::secrets_step(
-            it.st,
-            (it.git, it.ws),
-            it.n,
-            done.first_mut().map(|f| &mut f.log),
-            it.ctx,
-        )?,
+    // Files that look like secrets which the run's commits add: no claim is accepted.
+    let secrets = if interrupted {
+        Vec::new()
+    } else {
+        let log = done.first_mut().map(|f| &mut f.log);
+        super::pre_run::secrets_step(it.st, (it.git, it.ws), it.n, log, it.ctx)?
     };
     let mut ev = evidence(it, &done, &judged, interrupted);
     ev.secrets = secrets;

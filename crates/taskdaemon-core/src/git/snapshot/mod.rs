@@ -795,14 +795,19 @@ impl Snapshots {
             fs::create_dir_all(&dir).map_err(io(&dir))?;
             let link = dir.join(i.to_string());
             let _ = fs::remove_file(&link);
-            fs::hard_link(&path, &link).map_err(io(&link))?;
+            // A second link (same file, mode and all); a copy where links cannot be made.
+            if fs::hard_link(&path, &link).is_err() {
+                fs::copy(&path, &link).map_err(io(&link))?;
+            }
             kept.push((link, p));
         }
         Ok(kept)
     }
 
     /// After a rollback: each kept file the rollback removed is linked back (never over a
-    /// file the rollback wrote there); the links are removed. The paths put back.
+    /// file the rollback wrote there, never through a link the restored state has on its
+    /// way: such a file stays in the kept directory, and in the pre-rollback snapshot); the
+    /// links are removed. The paths put back.
     fn put_secrets_back(
         &self,
         kept: Vec<(PathBuf, Vec<u8>)>,
@@ -810,13 +815,17 @@ impl Snapshots {
         let mut back = Vec::new();
         for (link, p) in &kept {
             let path = self.top.join(OsStr::from_bytes(p));
-            if fs::symlink_metadata(&path).is_err() {
-                if let Some(parent) = path.parent() {
-                    fs::create_dir_all(parent).map_err(io(parent))?;
-                }
-                fs::hard_link(link, &path).map_err(io(&path))?;
-                back.push(String::from_utf8_lossy(p).into_owned());
+            if fs::symlink_metadata(&path).is_ok() {
+                fs::remove_file(link).map_err(io(link))?;
+                continue;
             }
+            if !self.make_parents_inside(p)? {
+                continue;
+            }
+            if fs::hard_link(link, &path).is_err() {
+                fs::copy(link, &path).map_err(io(&path))?;
+            }
+            back.push(String::from_utf8_lossy(p).into_owned());
             fs::remove_file(link).map_err(io(link))?;
         }
         if let Some((link, _)) = kept.first()
@@ -1125,6 +1134,30 @@ impl Snapshots {
             .env("GIT_INDEX_FILE", self.work_index())
             .output()?;
         Ok((self.added(&add)?, true))
+    }
+
+    /// The directories on the way to the work tree's `rel`, made where missing; `false`
+    /// when one of them is a link or not a directory (nothing is written through it).
+    fn make_parents_inside(&self, rel: &[u8]) -> Result<bool, SnapshotError> {
+        let rel = Path::new(OsStr::from_bytes(rel));
+        let mut at = self.top.clone();
+        let parents: Vec<_> = rel
+            .parent()
+            .into_iter()
+            .flat_map(Path::components)
+            .collect();
+        for c in parents {
+            at.push(c);
+            match fs::symlink_metadata(&at) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => return Ok(false),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    fs::create_dir(&at).map_err(io(&at))?;
+                }
+                Err(e) => return Err(io(&at)(e)),
+            }
+        }
+        Ok(true)
     }
 
     /// Leave out of `changes` the untracked files that look like secrets

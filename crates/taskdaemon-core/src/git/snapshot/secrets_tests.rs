@@ -85,3 +85,27 @@ fn a_rollback_leaves_a_secret_the_restored_state_lacks_where_it_is() {
             .is_ok_and(|mut d| d.next().is_some())
     );
 }
+
+#[test]
+fn a_kept_secret_is_never_put_back_through_a_link_the_restored_state_has() {
+    let d = tempfile::tempdir().unwrap();
+    let (dir, outside) = (d.path().join("repo"), d.path().join("outside"));
+    fs::create_dir_all(&dir).unwrap();
+    fs::create_dir_all(&outside).unwrap();
+    init(&dir);
+    std::os::unix::fs::symlink(&outside, dir.join("config")).unwrap();
+    commit_all(&dir, "config is a link");
+    let s = Snapshots::open(&dir).unwrap();
+    let linked = manual_save(&s, 1_000);
+    fs::remove_file(dir.join("config")).unwrap();
+    write(&dir, "config/.env", "TOKEN=1\n");
+    commit_all(&dir, "config is a directory with a key");
+    let rb = s.rollback(&linked.tag, 2_000).unwrap();
+    assert!(rb.kept.is_empty(), "{:?}", rb.kept);
+    assert!(!outside.join(".env").exists());
+    // Nothing lost: the safety snapshot has it.
+    assert_eq!(
+        git(&dir, &["show", &format!("{}:config/.env", rb.saved.commit)]),
+        "TOKEN=1"
+    );
+}
