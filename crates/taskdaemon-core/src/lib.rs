@@ -22,6 +22,7 @@ pub mod report;
 pub mod runs;
 pub mod sandbox;
 pub mod scheduler;
+pub mod secrets;
 pub mod shell;
 pub mod signals;
 pub mod store;

@@ -338,6 +338,11 @@ fn push_warning(remote: &Remote, name: &str) -> Option<String> {
             "pushing {branch} to {}: rejected ({reason}); the remote holds commits this machine has not seen — retried after the next iteration",
             remote.name()
         )),
+        Ok(Pushed::Held { paths }) => Some(format!(
+            "not pushing {branch} to {}: its commits add files that look like secrets ({}); the commits stay on the local branch, and it is pushed once no commit adds them",
+            remote.name(),
+            crate::secrets::list(&paths)
+        )),
         Err(crate::git::remote::RemoteError::NoBranch(_)) => None,
         Err(e) => Some(format!(
             "pushing {branch} to {}: {e}; retried after the next iteration",

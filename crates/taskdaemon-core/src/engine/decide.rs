@@ -175,6 +175,9 @@ pub struct Evidence {
     /// The agents changed git's own files (config, hooks: `git::guard`), named here; they
     /// were put back. The iteration's work is not judged: rejected, and no progress.
     pub git_tampered: Option<String>,
+    /// Files that look like secrets which the run's commits add (`crate::secrets`): no
+    /// claim is accepted while one does.
+    pub secrets: Vec<String>,
 }
 
 /// The counters the decision reads and moves.
@@ -352,15 +355,50 @@ fn agent_rules(ev: &Evidence, policy: &Policy, d: &mut Decision) -> bool {
         }
         _ => {}
     }
-    if let Some(w) = &ev.work {
+    let counts = if let Some(w) = &ev.work {
         work_rules(w, d);
-        return w.claim != Claim::Pending;
-    }
-    let counts = validation_rules(ev, policy, d);
-    if counts {
-        gate_rules(ev, policy, d);
+        w.claim != Claim::Pending
+    } else {
+        let counts = validation_rules(ev, policy, d);
+        if counts {
+            gate_rules(ev, policy, d);
+        }
+        counts
+    };
+    if counts && !ev.secrets.is_empty() {
+        secret_rules(ev, d);
     }
     counts
+}
+
+/// The run's commits add files that look like secrets: whatever was claimed, the work is
+/// rejected (a completion does not end the run), and the next prompt says which files and
+/// how to take them out of the commits.
+fn secret_rules(ev: &Evidence, d: &mut Decision) {
+    if matches!(
+        d.outcome,
+        IterationOutcome::ValidationMissing | IterationOutcome::Decide | IterationOutcome::Failed
+    ) {
+        return;
+    }
+    let names = crate::secrets::list(&ev.secrets);
+    d.outcome = IterationOutcome::Rejected;
+    if matches!(d.run_outcome, Some(Outcome::Complete { .. })) {
+        d.run_outcome = None;
+    }
+    if d.validation == ValidationResult::Passed {
+        d.validation = ValidationResult::Failed;
+    }
+    d.rejected = Some(format!(
+        "the run's commits add files that look like secrets: {names}"
+    ));
+    d.note
+        .push_str(&format!("; commits add secret-looking files: {names}"));
+    let text = crate::secrets::take_out(&ev.secrets);
+    d.feedback = match std::mem::replace(&mut d.feedback, Feedback::Keep) {
+        Feedback::Set(other) => Feedback::Set(format!("{text}\n\n{other}")),
+        _ => Feedback::Set(text),
+    };
 }
 
 /// A work list's verdict: its claims were accepted (and the list may be done) or rejected.

@@ -34,6 +34,17 @@ pub enum EngineEvent {
     Evidence {
         message: String,
     },
+    /// A new run found uncommitted changes: saved as `snapshot` (`run-N-pre`; `None` when
+    /// the only ones are untracked files that look like secrets, which no snapshot takes).
+    /// `files` counts the saved paths, `paths` names the first of them, `secrets` the
+    /// untracked files left out.
+    UncommittedSaved {
+        snapshot: Option<String>,
+        files: usize,
+        paths: Vec<String>,
+        secrets: Vec<String>,
+        message: String,
+    },
     /// A gate's verdict: `phase` (plan validated / claim swallowed) or `scope:SECTION:MARKER`.
     Gate {
         iteration: u32,

@@ -50,7 +50,7 @@ pub(super) async fn iteration<S: WorkSource>(
     let started = Instant::now();
     let started_at = clock::now_rfc3339();
     let unit = match source.next(it.st, it.n, it.ctx, it.cancel).await? {
-        Next::Done(o) => return Ok(Some(o)),
+        Next::Done(o) => return Ok(Some(done_unless_secrets(it, o)?)),
         Next::Work(u) => u,
     };
     // What the source committed while it chose the work (a story approved at the review
@@ -90,13 +90,16 @@ pub(super) async fn iteration<S: WorkSource>(
             .judge(it.st, &mut done, head.clone(), it.ctx, it.cancel)
             .await?
     };
-    let ev = evidence(
-        it,
-        &done,
-        &judged,
-        interrupted || judged.interrupted,
-        git_tampered,
-    );
+    let interrupted = interrupted || judged.interrupted;
+    // Files that look like secrets which the run's commits add: no claim is accepted.
+    let secrets = if interrupted {
+        Vec::new()
+    } else {
+        let log = done.first_mut().map(|f| &mut f.log);
+        super::pre_run::secrets_step(it.st, (it.git, it.ws), it.n, log, it.ctx)?
+    };
+    let mut ev = evidence(it, &done, &judged, interrupted, git_tampered);
+    ev.secrets = secrets;
     let d = decide::decide(&ev, &counters(it.st), &policy(it.cfg));
     let mut d = effects::apply(it, &mut done, d)?;
     if d.run_outcome.is_none()
@@ -144,6 +147,24 @@ fn restore_git(it: &Iter<'_>, guard: &GitGuard, logs: &mut [IterationLog]) -> Op
         changes,
     });
     Some(list)
+}
+
+/// A work list with nothing left to do does not complete while the run's commits add
+/// files that look like secrets: it fails, naming them (its work stays on the branch).
+fn done_unless_secrets(it: &Iter<'_>, o: Outcome) -> Result<Outcome, EngineError> {
+    if !matches!(o, Outcome::Complete { .. }) {
+        return Ok(o);
+    }
+    let added = super::pre_run::committed_secrets(it.st, it.git)?;
+    if added.is_empty() {
+        return Ok(o);
+    }
+    Ok(Outcome::Failed {
+        reason: format!(
+            "the work is done, but the run's commits add files that look like secrets: {}; take them out of the commits (`git rm --cached`, then rewrite the commits that added them) and run again",
+            crate::secrets::list(&crate::secrets::paths(&added))
+        ),
+    })
 }
 
 /// Each member's log, created with its first lines; the iteration announced.
@@ -359,5 +380,6 @@ fn evidence(
         tool_signature: (!signatures.is_empty()).then(|| signatures.join("|")),
         cost_usd: it.st.cost_usd,
         git_tampered,
+        secrets: Vec::new(),
     }
 }

@@ -16,6 +16,7 @@ pub mod events;
 mod evidence;
 pub mod failures;
 mod iteration;
+mod pre_run;
 pub mod ralph;
 mod record;
 pub mod source;
@@ -163,7 +164,18 @@ pub async fn run_source<S: WorkSource>(
     st.save_start(ws)?;
     let mut refused = preflight(&cfg, ctx);
     if refused.is_none() {
-        refused = source.start(&mut st, resumed, ctx, cancel).await?;
+        if !st.uncommitted_checked && st.iterations_done == 0 {
+            // The user's uncommitted work, saved before the source or an agent commits
+            // (once: the record says it was, before any agent starts).
+            refused = pre_run::save_uncommitted(&st, &git, ctx, cancel)?;
+            if refused.is_none() {
+                st.uncommitted_checked = true;
+                st.save_start(ws)?;
+            }
+        }
+        if refused.is_none() {
+            refused = source.start(&mut st, resumed, ctx, cancel).await?;
+        }
         if !resumed {
             // What the source committed at its start (a work list's progress file) is not
             // the agents' progress.

@@ -374,6 +374,10 @@ pub struct RunState {
     /// with a commit since then.
     #[serde(default)]
     pub start_head: Option<String>,
+    /// The run's start looked for the user's uncommitted work (and saved it as
+    /// `run-N-pre`): never again for this run, also after a kill and a resume.
+    #[serde(default)]
+    pub uncommitted_checked: bool,
     /// Agent failures: a wait in progress, failures in a row.
     #[serde(default)]
     pub failures: super::failures::FailureState,
@@ -456,6 +460,7 @@ impl RunState {
             stall_recoveries: 0,
             gate_failures: 0,
             start_head: None,
+            uncommitted_checked: false,
             failures: Default::default(),
             evidence: None,
             gate_question: Vec::new(),

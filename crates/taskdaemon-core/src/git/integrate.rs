@@ -79,6 +79,34 @@ pub enum IntegrateError {
         "the merge in the integration worktree {path} failed: {stderr}\n  hint: nothing changed on any branch; look at `git -C {path} status`, fix the cause and retry"
     )]
     MergeFailed { path: PathBuf, stderr: String },
+    #[error(
+        "cannot merge {branch} into {target}: its commits add files that look like secrets ({paths})\n  hint: keep the files but take them out of the branch's commits (`git rm --cached FILE`, then rewrite the commits that added them, e.g. `git rebase -i {target}`), then merge again"
+    )]
+    Secrets {
+        branch: String,
+        target: String,
+        paths: String,
+    },
+}
+
+/// [`IntegrateError::Secrets`] when the commits of `base..tip` add files that look like
+/// secrets (`crate::secrets`): no merge takes them.
+pub(crate) fn refuse_secrets(
+    git: &Git,
+    base: &str,
+    tip: &str,
+    branch: &str,
+    target: &str,
+) -> Result<(), IntegrateError> {
+    let added = crate::secrets::added_in(git, &[&format!("{base}..{tip}")])?;
+    if added.is_empty() {
+        return Ok(());
+    }
+    Err(IntegrateError::Secrets {
+        branch: branch.to_string(),
+        target: target.to_string(),
+        paths: crate::secrets::list(&crate::secrets::paths(&added)),
+    })
 }
 
 /// The branch merges into `target` are held on while `target` is checked out.
@@ -201,6 +229,7 @@ impl Merger<'_> {
         if self.is_ancestor(&b, &t)? {
             return Ok(Some(MergeResult::UpToDate { commit: t }));
         }
+        refuse_secrets(self.git, &t, &b, branch, target)?;
         let registered = self.wt.registered()?;
         let checked_out = registered
             .iter()
@@ -518,6 +547,22 @@ mod tests {
                 .map(String::from)
                 .collect()
         }
+    }
+
+    #[test]
+    fn a_branch_whose_commits_add_a_secret_is_not_merged() {
+        let f = fx();
+        let p = f.spec("s1", "c.txt", "new\n");
+        std::fs::write(p.join("server.pem"), "KEY\n").unwrap();
+        commit_all(&p, "a key");
+        let main = f.rev("main");
+        let e = merge_into(&f.wt, "td/s1", "main", "Merge s1").unwrap_err();
+        assert!(
+            matches!(&e, IntegrateError::Secrets { paths, .. } if paths == "server.pem"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("hint: "), "{e}");
+        assert_eq!(f.rev("main"), main);
     }
 
     #[test]

@@ -76,6 +76,9 @@ pub enum Pushed {
     /// The remote holds something this clone has not seen (its lease failed): nothing was
     /// replaced. The reason as git gives it.
     Rejected { reason: String },
+    /// Not pushed: commits the remote lacks add files that look like secrets
+    /// (`crate::secrets`), named here. The branch keeps them; the remote keeps what it had.
+    Held { paths: Vec<String> },
 }
 
 /// What [`Remote::adopt`] did to the local branch.
@@ -222,6 +225,26 @@ impl Remote {
         let expected = self.wt.rev(&tracking)?;
         if expected.as_deref() == Some(local.as_str()) {
             return Ok(Pushed::UpToDate);
+        }
+        // What the remote lacks: since its tip as last seen, else what no other branch or
+        // tracking ref of this clone holds.
+        let added = match &expected {
+            Some(seen) => crate::secrets::added_in(self.git(), &[&format!("{seen}..{local}")])?,
+            None => crate::secrets::added_in(
+                self.git(),
+                &[
+                    &local,
+                    "--not",
+                    &format!("--exclude={branch}"),
+                    "--branches",
+                    &format!("--remotes={}", self.name),
+                ],
+            )?,
+        };
+        if !added.is_empty() {
+            return Ok(Pushed::Held {
+                paths: crate::secrets::paths(&added),
+            });
         }
         match self.push(&local, branch, expected.as_deref().unwrap_or(""))? {
             None => {
@@ -464,6 +487,7 @@ impl Remote {
                 target: target.to_string(),
                 remote: self.name.clone(),
             })?;
+            super::integrate::refuse_secrets(self.git(), &t, &b, branch, target)?;
             let (new, fast_forward) = match merge_onto(&self.wt, &t, &b, message)? {
                 Onto::UpToDate => return Ok(RemoteMerge::AlreadyIn { commit: t }),
                 Onto::Conflict(files) => return Ok(RemoteMerge::Conflict { files }),

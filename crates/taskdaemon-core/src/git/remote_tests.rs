@@ -124,6 +124,64 @@ fn a_remote_that_never_answers_is_given_up_on_and_its_transport_ended() {
 }
 
 #[test]
+fn a_branch_whose_commits_add_a_secret_is_held_back_and_pushed_once_they_no_longer_do() {
+    let f = fx();
+    let (wt, r) = remote(&f.a);
+    let p = work(&wt, "s1", "x.txt", "x\n");
+    assert!(matches!(
+        r.push_branch("taskdaemon/s1").unwrap(),
+        Pushed::Pushed { .. }
+    ));
+    let pushed = remote_rev(&f, "refs/heads/taskdaemon/s1");
+    std::fs::write(p.join(".env"), "TOKEN=1\n").unwrap();
+    std::fs::write(p.join("y.txt"), "y\n").unwrap();
+    commit_all(&p, "y and a key");
+    assert_eq!(
+        r.push_branch("taskdaemon/s1").unwrap(),
+        Pushed::Held {
+            paths: vec![".env".into()]
+        }
+    );
+    assert_eq!(remote_rev(&f, "refs/heads/taskdaemon/s1"), pushed);
+    // A new branch is looked at whole (what no other branch holds): held too.
+    let q = work(&wt, "s2", "id_rsa", "KEY\n");
+    assert!(matches!(
+        r.push_branch("taskdaemon/s2").unwrap(),
+        Pushed::Held { paths } if paths == ["id_rsa"]
+    ));
+    assert!(
+        git_ok(
+            &f.bare,
+            &["rev-parse", "--verify", "-q", "refs/heads/taskdaemon/s2"]
+        )
+        .is_none()
+    );
+    // The agent takes it out of its commits: the branch goes.
+    git(&p, &["rm", "-q", "--cached", ".env"]);
+    git(&p, &["commit", "-q", "--amend", "-m", "y"]);
+    let head = git(&p, &["rev-parse", "HEAD"]);
+    assert_eq!(
+        r.push_branch("taskdaemon/s1").unwrap(),
+        Pushed::Pushed { commit: head }
+    );
+    assert!(p.join(".env").exists());
+    let _ = q;
+}
+
+/// `git ARGS` in `dir`: its output, `None` when it fails.
+fn git_ok(dir: &Path, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+#[test]
 fn a_pushed_branch_is_on_the_remote_and_a_second_push_sends_nothing() {
     let f = fx();
     let (wt, r) = remote(&f.a);

@@ -219,6 +219,12 @@ fn act(action: Action, json: bool, snaps: &Snapshots, ws: &Workspace) -> anyhow:
                     "the state before was saved as {}\n  undo this rollback with: taskdaemon snapshot rollback {}",
                     r.saved.tag, r.saved.tag
                 );
+                if !r.kept.is_empty() {
+                    println!(
+                        "kept {} where it is: it looks like a secret, and a rollback never removes one (untracked now)",
+                        r.kept.join(", ")
+                    );
+                }
             }
         }
         Action::Diff { tag } => {

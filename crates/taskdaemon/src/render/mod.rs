@@ -127,6 +127,7 @@ impl Renderer {
             }
             EngineEvent::Warning { message } => self.note(&format!("warning: {message}")),
             EngineEvent::Evidence { message } => self.note(&message),
+            EngineEvent::UncommittedSaved { message, .. } => self.note(&message),
             EngineEvent::Gate {
                 iteration,
                 gate,

@@ -41,6 +41,7 @@ mod snapshot_processes;
 mod snapshots;
 mod task_parser;
 mod trust;
+mod user_work;
 mod watch_tui;
 mod worklist;
 mod worklist_engine;

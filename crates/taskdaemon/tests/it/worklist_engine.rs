@@ -494,3 +494,30 @@ fn a_stop_during_a_tasks_verify_command_accepts_nothing() {
     let state = std::fs::read_to_string(env.repo().join(SPEC).join(".ralph-state.json")).unwrap();
     assert!(!state.contains("\"success\""), "{state}");
 }
+
+#[test]
+fn an_implement_run_whose_agent_committed_a_key_does_not_complete_and_names_it() {
+    let env = spec_env("- [ ] 1.1 Only\n");
+    std::fs::write(env.repo().join(".env"), "API_TOKEN=s3cr3t\n").unwrap();
+    let agent = claude_agent(
+        &env,
+        "[ $n -eq 1 ] && git add .env && git commit -qm 'the key too' >/dev/null",
+    );
+    let (code, evs, stderr) = implement(&env, &agent, &[]);
+    assert_ne!(code, 0, "{stderr}");
+    let saved = evs
+        .iter()
+        .find(|e| e["event"] == "uncommitted_saved")
+        .expect("uncommitted_saved");
+    assert_eq!(saved["secrets"], serde_json::json!([".env"]), "{saved}");
+    assert!(saved["snapshot"].is_null(), "{saved}");
+    let detail = summary(&evs)["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("the run's commits add files that look like secrets: .env"),
+        "{detail}"
+    );
+    // The harness's note for the agent's next prompt says how to take it out.
+    let note = std::fs::read_to_string(env.repo().join(".ralph/feedback.md")).unwrap();
+    assert!(note.contains("git rm --cached -- .env"), "{note}");
+    assert!(env.repo().join(".env").exists());
+}

@@ -101,6 +101,37 @@ fn table() -> Vec<Row> {
             e.validation = Some(ValidationEvidence::Passed);
         })
         .want(O::Crashed, None, 1),
+        row(
+            "a commit adding a secret rejects a passing completion",
+            |e, _, _| {
+                e.signal = Some(Signal::Complete);
+                e.validation = Some(ValidationEvidence::Passed);
+                e.gates = Some(GateVerdict::Complete);
+                e.head_after = Some("b".into());
+                e.secrets = vec![".env".into()];
+            },
+        )
+        .want(O::Rejected, None, 0),
+        row(
+            "a work list's accepted claim with a secret committed is rejected",
+            |e, _, _| {
+                e.work = Some(WorkVerdict {
+                    claim: Claim::Accepted,
+                    complete: true,
+                });
+                e.head_after = Some("b".into());
+                e.secrets = vec!["id_rsa".into()];
+            },
+        )
+        .want(O::Rejected, None, 0),
+        row(
+            "a secret in the run's commits does not hide BLOCKED",
+            |e, _, _| {
+                e.signal = Some(Signal::Blocked("no key".into()));
+                e.secrets = vec![".env".into()];
+            },
+        )
+        .want(O::Blocked, Some("BLOCKED"), 0),
         row("BLOCKED ends the loop", |e, _, _| {
             e.signal = Some(Signal::Blocked("no key".into()))
         })
@@ -314,4 +345,30 @@ fn changed_git_files_reject_the_iteration_whatever_it_claimed_and_count_for_stuc
         decide(&stopped, &Counters::default(), &p).outcome,
         IterationOutcome::Interrupted
     );
+}
+
+#[test]
+fn a_secret_in_the_commits_is_named_in_the_next_prompt_before_the_validation() {
+    let mut e = ev();
+    e.signal = Some(Signal::Complete);
+    e.validation = Some(failed_validation());
+    e.secrets = vec![".env".into(), "keys/id_rsa".into()];
+    let d = decide(&e, &Counters::default(), &policy());
+    assert_eq!(d.outcome, IterationOutcome::Rejected);
+    assert!(
+        d.rejected
+            .as_deref()
+            .is_some_and(|r| r.contains(".env, keys/id_rsa"))
+    );
+    match d.feedback {
+        Feedback::Set(t) => {
+            assert!(
+                t.starts_with("Your commits add files that look like secrets: .env, keys/id_rsa."),
+                "{t}"
+            );
+            assert!(t.contains("git rm --cached -- .env"), "{t}");
+            assert!(t.contains("$ make test"), "{t}");
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -276,6 +276,7 @@ impl Snapshots {
                     restored: j.target.clone(),
                     saved,
                     changed: j.changed.clone(),
+                    kept: Vec::new(),
                 };
                 Ok((r, found))
             }

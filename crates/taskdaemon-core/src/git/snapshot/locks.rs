@@ -29,7 +29,7 @@ pub(super) const OWNER_ENV: &str = "TASKDAEMON_SNAPSHOT_OWNER";
 const PRIVATE_INDEX_LOCKS: &[&str] = &["snapshot.index.lock", "index.user.lock", "index.new.lock"];
 
 /// Name prefixes of snapshot tags (see `TAG_PATTERNS`).
-const TAG_PREFIXES: &[&str] = &["task-", "manual-", "stall-", "pre-rollback-"];
+const TAG_PREFIXES: &[&str] = &["task-", "manual-", "stall-", "pre-rollback-", "run-"];
 
 /// How long to wait for git children of a killed taskdaemon before reporting them.
 const ORPHAN_WAIT: Duration = Duration::from_secs(30);

@@ -73,6 +73,9 @@ pub enum Kind {
     Stall,
     /// `pre-rollback-<unix seconds>`: the state a rollback replaced.
     PreRollback,
+    /// `run-N-pre` (N: the snapshot's sequence number, never reused): the uncommitted
+    /// changes a run found at its start, before iteration 1.
+    RunPre,
 }
 
 impl Kind {
@@ -83,6 +86,7 @@ impl Kind {
             Kind::Manual => "manual",
             Kind::Stall => "stall",
             Kind::PreRollback => "pre-rollback",
+            Kind::RunPre => "run-pre",
         }
     }
 
@@ -93,13 +97,14 @@ impl Kind {
             Kind::Manual,
             Kind::Stall,
             Kind::PreRollback,
+            Kind::RunPre,
         ]
         .into_iter()
         .find(|k| k.as_str() == s)
     }
 
-    /// The tag name before de-duplication.
-    fn base_name(self, task: Option<u32>, unix_secs: i64) -> String {
+    /// The tag name before de-duplication (`seq`: the snapshot's sequence number).
+    fn base_name(self, task: Option<u32>, unix_secs: i64, seq: u64) -> String {
         let n = task.unwrap_or(0);
         match self {
             Kind::TaskPre => format!("task-{n}-pre"),
@@ -107,6 +112,7 @@ impl Kind {
             Kind::Manual => format!("manual-{unix_secs}"),
             Kind::Stall => format!("stall-{n}-recovery"),
             Kind::PreRollback => format!("pre-rollback-{unix_secs}"),
+            Kind::RunPre => format!("run-{seq}-pre"),
         }
     }
 }
@@ -117,6 +123,7 @@ const TAG_PATTERNS: &[&str] = &[
     "refs/tags/manual-*",
     "refs/tags/stall-*",
     "refs/tags/pre-rollback-*",
+    "refs/tags/run-*",
 ];
 
 /// Who made snapshot commits and tags: the harness, not the user.
@@ -192,6 +199,10 @@ pub struct Rollback {
     pub saved: Snapshot,
     /// Files the rollback changed in the work tree.
     pub changed: TreeDiff,
+    /// Files that look like secrets which the restored state lacks: left in place
+    /// (untracked now), never removed by a rollback.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -657,7 +668,7 @@ impl Snapshots {
     /// The snapshot task `n` started from (`task-N-pre`, or its de-duplicated name).
     pub fn task_pre(&self, n: u32) -> Result<Option<Snapshot>, SnapshotError> {
         // Named `task-N-pre`, or `task-N-pre-K` when that was taken (`commit_and_tag`).
-        let base = Kind::TaskPre.base_name(Some(n), 0);
+        let base = Kind::TaskPre.base_name(Some(n), 0, 0);
         let named = |tag: &str| {
             tag.strip_prefix(base.as_str()).is_some_and(|rest| {
                 rest.is_empty()
@@ -741,7 +752,88 @@ impl Snapshots {
         // (nothing else tags while the lock is held).
         let listed = self.tags()?;
         let target = self.find_in(tag, &listed.0)?;
-        self.rollback_locked(target, time_ms, listed)
+        // A file that looks like a secret is never taken away by a rollback: one the
+        // restored state lacks stays where it is (its content is in the pre-rollback
+        // snapshot too).
+        let kept = self.keep_secrets_aside()?;
+        let done = self.rollback_locked(target, time_ms, listed);
+        let back = self.put_secrets_back(kept);
+        let mut rb = done?;
+        rb.kept = back?;
+        rb.changed.deleted.retain(|p| !rb.kept.contains(p));
+        Ok(rb)
+    }
+
+    /// The tracked files that look like secrets (an untracked one is in no snapshot, so no
+    /// rollback touches it), each linked into `<git-dir>/taskdaemon/kept/<pid>/` before a
+    /// rollback: (the link, the path).
+    fn keep_secrets_aside(&self) -> Result<Vec<(PathBuf, Vec<u8>)>, SnapshotError> {
+        let tracked: Vec<Vec<u8>> = match fs::read(&self.index)
+            .ok()
+            .and_then(|b| index_file::parse(&b, self.oid_len))
+        {
+            Some(e) => e.paths().map(<[u8]>::to_vec).collect(),
+            None if !self.index.exists() => Vec::new(),
+            None => split_z(&self.plain.call(&["ls-files", "-z", "-c"]).bytes()?)
+                .map(<[u8]>::to_vec)
+                .collect(),
+        };
+        let dir = self
+            .private_dir()
+            .join("kept")
+            .join(std::process::id().to_string());
+        let mut kept = Vec::new();
+        for (i, p) in tracked
+            .into_iter()
+            .filter(|p| crate::secrets::looks_secret_bytes(p))
+            .enumerate()
+        {
+            let path = self.top.join(OsStr::from_bytes(&p));
+            if !fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+                continue;
+            }
+            fs::create_dir_all(&dir).map_err(io(&dir))?;
+            let link = dir.join(i.to_string());
+            let _ = fs::remove_file(&link);
+            // A second link (same file, mode and all); a copy where links cannot be made.
+            if fs::hard_link(&path, &link).is_err() {
+                fs::copy(&path, &link).map_err(io(&link))?;
+            }
+            kept.push((link, p));
+        }
+        Ok(kept)
+    }
+
+    /// After a rollback: each kept file the rollback removed is linked back (never over a
+    /// file the rollback wrote there, never through a link the restored state has on its
+    /// way: such a file stays in the kept directory, and in the pre-rollback snapshot); the
+    /// links are removed. The paths put back.
+    fn put_secrets_back(
+        &self,
+        kept: Vec<(PathBuf, Vec<u8>)>,
+    ) -> Result<Vec<String>, SnapshotError> {
+        let mut back = Vec::new();
+        for (link, p) in &kept {
+            let path = self.top.join(OsStr::from_bytes(p));
+            if fs::symlink_metadata(&path).is_ok() {
+                fs::remove_file(link).map_err(io(link))?;
+                continue;
+            }
+            if !self.make_parents_inside(p)? {
+                continue;
+            }
+            if fs::hard_link(link, &path).is_err() {
+                fs::copy(link, &path).map_err(io(&path))?;
+            }
+            back.push(String::from_utf8_lossy(p).into_owned());
+            fs::remove_file(link).map_err(io(link))?;
+        }
+        if let Some((link, _)) = kept.first()
+            && let Some(dir) = link.parent()
+        {
+            let _ = fs::remove_dir(dir);
+        }
+        Ok(back)
     }
 
     /// Capture work tree and index as trees (objects only; no refs, no user index write).
@@ -839,7 +931,19 @@ impl Snapshots {
             }
             self.apply_plan(plan)?;
         }
-        let (skipped, changed) = self.add_changes(changes)?;
+        // Untracked files that look like secrets stay out of the snapshot (`crate::secrets`);
+        // a listing that names a whole directory (or none: everything is added) is looked
+        // through once added.
+        let broad = changes
+            .as_ref()
+            .is_none_or(|c| c.dirs || c.paths.len() > ADD_FEW);
+        if let Some(c) = changes.as_mut() {
+            self.leave_out_secrets(c, force)?;
+        }
+        let (skipped, mut changed) = self.add_changes(changes)?;
+        if broad {
+            changed |= self.drop_untracked_secrets(force)?;
+        }
         // Nothing changed since the private index was made from the user's (still the
         // same file): the work tree is the index's tree, no `write-tree`.
         let same_as_seeded = fresh
@@ -996,7 +1100,7 @@ impl Snapshots {
     /// those paths. Without a seeded index (`None`), with many changes or if that fails (a
     /// path vanished in between), everything is (`add -A`).
     fn add_changes(&self, changes: Option<Changes>) -> Result<(Vec<String>, bool), SnapshotError> {
-        const FEW: usize = 2000;
+        const FEW: usize = ADD_FEW;
         if let Some(changed) = changes {
             if changed.paths.is_empty() {
                 return Ok((Vec::new(), false));
@@ -1030,6 +1134,132 @@ impl Snapshots {
             .env("GIT_INDEX_FILE", self.work_index())
             .output()?;
         Ok((self.added(&add)?, true))
+    }
+
+    /// The directories on the way to the work tree's `rel`, made where missing; `false`
+    /// when one of them is a link or not a directory (nothing is written through it).
+    fn make_parents_inside(&self, rel: &[u8]) -> Result<bool, SnapshotError> {
+        let rel = Path::new(OsStr::from_bytes(rel));
+        let mut at = self.top.clone();
+        let parents: Vec<_> = rel
+            .parent()
+            .into_iter()
+            .flat_map(Path::components)
+            .collect();
+        for c in parents {
+            at.push(c);
+            match fs::symlink_metadata(&at) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => return Ok(false),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    fs::create_dir(&at).map_err(io(&at))?;
+                }
+                Err(e) => return Err(io(&at)(e)),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Leave out of `changes` the untracked files that look like secrets
+    /// ([`crate::secrets::looks_secret`]) and that the user's index does not track (a
+    /// tracked one is the user's decision), unless `force` names them (a rollback that
+    /// would write over one saves it first).
+    fn leave_out_secrets(
+        &self,
+        changes: &mut Changes,
+        force: &[PathBuf],
+    ) -> Result<(), SnapshotError> {
+        let forced = |p: &[u8]| force.iter().any(|f| f.as_os_str().as_bytes() == p);
+        let candidates: Vec<Vec<u8>> = changes
+            .untracked
+            .iter()
+            .filter(|p| crate::secrets::looks_secret_bytes(p) && !forced(p))
+            .cloned()
+            .collect();
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        let tracked = self.user_tracked_among(&candidates)?;
+        let out: BTreeSet<&[u8]> = candidates
+            .iter()
+            .map(Vec::as_slice)
+            .filter(|p| !tracked.contains(*p))
+            .collect();
+        changes.paths.retain(|p| !out.contains(p.as_slice()));
+        Ok(())
+    }
+
+    /// After an `add` of whole directories: the files the private index took that look
+    /// like secrets and the user's index does not track (nor `force` names) are dropped
+    /// from it again. Whether it dropped any.
+    fn drop_untracked_secrets(&self, force: &[PathBuf]) -> Result<bool, SnapshotError> {
+        let work_index = self.work_index();
+        let forced = |p: &[u8]| force.iter().any(|f| f.as_os_str().as_bytes() == p);
+        let ours: Vec<Vec<u8>> = match fs::read(&work_index)
+            .ok()
+            .and_then(|b| index_file::parse(&b, self.oid_len))
+        {
+            Some(e) => e.paths().map(<[u8]>::to_vec).collect(),
+            None => {
+                let out = self
+                    .private
+                    .call(&["ls-files", "-z", "-c"])
+                    .env("GIT_INDEX_FILE", &work_index)
+                    .bytes()?;
+                split_z(&out).map(<[u8]>::to_vec).collect()
+            }
+        };
+        let candidates: Vec<Vec<u8>> = ours
+            .into_iter()
+            .filter(|p| crate::secrets::looks_secret_bytes(p) && !forced(p))
+            .collect();
+        if candidates.is_empty() {
+            return Ok(false);
+        }
+        let tracked = self.user_tracked_among(&candidates)?;
+        let drop: Vec<&[u8]> = candidates
+            .iter()
+            .map(Vec::as_slice)
+            .filter(|p| !tracked.contains(*p))
+            .collect();
+        if drop.is_empty() {
+            return Ok(false);
+        }
+        self.private
+            .call(&["update-index", "--force-remove", "-z", "--stdin"])
+            .env("GIT_INDEX_FILE", &work_index)
+            .input(join_z(drop.into_iter()))
+            .bytes()?;
+        Ok(true)
+    }
+
+    /// Which of `paths` the user's index tracks: read from its file, else asked of git.
+    fn user_tracked_among(&self, paths: &[Vec<u8>]) -> Result<BTreeSet<Vec<u8>>, SnapshotError> {
+        let parsed = match fs::read(&self.index) {
+            Ok(b) => index_file::parse(&b, self.oid_len),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeSet::new()),
+            Err(e) => return Err(io(&self.index)(e)),
+        };
+        if let Some(entries) = parsed {
+            return Ok(paths
+                .iter()
+                .filter(|p| entries.contains(p))
+                .cloned()
+                .collect());
+        }
+        let out = self
+            .plain
+            .call(&[
+                "ls-files",
+                "-z",
+                "-c",
+                "--pathspec-from-file=-",
+                "--pathspec-file-nul",
+            ])
+            .env("GIT_LITERAL_PATHSPECS", "1")
+            .input(join_z(paths.iter().map(Vec::as_slice)))
+            .bytes()?;
+        Ok(split_z(&out).map(<[u8]>::to_vec).collect())
     }
 
     /// Record the files `paths` (`joined`: NUL-terminated) as they are on disk, dropping
@@ -1349,7 +1579,7 @@ impl Snapshots {
             None => commit()?,
         };
 
-        let base = req.kind.base_name(req.task, secs);
+        let base = req.kind.base_name(req.task, secs, seq);
         for n in 1.. {
             let name = if n == 1 {
                 base.clone()
@@ -1770,7 +2000,12 @@ fn porcelain_entries(out: &[u8]) -> usize {
 struct Changes {
     paths: Vec<Vec<u8>>,
     dirs: bool,
+    /// The untracked files among `paths` (not directories).
+    untracked: Vec<Vec<u8>>,
 }
+
+/// Up to this many changed paths are added by name; more, by `add -A`.
+const ADD_FEW: usize = 2000;
 
 /// From `git status --porcelain -z --no-renames`: the paths whose work tree column shows
 /// a change, and untracked ones (a directory without its trailing slash, so a pathspec
@@ -1791,6 +2026,9 @@ fn status_changes(out: &[u8]) -> Changes {
             let path = dir.unwrap_or(path);
             if !path.is_empty() {
                 c.paths.push(path.to_vec());
+                if x == b'?' && dir.is_none() {
+                    c.untracked.push(path.to_vec());
+                }
             }
         }
     }
@@ -1884,6 +2122,9 @@ fn manual_request(time_ms: i64) -> SaveRequest<'static> {
 fn manual_save(s: &Snapshots, time_ms: i64) -> Snapshot {
     s.save(&manual_request(time_ms)).unwrap()
 }
+
+#[cfg(test)]
+mod secrets_tests;
 
 #[cfg(test)]
 mod tests {
@@ -2056,13 +2297,14 @@ mod tests {
 
     #[test]
     fn names_for_each_kind() {
-        assert_eq!(Kind::TaskPre.base_name(Some(3), 9), "task-3-pre");
-        assert_eq!(Kind::TaskPost.base_name(Some(3), 9), "task-3-post");
+        assert_eq!(Kind::TaskPre.base_name(Some(3), 9, 4), "task-3-pre");
+        assert_eq!(Kind::TaskPost.base_name(Some(3), 9, 4), "task-3-post");
         assert_eq!(
-            Kind::Manual.base_name(None, 1708123456),
+            Kind::Manual.base_name(None, 1708123456, 4),
             "manual-1708123456"
         );
-        assert_eq!(Kind::Stall.base_name(Some(3), 9), "stall-3-recovery");
-        assert_eq!(Kind::PreRollback.base_name(None, 5), "pre-rollback-5");
+        assert_eq!(Kind::Stall.base_name(Some(3), 9, 4), "stall-3-recovery");
+        assert_eq!(Kind::PreRollback.base_name(None, 5, 4), "pre-rollback-5");
+        assert_eq!(Kind::RunPre.base_name(None, 5, 4), "run-4-pre");
     }
 }
