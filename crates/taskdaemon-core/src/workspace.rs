@@ -16,7 +16,14 @@ pub const IGNORED: &[&str] = &[
     ".ralph/requirements.json",
     ".ralph/status.txt",
     ".ralph/iteration.txt",
+    // `archive` moves the same runtime files aside: they stay out of commits there too.
     ".ralph/archive/*/logs/",
+    ".ralph/archive/*/blocked.txt",
+    ".ralph/archive/*/decide.txt",
+    ".ralph/archive/*/run.json",
+    ".ralph/archive/*/requirements.json",
+    ".ralph/archive/*/status.txt",
+    ".ralph/archive/*/iteration.txt",
 ];
 
 /// Paths of one work tree's `.ralph/` directory.

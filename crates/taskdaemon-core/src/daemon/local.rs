@@ -29,8 +29,8 @@ pub struct ForegroundRun {
     pub cost_usd: Option<f64>,
 }
 
-/// The foreground loops of the repository at `project`: each work tree (`git worktree
-/// list`) whose run lock is held by a process other than `daemon_pid`, with its
+/// The foreground loops of the repository at `project`: each work tree (the main one and
+/// the linked ones) whose run lock is held by a process other than `daemon_pid`, with its
 /// `.ralph/run.json`. Anything unreadable is left out (status shows what it can).
 pub fn foreground_runs(project: &Path, daemon_pid: Option<u32>) -> Vec<ForegroundRun> {
     let mut out = Vec::new();
@@ -75,16 +75,38 @@ fn since(at: &str) -> u64 {
         .map_or(0, |d: std::time::Duration| d.as_millis() as u64)
 }
 
-/// The checkout's work trees: the main one and every linked one (just `project` when git
-/// cannot say).
+/// The checkout's work trees: the main one and every linked one, from git's own files
+/// (`<common-dir>/worktrees/*/gitdir`; no git process); just `project` when they do not
+/// say.
 fn work_trees(project: &Path) -> Vec<PathBuf> {
-    let Ok(text) = Git::new(project).run(&["worktree", "list", "--porcelain", "-z"]) else {
+    let Ok(facts) = Git::new(project).facts() else {
         return vec![project.to_path_buf()];
     };
-    text.split('\0')
-        .filter_map(|f| f.strip_prefix("worktree "))
-        .map(PathBuf::from)
-        .collect()
+    let common = &facts.common_dir;
+    let main = match common.file_name() {
+        Some(n) if n == ".git" => common.parent().map(Path::to_path_buf),
+        _ => None,
+    };
+    let mut out: Vec<PathBuf> = main.into_iter().collect();
+    if !out.contains(&facts.toplevel) {
+        out.push(facts.toplevel.clone());
+    }
+    let linked = std::fs::read_dir(common.join("worktrees"))
+        .into_iter()
+        .flatten();
+    for entry in linked.flatten() {
+        let Ok(text) = std::fs::read_to_string(entry.path().join("gitdir")) else {
+            continue;
+        };
+        // `<worktree>/.git`, the file that points back here.
+        if let Some(dir) = Path::new(text.trim_end()).parent()
+            && dir.is_dir()
+            && !out.iter().any(|d| d == dir)
+        {
+            out.push(dir.to_path_buf());
+        }
+    }
+    out
 }
 
 /// The plan's records and documents (`.taskdaemon/store/`, `plans/`, `specs/`) that git

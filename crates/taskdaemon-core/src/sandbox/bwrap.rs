@@ -81,6 +81,39 @@ fn program_binds(spec: &ProcessSpec, path: Option<&std::ffi::OsStr>, cwd: &Path)
     a
 }
 
+/// The git config files the agent's environment names (`GIT_CONFIG_GLOBAL`,
+/// `GIT_CONFIG_SYSTEM`) that lie under `/tmp`, bound read-only over the private `/tmp`:
+/// without them the agent's git has no identity and cannot commit.
+fn git_config_binds(spec: &ProcessSpec) -> Vec<OsString> {
+    let mut a = Vec::new();
+    for key in ["GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"] {
+        let value = spec
+            .env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var_os(key));
+        let Some(named) = value.map(std::path::PathBuf::from) else {
+            continue;
+        };
+        let Ok(real) = named.canonicalize() else {
+            continue;
+        };
+        if !real.is_file() {
+            continue;
+        }
+        // The file itself, and the name the variable gives it (a link under /tmp).
+        if real.starts_with("/tmp") {
+            bind(&mut a, "--ro-bind", &real, &real);
+        }
+        if named != real && named.is_absolute() && named.starts_with("/tmp") {
+            bind(&mut a, "--ro-bind", &real, &named);
+        }
+    }
+    a
+}
+
 fn bind(a: &mut Vec<OsString>, flag: &str, from: &Path, to: &Path) {
     a.push(flag.into());
     a.push(from.into());
@@ -97,6 +130,7 @@ pub fn wrap(spec: ProcessSpec, plan: &SandboxPlan) -> ProcessSpec {
         .map(|(_, v)| v.clone())
         .or_else(|| std::env::var_os("PATH"));
     a.extend(path_binds(path.as_deref()));
+    a.extend(git_config_binds(&spec));
     let cwd = spec.cwd.canonicalize().unwrap_or_else(|_| spec.cwd.clone());
     a.extend(program_binds(&spec, path.as_deref(), &cwd));
     bind(&mut a, "--bind", &cwd, &cwd);

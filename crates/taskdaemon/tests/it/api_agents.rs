@@ -280,7 +280,8 @@ fn the_system_prompt_goes_to_the_system_field() {
         &env,
         &format!("api:\n  anthropic:\n    base-url: {}\n", mock.url()),
     );
-    let loops = env.repo().join(".taskdaemon/loops");
+    // The user's own loop type (a repository's would wait for `taskdaemon trust`).
+    let loops = env.home().join(".config/taskdaemon/loops");
     std::fs::create_dir_all(&loops).unwrap();
     std::fs::write(
         loops.join("brief.yaml"),

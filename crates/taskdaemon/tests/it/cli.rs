@@ -755,6 +755,12 @@ fn archive_moves_the_run_and_keeps_logs_unless_asked() {
     assert!(dir.ends_with("20261121-120000-first"), "{dir:?}");
     assert!(dir.join("run.json").exists());
     assert!(&env.repo().join(".ralph/logs/summary.csv").exists());
+    // The archived runtime files stay out of an agent's `git add -A` as they did before.
+    let untracked = harness::git(
+        &env.repo(),
+        &["status", "--porcelain", "--untracked-files=all"],
+    );
+    assert!(!untracked.contains("run.json"), "{untracked}");
     assert_eq!(
         env.run(&[
             "run",

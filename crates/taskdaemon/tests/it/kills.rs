@@ -328,7 +328,7 @@ fn a_second_interrupt_forces_run_to_stop_at_once() {
             "--agent",
             &spec,
             "--kill-grace",
-            "60",
+            "60s",
             "--max-iterations",
             "1",
         ],

@@ -971,3 +971,33 @@ fn the_task_parsers_agent_runs_in_the_runs_sandbox() {
     assert_nothing_outside_changed(&env);
     assert!(!stdout.contains(SECRET) && !stderr.contains(SECRET));
 }
+
+#[test]
+fn an_agent_under_bwrap_sees_the_git_config_its_environment_names_under_tmp() {
+    if !bwrap_or_skip("an_agent_under_bwrap_sees_the_git_config") {
+        return;
+    }
+    // Env::new lies under the temp dir, its GIT_CONFIG_GLOBAL (the identity) with it.
+    let env = Env::new();
+    if !env.home().starts_with("/tmp") {
+        eprintln!("SKIPPED: the temp dir is not under /tmp here; nothing to show");
+        return;
+    }
+    let r = env.run(&[
+        "run",
+        "commit under bwrap",
+        "--agent",
+        "cmd:echo x >> f.txt && git add f.txt && git commit -qm sandboxed",
+        "--validate",
+        "git log --format=%s | grep -qx sandboxed",
+        "--sandbox",
+        "bwrap",
+        "--max-iterations",
+        "1",
+    ]);
+    assert_eq!(
+        r.code, 0,
+        "the agent's commit needs its identity: {}",
+        r.stderr
+    );
+}
