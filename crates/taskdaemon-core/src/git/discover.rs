@@ -58,7 +58,8 @@ pub(super) fn discover(dir: &Path) -> Option<RepoFacts> {
 
 /// A work tree `top` whose `.git` is its git directory.
 fn plain(top: &Path, git_dir: PathBuf) -> Option<RepoFacts> {
-    if !is_git_dir(&git_dir, &git_dir) {
+    // A `commondir` sends git elsewhere: git's answer says where (and is refused).
+    if !is_git_dir(&git_dir, &git_dir) || fs::symlink_metadata(git_dir.join("commondir")).is_ok() {
         return None;
     }
     facts(top, git_dir.clone(), git_dir)

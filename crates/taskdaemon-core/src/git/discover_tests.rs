@@ -176,3 +176,24 @@ fn the_config_reader_takes_only_what_it_reads_for_certain() {
         Some("sha1")
     );
 }
+
+#[test]
+fn a_commondir_planted_in_a_main_checkout_is_refused_not_followed() {
+    let d = tempfile::tempdir().unwrap();
+    let (repo, other) = (d.path().join("r"), d.path().join("other"));
+    repo_with_a_commit(&repo);
+    repo_with_a_commit(&other);
+    assert!(discover(&repo).is_some());
+    // What a sandboxed agent can write into a main checkout's `.git/`.
+    fs::write(
+        repo.join(".git/commondir"),
+        format!("{}\n", other.join(".git").display()),
+    )
+    .unwrap();
+    assert!(discover(&repo).is_none(), "git must be asked");
+    let e = RepoFacts::of(&repo.join("sub")).unwrap_err().to_string();
+    assert!(e.contains(".git/commondir sends every git command"), "{e}");
+    assert!(e.contains("hint: read it"), "{e}");
+    fs::remove_file(repo.join(".git/commondir")).unwrap();
+    assert!(RepoFacts::of(&repo.join("sub")).is_ok());
+}

@@ -48,6 +48,10 @@ pub enum GitError {
     NotARepo(PathBuf),
     #[error("cannot run git: {0}\n  hint: install git and make sure it is on PATH")]
     Spawn(std::io::Error),
+    #[error(
+        "{0} sends every git command in this checkout to another repository's config, hooks and objects; git never writes one in a main checkout (an agent may have planted it), so taskdaemon runs no git here\n  hint: read it (`cat {0}`), then remove it (`rm {0}`)"
+    )]
+    Redirected(PathBuf),
     #[error("`git {args}` failed in {dir}: {stderr}")]
     Failed {
         args: String,

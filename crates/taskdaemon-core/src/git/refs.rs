@@ -42,16 +42,28 @@ impl RepoFacts {
         if let Some(f) = known.lock().ok().and_then(|m| m.get(dir).cloned())
             && f.still_current()
         {
-            return Ok(f);
+            return f.unless_redirected();
         }
         let f = match super::discover::discover(dir) {
             Some(f) => Arc::new(f),
             None => Arc::new(Self::ask(dir)?),
         };
+        let f = f.unless_redirected()?;
         if let Ok(mut m) = known.lock() {
             m.insert(dir.to_path_buf(), f.clone());
         }
         Ok(f)
+    }
+
+    /// Refused: a main checkout whose `.git` directory holds a `commondir`. Git never puts
+    /// one there; with it every git command (ours too) reads another directory's config,
+    /// hooks and objects. An agent that can write `.git/` may have planted it.
+    fn unless_redirected(self: Arc<Self>) -> Result<Arc<RepoFacts>, GitError> {
+        let planted = self.toplevel.join(".git").join("commondir");
+        match std::fs::symlink_metadata(&planted) {
+            Ok(_) if self.toplevel.join(".git").is_dir() => Err(GitError::Redirected(planted)),
+            _ => Ok(self),
+        }
     }
 
     /// A linked worktree removed and added again at the same path may get another
