@@ -237,27 +237,24 @@ mod tests {
         assert!(st.status.success(), "{st:?}");
     }
 
-    #[test]
-    fn a_linked_worktree_gets_its_git_dir_and_the_common_store_only() {
+    /// A repository with one commit and a linked worktree `../wt` beside it.
+    fn repo_with_worktree() -> (tempfile::TempDir, std::path::PathBuf) {
         let t = tempfile::tempdir().unwrap();
         let repo = t.path().join("repo");
         std::fs::create_dir(&repo).unwrap();
         git(&repo, &["init", "-q", "-b", "main"]);
+        let who = ["-c", "user.name=t", "-c", "user.email=t@t"];
         git(
             &repo,
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "commit",
-                "-q",
-                "--allow-empty",
-                "-m",
-                "i",
-            ],
+            &[&who[..], &["commit", "-q", "--allow-empty", "-m", "i"]].concat(),
         );
         git(&repo, &["worktree", "add", "-q", "../wt", "-b", "wt"]);
+        (t, repo)
+    }
+
+    #[test]
+    fn a_linked_worktree_gets_its_git_dir_and_the_common_store_only() {
+        let (t, repo) = repo_with_worktree();
         git(&repo, &["worktree", "add", "-q", "../other", "-b", "other"]);
         let found = git_writable(&t.path().join("wt"));
         let g = repo.join(".git").canonicalize().unwrap();
@@ -275,25 +272,7 @@ mod tests {
 
     #[test]
     fn git_config_hooks_and_pointers_are_protected_for_checkouts_and_worktrees() {
-        let t = tempfile::tempdir().unwrap();
-        let repo = t.path().join("repo");
-        std::fs::create_dir(&repo).unwrap();
-        git(&repo, &["init", "-q", "-b", "main"]);
-        git(
-            &repo,
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "commit",
-                "-q",
-                "--allow-empty",
-                "-m",
-                "i",
-            ],
-        );
-        git(&repo, &["worktree", "add", "-q", "../wt", "-b", "wt"]);
+        let (t, repo) = repo_with_worktree();
         let g = repo.join(".git").canonicalize().unwrap();
         std::fs::create_dir_all(g.join("hooks")).unwrap();
         let main = git_protected(&repo);

@@ -186,6 +186,44 @@ fn wait_iteration_started(s: &Setup, sub: &mut ipc::Subscription, id: &str) {
     );
 }
 
+/// A daemon whose run `title` is in its first iteration, waiting there until `go` is
+/// written (`_home` keeps `go`'s directory).
+struct Waiting {
+    _home: Env,
+    go: std::path::PathBuf,
+    s: Setup,
+    sub: ipc::Subscription,
+    id: String,
+}
+
+fn waiting_run(title: &str) -> Waiting {
+    let home = Env::new();
+    let go = home.root().join("go");
+    let s = Setup::new(&[("WAIT_FOR", go.display().to_string())]);
+    s.ok(&["daemon", "start", "--tick", "0.2"]);
+    let mut sub = ipc::subscribe(&s.socket()).unwrap();
+    let id = s.submit(title);
+    wait_iteration_started(&s, &mut sub, &id);
+    Waiting {
+        _home: home,
+        go,
+        s,
+        sub,
+        id,
+    }
+}
+
+/// Let the run `id` go (once subscribed) and read until it is merged.
+fn let_go_until_merged(s: &Setup, go: &std::path::Path, id: &str) {
+    let mut sub = ipc::subscribe(&s.socket()).unwrap();
+    std::fs::write(go, "").unwrap();
+    read_until(
+        &mut sub,
+        s,
+        |e| matches!(e, DaemonEvent::Merged { subject, .. } if subject.run == id),
+    );
+}
+
 #[test]
 fn logs_follow_prints_a_daemon_run_as_it_goes_and_ends_with_its_status() {
     let go = Env::new();
@@ -268,13 +306,13 @@ fn daemon_status_and_stop_without_a_daemon_exit_1_and_say_so() {
 
 #[test]
 fn status_after_the_daemon_was_killed_shows_the_run_interrupted_not_running() {
-    let go = Env::new();
-    let go_file = go.root().join("go");
-    let s = Setup::new(&[("WAIT_FOR", go_file.display().to_string())]);
-    s.ok(&["daemon", "start", "--tick", "0.2"]);
-    let mut sub = ipc::subscribe(&s.socket()).unwrap();
-    let id = s.submit("interrupt me");
-    wait_iteration_started(&s, &mut sub, &id);
+    let Waiting {
+        _home,
+        go: go_file,
+        s,
+        mut sub,
+        id,
+    } = waiting_run("interrupt me");
     let info: Value = serde_json::from_str(
         &std::fs::read_to_string(s.env.repo().join(".git/taskdaemon/daemon/info.json")).unwrap(),
     )
@@ -302,25 +340,15 @@ fn status_after_the_daemon_was_killed_shows_the_run_interrupted_not_running() {
     // The next start ends what the dead daemon left and runs it to the end (let go only
     // once subscribed: the resumed run may otherwise merge before the subscription).
     s.ok(&["daemon", "start", "--tick", "0.2"]);
-    let mut sub = ipc::subscribe(&s.socket()).unwrap();
-    std::fs::write(&go_file, "").unwrap();
-    read_until(
-        &mut sub,
-        &s,
-        |e| matches!(e, DaemonEvent::Merged { subject, .. } if subject.run == id),
-    );
+    let_go_until_merged(&s, &go_file, &id);
     s.ok(&["daemon", "stop"]);
 }
 
 #[test]
 fn a_run_a_daemon_stop_interrupted_loses_its_note_when_it_goes_on() {
-    let go = Env::new();
-    let go_file = go.root().join("go");
-    let s = Setup::new(&[("WAIT_FOR", go_file.display().to_string())]);
-    s.ok(&["daemon", "start", "--tick", "0.2"]);
-    let mut sub = ipc::subscribe(&s.socket()).unwrap();
-    let id = s.submit("stop and go on");
-    wait_iteration_started(&s, &mut sub, &id);
+    let Waiting {
+        _home, go, s, id, ..
+    } = waiting_run("stop and go on");
     s.ok(&["daemon", "stop"]);
     let v: Value = serde_json::from_str(&s.ok(&["status", "--json"])).unwrap();
     assert_eq!(
@@ -328,7 +356,6 @@ fn a_run_a_daemon_stop_interrupted_loses_its_note_when_it_goes_on() {
         "{v}"
     );
     s.ok(&["daemon", "start", "--tick", "0.2"]);
-    let mut sub = ipc::subscribe(&s.socket()).unwrap();
     // The next daemon takes it up at once (perhaps before the subscription): the note goes.
     let going_on = (0..200).find_map(|_| {
         let v: Value = serde_json::from_str(&s.ok(&["status", "--json"])).ok()?;
@@ -344,12 +371,7 @@ fn a_run_a_daemon_stop_interrupted_loses_its_note_when_it_goes_on() {
         "the note stayed: {}",
         s.ok(&["status", "--json"])
     );
-    std::fs::write(&go_file, "").unwrap();
-    read_until(
-        &mut sub,
-        &s,
-        |e| matches!(e, DaemonEvent::Merged { subject, .. } if subject.run == id),
-    );
+    let_go_until_merged(&s, &go, &id);
     s.ok(&["daemon", "stop"]);
 }
 
