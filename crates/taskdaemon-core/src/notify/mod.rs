@@ -175,7 +175,11 @@ impl Notice {
             t.push_str(&format!("\n> {}", self.reason.replace('\n', "\n> ")));
         }
         t.push_str(&format!("\nrepository: {}", self.repository));
-        if !self.action.is_empty() {
+        if self.action.contains('`') {
+            // Its commands are quoted already: no backticks around backticks (Markdown
+            // and Slack would break them apart).
+            t.push_str(&format!("\nnext: {}", self.action));
+        } else if !self.action.is_empty() {
             t.push_str(&format!("\nnext: `{}`", self.action));
         }
         t

@@ -239,3 +239,24 @@ async fn a_stop_ends_a_hanging_hook_and_names_what_it_drops() {
         "a stop is no failure: {lines:?}"
     );
 }
+
+#[test]
+fn an_action_with_its_own_commands_quoted_gets_no_backticks_around_them() {
+    let mut n = Notice::new(
+        Kind::Blocked,
+        Place::Local(Path::new("/r")),
+        "r-1",
+        "Add login",
+        "no key",
+    );
+    n.action = "deal with it, then `taskdaemon unblock` and `taskdaemon resume r-1`".into();
+    let text = n.text();
+    assert!(
+        text.ends_with(
+            "\nnext: deal with it, then `taskdaemon unblock` and `taskdaemon resume r-1`"
+        ),
+        "{text}"
+    );
+    n.action = "taskdaemon -C /r unblock".into();
+    assert!(n.text().ends_with("\nnext: `taskdaemon -C /r unblock`"));
+}

@@ -296,8 +296,26 @@ fn foreground(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i3
     Ok(0)
 }
 
+/// Whether a daemon runs here: its lock is held and it answers, or the lock stays held
+/// (a daemon still starting). A lock that a killed daemon's last processes hold for a
+/// moment is waited out (5 s at most), so a start right after a kill is not told "already
+/// runs" by a daemon that is gone.
+fn daemon_runs(paths: &DaemonPaths) -> bool {
+    let until = Instant::now() + Duration::from_secs(5);
+    while paths.is_running() {
+        if matches!(daemon_link::call(paths, &Request::Ping), Ok(Some(r)) if r.ok) {
+            return true;
+        }
+        if Instant::now() >= until {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
 fn background(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i32> {
-    if paths.is_running() {
+    if daemon_runs(paths) {
         let pid = paths
             .read_info()
             .map(|i| i.pid.to_string())
