@@ -158,72 +158,6 @@ impl Renderer {
                     snapshot.as_deref().unwrap_or("a snapshot")
                 )),
             },
-            EngineEvent::IterationStarted {
-                iteration,
-                max_iterations,
-                ..
-            } => {
-                self.status.iteration = iteration;
-                self.status.max = max_iterations;
-                self.status.last.clear();
-                self.status.active = true;
-                self.note(&format!("── iteration {iteration}/{max_iterations} ──"));
-            }
-            EngineEvent::Agent {
-                activity, member, ..
-            } => {
-                let tag = member.map(|m| format!("[{m}] ")).unwrap_or_default();
-                match activity {
-                    Activity::Text { text } => {
-                        self.status.last = text
-                            .lines()
-                            .last()
-                            .unwrap_or_default()
-                            .chars()
-                            .take(60)
-                            .collect();
-                        let lines: Vec<String> =
-                            text.lines().map(|l| format!("{tag}{l}")).collect();
-                        self.out(&lines.join("\n"));
-                    }
-                    Activity::ToolCall { name, detail } => {
-                        self.status.last = format!("{name} {detail}").chars().take(60).collect();
-                        let line = taskdaemon_core::agent::readable::activity_text(
-                            &Activity::ToolCall { name, detail },
-                        );
-                        self.out(&format!("{tag}  {line}"));
-                    }
-                    Activity::Other { text } => self.out(&format!("{tag}{text}")),
-                }
-            }
-            EngineEvent::AgentFinished {
-                member,
-                exit_code,
-                timed_out,
-                interrupted,
-                duration_ms,
-                tool_calls,
-                cost_usd,
-                ..
-            } => {
-                if let Some(c) = cost_usd {
-                    self.status.cost += c;
-                }
-                self.status.iteration_cost = cost_usd;
-                let how = if timed_out {
-                    " (timed out: its process group was stopped)"
-                } else if interrupted {
-                    " (interrupted)"
-                } else {
-                    ""
-                };
-                self.note(&format!(
-                    "{}agent exited {exit_code}{how} after {}, {tool_calls} tool calls{}",
-                    member.map(|m| format!("task {m}: ")).unwrap_or_default(),
-                    format_duration(Duration::from_millis(duration_ms)),
-                    cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default()
-                ));
-            }
             EngineEvent::Signal { signal, text, .. } => {
                 self.note(&format!(
                     "agent says {}{}",
@@ -265,29 +199,6 @@ impl Renderer {
             EngineEvent::CompletionRejected { reason, .. } => {
                 self.note(&format!("COMPLETE rejected: {reason}"))
             }
-            EngineEvent::IterationFinished {
-                iteration,
-                outcome,
-                commit,
-                stuck_count,
-                duration_ms,
-                cost_total_usd,
-                ..
-            } => {
-                self.status.active = false;
-                // One line per iteration, like a CI log: outcome, duration, commit, cost.
-                let cost = match self.status.iteration_cost.take() {
-                    Some(c) => format!(" · ${c:.4} (total ${cost_total_usd:.4})"),
-                    None => String::new(),
-                };
-                self.note(&format!(
-                    "iteration {iteration}: {outcome} · {} · {}{cost} · stuck count {stuck_count}",
-                    format_duration(Duration::from_millis(duration_ms as u64)),
-                    commit
-                        .map(|c| format!("commit {c}"))
-                        .unwrap_or_else(|| "no new commit".into())
-                ));
-            }
             EngineEvent::AgentFailure {
                 iteration,
                 class,
@@ -324,6 +235,109 @@ impl Renderer {
                     self.note(&text);
                 }
             }
+            ev @ (EngineEvent::IterationStarted { .. }
+            | EngineEvent::Agent { .. }
+            | EngineEvent::AgentFinished { .. }
+            | EngineEvent::IterationFinished { .. }) => self.iteration_event(ev),
+        }
+    }
+
+    /// An iteration's own events: its start, the agent's activity and end, its finish
+    /// (`event` gives it those only).
+    fn iteration_event(&mut self, ev: EngineEvent) {
+        match ev {
+            EngineEvent::IterationStarted {
+                iteration,
+                max_iterations,
+                ..
+            } => {
+                self.status.iteration = iteration;
+                self.status.max = max_iterations;
+                self.status.last.clear();
+                self.status.active = true;
+                self.note(&format!("── iteration {iteration}/{max_iterations} ──"));
+            }
+            EngineEvent::Agent {
+                activity, member, ..
+            } => {
+                let tag = member.map(|m| format!("[{m}] ")).unwrap_or_default();
+                match activity {
+                    Activity::Text { text } => {
+                        self.status.last = text
+                            .lines()
+                            .last()
+                            .unwrap_or_default()
+                            .chars()
+                            .take(60)
+                            .collect();
+                        let lines: Vec<String> =
+                            text.lines().map(|l| format!("{tag}{l}")).collect();
+                        self.out(&lines.join("\n"));
+                    }
+                    Activity::ToolCall { name, detail } => {
+                        self.status.last = format!("{name} {detail}").chars().take(60).collect();
+                        let line =
+                            taskdaemon_core::agent::readable::activity_text(&Activity::ToolCall {
+                                name,
+                                detail,
+                            });
+                        self.out(&format!("{tag}  {line}"));
+                    }
+                    Activity::Other { text } => self.out(&format!("{tag}{text}")),
+                }
+            }
+            EngineEvent::AgentFinished {
+                member,
+                exit_code,
+                timed_out,
+                interrupted,
+                duration_ms,
+                tool_calls,
+                cost_usd,
+                ..
+            } => {
+                if let Some(c) = cost_usd {
+                    self.status.cost += c;
+                }
+                self.status.iteration_cost = cost_usd;
+                let how = if timed_out {
+                    " (timed out: its process group was stopped)"
+                } else if interrupted {
+                    " (interrupted)"
+                } else {
+                    ""
+                };
+                self.note(&format!(
+                    "{}agent exited {exit_code}{how} after {}, {tool_calls} tool calls{}",
+                    member.map(|m| format!("task {m}: ")).unwrap_or_default(),
+                    format_duration(Duration::from_millis(duration_ms)),
+                    cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default()
+                ));
+            }
+            EngineEvent::IterationFinished {
+                iteration,
+                outcome,
+                commit,
+                stuck_count,
+                duration_ms,
+                cost_total_usd,
+                ..
+            } => {
+                self.status.active = false;
+                // One line per iteration, like a CI log: outcome, duration, commit, cost.
+                let cost = match self.status.iteration_cost.take() {
+                    Some(c) => format!(" · ${c:.4} (total ${cost_total_usd:.4})"),
+                    None => String::new(),
+                };
+                self.note(&format!(
+                    "iteration {iteration}: {outcome} · {} · {}{cost} · stuck count {stuck_count}",
+                    format_duration(Duration::from_millis(duration_ms as u64)),
+                    commit
+                        .map(|c| format!("commit {c}"))
+                        .unwrap_or_else(|| "no new commit".into())
+                ));
+            }
+            _ => {}
         }
     }
 
