@@ -92,39 +92,7 @@ impl Renderer {
             return;
         }
         match ev {
-            EngineEvent::RunStarted {
-                run_id,
-                loop_type,
-                agent,
-                workdir,
-                first_iteration,
-                max_iterations,
-                validate,
-                resumed,
-                sandbox,
-                work,
-            } => {
-                self.status.agent = agent.clone();
-                self.status.max = max_iterations;
-                self.status.started = Some(Instant::now());
-                let start = if resumed {
-                    format!("resuming at iteration {first_iteration}")
-                } else {
-                    "starting".into()
-                };
-                let what = match work {
-                    Some(w) => w,
-                    None => format!(
-                        "loop {loop_type} · {}",
-                        validate
-                            .map(|v| format!("validate `{v}`"))
-                            .unwrap_or_else(|| "no validation".into())
-                    ),
-                };
-                self.note(&format!(
-                    "run {run_id} {start} · {what} · agent {agent} · sandbox {sandbox} · at most {max_iterations} iterations · in {workdir}"
-                ));
-            }
+            ev @ EngineEvent::RunStarted { .. } => self.run_started(ev),
             EngineEvent::Warning { message } => self.note(&format!("warning: {message}")),
             EngineEvent::Evidence { message } => self.note(&message),
             EngineEvent::UncommittedSaved { message, .. } => self.note(&message),
@@ -240,6 +208,45 @@ impl Renderer {
             | EngineEvent::AgentFinished { .. }
             | EngineEvent::IterationFinished { .. }) => self.iteration_event(ev),
         }
+    }
+
+    /// The start line: which run, how it starts, what it runs, where.
+    fn run_started(&mut self, ev: EngineEvent) {
+        let EngineEvent::RunStarted {
+            run_id,
+            loop_type,
+            agent,
+            workdir,
+            first_iteration,
+            max_iterations,
+            validate,
+            resumed,
+            sandbox,
+            work,
+        } = ev
+        else {
+            return;
+        };
+        self.status.agent = agent.clone();
+        self.status.max = max_iterations;
+        self.status.started = Some(Instant::now());
+        let start = if resumed {
+            format!("resuming at iteration {first_iteration}")
+        } else {
+            "starting".into()
+        };
+        let what = match work {
+            Some(w) => w,
+            None => format!(
+                "loop {loop_type} · {}",
+                validate
+                    .map(|v| format!("validate `{v}`"))
+                    .unwrap_or_else(|| "no validation".into())
+            ),
+        };
+        self.note(&format!(
+            "run {run_id} {start} · {what} · agent {agent} · sandbox {sandbox} · at most {max_iterations} iterations · in {workdir}"
+        ));
     }
 
     /// An iteration's own events: its start, the agent's activity and end, its finish
