@@ -215,8 +215,18 @@ pub async fn run(
         })
     };
 
-    // What a dead daemon left running ends before anything resumes.
+    // What a dead daemon left running ends before anything resumes; then the ref locks its
+    // killed git calls left (a fetch or push of a run's branch) are moved aside.
     end_leftover_groups(&paths, opts.grace, &note)?;
+    if let Ok(facts) = crate::git::Git::new(&paths.project).facts() {
+        for m in crate::git::stale_locks::clear_daemon_refs(&facts, std::time::SystemTime::now()) {
+            note(format!(
+                "moved a lock file a killed git left aside: {} (kept as {})",
+                m.from.display(),
+                m.to.display()
+            ));
+        }
+    }
 
     let (socket, listener, started_at) = listen_and_publish(&paths)?;
 

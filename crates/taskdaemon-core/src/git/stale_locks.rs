@@ -32,6 +32,43 @@ pub fn clear(facts: &RepoFacts, before: SystemTime) -> Vec<MovedLock> {
     if let Some(Some(branch)) = super::refs::head_branch(facts) {
         candidates.push(facts.common_dir.join(format!("refs/heads/{branch}.lock")));
     }
+    clear_paths(facts, candidates, before)
+}
+
+/// The ref locks a killed daemon's own git calls (fetch, push, update-ref of its
+/// branches and records) may leave in the common directory: `packed-refs.lock` and every
+/// `*.lock` under `refs/remotes/`, `refs/heads/taskdaemon/` and `refs/taskdaemon/`, moved
+/// aside by the rules of [`clear`]. For a daemon's start, before any git of its own.
+pub fn clear_daemon_refs(facts: &RepoFacts, before: SystemTime) -> Vec<MovedLock> {
+    let refs = facts.common_dir.join("refs");
+    let mut candidates = vec![facts.common_dir.join("packed-refs.lock")];
+    for dir in [
+        refs.join("remotes"),
+        refs.join("heads/taskdaemon"),
+        refs.join("taskdaemon"),
+    ] {
+        lock_files(&dir, 0, &mut candidates);
+    }
+    clear_paths(facts, candidates, before)
+}
+
+/// The `*.lock` files under `dir`, a few levels deep (no link followed).
+fn lock_files(dir: &std::path::Path, depth: u32, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Ok(kind) = e.file_type() else { continue };
+        let p = e.path();
+        if kind.is_dir() && depth < 6 {
+            lock_files(&p, depth + 1, out);
+        } else if kind.is_file() && p.extension().is_some_and(|x| x == "lock") {
+            out.push(p);
+        }
+    }
+}
+
+fn clear_paths(facts: &RepoFacts, candidates: Vec<PathBuf>, before: SystemTime) -> Vec<MovedLock> {
     let stale: Vec<(PathBuf, u64, u64)> = candidates
         .into_iter()
         .filter_map(|p| {
@@ -172,5 +209,29 @@ mod tests {
         // Git takes the index lock again.
         fs::write(d.path().join("a"), "2").unwrap();
         commit_all(d.path(), "two");
+    }
+
+    #[test]
+    fn a_ref_lock_a_killed_fetch_left_is_moved_aside_at_a_daemons_start() {
+        let d = tempfile::tempdir().unwrap();
+        init(d.path());
+        fs::write(d.path().join("a"), "1").unwrap();
+        commit_all(d.path(), "one");
+        let facts = RepoFacts::ask(d.path()).unwrap();
+        let dir = facts.common_dir.join("refs/remotes/origin/taskdaemon");
+        fs::create_dir_all(&dir).unwrap();
+        let lock = dir.join("run-1.lock");
+        fs::write(&lock, "").unwrap();
+        let other = facts.common_dir.join("refs/heads/user.lock");
+        fs::write(&other, "").unwrap();
+        let later = SystemTime::now() + std::time::Duration::from_secs(1);
+        let moved = clear_daemon_refs(&facts, later);
+        assert_eq!(moved.len(), 1, "{moved:?}");
+        assert_eq!(moved[0].from, lock);
+        assert!(!lock.exists() && moved[0].to.exists());
+        assert!(
+            other.exists(),
+            "a user's branch lock is not the daemon's to move"
+        );
     }
 }
