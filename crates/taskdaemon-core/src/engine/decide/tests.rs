@@ -65,7 +65,21 @@ impl Row {
     }
 }
 
+/// Every rule of the decision, in groups a reader can find a rule by.
 fn table() -> Vec<Row> {
+    [
+        counting_rows(),
+        secret_rows(),
+        claim_rows(),
+        stall_and_limit_rows(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// Stuck, interrupted, timed out, crashed: how an iteration counts.
+fn counting_rows() -> Vec<Row> {
     use IterationOutcome as O;
     vec![
         row("no commit counts toward stuck", |_, _, _| {}).want(O::Continue, None, 1),
@@ -101,6 +115,13 @@ fn table() -> Vec<Row> {
             e.validation = Some(ValidationEvidence::Passed);
         })
         .want(O::Crashed, None, 1),
+    ]
+}
+
+/// Files that look like secrets in the run's commits.
+fn secret_rows() -> Vec<Row> {
+    use IterationOutcome as O;
+    vec![
         row(
             "a commit adding a secret rejects a passing completion",
             |e, _, _| {
@@ -132,6 +153,13 @@ fn table() -> Vec<Row> {
             },
         )
         .want(O::Blocked, Some("BLOCKED"), 0),
+    ]
+}
+
+/// BLOCKED, DECIDE, the promise, the validation and the gates.
+fn claim_rows() -> Vec<Row> {
+    use IterationOutcome as O;
+    vec![
         row("BLOCKED ends the loop", |e, _, _| {
             e.signal = Some(Signal::Blocked("no key".into()))
         })
@@ -203,6 +231,13 @@ fn table() -> Vec<Row> {
             e.gates = Some(GateVerdict::Swallowed);
         })
         .want(O::PlanPhase, None, 1),
+    ]
+}
+
+/// The stall guard and the iteration and cost limits.
+fn stall_and_limit_rows() -> Vec<Row> {
+    use IterationOutcome as O;
+    vec![
         row("the first stall recovers and clears stuck", |e, s, _| {
             e.tool_signature = Some("sig".into());
             s.last_signature = Some("sig".into());
