@@ -13,6 +13,7 @@
 use std::path::Path;
 
 use serde::Serialize;
+use taskdaemon_core::agent::find_on_path;
 use taskdaemon_core::git::Git;
 
 pub const DRIVER_NAME: &str = "taskstore";
@@ -22,23 +23,11 @@ pub const ATTRIBUTES_LINE: &str = ".taskdaemon/store/*.jsonl merge=taskstore";
 pub fn driver_command() -> anyhow::Result<String> {
     let exe = std::env::current_exe()?;
     let exe = exe.canonicalize().unwrap_or(exe);
-    if on_path("taskdaemon").and_then(|p| p.canonicalize().ok()) == Some(exe.clone()) {
+    if find_on_path("taskdaemon").and_then(|p| p.canonicalize().ok()) == Some(exe.clone()) {
         return Ok("taskdaemon __merge-store %O %A %B %P".into());
     }
     let quoted = format!("'{}'", exe.display().to_string().replace('\'', r"'\''"));
     Ok(format!("{quoted} __merge-store %O %A %B %P"))
-}
-
-/// The file `name` means on `PATH`, as a shell finds it.
-fn on_path(name: &str) -> Option<std::path::PathBuf> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| {
-            p.metadata()
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
 }
 
 /// Set the repository-local git config for the driver. Returns the driver command.
@@ -103,7 +92,7 @@ pub fn status(dir: &Path) -> DriverStatus {
         if program.contains('/') {
             Path::new(&program).is_file()
         } else {
-            on_path(&program).is_some()
+            find_on_path(&program).is_some()
         }
     });
     DriverStatus {
