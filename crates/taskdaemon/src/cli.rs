@@ -127,6 +127,12 @@ pub enum Command {
     /// Run a direct API agent as a process (used by `implement`, `stories`, the task parser).
     #[command(name = "__api-agent", hide = true)]
     ApiAgent(commands::api_agent::ApiAgentArgs),
+    /// The watchdog of a harness that runs agents: ends their trees when its input ends.
+    #[command(name = "__watchdog", hide = true)]
+    Watchdog,
+    /// Panic on purpose, to check that a build's backtraces still name file and line.
+    #[command(name = "__panic", hide = true)]
+    Panic,
 }
 
 /// An error that is the user's to fix (bad input, configuration, state): exit 64.
@@ -250,6 +256,10 @@ pub fn main() -> ExitCode {
     };
     crate::out::set_level(if cli.quiet { -1 } else { i8::from(cli.verbose) });
     crate::out::set_colour(&cli.color);
+    if let Ok(exe) = std::env::current_exe() {
+        // Started (by `become_subreaper`) only by the commands that run agents.
+        taskdaemon_core::agent::watchdog::set_program(exe, vec!["__watchdog".into()]);
+    }
     let code = match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -335,6 +345,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::StoreStress(a) => commands::store_stress::run(a, &ctx),
         Command::ScriptAgent(a) => commands::script_agent::run(a),
         Command::ApiAgent(a) => commands::api_agent::run(a, &ctx),
+        Command::Watchdog => {
+            taskdaemon_core::agent::watchdog::serve(std::io::stdin().lock());
+            Ok(0)
+        }
+        Command::Panic => panic!("`taskdaemon __panic`: a panic on purpose, to check backtraces"),
     }
 }
 

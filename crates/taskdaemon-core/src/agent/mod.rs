@@ -15,6 +15,7 @@ pub mod script;
 mod spec;
 pub mod step;
 pub mod tracked;
+pub mod watchdog;
 
 pub use failure::{AgentResult, Evidence, FailureClass, UsageWindow, classify};
 pub use parse::{Activity, OutputFormat, OutputParser, ParsedOutput};

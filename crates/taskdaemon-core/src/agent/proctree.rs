@@ -517,7 +517,7 @@ pub(crate) mod tests {
         // X forks a carrier, then drops the token (`exec env -u`); once X's parent exits, X
         // is our child (we are the subreaper) and carries nothing: the carrier below it is
         // in the tree all the same, as a walk of every process finds it.
-        crate::agent::become_subreaper();
+        let _ = crate::agent::become_subreaper();
         if !children_files() {
             return;
         }

@@ -93,13 +93,18 @@ pub struct ProcessResult {
 static SUBREAPER: AtomicBool = AtomicBool::new(false);
 
 /// Make this process the reaper of its orphaned descendants (Linux). Call once at start.
-pub fn become_subreaper() {
+/// The watchdog ([`super::watchdog`]), if the binary named one, is started first, so it is
+/// not re-parented to us; a watchdog that cannot start is said in the result (the harness
+/// then works as without one).
+pub fn become_subreaper() -> std::io::Result<()> {
+    let watchdog = super::watchdog::start();
     #[cfg(target_os = "linux")]
     {
         if nix::sys::prctl::set_child_subreaper(true).is_ok() {
             SUBREAPER.store(true, Ordering::SeqCst);
         }
     }
+    watchdog
 }
 
 /// In a child between fork and exec (async-signal-safe, touches no memory of the
@@ -178,6 +183,8 @@ pub async fn run_process(
     let mut cmd = command(spec, &token);
     // Recorded before it exists: a harness killed at any later moment leaves a record.
     let _record = super::tracked::record(&token, &spec.env)?;
+    // And told to the watchdog, which ends the tree if the harness dies.
+    let _watched = super::watchdog::Watched::new(&token);
     // Read before the spawn: only then is every orphan of this tree re-parented to us.
     // A command line that names the token's variable hands the token on to processes
     // outside the tree (a container runtime's `--env TASKDAEMON_GROUP`: the container's
@@ -451,11 +458,7 @@ async fn end_leftovers(
     on_line: &mut impl FnMut(Stream, &[u8]),
 ) -> bool {
     reap_group(tree.pgid());
-    if tree.surely_gone() {
-        return false;
-    }
-    let live = tree.live(true).await;
-    if live.is_empty() && !group_exists(tree.pgid()) {
+    if tree.surely_gone() || settled(tree, rx, on_line).await {
         return false;
     }
     tree.signal(Signal::SIGTERM, true).await;
@@ -478,6 +481,34 @@ async fn end_leftovers(
             return true;
         }
         // Keep the pipes flowing so a member blocked on a full pipe can see its signal.
+        if let Ok(Some((s, line))) =
+            tokio::time::timeout(Duration::from_millis(10), rx.recv()).await
+        {
+            on_line(s, &line);
+        }
+    }
+}
+
+/// How long what is still exiting when the leader has gone (the members a sandbox's pid
+/// namespace took down with it, a shell's last child) may take to go on its own before it
+/// counts as left behind.
+const SETTLE: Duration = Duration::from_millis(250);
+
+/// Whether the tree empties on its own within [`SETTLE`]: then nothing was left behind, and
+/// the iteration's log does not say that something was ended.
+async fn settled(
+    tree: &Tree,
+    rx: &mut mpsc::Receiver<(Stream, Vec<u8>)>,
+    on_line: &mut impl FnMut(Stream, &[u8]),
+) -> bool {
+    let until = Instant::now() + SETTLE;
+    loop {
+        if tree.live(true).await.is_empty() && !group_exists(tree.pgid()) {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
         if let Ok(Some((s, line))) =
             tokio::time::timeout(Duration::from_millis(10), rx.recv()).await
         {
@@ -749,6 +780,19 @@ mod tests {
         assert!(r.leftovers_ended);
     }
 
+    #[tokio::test]
+    async fn what_exits_on_its_own_right_after_the_leader_is_not_reported_as_ended() {
+        // A shell's last child, or what a sandbox's pid namespace takes down with it, is
+        // still exiting when the leader is reaped: nothing was left behind.
+        for script in ["echo only the leader", "sleep 0.05 & echo started"] {
+            let r = run_process(&sh(script, None), &CancellationToken::new(), |_, _| {})
+                .await
+                .unwrap();
+            assert_eq!(r.status, ExitStatus::Code(0));
+            assert!(!r.leftovers_ended, "{script}: reported as left behind");
+        }
+    }
+
     /// Ended and reaped: not even a zombie is left.
     fn gone(pid: i32) -> bool {
         !std::path::Path::new(&format!("/proc/{pid}")).exists()
@@ -758,7 +802,7 @@ mod tests {
     async fn an_escapee_is_ended_when_the_group_it_left_is_empty() {
         // The group is empty once the leader exits: only the escapee, re-parented to the
         // subreaper, says that something is left (the check before any `/proc` walk).
-        become_subreaper();
+        let _ = become_subreaper();
         let dir = tempfile::tempdir().unwrap();
         let a = dir.path().join("a").display().to_string();
         let script = format!(
@@ -778,7 +822,7 @@ mod tests {
 
     #[tokio::test]
     async fn processes_that_left_the_group_are_ended_with_the_iteration() {
-        become_subreaper();
+        let _ = become_subreaper();
         let dir = tempfile::tempdir().unwrap();
         let p = |n: &str| dir.path().join(n).display().to_string();
         // One leaves the session, one is double-forked and orphaned; both ignore TERM.

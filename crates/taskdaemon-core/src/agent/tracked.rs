@@ -241,21 +241,7 @@ pub fn end_leftover_groups(dir: &Path, grace: Duration) -> Vec<Leftover> {
         found.push((path, token, run_id, n));
     }
     let tokens: Vec<String> = found.iter().map(|f| f.1.clone()).collect();
-    let all = |tokens: &[String]| -> Vec<i32> { tokens.iter().flat_map(|t| carriers(t)).collect() };
-    signal_all(&all(&tokens), Signal::SIGTERM);
-    let until = Instant::now() + grace;
-    while Instant::now() < until && !all(&tokens).is_empty() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let until = Instant::now() + Duration::from_secs(2);
-    loop {
-        let left = all(&tokens);
-        if left.is_empty() || Instant::now() >= until {
-            break;
-        }
-        signal_all(&left, Signal::SIGKILL);
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    end_carriers(&tokens, grace);
     found
         .into_iter()
         .map(|(path, token, run_id, processes)| {
@@ -275,6 +261,31 @@ pub fn end_leftover_groups(dir: &Path, grace: Duration) -> Vec<Leftover> {
 }
 
 /// TERM (with CONT, so a stopped process acts on it) or KILL to each pid.
+/// End every live process that carries one of `tokens`: TERM, `grace` to go, then KILL
+/// again and again (for at most 2 s) until none is left. Returns how many there were.
+pub(crate) fn end_carriers(tokens: &[String], grace: Duration) -> usize {
+    let all = |tokens: &[String]| -> Vec<i32> { tokens.iter().flat_map(|t| carriers(t)).collect() };
+    let first = all(tokens);
+    if first.is_empty() {
+        return 0;
+    }
+    signal_all(&first, Signal::SIGTERM);
+    let until = Instant::now() + grace;
+    while Instant::now() < until && !all(tokens).is_empty() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let until = Instant::now() + Duration::from_secs(2);
+    loop {
+        let left = all(tokens);
+        if left.is_empty() || Instant::now() >= until {
+            break;
+        }
+        signal_all(&left, Signal::SIGKILL);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    first.len()
+}
+
 pub(crate) fn signal_all(pids: &[i32], sig: Signal) {
     for &p in pids {
         if p > 1 && p != std::process::id() as i32 {

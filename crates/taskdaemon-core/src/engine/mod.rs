@@ -264,6 +264,14 @@ fn announce<S: WorkSource>(st: &RunState, resumed: bool, ctx: &EngineContext, so
     });
 }
 
+/// Patterns for one line: all of three or fewer, else the first two and how many more.
+fn few(patterns: &[String]) -> String {
+    match patterns {
+        [] | [_] | [_, _] | [_, _, _] => patterns.join(" "),
+        [a, b, rest @ ..] => format!("{a} {b} and {} more patterns", rest.len()),
+    }
+}
+
 /// What every run checks at its start: runtime files excluded from git, a cost limit the
 /// agent cannot trigger, temporary files and git locks a killed run left.
 fn start_checks(
@@ -280,7 +288,7 @@ fn start_checks(
             ctx,
             &format!(
                 "added {} to .git/info/exclude so runtime files are never committed (`taskdaemon init` puts them in .gitignore)",
-                added.join(" ")
+                few(&added)
             ),
         );
     }

@@ -271,7 +271,7 @@ fn spawn_signals(
 
 fn foreground(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let (opts, _said_by_the_daemon) = options(paths, &a, ctx)?;
-    taskdaemon_core::agent::become_subreaper();
+    super::util::guard_agents();
     let rt = runtime(opts.limits.max_loops)?;
     rt.block_on(async move {
         let shutdown = tokio_util::sync::CancellationToken::new();

@@ -303,6 +303,28 @@ pub fn read_pid(p: &Path) -> i32 {
     }
 }
 
+/// SIGKILL the watchdogs of this environment's harnesses (`taskdaemon __watchdog`, found
+/// by their `HOME`): what a kill of the harness leaves then is ended only by the next
+/// start, the path these tests check.
+pub fn kill_watchdogs(env: &Env) {
+    let home = format!("HOME={}", env.home().display());
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let environ = std::fs::read(e.path().join("environ")).unwrap_or_default();
+        if cmdline.split(|b| *b == 0).any(|a| a == b"__watchdog")
+            && environ.split(|b| *b == 0).any(|kv| kv == home.as_bytes())
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
 /// Alive and not a zombie.
 pub fn pid_alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

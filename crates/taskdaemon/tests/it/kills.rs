@@ -120,6 +120,8 @@ fn fifty_sigkills_of_run_each_resumed_leave_no_process_no_repeated_row_and_never
         );
         // Kill at a random moment: in the agent, the validation, or between.
         std::thread::sleep(Duration::from_millis(next() % 400));
+        // Its watchdog first: this test is about what the next start ends.
+        harness::kill_watchdogs(&env);
         child.kill().unwrap();
         let status = wait_timeout(&mut child, Duration::from_secs(10));
         assert!(
@@ -420,4 +422,89 @@ fn a_validation_ended_by_a_stop_is_interrupted_not_failed() {
         "{log}"
     );
     assert!(!log.contains(": failed"), "{log}");
+}
+
+/// The agent of the harness-death tests: its work is a child (`sh -c`, as under a CLI)
+/// that sleeps, then writes a marker; both pids recorded, `started` once they are.
+const SLEEPER: &str = r#"#!/bin/sh
+sh -c 'echo $$ >> "$TD_TEST_DIR/pids"; sleep 4; touch "$TD_TEST_DIR/marker"' &
+echo $$ >> "$TD_TEST_DIR/pids"
+while [ "$(wc -l < "$TD_TEST_DIR/pids")" -lt 2 ]; do sleep 0.05; done
+touch "$TD_TEST_DIR/started"
+wait
+"#;
+
+/// Kill the harness `pid` with SIGKILL once its agent works: 1 s later no process of the
+/// agent is left (the watchdog ended the tree, not the next start), and the marker the
+/// agent's child would have written after its sleep never comes.
+fn agents_die_with_the_killed_harness(env: &Env, pid: i32) {
+    harness::wait_for(&env.root().join("started"), Duration::from_secs(60));
+    let agent_pids = pids(env);
+    assert_eq!(agent_pids.len(), 2, "{agent_pids:?}");
+    assert_eq!(ours_alive(env, &agent_pids).len(), 2, "the agent works");
+    let killed = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    while !ours_alive(env, &agent_pids).is_empty() && killed.elapsed() < Duration::from_secs(1) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        ours_alive(env, &agent_pids),
+        Vec::<i32>::new(),
+        "agent processes outlived their harness by 1 s"
+    );
+    // The child's sleep would have ended by now.
+    std::thread::sleep(Duration::from_secs(4).saturating_sub(killed.elapsed()));
+    assert!(
+        !env.root().join("marker").exists(),
+        "the agent worked on for a dead harness"
+    );
+}
+
+fn sleeper(env: &Env) -> String {
+    let agent = env.root().join("sleeper.sh");
+    std::fs::write(&agent, SLEEPER).unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    format!("cmd:{}", agent.display())
+}
+
+#[test]
+fn a_sigkilled_run_leaves_no_agent_working() {
+    let env = Env::new();
+    let agent = sleeper(&env);
+    let mut child = spawn(
+        &env,
+        &["run", "sleep", "--agent", &agent, "--max-iterations", "1"],
+    );
+    agents_die_with_the_killed_harness(&env, child.id() as i32);
+    let _ = child.wait();
+}
+
+#[test]
+fn a_sigkilled_daemon_leaves_no_agent_working() {
+    let env = Env::new();
+    let agent = sleeper(&env);
+    let vars = [("TD_TEST_DIR".to_string(), env.root().display().to_string())];
+    env.ok_with(&vars, &["daemon", "start", "--tick", "0.2"]);
+    env.ok_with(
+        &vars,
+        &[
+            "submit",
+            "ralph",
+            "sleep",
+            "--agent",
+            &agent,
+            "--validate",
+            "false",
+        ],
+    );
+    harness::wait_for(&env.root().join("started"), Duration::from_secs(60));
+    let info = env.repo().join(".git/taskdaemon/daemon/info.json");
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(info).unwrap()).unwrap();
+    let pid = info["pid"].as_i64().unwrap() as i32;
+    agents_die_with_the_killed_harness(&env, pid);
 }

@@ -548,3 +548,53 @@ fn a_remote_that_holds_a_push_does_not_hold_the_daemon() {
         m.logs()
     );
 }
+
+/// Issue 42: a queue daemon killed with SIGKILL while a phase's agent works leaves no agent
+/// process 1 s later, and the agent never finishes its iteration (no `end` in its log).
+#[test]
+fn a_sigkilled_queue_daemon_leaves_no_agent_working() {
+    let Some(m) = Machines::new("alpha||\"Phase 1: schema\"\n", &[("PHASE_SLEEP", "4")]) else {
+        return;
+    };
+    m.ok(
+        &m.a,
+        &["submit", "plan", "build widgets", "--target", "main"],
+    );
+    m.start(&m.a);
+    let pids_file = m.env.root().join("pids");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let pids: Vec<i32> = loop {
+        let text = std::fs::read_to_string(&pids_file).unwrap_or_default();
+        let pids: Vec<i32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        if pids.len() >= 2 {
+            break pids;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no phase agent started\n{}",
+            m.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(pids.iter().all(|p| pid_alive(*p)), "the agent works");
+    let killed = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(Machines::pid(&m.a)),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    while pids.iter().any(|p| pid_alive(*p)) && killed.elapsed() < Duration::from_secs(1) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let alive: Vec<i32> = pids.iter().copied().filter(|p| pid_alive(*p)).collect();
+    assert!(
+        alive.is_empty(),
+        "agent processes {alive:?} outlived their daemon by 1 s"
+    );
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(killed.elapsed()));
+    let log = m.agent_log();
+    assert!(
+        !log.contains("\nend ") && !log.starts_with("end "),
+        "the agent worked on for a dead daemon:\n{log}"
+    );
+}

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::Args;
-use taskdaemon_core::agent::become_subreaper;
 use taskdaemon_core::config::{Dur, ParserMode, Settings};
 use taskdaemon_core::git::snapshot::Snapshots;
 use taskdaemon_core::lifecycle::parser::{
@@ -195,7 +194,7 @@ fn parse_message(
     let report = rt.block_on(async {
         if model.is_some() {
             // Ctrl-C stops the parse agent's whole process group, not only us.
-            become_subreaper();
+            crate::commands::util::guard_agents();
             spawn_signal_handler(cancel.clone())?;
         }
         anyhow::Ok(parse_task(&input, model.as_ref(), because, &cancel).await)

@@ -330,6 +330,17 @@ pub(crate) fn warn_untrusted(untrusted: Option<&config::Untrusted>) {
     }
 }
 
+/// Become the reaper of the agents' orphans, with a watchdog that ends their trees if this
+/// process dies (`kill -9` included); say so when the watchdog cannot start.
+pub(crate) fn guard_agents() {
+    if let Err(e) = agent::become_subreaper() {
+        say_once(format!(
+            "the watchdog that ends the agents if taskdaemon is killed did not start ({e}); \
+             a kill -9 may leave agent processes running until the next start"
+        ));
+    }
+}
+
 /// A warning on stderr, once per process however many times it comes up.
 fn say_once(text: String) {
     static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
@@ -508,7 +519,7 @@ where
     F: FnOnce(CancellationToken) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<T>>,
 {
-    agent::become_subreaper();
+    guard_agents();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
