@@ -5,6 +5,7 @@
 pub mod api;
 pub mod doctor;
 pub mod failure;
+mod orphans;
 mod parse;
 pub mod preflight;
 mod presets;
@@ -18,6 +19,7 @@ pub mod tracked;
 pub mod watchdog;
 
 pub use failure::{AgentResult, Evidence, FailureClass, UsageWindow, classify};
+pub(crate) use orphans::Leader;
 pub use parse::{Activity, OutputFormat, OutputParser, ParsedOutput};
 pub use presets::{Preset, find_on_path, first_installed, is_executable};
 pub(crate) use runner::die_with;

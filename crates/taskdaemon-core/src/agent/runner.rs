@@ -102,6 +102,7 @@ pub fn become_subreaper() -> std::io::Result<()> {
     {
         if nix::sys::prctl::set_child_subreaper(true).is_ok() {
             SUBREAPER.store(true, Ordering::SeqCst);
+            super::orphans::start_reaping();
         }
     }
     watchdog
@@ -194,7 +195,8 @@ pub async fn run_process(
         .iter()
         .any(|a| a.to_string_lossy().contains(super::tracked::GROUP_VAR));
     let reaper = SUBREAPER.load(Ordering::SeqCst) && !names_token;
-    let mut child = cmd.spawn()?;
+    // Named as ours while it runs: the orphan reaper leaves it to our wait.
+    let (mut child, _leader) = super::Leader::spawn(|| cmd.spawn(), |c| c.id())?;
     let pgid = child.id().map(|id| id as i32).unwrap_or(0);
     test_pause_after_spawn().await;
     let stop = Tree {

@@ -42,6 +42,11 @@ phase)
   echo "end $spec $TASKDAEMON_PHASE_INDEX $TASKDAEMON_ITERATION $TASKDAEMON_RUN_ID $PWD" >> "$log"
   echo "<promise>COMPLETE</promise>"
   ;;
+ralph)
+  echo "$TASKDAEMON_RUN_ID" > "ralph-$TASKDAEMON_RUN_ID.txt"
+  git add -A && git commit -qm "ralph $TASKDAEMON_RUN_ID"
+  echo "<promise>COMPLETE</promise>"
+  ;;
 esac
 "#;
 
@@ -596,5 +601,67 @@ fn a_sigkilled_queue_daemon_leaves_no_agent_working() {
     assert!(
         !log.contains("\nend ") && !log.starts_with("end "),
         "the agent worked on for a dead daemon:\n{log}"
+    );
+}
+
+/// The zombie children of `pid` (state `Z` in `/proc/*/stat`, parent `pid`).
+fn zombies_of(pid: i32) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some((name, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.first() == Some(&"Z") && fields.get(1) == Some(&pid.to_string().as_str()) {
+            found.push(format!("{}){}", name, fields[..2].join(" ")));
+        }
+    }
+    found
+}
+
+/// Issue 42: a queue daemon reaps every child it starts. 50 ralph runs from one queue
+/// daemon, each merged: not one zombie is left among its children (there was one `git`
+/// per run).
+#[test]
+fn fifty_queue_runs_leave_no_zombie_behind() {
+    let Some(m) = Machines::new("", &[]) else {
+        return;
+    };
+    const RUNS: usize = 50;
+    for i in 0..RUNS {
+        m.ok(
+            &m.a,
+            &[
+                "submit",
+                "ralph",
+                &format!("task {i}"),
+                "--target",
+                "main",
+                "--validate",
+                "true",
+                "-q",
+            ],
+        );
+    }
+    m.ok(
+        &m.a,
+        &["daemon", "start", "--max-loops", "4", "--tick", "0.3"],
+    );
+    let pid = Machines::pid(&m.a);
+    m.wait_until(Duration::from_secs(600), "every run merged", |s| {
+        let runs = s["runs"].as_array().cloned().unwrap_or_default();
+        runs.len() == RUNS && runs.iter().all(|r| r["status"] == "complete")
+    });
+    // The last run's clean-up (its worktree, its branch) ends a moment after its status.
+    std::thread::sleep(Duration::from_secs(2));
+    let zombies = zombies_of(pid);
+    m.stop(&m.a);
+    assert!(
+        zombies.is_empty(),
+        "{} zombies under the daemon after {RUNS} runs: {zombies:?}",
+        zombies.len()
     );
 }
