@@ -6,6 +6,8 @@
 //! holds records is refused unless `force`, and then its rows are saved to a file first.
 //! To JSONL: every row of the project (tombstones too), each collection's file written
 //! atomically; existing non-empty files are refused unless `force`, and then saved first.
+//! The queue's other tables (leases, iteration logs, merge records) go with the records:
+//! kept beside a JSONL store and restored from there ([`super::migrate_tables`]).
 
 use std::path::{Path, PathBuf};
 
@@ -13,6 +15,7 @@ use serde::Serialize;
 use taskstore::StoreOptions;
 use taskstore::line::parse_meta;
 
+use super::migrate_tables::{SideCounts, SideRows, kept_dir};
 use super::pg::{CHANNEL, PROJECT_LOCK_SQL, PgStore};
 use super::pg_conn::{QueueConfig, QueueError, connect};
 use super::{Kind, Records, Result, StoreError, store_dir};
@@ -34,6 +37,13 @@ pub struct MigrateReport {
     pub replaced: usize,
     /// Where what was replaced was saved.
     pub saved: Option<PathBuf>,
+    /// The rows of the queue's other tables carried: to JSONL kept in `tables_dir`, to
+    /// PostgreSQL restored from it.
+    pub tables: SideCounts,
+    pub tables_dir: Option<PathBuf>,
+    /// The rows of those tables that were in the target and were replaced (saved with the
+    /// records).
+    pub replaced_tables: SideCounts,
 }
 
 impl MigrateReport {
@@ -100,6 +110,9 @@ pub fn to_postgres(
         tombstones: 0,
         replaced: 0,
         saved: None,
+        tables: SideCounts::default(),
+        tables_dir: None,
+        replaced_tables: SideCounts::default(),
     };
     let mut rows: Vec<(Kind, String)> = Vec::new();
     for k in Kind::ALL {
@@ -127,13 +140,26 @@ pub fn to_postgres(
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    if !existing.is_empty() {
-        report.saved = Some(save_replaced(project, queue, &existing, force, now_ms)?);
+    let existing_tables = SideRows::read(&mut tx, queue)?;
+    if !existing.is_empty() || !existing_tables.is_empty() {
+        let saved = save_replaced(project, queue, &existing, force, now_ms)?;
+        existing_tables.save(&saved)?;
+        report.saved = Some(saved);
         report.replaced = existing.len();
+        report.replaced_tables = existing_tables.counts();
     }
+    // What a migration to JSONL kept of the queue's other tables comes back with them.
+    let kept = kept_dir(project);
+    let restore = if kept.is_dir() {
+        report.tables_dir = Some(kept.clone());
+        SideRows::load(&kept)?
+    } else {
+        SideRows::default()
+    };
+    report.tables = restore.counts();
     // The project is replaced whole: its leases, logs and merge records went with the runs
     // they were about (left, an old lease would block a claim and an old merge record
-    // would answer for a run id the copy reuses).
+    // would answer for a run id the copy reuses); they were saved above.
     for table in ["records", "leases", "run_logs", "merges"] {
         tx.execute(
             &format!("delete from {table} where project = $1"),
@@ -155,6 +181,7 @@ pub fn to_postgres(
         .map_err(sql("copying a record"))?;
         report.count(*k);
     }
+    restore.insert(&mut tx, queue)?;
     tx.execute("select pg_notify($1, $2)", &[&CHANNEL, &queue.project])
         .map_err(sql("notifying"))?;
     tx.commit().map_err(sql("committing the copy"))?;
@@ -178,7 +205,7 @@ fn save_replaced(
                 existing.len(),
                 queue.project
             ),
-            "migrate into an empty project (set `queue-project`), or pass --force to replace them (they are saved to a file first)",
+            "migrate into an empty project (set `queue-project`), or pass --force to replace them (they are saved to a file first, with the project's leases, iteration logs and merge records)",
         ));
     }
     let dir = save_dir(project, now_ms);
@@ -213,11 +240,16 @@ pub fn to_jsonl(
         tombstones: 0,
         replaced: 0,
         saved: None,
+        tables: SideCounts::default(),
+        tables_dir: None,
+        replaced_tables: SideCounts::default(),
     };
     let file = |k: Kind| dir.join(format!("{}.jsonl", k.collection()));
+    let kept = kept_dir(project);
     let occupied: Vec<PathBuf> = Kind::ALL
         .into_iter()
         .map(file)
+        .chain(["leases", "run_logs", "merges"].map(|t| kept.join(format!("{t}.jsonl"))))
         .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0))
         .collect();
     if !occupied.is_empty() {
@@ -237,7 +269,12 @@ pub fn to_jsonl(
         }
         let save = save_dir(project, now_ms);
         for p in &occupied {
-            let dest = save.join(p.file_name().unwrap_or_default());
+            let name = p.file_name().unwrap_or_default();
+            let dest = if p.starts_with(&kept) {
+                save.join("queue-tables").join(name)
+            } else {
+                save.join(name)
+            };
             let bytes = std::fs::read(p).map_err(io_err(p))?;
             crate::fsutil::write_atomic(&dest, &bytes).map_err(io_err(&dest))?;
             report.replaced += bytes
@@ -262,6 +299,19 @@ pub fn to_jsonl(
         let path = file(k);
         crate::fsutil::write_atomic(&path, text.as_bytes()).map_err(io_err(&path))?;
     }
+    let mut c = connect(queue)?;
+    let mut tx = c.transaction().map_err(|e| {
+        StoreError::from(QueueError::sql(
+            queue,
+            "reading the project's side tables",
+            e,
+        ))
+    })?;
+    let tables = SideRows::read(&mut tx, queue)?;
+    drop(tx);
+    tables.save(&kept)?;
+    report.tables = tables.counts();
+    report.tables_dir = Some(kept);
     // The index cache describes the old files: rebuilt at the next open.
     let index = dir.join(".index");
     if index.is_dir() {

@@ -12,6 +12,7 @@ pub mod check;
 pub mod ids;
 mod kind;
 pub mod migrate;
+pub mod migrate_tables;
 pub mod paths;
 pub mod pg;
 pub mod pg_conn;

@@ -138,11 +138,29 @@ fn migrate(a: MigrateArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             }
         );
     }
-    if let Some(saved) = &report.saved {
+    let t = report.tables;
+    if let Some(dir) = &report.tables_dir
+        && t.leases + t.run_logs + t.merges > 0
+    {
         outln!(
             out,
-            "  replaced {} record line(s); they were saved in {}",
+            "  {} iteration log(s), {} merge record(s), {} lease(s) {} {}",
+            t.run_logs,
+            t.merges,
+            t.leases,
+            if to_jsonl { "kept in" } else { "restored from" },
+            dir.display()
+        );
+    }
+    if let Some(saved) = &report.saved {
+        let r = report.replaced_tables;
+        outln!(
+            out,
+            "  replaced {} record line(s), {} iteration log(s), {} merge record(s), {} lease(s); they were saved in {}",
             report.replaced,
+            r.run_logs,
+            r.merges,
+            r.leases,
             saved.display()
         );
     }

@@ -583,7 +583,20 @@ fn migrate_round_trips_byte_for_byte_and_refuses_to_overwrite() {
                values ('mig', 'old-run', 'main', 'abc')",
         )
         .unwrap();
-    env.ok_with(&vars, &["store", "migrate", "--to", &url, "--force"]);
+    let out: serde_json::Value = serde_json::from_str(&env.ok_with(
+        &vars,
+        &["store", "migrate", "--to", &url, "--force", "--json"],
+    ))
+    .unwrap();
+    // What was replaced is saved, the old project's lease and merge record with its records.
+    let saved = std::path::PathBuf::from(out["saved"].as_str().unwrap());
+    assert_eq!(out["replaced-tables"]["leases"], 1, "{out}");
+    assert_eq!(out["replaced-tables"]["merges"], 1, "{out}");
+    let saved_merges = std::fs::read_to_string(saved.join("merges.jsonl")).unwrap();
+    assert!(
+        saved_merges.contains("\"run_id\":\"old-run\"") && saved_merges.contains("abc"),
+        "{saved_merges}"
+    );
     for table in ["leases", "merges"] {
         let n: i64 = admin
             .query_one(
@@ -607,6 +620,18 @@ fn migrate_round_trips_byte_for_byte_and_refuses_to_overwrite() {
             .collect();
         assert_eq!(got, before[i], "{c}");
     }
+    // The queue's other tables: a live lease, two iteration logs, a merge record.
+    admin
+        .batch_execute(
+            "insert into leases (project, run_id, holder, host, pid, expires_at)
+               values ('mig', 'run-1', 'h:1:0', 'h', 1, '2026-12-02 10:00:00.123456+00');
+             insert into run_logs (project, run_id, iteration, text)
+               values ('mig', 'run-1', 1, 'first ünïcode \"log\"'), ('mig', 'run-1', 2, 'second');
+             insert into merges (project, run_id, target, commit, recorded_at)
+               values ('mig', 'run-1', 'main', 'def', '2026-12-02 11:00:00.654321+00')",
+        )
+        .unwrap();
+    let tables_before = side_tables(&mut admin, "mig");
     // Back: refused over the existing files, then forced (they are saved first).
     let mut back = with_queue(&db, "mig");
     back[0].1 = url.clone();
@@ -619,6 +644,20 @@ fn migrate_round_trips_byte_for_byte_and_refuses_to_overwrite() {
     .unwrap();
     let saved = std::path::PathBuf::from(out["saved"].as_str().unwrap());
     assert!(saved.join("specs.jsonl").is_file());
+    assert_eq!(
+        (
+            out["tables"]["leases"].as_u64(),
+            out["tables"]["run-logs"].as_u64(),
+            out["tables"]["merges"].as_u64()
+        ),
+        (Some(1), Some(2), Some(1)),
+        "{out}"
+    );
+    assert!(
+        env.repo()
+            .join(".git/taskdaemon/queue-tables/run_logs.jsonl")
+            .is_file()
+    );
     assert_eq!(
         lines(&env),
         before,
@@ -636,6 +675,42 @@ fn migrate_round_trips_byte_for_byte_and_refuses_to_overwrite() {
     // The JSONL store works as before on the written files.
     env.ok_with(none, &["edit", "beta", "--status", "complete"]);
     assert!(env.ok_with(none, &["list"]).contains("complete"));
+    // And to the queue again: the other tables come back byte for byte.
+    admin
+        .batch_execute("delete from run_logs where project = 'mig'")
+        .unwrap();
+    let out = env.ok_with(&vars, &["store", "migrate", "--to", &url, "--force"]);
+    assert!(
+        out.contains("2 iteration log(s), 1 merge record(s), 1 lease(s) restored from"),
+        "{out}"
+    );
+    assert_eq!(
+        side_tables(&mut admin, "mig"),
+        tables_before,
+        "leases, run_logs and merges after JSONL and back"
+    );
+}
+
+/// Every row of the project's leases, run_logs and merges, as PostgreSQL prints them.
+fn side_tables(admin: &mut postgres::Client, project: &str) -> Vec<String> {
+    let mut rows = Vec::new();
+    for (table, order) in [
+        ("leases", "run_id"),
+        ("run_logs", "run_id, iteration"),
+        ("merges", "run_id"),
+    ] {
+        for r in admin
+            .query(
+                &format!("select row_to_json(t)::text from (select * from {table} where project = $1 order by {order}) t"),
+                &[&project],
+            )
+            .unwrap()
+        {
+            rows.push(format!("{table}: {}", r.get::<_, String>(0)));
+        }
+    }
+    assert!(!rows.is_empty());
+    rows
 }
 
 #[test]
