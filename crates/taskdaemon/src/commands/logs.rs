@@ -250,9 +250,16 @@ fn daemon_run(
             .into_iter()
             .find(|d| !iteration_files(d).is_empty())
     };
-    if records.queue().is_some() && dir(&run).is_none() {
-        // Shared queue: the run ran (or runs) on another machine; its logs are in the queue.
-        return queue_logs(&mut records, run, args);
+    if records.queue().is_some() {
+        // Shared queue: its set of iteration logs is the run's, whichever machines ran
+        // them (this machine's files may lack another's iterations, or hold one a killed
+        // daemon's agent wrote that never counted). Only a run followed while it works
+        // here is read from its files, which show the iteration under way.
+        let here = dir(&run);
+        let live_here = args.follow && is_active(run.status) && here.is_some();
+        if here.is_none() || (!live_here && !records.logs(&run.id).map_err(store_err)?.is_empty()) {
+            return queue_logs(&mut records, run, args);
+        }
     }
     if let Some(d) = dir(&run) {
         p.catch_up(&d)?;

@@ -394,6 +394,25 @@ fn a_daemon_killed_mid_phase_is_taken_over_from_its_pushed_branch_and_nothing_is
     for sp in s["plans"][0]["specs"].as_array().unwrap() {
         assert_eq!(sp["status"], "complete", "{sp:#}");
     }
+    // Issue 42: `logs` of the taken-over run prints the same iterations on both machines
+    // (the queue's set), each once.
+    let iterations = |clone: &Path| -> Vec<String> {
+        m.ok(clone, &["logs", &run_id])
+            .lines()
+            .filter(|l| l.starts_with("==> run "))
+            .map(str::to_string)
+            .collect()
+    };
+    let (on_a, on_b) = (iterations(&m.a), iterations(&m.b));
+    assert_eq!(on_a, on_b, "logs of {run_id} differ between the machines");
+    let numbers: Vec<&str> = on_a
+        .iter()
+        .filter_map(|l| l.split_whitespace().nth(4))
+        .collect();
+    assert!(
+        numbers.len() >= 2 && numbers.windows(2).all(|w| w[0] < w[1]),
+        "{on_a:?}"
+    );
     // A's agent died with it (parent-death signal): nothing of A runs once the sleeps end;
     // A restarts clean: whatever its records name is ended, nothing is left running, and
     // its worktree of the spec B finished is gone (what only it held kept first).
