@@ -232,14 +232,21 @@ pub async fn run(
 
     let registry = executor_registry(&paths.project);
     // A shared queue's client blocks on its own runtime: never on an async worker.
-    let records = off_the_workers(|| Records::open(&paths.project))?.with_loop_types(registry);
+    let mut records = off_the_workers(|| Records::open(&paths.project))?.with_loop_types(registry);
     let worktrees = Worktrees::open(&paths.project, &opts.worktrees_dir)?;
-    let queue =
-        off_the_workers(|| shared_queue::QueueSide::open(&records, &worktrees, opts.queue.clone()))
-            .map_err(|e| DaemonError::Io {
-                what: "joining the shared queue".into(),
-                source: std::io::Error::other(e),
-            })?;
+    let queue = off_the_workers(|| {
+        shared_queue::QueueSide::open(
+            &mut records,
+            &worktrees,
+            opts.queue.clone(),
+            &paths.dir,
+            &note,
+        )
+    })
+    .map_err(|e| DaemonError::Io {
+        what: "joining the shared queue".into(),
+        source: std::io::Error::other(e),
+    })?;
     let shared = Arc::new(Shared {
         remote: queue.as_ref().map(|q| q.remote.clone()),
         paths: paths.clone(),

@@ -72,18 +72,42 @@ pub struct QueueSide {
 
 impl QueueSide {
     /// The queue side of a daemon whose records are `records`; `None` for the JSONL store.
+    /// The leases of this clone's previous daemon (named in `<daemon_dir>/queue-holder`;
+    /// it is gone, since this one holds the clone's daemon lock) are released, so its runs
+    /// are taken over now rather than when its leases expire; `note` says how many.
     pub fn open(
-        records: &Records,
+        records: &mut Records,
         worktrees: &Worktrees,
         opts: QueueOptions,
+        daemon_dir: &std::path::Path,
+        note: &dyn Fn(String),
     ) -> Result<Option<QueueSide>, String> {
         let Some(config) = records.queue().cloned() else {
             return Ok(None);
         };
         let remote = Remote::open(worktrees, &opts.remote).map_err(|e| e.to_string())?;
+        let holder = Holder::this_process();
+        let file = daemon_dir.join("queue-holder");
+        if let Ok(before) = std::fs::read_to_string(&file)
+            && let before = before.trim()
+            && !before.is_empty()
+            && before != holder.id
+        {
+            match records.release_holder(before) {
+                Ok(0) => {}
+                Ok(n) => note(format!(
+                    "released {n} lease(s) of this clone's previous daemon ({before}), which is gone: its runs are taken over now"
+                )),
+                Err(e) => note(format!(
+                    "could not release the leases of this clone's previous daemon ({before}): {e}; its runs are taken over when they expire"
+                )),
+            }
+        }
+        crate::fsutil::write_atomic(&file, holder.id.as_bytes())
+            .map_err(|e| format!("writing {}: {e}", file.display()))?;
         Ok(Some(QueueSide {
             config,
-            holder: Holder::this_process(),
+            holder,
             opts,
             remote,
             renewed: HashMap::new(),

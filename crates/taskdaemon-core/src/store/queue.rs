@@ -240,6 +240,19 @@ impl Records {
         Ok(())
     }
 
+    /// Give up every lease `holder_id` holds (a dead daemon's, known to be dead): its runs
+    /// are taken over at once instead of when the leases expire. The number released.
+    pub fn release_holder(&mut self, holder_id: &str) -> Result<u64> {
+        let Some(p) = self.store.postgres() else {
+            return Ok(0);
+        };
+        p.exec(
+            "releasing a dead daemon's leases",
+            "delete from leases where project = $1 and holder = $2",
+            &[&p.config().project, &holder_id],
+        )
+    }
+
     /// Runs marked running whose lease expired (or that have none): leased to `holder` in
     /// one transaction, at most `limit`, oldest first. The runs taken over.
     pub fn take_over_expired(

@@ -684,3 +684,53 @@ fn fifty_queue_runs_leave_no_zombie_behind() {
         zombies.len()
     );
 }
+
+/// Issue 42: a queue daemon restarted after a SIGKILL goes on with its dead predecessor's
+/// runs at once: their leases (5 minutes here) are released at its start, not waited out.
+#[test]
+fn a_restarted_queue_daemon_takes_its_dead_predecessors_runs_without_waiting_out_the_lease() {
+    let Some(m) = Machines::new(
+        "alpha||\"Phase 1: schema\"\n",
+        &[
+            ("PHASE_SLEEP", "1"),
+            ("DONE_AT", "3"),
+            ("TASKDAEMON_QUEUE_LEASE", "5m"),
+        ],
+    ) else {
+        return;
+    };
+    m.ok(
+        &m.a,
+        &["submit", "plan", "build widgets", "--target", "main"],
+    );
+    m.start(&m.a);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !m.agent_log().lines().any(|l| l.starts_with("end ")) {
+        assert!(
+            Instant::now() < deadline,
+            "no phase iteration ended\n{}",
+            m.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = Machines::pid(&m.a);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    while pid_alive(pid) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    m.start(&m.a);
+    // Far less than the 5-minute lease: the plan completes.
+    m.wait_until(Duration::from_secs(90), "the plan completing", |s| {
+        plan_status(s) == "complete"
+    });
+    m.stop(&m.a);
+    let logs = m.logs();
+    assert!(
+        logs.contains("released 1 lease(s) of this clone's previous daemon"),
+        "{logs}"
+    );
+}
