@@ -95,7 +95,10 @@ impl Backend {
 
     /// Figures of the JSONL files (none for Postgres).
     pub fn stats(&self) -> Vec<taskstore::CollectionStats> {
-        self.jsonl().map(Store::stats).unwrap_or_default()
+        match self {
+            Backend::Jsonl(s) => s.stats(),
+            Backend::Postgres(p) => p.stats(),
+        }
     }
 
     pub fn lock(&self) -> Result<WriteLock> {

@@ -419,6 +419,32 @@ impl PgStore {
             .collect()
     }
 
+    /// Counts per collection, as the JSONL store gives them: `file` names the queue and
+    /// the collection, `bytes` the bodies' size, `lines` the rows (one per record: the
+    /// queue keeps no superseded versions), `bad_lines` the rows that did not read.
+    pub fn stats(&self) -> Vec<taskstore::CollectionStats> {
+        self.cols
+            .iter()
+            .map(|(name, c)| {
+                let tombstones = c.by_id.values().filter(|e| e.deleted).count();
+                taskstore::CollectionStats {
+                    collection: name.clone(),
+                    file: std::path::PathBuf::from(format!(
+                        "{} (project {}, {name})",
+                        self.cfg.shown(),
+                        self.cfg.project
+                    )),
+                    bytes: c.by_id.values().map(|e| e.line.len() as u64).sum(),
+                    lines: c.by_id.len() as u64,
+                    live: c.by_id.len() - tombstones,
+                    tombstones,
+                    superseded: 0,
+                    bad_lines: self.unreadable.keys().filter(|(c, _)| c == name).count(),
+                }
+            })
+            .collect()
+    }
+
     // ---- writing ----
 
     /// Apply a batch, validated like the JSONL store's. Inside [`lock`](Self::lock)'s

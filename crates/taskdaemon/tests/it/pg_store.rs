@@ -407,7 +407,26 @@ fn the_record_commands_work_unchanged_on_postgres() {
     let doctor = env.run(&["doctor"]);
     let all = format!("{}{}", doctor.stdout, doctor.stderr);
     assert!(all.contains("reachable, schema version 1"), "{all}");
-    for text in [&shown, &all, &list] {
+    // Issue 42: `store stats` counts the queue's records (it printed only its header).
+    let stats = env.ok_with(none, &["store", "stats"]);
+    let row = |c: &str| -> Vec<String> {
+        stats
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(c))
+            .unwrap_or_else(|| panic!("no {c} row:\n{stats}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    // COLLECTION BYTES LINES LIVE TOMBSTONES: one plan; one spec live, one deleted; one run.
+    assert_eq!(row("plans")[3], "1", "{stats}");
+    assert_eq!(
+        (row("specs")[3].as_str(), row("specs")[4].as_str()),
+        ("1", "1"),
+        "{stats}"
+    );
+    assert_eq!(row("runs")[3], "1", "{stats}");
+    for text in [&shown, &all, &list, &stats] {
         assert!(!text.contains("s3cret-pw"), "{text}");
     }
 }
