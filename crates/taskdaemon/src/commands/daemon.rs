@@ -14,7 +14,7 @@ use taskdaemon_core::sandbox::{self, SandboxKind, SandboxPlan};
 use taskdaemon_core::scheduler::Limits;
 
 use super::daemon_link::{self, current_branch};
-use super::{Ctx, emit, print_json};
+use super::{Ctx, emit, print_json, say};
 use crate::cli::user;
 use crate::outln;
 
@@ -325,7 +325,7 @@ fn background(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i3
                 &serde_json::json!({"started": false, "running": true, "pid": pid, "log": paths.log()}),
             )?;
         } else {
-            emit(&format!("the daemon already runs (pid {pid})\n"))?;
+            say(&format!("the daemon already runs (pid {pid})\n"))?;
         }
         return Ok(0);
     }
@@ -376,7 +376,7 @@ fn background(paths: &DaemonPaths, a: StartArgs, ctx: &Ctx) -> anyhow::Result<i3
                     &serde_json::json!({"started": true, "running": true, "pid": pid, "log": paths.log()}),
                 )?;
             } else {
-                emit(&format!(
+                say(&format!(
                     "daemon started (pid {pid}); log: {}\n",
                     paths.log().display()
                 ))?;
@@ -436,7 +436,7 @@ fn stop(paths: &DaemonPaths, json: bool) -> anyhow::Result<i32> {
             "running": false, "stopped": true, "pid": pid, "message": r.message,
         }))?;
     } else {
-        emit(&format!("{}\ndaemon stopped\n", r.message))?;
+        say(&format!("{}\ndaemon stopped\n", r.message))?;
     }
     Ok(0)
 }

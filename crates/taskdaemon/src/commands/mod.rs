@@ -114,6 +114,15 @@ pub fn emit(text: &str) -> anyhow::Result<()> {
     Ok(crate::out::write_out(text)?)
 }
 
+/// Write a success report to stdout unless `-q` asked for silence on success (as
+/// `git init -q`): what a command was asked to print (a list, JSON) goes through [`emit`].
+pub fn say(text: &str) -> anyhow::Result<()> {
+    if crate::out::level() < 0 {
+        return Ok(());
+    }
+    emit(text)
+}
+
 /// `println!` into a String (for `emit`).
 #[macro_export]
 macro_rules! outln {

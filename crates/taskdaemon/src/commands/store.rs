@@ -6,7 +6,7 @@ use taskdaemon_core::duration::parse_duration;
 use taskstore::{CompactOptions, DEFAULT_RETENTION_MS, MAX_BYTES, StoreOptions, WARN_BYTES};
 
 use super::util::merge_driver as merge_store;
-use super::{Ctx, emit, now_ms, print_json, store_err};
+use super::{Ctx, emit, now_ms, print_json, say, store_err};
 use crate::cli::user;
 use crate::outln;
 
@@ -175,7 +175,7 @@ fn migrate(a: MigrateArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             "  hint: set `queue:` to that URL (with its password) in .taskdaemon/config.yaml on every clone (then `taskdaemon trust` there), or TASKDAEMON_QUEUE, to use it"
         );
     }
-    emit(&out)?;
+    say(&out)?;
     Ok(0)
 }
 

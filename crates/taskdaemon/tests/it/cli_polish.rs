@@ -1022,3 +1022,23 @@ fn logs_of_each_clis_recorded_run_read_as_words_and_tool_lines() {
         );
     }
 }
+
+/// Issue 42: `-q` is honoured by `daemon start` and `daemon stop` (and `store migrate`,
+/// through the same `say`): nothing on success (as `git init -q`), the error still on a
+/// failure.
+#[test]
+fn quiet_daemon_start_stop_print_nothing_on_success() {
+    let env = Env::new();
+    let start = env.run(&["daemon", "start", "-q", "--tick", "0.2"]);
+    assert_eq!(start.code, 0, "{}", start.stderr);
+    let again = env.run(&["daemon", "start", "-q"]);
+    let stop = env.run(&["daemon", "stop", "-q"]);
+    assert_eq!(stop.code, 0, "{}", stop.stderr);
+    for (what, r) in [("start", &start), ("start again", &again), ("stop", &stop)] {
+        assert_eq!(r.stdout, "", "daemon {what} -q printed");
+    }
+    // A failure still says so.
+    let none = env.run(&["daemon", "stop", "-q"]);
+    assert_ne!(none.code, 0);
+    assert!(none.stderr.contains("no daemon runs"), "{}", none.stderr);
+}
