@@ -156,11 +156,18 @@ impl QueueError {
     }
 
     pub(crate) fn sql(cfg: &QueueConfig, what: &str, e: postgres::Error) -> QueueError {
+        let denied = e
+            .as_db_error()
+            .is_some_and(|d| *d.code() == postgres::error::SqlState::INSUFFICIENT_PRIVILEGE);
         QueueError::Sql {
             url: cfg.shown(),
             what: what.to_string(),
             reason: describe(&e),
-            hint: "check the server's log; run the command again once the server answers".into(),
+            hint: if denied {
+                "the queue's role lacks a privilege: `taskdaemon doctor` names the GRANT that gives it (docs/multi-machine.md)".into()
+            } else {
+                "check the server's log; run the command again once the server answers".into()
+            },
         }
     }
 }

@@ -111,6 +111,47 @@ pub fn migrate(client: &mut Client, cfg: &QueueConfig) -> Result<(), QueueError>
     tx.commit().map_err(sql)
 }
 
+/// The tables and the sequence the queue's role works with.
+const TABLES: &str = "records, leases, run_logs, merges, taskdaemon_schema";
+
+/// What the connected role lacks to use the queue, with the `GRANT` that gives it: before
+/// the tables exist, creating them in its schema; after, writing them.
+fn missing_privileges(c: &mut Client, cfg: &QueueConfig) -> Result<Option<String>, QueueError> {
+    let sql = |e| QueueError::sql(cfg, "reading the role's privileges", e);
+    let row = c
+        .query_one(
+            "select current_user::text, coalesce(current_schema()::text, ''),
+                    coalesce(has_schema_privilege(current_schema(), 'CREATE'), false),
+                    to_regclass('taskdaemon_schema') is not null",
+            &[],
+        )
+        .map_err(sql)?;
+    let (role, schema, create, made): (String, String, bool, bool) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
+    if !made {
+        return Ok((!create).then(|| {
+            format!(
+                "the role `{role}` may not create the queue's tables in schema `{schema}` (they are made at first use)\n  hint: as the database's owner: GRANT CREATE ON SCHEMA {schema} TO {role}; (or create them once as a role that may, then grant `{role}` SELECT, INSERT, UPDATE, DELETE on them; docs/multi-machine.md)"
+            )
+        }));
+    }
+    let ok: bool = c
+        .query_one(
+            "select bool_and(has_table_privilege(t, 'SELECT, INSERT, UPDATE, DELETE'))
+                    and has_sequence_privilege('taskdaemon_seq', 'USAGE, SELECT')
+             from unnest(string_to_array($1, ', ')) as t",
+            &[&TABLES],
+        )
+        .map_err(sql)?
+        .get::<_, Option<bool>>(0)
+        .unwrap_or(false);
+    Ok((!ok).then(|| {
+        format!(
+            "the role `{role}` may not read and write the queue's tables\n  hint: as their owner: GRANT SELECT, INSERT, UPDATE, DELETE ON {TABLES} TO {role}; GRANT USAGE, SELECT ON SEQUENCE taskdaemon_seq TO {role};"
+        )
+    }))
+}
+
 /// What `doctor` says about the shared queue.
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -154,12 +195,17 @@ pub fn status(repo: &std::path::Path) -> Option<QueueStatus> {
     };
     let found = super::pg_conn::connect_only(&cfg).and_then(|mut c| {
         out.reachable = true;
-        version(&mut c, &cfg)
+        // The privileges first: without them even the version cannot be read.
+        if let Some(missing) = missing_privileges(&mut c, &cfg)? {
+            return Ok((None, Some(missing)));
+        }
+        Ok((Some(version(&mut c, &cfg)?), None))
     });
     match found {
-        Ok(v) => {
-            out.schema = Some(v);
-            if v > SCHEMA_VERSION {
+        Ok((v, missing)) => {
+            out.schema = v;
+            out.problem = missing;
+            if let Some(v) = v.filter(|v| *v > SCHEMA_VERSION) {
                 out.problem = Some(
                     QueueError::SchemaTooNew {
                         url: cfg.shown(),

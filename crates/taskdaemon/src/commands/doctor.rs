@@ -141,6 +141,7 @@ pub fn run(a: DoctorArgs, ctx: &Ctx) -> anyhow::Result<i32> {
                     "reachable, schema version {v} (this taskdaemon: {})",
                     q.expected
                 ),
+                (true, None) => "reachable, but not usable (the problem below)".into(),
                 _ => "unreachable".into(),
             }
         ),

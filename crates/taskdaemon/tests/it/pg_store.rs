@@ -902,3 +902,62 @@ fn a_dropped_connection_is_replaced_and_the_cache_reloaded() {
     a.sync().unwrap();
     assert!(a.get(&plan.id).unwrap().is_some());
 }
+
+/// Issue 42: a role that may not create the queue's tables (PostgreSQL 15's `public`), or
+/// may not write them, fails `doctor` with the `GRANT` that fixes it, and a command that
+/// meets the refusal says where to look, instead of passing `doctor` and failing later.
+#[test]
+fn a_role_without_privileges_fails_doctor_with_the_grant_that_fixes_it() {
+    let Some(db) = pg::database() else { return };
+    let env = Env::new();
+    let mut admin = postgres::Client::connect(&db.url(), postgres::NoTls).unwrap();
+    let role = format!("weak_{}", db.name);
+    admin
+        .batch_execute(&format!(
+            "create role {role} login; revoke create on schema public from public"
+        ))
+        .unwrap();
+    let weak = db.url().replace("user=postgres", &format!("user={role}"));
+    let vars = vec![
+        ("TASKDAEMON_QUEUE".to_string(), weak.clone()),
+        ("TASKDAEMON_QUEUE_PROJECT".to_string(), "weak".to_string()),
+    ];
+    let doctor = env.run_with(&vars, &["doctor"]);
+    let all = format!("{}{}", doctor.stdout, doctor.stderr);
+    assert_eq!(doctor.code, 78, "{all}");
+    assert!(
+        all.contains(&format!("GRANT CREATE ON SCHEMA public TO {role};")),
+        "{all}"
+    );
+    let list = env.run_with(&vars, &["list"]);
+    assert_ne!(list.code, 0);
+    assert!(
+        list.stderr.contains("`taskdaemon doctor` names the GRANT"),
+        "{}",
+        list.stderr
+    );
+    // The tables made by their owner, the role not granted them: doctor names that GRANT.
+    env.ok_with(
+        &[("TASKDAEMON_QUEUE".to_string(), db.url()), vars[1].clone()],
+        &["list"],
+    );
+    let doctor = env.run_with(&vars, &["doctor"]);
+    let all = format!("{}{}", doctor.stdout, doctor.stderr);
+    assert_eq!(doctor.code, 78, "{all}");
+    assert!(
+        all.contains("GRANT SELECT, INSERT, UPDATE, DELETE ON records"),
+        "{all}"
+    );
+    // Granted as said, it passes that check.
+    admin
+        .batch_execute(&format!(
+            "grant select, insert, update, delete on records, leases, run_logs, merges, taskdaemon_schema to {role};
+             grant usage, select on sequence taskdaemon_seq to {role}"
+        ))
+        .unwrap();
+    let doctor = env.run_with(&vars, &["doctor"]);
+    let all = format!("{}{}", doctor.stdout, doctor.stderr);
+    assert!(!all.contains("GRANT"), "{all}");
+    assert!(all.contains("reachable, schema version 1"), "{all}");
+    env.ok_with(&vars, &["list"]);
+}
