@@ -494,7 +494,7 @@ async fn end_leftovers(
 /// How long what is still exiting when the leader has gone (the members a sandbox's pid
 /// namespace took down with it, a shell's last child) may take to go on its own before it
 /// counts as left behind.
-const SETTLE: Duration = Duration::from_millis(250);
+const SETTLE: Duration = Duration::from_millis(500);
 
 /// Whether the tree empties on its own within [`SETTLE`]: then nothing was left behind, and
 /// the iteration's log does not say that something was ended.
@@ -786,7 +786,7 @@ mod tests {
     async fn what_exits_on_its_own_right_after_the_leader_is_not_reported_as_ended() {
         // A shell's last child, or what a sandbox's pid namespace takes down with it, is
         // still exiting when the leader is reaped: nothing was left behind.
-        for script in ["echo only the leader", "sleep 0.05 & echo started"] {
+        for script in ["echo only the leader", "sleep 0.02 & echo started"] {
             let r = run_process(&sh(script, None), &CancellationToken::new(), |_, _| {})
                 .await
                 .unwrap();

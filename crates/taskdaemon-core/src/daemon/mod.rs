@@ -803,11 +803,18 @@ impl Dispatcher {
             }),
             None => Vec::new(),
         };
+        let changed = !claimed.is_empty();
         for (run, requeued) in claimed {
             self.launch_with(run, requeued, false);
         }
         for l in lines {
             self.note(l);
+        }
+        // Who holds what, kept for a `status` asked while the queue does not answer.
+        if let Some(q) = self.queue.as_mut()
+            && (q.holders_due() || changed)
+        {
+            status::keep_holders(&self.records, &self.paths.queue_holders());
         }
         Ok(())
     }
@@ -1351,7 +1358,8 @@ impl Dispatcher {
             ),
             Request::Snapshot | Request::Subscribe => {
                 let _ = self.records.sync();
-                match status::snapshot(&self.records, Some(self.state())) {
+                let cache = self.paths.queue_holders();
+                match status::snapshot(&self.records, Some(self.state()), Some(&cache)) {
                     Ok(s) => Response::ok("snapshot", serde_json::to_value(s).unwrap_or_default()),
                     Err(e) => Response::err(format!("reading the store: {e}")),
                 }

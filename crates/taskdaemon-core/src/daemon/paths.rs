@@ -129,6 +129,12 @@ impl DaemonPaths {
         self.dir.join("groups")
     }
     /// Logs kept from a removed worktree `name`.
+    /// Where the last good read of the shared queue's lease holders is kept (`status`
+    /// shows it, marked stale, while the queue cannot be read).
+    pub fn queue_holders(&self) -> PathBuf {
+        self.dir.join("queue-holders.json")
+    }
+
     pub fn kept_logs(&self, name: &str) -> PathBuf {
         self.dir.join("logs").join(name)
     }

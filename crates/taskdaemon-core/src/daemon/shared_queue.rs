@@ -68,6 +68,8 @@ pub struct QueueSide {
     /// on a thread of its own: a slow remote must not hold the daemon's loop (its lease
     /// renewals above all).
     pushes: HashMap<String, std::thread::JoinHandle<Vec<String>>>,
+    /// When the lease holders were last kept for `status` (see [`QueueSide::holders_due`]).
+    holders_kept: Option<Instant>,
 }
 
 impl QueueSide {
@@ -113,7 +115,20 @@ impl QueueSide {
             renewed: HashMap::new(),
             docs_taken: Default::default(),
             pushes: HashMap::new(),
+            holders_kept: None,
         }))
+    }
+
+    /// Whether the lease holders are due to be kept again for `status` (every 5 s), and
+    /// from now on not for another 5 s.
+    pub fn holders_due(&mut self) -> bool {
+        let due = self
+            .holders_kept
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(5));
+        if due {
+            self.holders_kept = Some(Instant::now());
+        }
+        due
     }
 
     /// Of `picked` (ready runs within this machine's limits), those within the project's

@@ -94,6 +94,10 @@ pub struct PlanView {
 pub struct StatusSnapshot {
     /// `null` when no daemon runs.
     pub daemon: Option<DaemonState>,
+    /// The shared queue (`null` for the JSONL store): reachable, or since when the holders
+    /// shown are stale.
+    #[serde(default)]
+    pub queue: Option<QueueView>,
     pub plans: Vec<PlanView>,
     /// Runs of no plan or spec.
     pub runs: Vec<RunView>,
@@ -168,20 +172,90 @@ pub fn subject_of_id(records: &Records, id: &str, repo: &Path) -> Subject {
 /// Who holds which run, from the queue's live leases (the JSONL store has none).
 type Held = std::collections::HashMap<String, String>;
 
-fn held(records: &Records) -> Held {
-    records
-        .leases()
-        .unwrap_or_default()
+/// The shared queue as the snapshot saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueView {
+    pub reachable: bool,
+    /// Why it could not be read (with a hint); none when reachable.
+    pub problem: Option<String>,
+    /// When the holders shown were read (ms since the epoch): now, or, while the queue is
+    /// unreachable, the last good read (`held_by` is then as of that moment: stale).
+    pub holders_read_at_ms: Option<i64>,
+}
+
+/// What the last good read of the leases found, kept in `cache`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct HeldCache {
+    read_at_ms: i64,
+    held: Held,
+}
+
+/// The holders of the queue's runs and what the queue's state is (`None`: no queue). A
+/// good read is kept in `cache`; when the queue cannot be read, the kept one stands in.
+fn held(records: &Records, cache: Option<&Path>) -> (Held, Option<QueueView>) {
+    if records.queue().is_none() {
+        return (Held::new(), None);
+    }
+    match read_holders(records, cache) {
+        Ok((held, now)) => {
+            let view = QueueView {
+                reachable: true,
+                problem: None,
+                holders_read_at_ms: Some(now),
+            };
+            (held, Some(view))
+        }
+        Err(e) => {
+            let kept: Option<HeldCache> = cache
+                .and_then(|p| std::fs::read(p).ok())
+                .and_then(|b| serde_json::from_slice(&b).ok());
+            let view = QueueView {
+                reachable: false,
+                problem: Some(e.to_string()),
+                holders_read_at_ms: kept.as_ref().map(|k| k.read_at_ms),
+            };
+            (kept.map(|k| k.held).unwrap_or_default(), Some(view))
+        }
+    }
+}
+
+/// Read who holds which run (and when: now) and keep it in `cache`.
+fn read_holders(records: &Records, cache: Option<&Path>) -> Result<(Held, i64), StoreError> {
+    let held: Held = records
+        .leases()?
         .into_iter()
         .filter(|l| !l.expired)
         .map(|l| (l.run_id, format!("{}:{}", l.host, l.pid)))
-        .collect()
+        .collect();
+    let now = crate::clock::now().as_millisecond();
+    if let Some(path) = cache {
+        let kept = HeldCache {
+            read_at_ms: now,
+            held: held.clone(),
+        };
+        if let Ok(bytes) = serde_json::to_vec(&kept) {
+            let _ = crate::fsutil::write_atomic(path, &bytes);
+        }
+    }
+    Ok((held, now))
 }
 
-fn run_view(records: &Records, r: &LoopRun, daemon: Option<&DaemonState>, held: &Held) -> RunView {
+/// Keep who holds which run in `cache` (the daemon, every few seconds), for a `status`
+/// asked while the queue does not answer.
+pub fn keep_holders(records: &Records, cache: &Path) {
+    let _ = read_holders(records, Some(cache));
+}
+
+fn run_view(
+    records: &Records,
+    r: &LoopRun,
+    daemon: Option<&DaemonState>,
+    (held, unknown): (&Held, bool),
+) -> RunView {
     let held_by = held.get(&r.id).cloned();
-    // On the queue, a run some daemon holds a live lease on is running (on some machine).
-    let live = daemon.is_some_and(|d| d.active.contains(&r.id)) || held_by.is_some();
+    // On the queue, a run some daemon holds a live lease on is running (on some machine);
+    // with the queue unreachable, nobody can say a run is not held.
+    let live = daemon.is_some_and(|d| d.active.contains(&r.id)) || held_by.is_some() || unknown;
     RunView {
         held_by,
         id: r.id.clone(),
@@ -217,7 +291,7 @@ fn runs_of(
     records: &Records,
     parent: &str,
     daemon: Option<&DaemonState>,
-    held: &Held,
+    held: (&Held, bool),
 ) -> Result<Vec<RunView>, StoreError> {
     Ok(
         crate::scheduler::runs(records, &[Filter::eq("parent", parent)])?
@@ -227,14 +301,17 @@ fn runs_of(
     )
 }
 
-/// The status tree of `records`, with the daemon's state when one runs.
+/// The status tree of `records`, with the daemon's state when one runs. On a shared queue
+/// each good read of its holders is kept in `held_cache`, which stands in (marked stale)
+/// while the queue cannot be read.
 pub fn snapshot(
     records: &Records,
     daemon: Option<DaemonState>,
+    held_cache: Option<&Path>,
 ) -> Result<StatusSnapshot, StoreError> {
     let d = daemon.as_ref();
-    let held = held(records);
-    let held = &held;
+    let (held_map, queue) = held(records, held_cache);
+    let held = (&held_map, queue.as_ref().is_some_and(|q| !q.reachable));
     let mut plans = Vec::new();
     for p in records.list(Kind::Plan, &[])? {
         let AnyRecord::Plan(p) = p else { continue };
@@ -273,6 +350,7 @@ pub fn snapshot(
     }
     Ok(StatusSnapshot {
         daemon,
+        queue,
         plans,
         runs,
         foreground: Vec::new(),

@@ -17,7 +17,8 @@ use crate::outln;
 #[derive(Debug, Args)]
 #[command(
     after_long_help = "Examples:\n  taskdaemon status\n  taskdaemon status --json | jq '.plans[].specs[] | {id, status}'\n  taskdaemon status --watch\n\n\
-`taskdaemon logs REF` shows a run's iteration logs; `taskdaemon show REF` one record in full."
+`taskdaemon logs REF` shows a run's iteration logs; `taskdaemon show REF` one record in full.\n\n\
+Exit codes: 0, or 69 when the shared queue did not answer (the runs and holders shown are the last good read)."
 )]
 pub struct StatusArgs {
     /// Print the tree as JSON (with --watch: one JSON line per change).
@@ -52,7 +53,7 @@ fn run_kind(r: &RunView) -> String {
     }
 }
 
-fn run_line(out: &mut String, indent: &str, r: &RunView) {
+fn run_line(out: &mut String, indent: &str, r: &RunView, stale: bool) {
     let status = if r.interrupted {
         "interrupted"
     } else {
@@ -73,7 +74,12 @@ fn run_line(out: &mut String, indent: &str, r: &RunView) {
         r.cost_usd.map(|c| format!("  ${c:.2}")).unwrap_or_default()
     );
     if let Some(h) = &r.held_by {
-        outln!(out, "{indent}     held by {h}");
+        let when = if stale {
+            " (as of the last read of the queue)"
+        } else {
+            ""
+        };
+        outln!(out, "{indent}     held by {h}{when}");
     }
     if r.interrupted {
         outln!(
@@ -83,6 +89,32 @@ fn run_line(out: &mut String, indent: &str, r: &RunView) {
     } else if let Some(n) = &r.note {
         outln!(out, "{indent}     {n}");
     }
+}
+
+/// The shared queue's state when it could not be read; whether what is shown is stale.
+fn queue_lines(out: &mut String, s: &StatusSnapshot) -> bool {
+    let Some(q) = s.queue.as_ref().filter(|q| !q.reachable) else {
+        return false;
+    };
+    outln!(
+        out,
+        "queue: UNREACHABLE — {}",
+        q.problem.as_deref().unwrap_or("no answer")
+    );
+    match q.holders_read_at_ms {
+        Some(ms) => outln!(
+            out,
+            "  the runs and holders below are as of the last good read ({}), not now",
+            jiff::Timestamp::from_millisecond(ms)
+                .map(taskdaemon_core::clock::rfc3339)
+                .unwrap_or_else(|_| format!("{ms} ms"))
+        ),
+        None => outln!(
+            out,
+            "  who holds which run is not known until the queue answers"
+        ),
+    }
+    true
 }
 
 fn daemon_lines(out: &mut String, s: &StatusSnapshot) {
@@ -137,6 +169,7 @@ fn daemon_lines(out: &mut String, s: &StatusSnapshot) {
 /// The tree as text.
 pub fn render(s: &StatusSnapshot) -> String {
     let mut out = String::new();
+    let stale = queue_lines(&mut out, s);
     daemon_lines(&mut out, s);
     for p in &s.plans {
         outln!(
@@ -150,7 +183,7 @@ pub fn render(s: &StatusSnapshot) -> String {
             outln!(out, "     {n}");
         }
         for r in &p.runs {
-            run_line(&mut out, "  ", r);
+            run_line(&mut out, "  ", r, stale);
         }
         for sp in &p.specs {
             outln!(
@@ -171,14 +204,14 @@ pub fn render(s: &StatusSnapshot) -> String {
                 outln!(out, "       waiting for {}", w.join(", "));
             }
             for r in &sp.runs {
-                run_line(&mut out, "    ", r);
+                run_line(&mut out, "    ", r, stale);
             }
         }
     }
     if !s.runs.is_empty() {
         outln!(out, "runs");
         for r in &s.runs {
-            run_line(&mut out, "  ", r);
+            run_line(&mut out, "  ", r, stale);
         }
     }
     foreground_lines(&mut out, &s.foreground);
@@ -243,7 +276,9 @@ fn snapshot(paths: &taskdaemon_core::daemon::DaemonPaths) -> anyhow::Result<Stat
     let mut records = Records::open(&paths.project).map_err(store_err)?;
     // Held work a person has taken into its target since: its note goes.
     let _ = status::clear_taken_holds(&mut records, &paths.project, now_ms());
-    status::snapshot(&records, None).map_err(store_err)
+    let cache = paths.queue_holders();
+    let cache = Some(cache.as_path()).filter(|p| p.parent().is_some_and(std::path::Path::is_dir));
+    status::snapshot(&records, None, cache).map_err(store_err)
 }
 
 pub fn run(args: StatusArgs, ctx: &Ctx) -> anyhow::Result<i32> {
@@ -260,8 +295,15 @@ pub fn run(args: StatusArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     } else {
         emit(&render(&s))?;
     }
+    // The shared queue did not answer: what was shown is not the truth of now.
+    if s.queue.as_ref().is_some_and(|q| !q.reachable) {
+        return Ok(QUEUE_UNREACHABLE);
+    }
     Ok(0)
 }
+
+/// `status`'s exit code when the shared queue cannot be read (sysexits' EX_UNAVAILABLE).
+pub const QUEUE_UNREACHABLE: i32 = 69;
 
 /// Redraw on every event of the daemon's stream (agent lines excepted) until it stops.
 fn watch(paths: &taskdaemon_core::daemon::DaemonPaths, json: bool) -> anyhow::Result<i32> {
@@ -330,12 +372,17 @@ mod tests {
     #[test]
     fn a_phase_run_says_phase_once_and_every_status_keeps_the_columns() {
         let mut out = String::new();
-        run_line(&mut out, "", &view(LoopKind::Phase, Some("1 of 2"), false));
+        run_line(
+            &mut out,
+            "",
+            &view(LoopKind::Phase, Some("1 of 2"), false),
+            false,
+        );
         assert!(out.contains(" phase 1 of 2  iteration 2"), "{out}");
         assert!(!out.contains("phase phase"), "{out}");
         let (mut a, mut b) = (String::new(), String::new());
-        run_line(&mut a, "", &view(LoopKind::Ralph, None, true));
-        run_line(&mut b, "", &view(LoopKind::Ralph, None, false));
+        run_line(&mut a, "", &view(LoopKind::Ralph, None, true), false);
+        run_line(&mut b, "", &view(LoopKind::Ralph, None, false), false);
         let col = |t: &str| t.lines().next().unwrap().find(" ralph").unwrap();
         assert_eq!(col(&a), col(&b), "interrupted keeps the column:\n{a}{b}");
     }

@@ -63,6 +63,11 @@ impl Machines {
     /// `None` (after a loud message) when PostgreSQL is not installed outside CI.
     fn new(specs: &str, vars: &[(&str, &str)]) -> Option<Machines> {
         let url = crate::pg::database()?.url();
+        Some(Machines::on(url, specs, vars))
+    }
+
+    /// The two clones on the queue at `url`.
+    fn on(url: String, specs: &str, vars: &[(&str, &str)]) -> Machines {
         let env = Env::new();
         let root = env.root().to_path_buf();
         let a = env.repo();
@@ -90,13 +95,13 @@ impl Machines {
             "TASKDAEMON_AGENT".into(),
             format!("cmd:{}", agent.display()),
         ));
-        Some(Machines {
+        Machines {
             env,
             a,
             b,
             bare,
             vars: v,
-        })
+        }
     }
 
     fn run(&self, clone: &Path, args: &[&str]) -> harness::Run {
@@ -733,4 +738,53 @@ fn a_restarted_queue_daemon_takes_its_dead_predecessors_runs_without_waiting_out
         logs.contains("released 1 lease(s) of this clone's previous daemon"),
         "{logs}"
     );
+}
+
+/// Issue 42: while the queue is unreachable, `status` says so and exits 69, and shows who
+/// held each run at the last good read, marked as such, instead of calling another
+/// machine's live run "interrupted — the daemon stopped".
+#[test]
+fn status_during_a_queue_outage_says_so_and_keeps_the_holders_marked_stale() {
+    let Some(server) = crate::pg::private_server() else {
+        return;
+    };
+    let db = server.database();
+    let m = Machines::on(
+        db.url(),
+        "alpha||\"Phase 1: schema\"\n",
+        &[("PHASE_SLEEP", "30")],
+    );
+    m.ok(
+        &m.a,
+        &["submit", "plan", "build widgets", "--target", "main"],
+    );
+    m.start(&m.a);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !m.agent_log().lines().any(|l| l.starts_with("start ")) {
+        assert!(Instant::now() < deadline, "no phase started\n{}", m.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // B's view while the queue answers: held by A's daemon.
+    let pid_a = Machines::pid(&m.a);
+    let good = m.run(&m.b, &["status"]);
+    assert_eq!(good.code, 0, "{}", good.stderr);
+    assert!(
+        good.stdout.contains(&format!(":{pid_a}")),
+        "{}",
+        good.stdout
+    );
+    server.stop();
+    // A's daemon answers from what it has; the queue's state is said, the holder kept.
+    let r = m.run(&m.a, &["status"]);
+    let all = format!("{}{}", r.stdout, r.stderr);
+    server.start_again();
+    m.stop(&m.a);
+    assert_eq!(r.code, 69, "{all}");
+    assert!(all.contains("queue: UNREACHABLE"), "{all}");
+    assert!(all.contains("as of the last good read"), "{all}");
+    assert!(
+        all.contains(&format!(":{pid_a} (as of the last read of the queue)")),
+        "{all}"
+    );
+    assert!(!all.contains("interrupted"), "{all}");
 }

@@ -176,6 +176,55 @@ pub fn server() -> Option<&'static PgServer> {
     }
 }
 
+/// A server of the calling test's own, which it may stop and start again (an outage);
+/// `None` (skip) as [`server`] says.
+pub fn private_server() -> Option<PgServer> {
+    match PgServer::start() {
+        Ok(s) => Some(s),
+        Err(why) => {
+            assert!(
+                std::env::var("CI").map_or(true, |v| v != "true"),
+                "PostgreSQL is required under CI=true: {why}"
+            );
+            eprintln!("\n*** SKIPPED: no PostgreSQL server for this test: {why}\n");
+            None
+        }
+    }
+}
+
+impl PgServer {
+    /// `pg_ctl stop` or `start` on this server, as the user it runs as.
+    fn ctl(&self, action: &str) {
+        let bin = bin_dir().expect("pg_ctl");
+        let mut cmd = Command::new(bin.join("pg_ctl"));
+        cmd.arg("-D").arg(self.dir.join("data")).arg("-w");
+        if action == "start" {
+            cmd.arg("-l").arg(self.dir.join("server.log")).arg("-o").arg(format!(
+                "-c listen_addresses='' -c unix_socket_directories='{}' -c fsync=off -c max_connections=200",
+                self.dir.display()
+            ));
+        } else {
+            cmd.args(["-m", "fast"]);
+        }
+        cmd.arg(action).stdout(Stdio::null()).env_remove("PGDATA");
+        if let Some((uid, gid)) = server_user() {
+            cmd.uid(uid).gid(gid).env("HOME", &self.dir);
+        }
+        let st = cmd.status().expect("pg_ctl");
+        assert!(st.success(), "pg_ctl {action} failed");
+    }
+
+    /// The outage begins: the server stops (its connections end).
+    pub fn stop(&self) {
+        self.ctl("stop");
+    }
+
+    /// The outage ends.
+    pub fn start_again(&self) {
+        self.ctl("start");
+    }
+}
+
 /// A fresh database, or `None` (skip) as [`server`] says.
 pub fn database() -> Option<PgDb> {
     server().map(PgServer::database)
