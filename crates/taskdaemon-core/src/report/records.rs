@@ -89,7 +89,7 @@ pub fn run_dir(paths: &DaemonPaths, run: &LoopRun, title: Option<String>) -> Opt
 pub fn run_title(run: &LoopRun, parent: Option<&str>) -> String {
     let ctx = |f: &Option<String>| {
         f.as_deref()
-            .map(|s| s.lines().next().unwrap_or("").trim().to_string())
+            .map(super::heading_text)
             .filter(|s| !s.is_empty())
     };
     let shorten = |s: String| -> String {
