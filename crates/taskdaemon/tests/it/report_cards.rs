@@ -227,6 +227,12 @@ fn a_daemon_plans_report_shows_its_review_passes_as_reviews() {
         !table.contains("class=\"fail\""),
         "a review pass shown failed: {table}"
     );
-    // The overview of the plan's runs.
-    assert!(html.contains("<h2>Overview</h2>"));
+    // The overview of the plan's runs, in the order they worked: plan, spec, phase.
+    let overview = &html[html.find("<h2>Overview</h2>").expect("an overview")..];
+    let loops: Vec<&str> = overview[..overview.find("</table>").unwrap()]
+        .split("</a><br>")
+        .skip(1)
+        .filter_map(|row| row.split("<td>").nth(1)?.split('<').next())
+        .collect();
+    assert_eq!(loops, ["plan", "spec", "phase"], "{overview}");
 }
