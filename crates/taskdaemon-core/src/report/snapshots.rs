@@ -25,7 +25,22 @@ fn is_later_runs(s: &SnapshotMark, run: &RunData) -> bool {
 }
 
 /// Leave each snapshot under one run only. `runs`: one directory's runs, oldest first.
+/// A run that never ended (killed) lists to now: it keeps nothing saved after the next
+/// run's start.
 pub fn settle_snapshots(runs: &mut [RunData]) {
+    let start = |r: &RunData| {
+        r.started_at
+            .as_deref()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .map(|t| t.as_second())
+    };
+    for k in 1..runs.len() {
+        if let Some(next) = start(&runs[k]) {
+            runs[k - 1]
+                .snapshots
+                .retain(|s| s.time_ms.div_euclid(1000) <= next);
+        }
+    }
     let mut owners: Vec<(String, usize)> = Vec::new();
     for (k, run) in runs.iter().enumerate() {
         for s in &run.snapshots {

@@ -489,3 +489,24 @@ fn runs_that_met_within_a_second_each_keep_only_their_snapshots() {
     assert_eq!(tags(&runs[1]), ["run-2-pre", "manual-1", "task-2-post"]);
     assert_eq!(tags(&runs[2]), ["run-3-pre", "task-3-pre"]);
 }
+
+#[test]
+fn a_run_that_never_ended_keeps_nothing_saved_after_the_next_runs_start() {
+    let at = |tag: &str, s: i64, seq: u64| SnapshotMark {
+        time_ms: s * 1000,
+        ..mark(tag, "x", seq)
+    };
+    // Killed at 100: its window runs to now, so it listed the next run's snapshots too.
+    let mut killed = run_of("r1", vec![]);
+    killed.outcome = None;
+    killed.started_at = Some("1970-01-01T00:01:40Z".into());
+    killed.snapshots = vec![at("manual-1", 101, 1), at("manual-2", 300, 2)];
+    let mut next = run_of("r2", vec![]);
+    next.started_at = Some("1970-01-01T00:04:00Z".into());
+    next.snapshots = vec![at("manual-2", 300, 2)];
+    let mut runs = vec![killed, next];
+    settle_snapshots(&mut runs);
+    assert_eq!(runs[0].snapshots.len(), 1);
+    assert_eq!(runs[0].snapshots[0].tag, "manual-1");
+    assert_eq!(runs[1].snapshots.len(), 1);
+}
