@@ -44,6 +44,8 @@ pub enum ReviewVerdict {
     Problems(Vec<String>),
     /// The check did not pass and its log says nothing more.
     NotPassed,
+    /// No check ran (the iteration ended before it).
+    Unchecked,
 }
 
 impl Review {
@@ -53,7 +55,8 @@ impl Review {
         let pass = n.clamp(1, REVIEW_PASSES);
         let verdict = match validation {
             Validation::Passed => ReviewVerdict::Finished,
-            Validation::Failed | Validation::Skipped => {
+            Validation::Skipped => ReviewVerdict::Unchecked,
+            Validation::Failed => {
                 let problems = log.map(|l| check_problems(&l.text)).unwrap_or_default();
                 let to_go = plan_doc::passes_to_go(pass);
                 let real: Vec<String> = problems
@@ -84,6 +87,7 @@ impl Review {
             ReviewVerdict::Finished => "done, the plan passed its check".to_string(),
             ReviewVerdict::Problems(p) => format!("problems: {}", p.join("; ")),
             ReviewVerdict::NotPassed => "the plan did not pass its check".to_string(),
+            ReviewVerdict::Unchecked => "the plan was not checked".to_string(),
         };
         format!("review pass {} of {}: {verdict}", self.pass, self.of)
     }

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Amount, Iteration, RecordRow, Report, RunData, Validation, cards, svg};
+use super::{Amount, Iteration, RecordRow, Report, ReviewVerdict, RunData, Validation, cards, svg};
 
 /// HTML-escape text for element content and attribute values.
 pub fn esc(s: &str) -> String {
@@ -188,7 +188,11 @@ fn legend(out: &mut String, run: &RunData) {
 
 fn check_cell(it: &Iteration) -> String {
     if let Some(r) = &it.review {
-        let class = if r.passed() { "review" } else { "fail" };
+        let class = match r.verdict {
+            ReviewVerdict::Unchecked => "skip",
+            _ if r.passed() => "review",
+            _ => "fail",
+        };
         return format!(
             "<span class=\"{class}\">review pass {} of {}</span>",
             r.pass, r.of

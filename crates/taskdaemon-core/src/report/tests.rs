@@ -429,6 +429,9 @@ fn a_plan_runs_review_passes_show_as_reviews_not_failed_validations() {
     }
     assert!(table.contains("review pass 4 of 5: done"));
     assert!(table.contains("review pass 5 of 5: done, the plan passed its check"));
+    let unchecked = Review::of_iteration(2, Validation::Skipped, None);
+    assert_eq!(unchecked.verdict, ReviewVerdict::Unchecked);
+    assert!(!unchecked.passed());
 }
 
 #[test]
