@@ -227,7 +227,8 @@ fn a_stall_card_only_for_a_run_that_stalled() {
         "a",
         vec![it(1, "rejected"), it(2, "complete")],
     )]);
-    assert!(!calm.contains("stall"), "{}", cards(&calm));
+    assert!(!cards(&calm).contains("stall"), "{}", cards(&calm));
+    assert!(!calm.contains("stalls ("));
     let mut stalled = run_of(
         "b",
         vec![
