@@ -120,6 +120,28 @@ fn report_all_over_three_runs_opens_with_an_overview_and_each_run_keeps_its_own_
     }
     let html = report(&env, &dir, &["--all"]);
 
+    // Each run's section: its own snapshot only; the one between runs under none.
+    let sections: Vec<&str> = html.split("<section").skip(1).collect();
+    assert_eq!(sections.len(), 3);
+    let mut ids = Vec::new();
+    for (k, s) in sections.iter().enumerate() {
+        let run = s
+            .split("<p class=\"sub\">run ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .unwrap();
+        let rows: Vec<&str> = s.split("<td>snapshot <code>").skip(1).collect();
+        assert_eq!(rows.len(), 1, "run {}: {rows:?}", k + 1);
+        assert!(
+            rows[0].contains(&format!("before run {run}: the uncommitted changes")),
+            "run {}: {}",
+            k + 1,
+            rows[0]
+        );
+        assert!(!s.contains("between runs"), "run {}", k + 1);
+        ids.push(s.split('"').nth(1).unwrap_or_default());
+    }
+
     let overview = &html[html.find("<h2>Overview</h2>").expect("an overview table")..];
     let overview = &overview[..overview.find("</table>").unwrap()];
     assert_eq!(overview.matches("<tr><td>").count(), 3, "{overview}");
@@ -139,23 +161,8 @@ fn report_all_over_three_runs_opens_with_an_overview_and_each_run_keeps_its_own_
         !overview.contains("# Task") && !html.contains("<h2># Task"),
         "a markdown heading in a title"
     );
-
-    // Each run's section: its own snapshot only; the one between runs under none.
-    let sections: Vec<&str> = html.split("<section").skip(1).collect();
-    assert_eq!(sections.len(), 3);
-    for (k, s) in sections.iter().enumerate() {
-        let id = s.split('"').nth(1).unwrap();
-        let run = id.strip_prefix("run-").unwrap();
-        let rows: Vec<&str> = s.split("<td>snapshot <code>").skip(1).collect();
-        assert_eq!(rows.len(), 1, "run {}: {rows:?}", k + 1);
-        assert!(
-            rows[0].contains(&format!("before run {run}: the uncommitted changes")),
-            "run {}: {}",
-            k + 1,
-            rows[0]
-        );
-        assert!(!s.contains("between runs"), "run {}", k + 1);
-        // Each overview link leads to its section.
+    // Each overview link leads to its section.
+    for id in ids {
         assert!(overview.contains(&format!("href=\"#{id}\"")), "{id}");
     }
 }
