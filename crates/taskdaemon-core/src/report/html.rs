@@ -4,8 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::svg;
-use super::{Iteration, RecordRow, Report, RunData, Validation};
+use super::{Amount, Iteration, RecordRow, Report, ReviewVerdict, RunData, Validation, cards, svg};
 
 /// HTML-escape text for element content and attribute values.
 pub fn esc(s: &str) -> String {
@@ -33,7 +32,7 @@ h3{font-size:15px;margin:18px 0 6px}.sub{color:#5a626c;margin:0 0 14px}
 .cards{display:flex;flex-wrap:wrap;gap:10px;margin:10px 0}
 .card{background:#fff;border:1px solid #dde1e6;border-radius:6px;padding:8px 12px;min-width:112px}
 .card b{display:block;font-size:17px}.card span{color:#5a626c;font-size:12px}
-.plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(340px,1fr));gap:10px;margin-top:10px}
+.plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(340px,1fr));gap:10px;margin-top:10px}
 svg.plot,svg.timeline{background:#fff;border:1px solid #dde1e6;border-radius:6px;width:100%;height:auto}
 svg .grid{stroke:#e6e9ed}svg .ax{font-size:11px;fill:#5a626c}svg .pt{font-size:12px;font-weight:600;fill:#333}svg .none{font-size:12px;fill:#9aa0a6}
 svg .cell{font-size:13px;fill:#fff;font-weight:600}svg .wait{fill:#c3c7cc}
@@ -42,7 +41,7 @@ table{border-collapse:collapse;width:100%;background:#fff;border:1px solid #dde1
 th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #eceef1;vertical-align:top}
 th{background:#eef0f3;font-weight:600}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .badge{display:inline-block;color:#fff;border-radius:3px;padding:0 6px;font-size:12px;font-weight:600}
-.pass{color:#2e9d4f;font-weight:600}.fail{color:#c93c3c;font-weight:600}.skip{color:#7a7f87}
+.pass{color:#2e9d4f;font-weight:600}.review{color:#3b7dd8;font-weight:600}.fail{color:#c93c3c;font-weight:600}.skip{color:#7a7f87}
 .notes{font-family:ui-monospace,monospace;font-size:12px;color:#39414a;white-space:pre-wrap;word-break:break-word}
 details{background:#fff;border:1px solid #dde1e6;border-radius:6px;margin:6px 0;padding:4px 10px}
 summary{cursor:pointer;font-weight:600}
@@ -65,6 +64,9 @@ pub fn render(report: &Report) -> String {
         esc(&report.generated_at),
         report.runs.len()
     );
+    if report.runs.len() > 1 {
+        cards::overview(&mut out, &report.runs);
+    }
     if !report.records.is_empty() {
         records(&mut out, &report.records);
     }
@@ -94,19 +96,11 @@ fn records(out: &mut String, rows: &[RecordRow]) {
     out.push_str("</table>");
 }
 
-fn card(out: &mut String, value: &str, label: &str) {
-    let _ = write!(
-        out,
-        "<div class=\"card\"><b>{}</b><span>{}</span></div>",
-        esc(value),
-        esc(label)
-    );
-}
-
 fn run_section(out: &mut String, run: &RunData) {
     let _ = write!(
         out,
-        "<section><h2>{}</h2><p class=\"sub\">run {} · loop {} · from {}{}</p>",
+        "<section id=\"{}\"><h2>{}</h2><p class=\"sub\">run {} · loop {} · from {}{}</p>",
+        esc(&run.anchor()),
         esc(if run.title.is_empty() {
             &run.run_id
         } else {
@@ -124,25 +118,37 @@ fn run_section(out: &mut String, run: &RunData) {
             .map(|s| format!(" · started {}", esc(s)))
             .unwrap_or_default()
     );
-    summary_cards(out, run);
+    cards::summary_cards(out, run);
+    if run.allow_test_changes {
+        out.push_str(
+            "<p class=\"warn\"><b>Warning:</b> this run was started with <code>--allow-test-changes</code>: the evidence protection was off, so changes of the validation's files and of the tests were only warned about (see the gate notes of each iteration).</p>",
+        );
+    }
+    if let Some(r) = &run.reason {
+        let _ = write!(out, "<p><b>Final summary:</b> {}</p>", esc(r));
+    }
     if !run.iterations.is_empty() {
         out.push_str("<h3>Timeline</h3>");
         legend(out, run);
         out.push_str(&svg::timeline(run));
         out.push_str("<div class=\"plots\">");
         out.push_str(&svg::durations(run));
-        out.push_str(&svg::cumulative(
-            run,
-            "cumulative cost",
-            |i| i.cost_usd,
-            svg::dollars,
-        ));
-        out.push_str(&svg::cumulative(
-            run,
-            "cumulative tokens (in + out)",
-            |i| (i.tokens_in + i.tokens_out) as f64,
-            svg::count,
-        ));
+        if matches!(run.cost(), Amount::Some(_)) {
+            out.push_str(&svg::cumulative(
+                run,
+                "cumulative cost",
+                |i| i.cost_usd,
+                svg::dollars,
+            ));
+        }
+        if matches!(run.tokens(), Amount::Some(_)) {
+            out.push_str(&svg::cumulative(
+                run,
+                "cumulative tokens (in + out)",
+                |i| (i.tokens_in + i.tokens_out) as f64,
+                svg::count,
+            ));
+        }
         out.push_str("</div>");
         iteration_table(out, run);
     }
@@ -156,50 +162,6 @@ fn run_section(out: &mut String, run: &RunData) {
     }
     iteration_details(out, run);
     out.push_str("</section>");
-}
-
-fn summary_cards(out: &mut String, run: &RunData) {
-    out.push_str("<div class=\"cards\">");
-    let outcome = run.outcome.clone().unwrap_or_else(|| "not finished".into());
-    card(out, &outcome, "outcome");
-    let iters = match run.max_iterations {
-        Some(m) => format!("{} / {m}", run.iterations.len()),
-        None => run.iterations.len().to_string(),
-    };
-    card(out, &iters, "iterations");
-    let secs = run
-        .elapsed_ms
-        .map(|ms| ms as f64 / 1000.0)
-        .unwrap_or_else(|| run.iterations.iter().map(|i| i.duration_s).sum());
-    card(out, &svg::secs(secs), "time in iterations");
-    card(out, &svg::dollars(run.total_cost()), "cost");
-    let (tin, tout) = run.total_tokens();
-    card(
-        out,
-        &format!("{} / {}", svg::count(tin as f64), svg::count(tout as f64)),
-        "tokens in / out",
-    );
-    card(out, &run.max_stuck().to_string(), "highest stuck count");
-    card(
-        out,
-        &format!("{} ({} recovered)", run.stall_count, run.stall_recoveries),
-        "stall count",
-    );
-    card(out, &run.gate_failures.to_string(), "gate failures");
-    card(
-        out,
-        &svg::secs(run.total_waited_s()),
-        "waited (usage limits, backoff)",
-    );
-    out.push_str("</div>");
-    if run.allow_test_changes {
-        out.push_str(
-            "<p class=\"warn\"><b>Warning:</b> this run was started with <code>--allow-test-changes</code>: the evidence protection was off, so changes of the validation's files and of the tests were only warned about (see the gate notes of each iteration).</p>",
-        );
-    }
-    if let Some(r) = &run.reason {
-        let _ = write!(out, "<p><b>Final summary:</b> {}</p>", esc(r));
-    }
 }
 
 fn legend(out: &mut String, run: &RunData) {
@@ -218,46 +180,98 @@ fn legend(out: &mut String, run: &RunData) {
             esc(o.as_str())
         );
     }
-    out.push_str("<span><i style=\"background:#c3c7cc\"></i>waited</span></div>");
+    if run.waited() {
+        out.push_str("<span><i style=\"background:#c3c7cc\"></i>waited</span>");
+    }
+    out.push_str("</div>");
 }
 
-fn validation_cell(v: Validation) -> &'static str {
-    match v {
+fn check_cell(it: &Iteration) -> String {
+    if let Some(r) = &it.review {
+        let class = match r.verdict {
+            ReviewVerdict::Unchecked => "skip",
+            _ if r.passed() => "review",
+            _ => "fail",
+        };
+        return format!(
+            "<span class=\"{class}\">review pass {} of {}</span>",
+            r.pass, r.of
+        );
+    }
+    match it.validation {
         Validation::Passed => "<span class=\"pass\">passed</span>",
         Validation::Failed => "<span class=\"fail\">failed</span>",
         Validation::Skipped => "<span class=\"skip\">skipped</span>",
     }
+    .to_string()
+}
+
+/// The notes of an iteration's check: a review pass's verdict, else the gate notes.
+fn check_notes(it: &Iteration) -> String {
+    match &it.review {
+        Some(r) => esc(&r.text()),
+        None => it
+            .gate_notes()
+            .map(|n| esc(n))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
 }
 
 fn iteration_table(out: &mut String, run: &RunData) {
-    out.push_str(
-        "<h3>Iterations</h3><table><tr><th>#</th><th>outcome</th><th>duration</th><th>waited</th>\
-<th>commit</th><th>validation</th><th>gate notes</th><th>stuck</th><th>tokens in/out</th><th>cost</th></tr>",
+    let cost = matches!(run.cost(), Amount::Some(_));
+    let tokens = matches!(run.tokens(), Amount::Some(_));
+    let waits = run.waited();
+    let check = if run.iterations.iter().any(|i| i.review.is_some()) {
+        "check"
+    } else {
+        "validation"
+    };
+    let _ = write!(
+        out,
+        "<h3>Iterations</h3><table><tr><th>#</th><th>outcome</th><th>duration</th>{}\
+<th>commit</th><th>{check}</th><th>notes</th><th>stuck</th>{}{}</tr>",
+        if waits { "<th>waited</th>" } else { "" },
+        if tokens { "<th>tokens in/out</th>" } else { "" },
+        if cost { "<th>cost</th>" } else { "" },
     );
     for it in &run.iterations {
-        let gates: Vec<String> = it.gate_notes().map(|n| esc(n)).collect();
         let _ = write!(
             out,
             "<tr><td class=\"num\">{}</td><td><span class=\"badge\" style=\"background:{}\">{}</span></td>\
-<td class=\"num\">{}</td><td class=\"num\">{}</td><td><code>{}</code></td><td>{}</td><td class=\"notes\">{}</td>\
-<td class=\"num\">{}</td><td class=\"num\">{} / {}</td><td class=\"num\">{}</td></tr>",
+<td class=\"num\">{}</td>",
             it.n,
             it.outcome.colour(),
             esc(it.outcome.as_str()),
             svg::secs(it.duration_s),
-            if it.waited_s > 0.0 {
+        );
+        if waits {
+            let w = if it.waited_s > 0.0 {
                 svg::secs(it.waited_s)
             } else {
                 String::new()
-            },
+            };
+            let _ = write!(out, "<td class=\"num\">{w}</td>");
+        }
+        let _ = write!(
+            out,
+            "<td><code>{}</code></td><td>{}</td><td class=\"notes\">{}</td><td class=\"num\">{}</td>",
             esc(it.commit.as_deref().unwrap_or("—")),
-            validation_cell(it.validation),
-            gates.join("\n"),
+            check_cell(it),
+            check_notes(it),
             it.stuck_count,
-            it.tokens_in,
-            it.tokens_out,
-            svg::dollars(it.cost_usd)
         );
+        if tokens {
+            let _ = write!(
+                out,
+                "<td class=\"num\">{} / {}</td>",
+                it.tokens_in, it.tokens_out
+            );
+        }
+        if cost {
+            let _ = write!(out, "<td class=\"num\">{}</td>", svg::dollars(it.cost_usd));
+        }
+        out.push_str("</tr>");
     }
     out.push_str("</table>");
 }

@@ -152,17 +152,13 @@ pub fn load_run(dir: &RunDir) -> Result<RunData, ReportError> {
     run.title = dir
         .title
         .clone()
-        .unwrap_or_else(|| first_line(&run.task).to_string());
+        .unwrap_or_else(|| super::heading_text(&run.task));
     let workdir = dir.ralph.parent().unwrap_or(&dir.ralph);
     if workdir.join(".git").exists() {
         run.snapshots = snapshots_during(workdir, &run);
         run.merges = merges_in(workdir, state.as_ref());
     }
     Ok(run)
-}
-
-fn first_line(s: &str) -> &str {
-    s.lines().next().unwrap_or("")
 }
 
 fn fill_from_state(run: &mut RunData, s: &Value) {
@@ -176,14 +172,11 @@ fn fill_from_state(run: &mut RunData, s: &Value) {
     run.reason = text_at(s, &["outcome", "reason"]);
     run.started_at = text_at(s, &["started_at"]);
     run.elapsed_ms = u64_at(s, "elapsed_ms");
-    let small = |k: &str| {
-        u64_at(s, k)
-            .and_then(|n| u32::try_from(n).ok())
-            .unwrap_or(0)
-    };
-    run.stall_count = small("stall_count");
-    run.stall_recoveries = small("stall_recoveries");
-    run.gate_failures = small("gate_failures");
+    run.updated_at = text_at(s, &["updated_at"]);
+    run.cost_reported = s.get("cost_reported").and_then(Value::as_bool);
+    run.stall_recoveries = u64_at(s, "stall_recoveries")
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(0);
     run.allow_test_changes = s
         .pointer("/config/allow_test_changes")
         .and_then(Value::as_bool)
@@ -239,61 +232,74 @@ fn iteration(row: &Row, logs: Option<&Path>) -> Iteration {
         })
         .unwrap_or_default();
     let commit = get("commit_hash");
+    let validation = match get("validation_passed").as_str() {
+        "true" => Validation::Passed,
+        "false" => Validation::Failed,
+        _ => Validation::Skipped,
+    };
+    // A plan loop validates with the plan's check after each review pass.
+    let review =
+        (get("mode") == "plan").then(|| super::Review::of_iteration(n, validation, log.as_ref()));
     Iteration {
         n,
         outcome: Outcome::parse(&get("outcome")),
         duration_s: num(row, "duration_seconds"),
         commit: (!commit.is_empty()).then_some(commit),
         stuck_count: num(row, "stuck_count"),
-        validation: match get("validation_passed").as_str() {
-            "true" => Validation::Passed,
-            "false" => Validation::Failed,
-            _ => Validation::Skipped,
-        },
+        validation,
         tokens_in: num(row, "tokens_in"),
         tokens_out: num(row, "tokens_out"),
         cost_usd: num(row, "cost_usd"),
         waited_s: num(row, "waited_seconds"),
         timestamp: get("timestamp"),
+        review,
         notes,
         prompt: read("prompt.md").map(|b| Excerpt::new(&b, EXCERPT_CAP)),
         log,
     }
 }
 
-/// Snapshot tags saved from the run's start (to its last iteration plus a minute, or now).
+/// Snapshot tags saved while the run went on: from its start to its end (its state's last
+/// write once it ended, else its last iteration; a run not ended: to now). A later run's
+/// snapshots are taken away by [`super::settle_snapshots`], which knows the runs after it.
 fn snapshots_during(workdir: &Path, run: &RunData) -> Vec<SnapshotMark> {
+    let second = |t: &str| t.parse::<jiff::Timestamp>().ok().map(|t| t.as_second());
     let Some(start) = run
         .started_at
         .as_deref()
         .or_else(|| run.iterations.first().map(|i| i.timestamp.as_str()))
+        .and_then(second)
     else {
         return Vec::new();
     };
-    let Ok(start) = start.parse::<jiff::Timestamp>() else {
-        return Vec::new();
+    let end = if run.outcome.is_some() {
+        run.updated_at
+            .as_deref()
+            .or_else(|| run.iterations.last().map(|i| i.timestamp.as_str()))
+            .and_then(second)
+            .unwrap_or(i64::MAX)
+    } else {
+        i64::MAX
     };
-    let end = run
-        .iterations
-        .last()
-        .and_then(|i| i.timestamp.parse::<jiff::Timestamp>().ok())
-        .map(|t| {
-            t.as_second() + i64::try_from(run.elapsed_ms.unwrap_or(0) / 1000).unwrap_or(0) + 60
-        })
-        .unwrap_or(i64::MAX);
     let Ok(list) = crate::git::snapshot::Snapshots::open(workdir).and_then(|s| s.list()) else {
         return Vec::new();
     };
-    list.into_iter()
-        .filter(|s| s.time_ms / 1000 >= start.as_second() - 1 && s.time_ms / 1000 <= end)
+    let mut marks: Vec<SnapshotMark> = list
+        .into_iter()
+        .filter(|s| (start..=end).contains(&s.time_ms.div_euclid(1000)))
+        .filter(|s| super::snapshots::named_run(&s.message).is_none_or(|id| id == run.run_id))
         .map(|s| SnapshotMark {
             time: jiff::Timestamp::from_millisecond(s.time_ms)
                 .map(|t| t.to_string())
                 .unwrap_or_default(),
             tag: s.tag,
             message: s.message,
+            time_ms: s.time_ms,
+            seq: s.seq,
         })
-        .collect()
+        .collect();
+    marks.sort_by_key(|m| m.seq);
+    marks
 }
 
 /// Merge commits between the run's first and last HEAD.

@@ -3,14 +3,19 @@
 //! (`summary.csv`, `run.json`, iteration logs and prompts). Logs and prompts are untrusted
 //! input: every byte of them is HTML-escaped, and each is bounded.
 
+mod cards;
+mod facts;
 mod html;
 mod load;
 mod records;
+mod snapshots;
 mod svg;
 
+pub use facts::{Amount, Review, ReviewVerdict, Stalls, heading_text};
 pub use html::render;
 pub use load::{RecordFacts, RunDir, load_run, run_ids};
 pub use records::{record_tree, run_dir, run_title};
+pub use snapshots::settle_snapshots;
 
 /// Bytes of one prompt or log kept in the report (its first and last part).
 pub const EXCERPT_CAP: usize = 48 * 1024;
@@ -61,6 +66,11 @@ pub enum Outcome {
     Limit,
     Timeout,
     Interrupted,
+    Crashed,
+    ValidationMissing,
+    PlanPhase,
+    StallRecovery,
+    Failed,
     Other(String),
 }
 
@@ -76,6 +86,11 @@ impl Outcome {
             "limit" => Outcome::Limit,
             "timeout" => Outcome::Timeout,
             "interrupted" => Outcome::Interrupted,
+            "crashed" => Outcome::Crashed,
+            "validation-missing" => Outcome::ValidationMissing,
+            "plan-phase" => Outcome::PlanPhase,
+            "stall-recovery" => Outcome::StallRecovery,
+            "failed" => Outcome::Failed,
             other => Outcome::Other(other.to_string()),
         }
     }
@@ -91,6 +106,11 @@ impl Outcome {
             Outcome::Limit => "limit",
             Outcome::Timeout => "timeout",
             Outcome::Interrupted => "interrupted",
+            Outcome::Crashed => "crashed",
+            Outcome::ValidationMissing => "validation-missing",
+            Outcome::PlanPhase => "plan-phase",
+            Outcome::StallRecovery => "stall-recovery",
+            Outcome::Failed => "failed",
             Outcome::Other(s) => s,
         }
     }
@@ -99,11 +119,12 @@ impl Outcome {
     pub fn colour(&self) -> &'static str {
         match self {
             Outcome::Complete => "#2e9d4f",
-            Outcome::Continue => "#3b7dd8",
+            Outcome::Continue | Outcome::PlanPhase => "#3b7dd8",
             Outcome::Rejected => "#e08a1e",
             Outcome::Blocked => "#c93c3c",
             Outcome::Decide => "#8a52c9",
-            Outcome::Stuck => "#8b1e1e",
+            Outcome::Stuck | Outcome::Failed | Outcome::Crashed => "#8b1e1e",
+            Outcome::StallRecovery | Outcome::ValidationMissing => "#b8860b",
             Outcome::Limit | Outcome::Interrupted => "#7a7f87",
             Outcome::Timeout => "#a0652a",
             Outcome::Other(_) => "#5a5f66",
@@ -162,6 +183,8 @@ pub struct Iteration {
     /// Time waited before it ran (a usage limit's reset, a backoff).
     pub waited_s: f64,
     pub timestamp: String,
+    /// A plan loop's iteration: its review pass (its validation is the plan's check).
+    pub review: Option<Review>,
     /// The harness's own lines of its log (`[taskdaemon] …`): gates, promises, waits.
     pub notes: Vec<String>,
     pub prompt: Option<Excerpt>,
@@ -184,6 +207,9 @@ pub struct SnapshotMark {
     pub tag: String,
     pub message: String,
     pub time: String,
+    /// Unix milliseconds and the repository's order of snapshots (ties of a second).
+    pub time_ms: i64,
+    pub seq: u64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -199,9 +225,13 @@ pub struct RunData {
     pub max_iterations: Option<u32>,
     pub started_at: Option<String>,
     pub elapsed_ms: Option<u64>,
-    pub stall_count: u32,
+    /// When it last wrote its state (`run.json`'s `updated_at`): its end, once it ended.
+    pub updated_at: Option<String>,
+    /// Stalls detected (`run.json`'s `stall_recoveries`: the first is recovered, the second
+    /// fails the run).
     pub stall_recoveries: u32,
-    pub gate_failures: u32,
+    /// Whether the agent reported a cost (`run.json`); `None`: not known (no run.json).
+    pub cost_reported: Option<bool>,
     /// `--allow-test-changes`: the evidence protection was off.
     pub allow_test_changes: bool,
     pub iterations: Vec<Iteration>,

@@ -32,6 +32,14 @@ fn children(records: &Records, kind: Kind, parent: &str) -> Result<Vec<AnyRecord
     records.list(kind, &[Filter::eq("parent", parent)])
 }
 
+fn loop_rank(loop_type: &str) -> u8 {
+    match loop_type {
+        "plan" => 0,
+        "spec" => 1,
+        _ => 2,
+    }
+}
+
 /// The record and everything under it, depth first, with the runs found (and their titles).
 pub fn record_tree(records: &Records, rec: AnyRecord) -> Result<RecordTree, StoreError> {
     let mut rows = Vec::new();
@@ -49,6 +57,12 @@ pub fn record_tree(records: &Records, rec: AnyRecord) -> Result<RecordTree, Stor
             AnyRecord::Run(run) => runs.push((run, row.title.clone())),
             AnyRecord::Plan(_) | AnyRecord::Spec(_) => {
                 let mut kids = children(records, Kind::Run, &id)?;
+                // A plan's own runs in the order they work: its plan loop, then its spec
+                // loop (made in one second, their ids would order them by chance).
+                kids.sort_by_key(|k| match k {
+                    AnyRecord::Run(r) => loop_rank(&r.loop_type.to_string()),
+                    _ => 2,
+                });
                 kids.extend(children(records, Kind::Spec, &id)?);
                 kids.reverse();
                 let title = r.title().to_string();
@@ -89,7 +103,7 @@ pub fn run_dir(paths: &DaemonPaths, run: &LoopRun, title: Option<String>) -> Opt
 pub fn run_title(run: &LoopRun, parent: Option<&str>) -> String {
     let ctx = |f: &Option<String>| {
         f.as_deref()
-            .map(|s| s.lines().next().unwrap_or("").trim().to_string())
+            .map(super::heading_text)
             .filter(|s| !s.is_empty())
     };
     let shorten = |s: String| -> String {

@@ -90,13 +90,19 @@ pub fn timeline(run: &RunData) -> String {
 }
 
 fn tooltip(it: &Iteration) -> String {
-    format!(
-        "iteration {}: {} · {:.1}s · ${:.4}",
+    let mut t = format!(
+        "iteration {}: {} · {}",
         it.n,
         it.outcome.as_str(),
-        it.duration_s,
-        it.cost_usd
-    )
+        secs(it.duration_s)
+    );
+    if let Some(r) = &it.review {
+        t.push_str(&format!(" · {}", r.text()));
+    }
+    if it.cost_usd > 0.0 {
+        t.push_str(&format!(" · {}", dollars(it.cost_usd)));
+    }
+    t
 }
 
 /// Each iteration's duration, a bar coloured by its outcome (waits before it in grey).
@@ -164,16 +170,7 @@ pub fn cumulative(
         .collect();
     let (max, step) = nice_max(total);
     let mut out = String::new();
-    if total <= 0.0 {
-        frame(&mut out, title, 0.0, 1.0, &fmt);
-        let _ = write!(
-            out,
-            r#"<text x="{x}" y="{y}" class="none" text-anchor="middle">none reported by this agent</text></svg>"#,
-            x = (LEFT + W) / 2.0,
-            y = H / 2.0
-        );
-        return out;
-    }
+    // Drawn only for a total the agent reported (the cards say when there is none).
     frame(&mut out, title, max, step, &fmt);
     let plot_w = W - LEFT - 10.0;
     let plot_h = H - TOP - BOTTOM;

@@ -130,7 +130,11 @@ pub fn run(args: ReportArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             workdir.join(".ralph/logs/summary.csv").display()
         )));
     }
-    let runs = load(&plan.sources)?;
+    let mut runs = load(&plan.sources)?;
+    if plan.records.is_empty() {
+        // One directory's runs, one after the other: each snapshot under one of them.
+        report::settle_snapshots(&mut runs);
+    }
     let rep = Report {
         subject: plan.subject,
         generated_at: taskdaemon_core::clock::now_rfc3339(),

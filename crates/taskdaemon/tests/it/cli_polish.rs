@@ -115,6 +115,15 @@ fn report_of_the_demo_is_one_file_and_a_hostile_log_stays_text() {
         dom.contains("onerror=alert(1)"),
         "the hostile line is shown as text"
     );
+    // The cards as the browser shows them: what happened, and no stall that did not.
+    assert!(
+        dom.contains("<span>completions rejected</span>"),
+        "{dom:.2000}"
+    );
+    assert!(
+        !dom.contains("stall count") && !dom.contains("stalls ("),
+        "a stall card for a run without a stall"
+    );
     let png = env.root().join("report.png");
     let shot = chromium(
         &[

@@ -35,6 +35,7 @@ mod notify;
 mod one_engine;
 mod perf;
 mod pg_store;
+mod report_cards;
 mod rollback_safety;
 mod sandbox;
 mod snapshot_processes;
