@@ -106,6 +106,8 @@ fn pushed_events_fold_into_the_model() {
             until: Some("2026-11-24T06:00:00Z".into()),
             message: "usage limit".into(),
             action: None,
+            line: None,
+            facts: Default::default(),
         },
     ];
     for e in &events {
@@ -134,6 +136,7 @@ fn pushed_events_fold_into_the_model() {
         subject: subject.clone(),
         question: "A or B?".into(),
         action: String::new(),
+        facts: Default::default(),
     });
     assert_eq!(m.runs["r1"].status, RunStatus::Blocked);
     assert_eq!(
