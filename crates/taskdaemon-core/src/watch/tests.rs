@@ -182,3 +182,32 @@ fn an_implement_run_shows_its_tasks_from_its_worktree() {
             .is_empty()
     );
 }
+
+#[test]
+fn a_held_merge_shows_the_command_that_takes_it() {
+    use crate::daemon::events::{DaemonEvent as E, Subject};
+    let subject = Subject {
+        run: "r1".into(),
+        title: "add login".into(),
+        loop_type: "ralph".into(),
+        plan: None,
+        spec: None,
+        repo: "/src/repo".into(),
+    };
+    let mut m = Model::default();
+    m.apply(&E::MergeHeld {
+        subject,
+        branch: "taskdaemon/r1".into(),
+        target: "main".into(),
+        integration_branch: "taskdaemon/integration/main".into(),
+        checkout: "/src/repo".into(),
+        message: "held on taskdaemon/integration/main: …".into(),
+        action: "git -C /src/repo merge --no-edit taskdaemon/integration/main".into(),
+    });
+    assert_eq!(
+        m.runs["r1"].waiting,
+        Some(Waiting::MergeHeld(
+            "take it with `git -C /src/repo merge --no-edit taskdaemon/integration/main`".into()
+        ))
+    );
+}
