@@ -442,6 +442,44 @@ fn check_schema(n: &Value) {
     }
 }
 
+/// Run a notice's `action` as a person would paste it: `sh -c` in the repository, with
+/// `taskdaemon` (this build) and git on PATH, in the test's hermetic environment. Its
+/// exit code.
+fn paste(s: &Setup, line: &str) -> i32 {
+    let bin = s.env.root().join("bin");
+    if !bin.join("taskdaemon").exists() {
+        std::fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_taskdaemon"), bin.join("taskdaemon"))
+            .unwrap();
+    }
+    let template = s.env.cmd();
+    let mut c = std::process::Command::new("sh");
+    c.args(["-c", line]).current_dir(s.env.repo());
+    for (k, v) in template.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    for (k, v) in &s.vars {
+        c.env(k, v);
+    }
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        harness::narrowed_path().to_string_lossy()
+    );
+    let out = c.env("PATH", path).output().unwrap();
+    if !out.status.success() {
+        eprintln!(
+            "{line}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out.status.code().unwrap_or(-1)
+}
+
 fn only<'a>(v: &'a [Value], kind: &str, run: &str) -> &'a Value {
     let found: Vec<&Value> = v
         .iter()
@@ -561,19 +599,11 @@ fn a_daemon_sends_each_outcome_with_the_next_command_in_the_documented_schema() 
         h["iterations"], 1,
         "the limited attempt is done again: {h:#}"
     );
-    // The command does what it says: the work is in main afterwards.
+    // The commands do what they say: the report is written, the work is in main.
+    assert_eq!(paste(&s, m["action"].as_str().unwrap()), 0);
     assert!(!s.env.repo().join("done.txt").exists());
-    let ok = std::process::Command::new("sh")
-        .args(["-c", &take])
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@t")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@t")
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok && s.env.repo().join("done.txt").exists(), "{take}");
+    assert_eq!(paste(&s, &take), 0);
+    assert!(s.env.repo().join("done.txt").exists(), "{take}");
 }
 
 /// A foreground `run` sends the same payloads (schema, reasons) as a daemon run, with its
@@ -626,7 +656,12 @@ fn a_foreground_run_sends_each_outcome_with_the_next_command_in_the_documented_s
         d["action"],
         format!("taskdaemon -C {repo} answer \"…\" && taskdaemon -C {repo} run --resume").as_str()
     );
+    // Pasted, each goes on with the run (which blocks or asks again: the agent is scripted).
+    assert_eq!(paste(&repos[0], b["action"].as_str().unwrap()), 2);
+    assert_eq!(paste(&repos[1], d["action"].as_str().unwrap()), 3);
     let (c, repo) = of(2, "complete");
+    assert_eq!(paste(&repos[2], c["action"].as_str().unwrap()), 0);
+    assert!(repos[2].env.repo().join(".ralph/logs/report.html").exists());
     assert_eq!(c["reason"], "validation passed", "as a daemon run says it");
     assert_eq!(c["action"], format!("taskdaemon -C {repo} report").as_str());
     assert!(c["merge"].is_null());
