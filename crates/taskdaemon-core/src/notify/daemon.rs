@@ -263,6 +263,49 @@ impl DaemonNotices {
                 facts,
             ),
             DaemonEvent::Waiting {
+                reason: WaitReason::UsageLimit,
+                ..
+            }
+            | DaemonEvent::WaitOver {
+                reason: WaitReason::UsageLimit,
+                ..
+            } => return self.wait_notice(e),
+            DaemonEvent::MergeConflict {
+                subject, message, ..
+            } => {
+                let place = self.place(subject, None);
+                Notice::new(
+                    Kind::MergeConflict,
+                    place,
+                    &subject.run,
+                    &subject.title,
+                    message,
+                )
+            }
+            DaemonEvent::DaemonStopping {
+                repo,
+                reason,
+                interrupted,
+            } if reason != "asked to" => Notice::new(
+                Kind::DaemonStopped,
+                Place::Daemon {
+                    repo,
+                    worktree: None,
+                },
+                "",
+                "",
+                &format!(
+                    "stopped by {reason}; {interrupted} run(s) interrupted, they resume on the next start"
+                ),
+            ),
+            _ => return None,
+        })
+    }
+
+    /// The notice of a usage-limit wait or its end.
+    fn wait_notice(&self, e: &DaemonEvent) -> Option<Notice> {
+        Some(match e {
+            DaemonEvent::Waiting {
                 subject,
                 reason: WaitReason::UsageLimit,
                 until,
@@ -299,34 +342,6 @@ impl DaemonNotices {
                     &facts,
                 )
             }
-            DaemonEvent::MergeConflict {
-                subject, message, ..
-            } => {
-                let place = self.place(subject, None);
-                Notice::new(
-                    Kind::MergeConflict,
-                    place,
-                    &subject.run,
-                    &subject.title,
-                    message,
-                )
-            }
-            DaemonEvent::DaemonStopping {
-                repo,
-                reason,
-                interrupted,
-            } if reason != "asked to" => Notice::new(
-                Kind::DaemonStopped,
-                Place::Daemon {
-                    repo,
-                    worktree: None,
-                },
-                "",
-                "",
-                &format!(
-                    "stopped by {reason}; {interrupted} run(s) interrupted, they resume on the next start"
-                ),
-            ),
             _ => return None,
         })
     }
