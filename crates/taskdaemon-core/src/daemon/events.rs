@@ -36,6 +36,25 @@ pub struct Subject {
     pub repo: PathBuf,
 }
 
+/// A run's figures when an event about it was sent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct RunFacts {
+    /// Iterations done.
+    pub iterations: u32,
+    /// Time in its iterations, all sessions.
+    pub duration_ms: u64,
+    /// What the agent reported it cost; `None` when it reports none.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
+    /// The head of the run's branch.
+    #[serde(default)]
+    pub commit: Option<String>,
+    /// The run's worktree.
+    #[serde(default)]
+    pub worktree: Option<PathBuf>,
+}
+
 /// Which kind of agent output a line is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -153,6 +172,11 @@ pub enum DaemonEvent {
         message: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         action: Option<String>,
+        /// The agent's own line that said so, when there is one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        line: Option<String>,
+        #[serde(default)]
+        facts: RunFacts,
     },
     WaitOver {
         #[serde(flatten)]
@@ -165,6 +189,8 @@ pub enum DaemonEvent {
         subject: Subject,
         reason: String,
         action: String,
+        #[serde(default)]
+        facts: RunFacts,
     },
     /// The agent asks a question (DECIDE).
     Decide {
@@ -172,22 +198,37 @@ pub enum DaemonEvent {
         subject: Subject,
         question: String,
         action: String,
+        #[serde(default)]
+        facts: RunFacts,
     },
     Complete {
         #[serde(flatten)]
         subject: Subject,
+        /// Why it counts as complete (`validation passed`).
+        #[serde(default)]
+        reason: String,
+        #[serde(default)]
+        facts: RunFacts,
+        /// Its branch is merged next (a standalone run): `merged`, `merge-held`,
+        /// `merge-conflict` or `failed` of the same run follows.
+        #[serde(default)]
+        merge_follows: bool,
     },
     Failed {
         #[serde(flatten)]
         subject: Subject,
         reason: String,
         action: String,
+        #[serde(default)]
+        facts: RunFacts,
     },
     Stuck {
         #[serde(flatten)]
         subject: Subject,
         iterations: u32,
         action: String,
+        #[serde(default)]
+        facts: RunFacts,
     },
     Merged {
         #[serde(flatten)]
@@ -198,6 +239,18 @@ pub enum DaemonEvent {
         /// person to take it (`git merge --ff-only BRANCH` there).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         held_on: Option<String>,
+    },
+    /// The merge is held instead of made: `target` is checked out in `checkout`, so the
+    /// work waits on `integration-branch`; `action` takes it (sent after `merged`).
+    MergeHeld {
+        #[serde(flatten)]
+        subject: Subject,
+        branch: String,
+        target: String,
+        integration_branch: String,
+        checkout: PathBuf,
+        message: String,
+        action: String,
     },
     MergeConflict {
         #[serde(flatten)]
@@ -260,10 +313,11 @@ impl DaemonEvent {
             | WaitOver { subject, .. }
             | Blocked { subject, .. }
             | Decide { subject, .. }
-            | Complete { subject }
+            | Complete { subject, .. }
             | Failed { subject, .. }
             | Stuck { subject, .. }
             | Merged { subject, .. }
+            | MergeHeld { subject, .. }
             | MergeConflict { subject, .. }
             | Paused { subject }
             | Resumed { subject }
@@ -412,19 +466,24 @@ impl fmt::Display for DaemonEvent {
                 subject,
                 question,
                 action,
+                ..
             } => write!(
                 f,
                 "{} -> blocked: DECIDE: {question} ({action})",
                 run(subject)
             ),
-            Complete { subject } => write!(f, "{} -> complete", run(subject)),
+            Complete { subject, .. } => write!(f, "{} -> complete", run(subject)),
             Failed {
-                subject, reason, ..
-            } => write!(f, "{} -> failed: {reason}", run(subject)),
+                subject,
+                reason,
+                action,
+                ..
+            } => write!(f, "{} -> failed: {reason}; {action}", run(subject)),
             Stuck {
                 subject,
                 iterations,
                 action,
+                ..
             } => write!(
                 f,
                 "{} -> failed: STUCK: no new commit in {iterations} consecutive iterations; {action}",
@@ -439,6 +498,9 @@ impl fmt::Display for DaemonEvent {
                 Some(h) => write!(f, "merged {branch} for {target} onto {h} ({})", subject.run),
                 None => write!(f, "merged {branch} into {target} ({})", subject.run),
             },
+            MergeHeld {
+                subject, message, ..
+            } => write!(f, "{}: merge {message}", subject.run),
             MergeConflict {
                 subject, message, ..
             } => write!(f, "{}: {message}", subject.run),
@@ -478,6 +540,7 @@ mod tests {
             subject: subject(),
             question: "which database?".into(),
             action: "taskdaemon answer 1a2b3c \"…\"".into(),
+            facts: RunFacts::default(),
         };
         let v = serde_json::to_value(&e).unwrap();
         assert_eq!(v["event"], "decide");

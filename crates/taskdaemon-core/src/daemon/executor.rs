@@ -9,7 +9,9 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
 use super::DaemonPaths;
-use super::events::{AGENT_LINE_MAX, AgentStream, DaemonEvent, Subject, WaitReason, bounded};
+use super::events::{
+    AGENT_LINE_MAX, AgentStream, DaemonEvent, RunFacts, Subject, WaitReason, bounded,
+};
 use crate::agent::{Activity, FailureClass};
 use crate::config::{self, Settings};
 use crate::engine::{Begin, EngineContext, EngineEvent, EventSink, Outcome, RunConfig, RunState};
@@ -90,6 +92,8 @@ pub enum Report {
     Finished {
         run_id: String,
         result: Result<Outcome, String>,
+        /// Its figures at the end, when the engine ran.
+        facts: Option<RunFacts>,
     },
 }
 
@@ -101,8 +105,15 @@ pub async fn execute(
     tx: UnboundedSender<Report>,
 ) {
     let run_id = l.run.id.clone();
-    let result = execute_inner(shared, l, &cancel, &tx).await;
-    let _ = tx.send(Report::Finished { run_id, result });
+    let (result, facts) = match execute_inner(shared, l, &cancel, &tx).await {
+        Ok((o, facts)) => (Ok(o), facts),
+        Err(e) => (Err(e), None),
+    };
+    let _ = tx.send(Report::Finished {
+        run_id,
+        result,
+        facts,
+    });
 }
 
 async fn execute_inner(
@@ -110,7 +121,7 @@ async fn execute_inner(
     l: Launch,
     cancel: &CancellationToken,
     tx: &UnboundedSender<Report>,
-) -> Result<Outcome, String> {
+) -> Result<(Outcome, Option<RunFacts>), String> {
     let prep = {
         let shared = shared.clone();
         let l = l.clone();
@@ -127,14 +138,21 @@ async fn execute_inner(
     } = prep;
     let resumed = begin.is_resumed();
     let run_id = l.run.id.clone();
+    let mut facts = RunFacts {
+        iterations: state.iterations_done,
+        duration_ms: state.elapsed_ms,
+        cost_usd: state.cost_reported.then_some(state.cost_usd),
+        commit: state.last_head.clone(),
+        worktree: Some(worktree.clone()),
+    };
     if let Some(done) = state.outcome.clone().filter(|o| !o.resumable()) {
         // The engine finished before the daemon could record it (a crash in between).
-        return Ok(done);
+        return Ok((done, Some(facts)));
     }
     let (announced, run_started) = tokio::sync::oneshot::channel();
     let _ = tx.send(Report::Started {
         run_id: run_id.clone(),
-        worktree,
+        worktree: worktree.clone(),
         first_iteration: state.iterations_done + 1,
         resumed,
         announced,
@@ -179,16 +197,48 @@ async fn execute_inner(
                 if let Some(report) = report {
                     let _ = tx.send(report);
                 }
-                for d in daemon_events(&subject, e) {
+                track(&mut facts, &e, elapsed_ms);
+                for mut d in daemon_events(&subject, e) {
+                    if let DaemonEvent::Waiting { facts: f, .. } = &mut d {
+                        *f = facts.clone();
+                    }
                     events.emit(d);
                 }
             }
+            facts
         })
     };
     let result = crate::runs::run(state, &ws, &ctx, cancel, begin).await;
     drop(ctx);
-    let _ = forward.await;
-    result.map(|(o, _)| o).map_err(|e| e.to_string())
+    let facts = forward.await.ok();
+    result.map(|(o, _)| (o, facts)).map_err(|e| e.to_string())
+}
+
+/// A run's figures after engine event `e` (`elapsed_ms`: its time so far).
+fn track(facts: &mut RunFacts, e: &EngineEvent, elapsed_ms: u64) {
+    match e {
+        EngineEvent::IterationFinished {
+            iteration,
+            commit,
+            cost_total_usd,
+            ..
+        } => {
+            facts.iterations = *iteration;
+            facts.duration_ms = elapsed_ms;
+            if *cost_total_usd > 0.0 {
+                facts.cost_usd = Some(*cost_total_usd);
+            }
+            if commit.is_some() {
+                facts.commit = commit.clone();
+            }
+        }
+        EngineEvent::RunFinished { summary } => {
+            facts.iterations = summary.iterations;
+            facts.duration_ms = summary.duration_ms;
+            facts.cost_usd = summary.cost_usd;
+        }
+        _ => {}
+    }
 }
 
 struct Prepared {
@@ -517,6 +567,7 @@ pub fn daemon_events(subject: &Subject, e: EngineEvent) -> Vec<DaemonEvent> {
             class,
             until,
             message,
+            line,
             ..
         } => vec![DaemonEvent::Waiting {
             subject,
@@ -524,6 +575,8 @@ pub fn daemon_events(subject: &Subject, e: EngineEvent) -> Vec<DaemonEvent> {
             until: Some(until),
             message,
             action: None,
+            line,
+            facts: RunFacts::default(),
         }],
         EngineEvent::WaitOver { class, .. } => vec![DaemonEvent::WaitOver {
             subject,

@@ -1243,7 +1243,10 @@ impl Dispatcher {
         if let Ok(Some(_)) = self.records.merged(&id) {
             let _ = tx.send((
                 id,
-                MergeEnd::Done { note: None },
+                MergeEnd::Done {
+                    note: None,
+                    held: None,
+                },
                 Some(shared_queue::QueueMerge::AlreadyRecorded),
             ));
             return;
@@ -1291,25 +1294,24 @@ impl Dispatcher {
             MergeEnd::Done { .. } if !ours => self.note(format!(
                 "{id}: already in {target} (merged and recorded by another daemon)"
             )),
-            MergeEnd::Done { note } => {
+            MergeEnd::Done { note, held } => {
                 self.emit(DaemonEvent::Merged {
                     subject: subject.clone(),
-                    branch,
+                    branch: branch.clone(),
                     target: target.clone(),
                     held_on: note
                         .as_ref()
                         .map(|_| crate::git::integrate::held_branch(&target)),
                 });
-                if let Some(n) = note {
-                    self.emit(DaemonEvent::Waiting {
+                if let (Some(n), Some(h)) = (note, held) {
+                    self.emit(DaemonEvent::MergeHeld {
                         subject,
-                        reason: events::WaitReason::MergeHeld,
-                        until: None,
+                        branch,
+                        target: target.clone(),
+                        integration_branch: h.integration_branch.clone(),
+                        checkout: h.checkout.clone(),
                         message: n.clone(),
-                        action: Some(format!(
-                            "git merge --ff-only {}",
-                            crate::git::integrate::held_branch(&target)
-                        )),
+                        action: take_held(&h.checkout, &h.integration_branch),
                     });
                 }
             }
@@ -1323,6 +1325,7 @@ impl Dispatcher {
                 subject,
                 reason: note.clone(),
                 action: format!("`taskdaemon resume {id}` retries the merge"),
+                facts: events::RunFacts::default(),
             }),
         }
         match cascade::merged(&mut self.records, id, end, now_ms()) {
@@ -1460,16 +1463,23 @@ fn decide_action(run: &LoopRun) -> String {
     )
 }
 
-/// The event that says how a run ended.
+/// The event that says how a run ended (`facts`: its figures then).
 fn end_event(
     subject: Subject,
     result: &Result<Outcome, String>,
     stop_as: Option<StopAs>,
     run: &LoopRun,
+    facts: events::RunFacts,
 ) -> DaemonEvent {
     let id = &run.id;
+    let logs = format!("see `taskdaemon logs {id}`, then `taskdaemon resume {id}`");
     match result {
-        Ok(Outcome::Complete { .. }) => DaemonEvent::Complete { subject },
+        Ok(o @ Outcome::Complete { .. }) => DaemonEvent::Complete {
+            subject,
+            reason: crate::notify::reason_of(o),
+            facts,
+            merge_follows: !run.loop_type.is_cascade(),
+        },
         Ok(Outcome::Interrupted) => match stop_as {
             Some(StopAs::Paused) => DaemonEvent::Paused { subject },
             Some(StopAs::Stopped) => DaemonEvent::Cancelled { subject },
@@ -1482,26 +1492,37 @@ fn end_event(
                 "deal with it, then `taskdaemon -C {} unblock` and `taskdaemon resume {id}`",
                 run.worktree.as_deref().unwrap_or("<worktree>")
             ),
+            facts,
         },
         Ok(Outcome::Decide { question }) => DaemonEvent::Decide {
             subject,
             question: question.clone(),
             action: decide_action(run),
+            facts,
         },
         Ok(Outcome::Stuck { iterations }) => DaemonEvent::Stuck {
             subject,
             iterations: *iterations,
-            action: format!("see `taskdaemon logs {id}`, then `taskdaemon resume {id}`"),
+            action: logs,
+            facts,
+        },
+        Ok(o @ Outcome::LimitReached { .. }) => DaemonEvent::Failed {
+            subject,
+            reason: crate::notify::reason_of(o),
+            action: format!("raise it in .taskdaemon/config.yaml, then `taskdaemon resume {id}`"),
+            facts,
         },
         Ok(o) => DaemonEvent::Failed {
             subject,
-            reason: failure_note(o, id),
-            action: format!("see `taskdaemon logs {id}`, then `taskdaemon resume {id}`"),
+            reason: crate::notify::reason_of(o),
+            action: logs,
+            facts,
         },
         Err(e) => DaemonEvent::Failed {
             subject,
             reason: e.clone(),
-            action: format!("see `taskdaemon logs {id}`, then `taskdaemon resume {id}`"),
+            action: logs,
+            facts,
         },
     }
 }
@@ -1531,18 +1552,24 @@ fn merge(
 ) -> MergeEnd {
     let message = format!("taskdaemon: merge {branch} ({title})\n\nTaskdaemon-Record: {id}");
     match merge_into(&shared.worktrees, branch, target, &message) {
-        Ok(MergeResult::Merged { .. }) | Ok(MergeResult::UpToDate { .. }) => {
-            MergeEnd::Done { note: None }
-        }
+        Ok(MergeResult::Merged { .. }) | Ok(MergeResult::UpToDate { .. }) => MergeEnd::Done {
+            note: None,
+            held: None,
+        },
         Ok(MergeResult::Held {
             integration_branch,
             checked_out_at,
             ..
         }) => MergeEnd::Done {
             note: Some(format!(
-                "held on {integration_branch}: {target} is checked out in {}, whose files taskdaemon never rewrites; take the work there with `git merge {integration_branch}`",
-                checked_out_at.display()
+                "held on {integration_branch}: {target} is checked out in {}, whose files taskdaemon never rewrites; take the work there with `{}`",
+                checked_out_at.display(),
+                take_held(&checked_out_at, &integration_branch)
             )),
+            held: Some(cascade::Held {
+                integration_branch,
+                checkout: checked_out_at,
+            }),
         },
         Ok(MergeResult::Conflict { files }) => MergeEnd::Conflict {
             note: format!(
@@ -1555,6 +1582,15 @@ fn merge(
             note: format!("merge failed: {e}"),
         },
     }
+}
+
+/// The command that takes a held merge: a merge in the checkout that has the target.
+fn take_held(checkout: &Path, integration_branch: &str) -> String {
+    format!(
+        "git -C {} merge --no-edit {}",
+        crate::shell::quote(&checkout.display().to_string()),
+        crate::shell::quote(integration_branch)
+    )
 }
 
 /// Keep the worktree's `.ralph/` (logs, state) in the daemon dir, then remove it and its

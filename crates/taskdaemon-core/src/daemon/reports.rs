@@ -28,6 +28,7 @@ enum RunChange {
     Ended {
         result: Result<Outcome, String>,
         stop_as: Option<StopAs>,
+        facts: Option<super::events::RunFacts>,
     },
 }
 
@@ -60,7 +61,9 @@ impl RunChange {
                     run.progress = lines[keep..].join("\n");
                 }
             }
-            RunChange::Ended { result, stop_as } => {
+            RunChange::Ended {
+                result, stop_as, ..
+            } => {
                 let (status, note) = end_status(result, *stop_as, run);
                 run.status = status;
                 run.note = note;
@@ -102,13 +105,18 @@ impl Dispatcher {
                     elapsed_ms,
                 },
             ),
-            Report::Finished { run_id, result } => {
+            Report::Finished {
+                run_id,
+                result,
+                facts,
+            } => {
                 let active = self.active.remove(&run_id)?;
                 (
                     run_id,
                     RunChange::Ended {
                         result,
                         stop_as: active.stop_as,
+                        facts,
                     },
                 )
             }
@@ -149,10 +157,15 @@ impl Dispatcher {
                     let _ = announced.send(());
                 }
                 RunChange::Iteration { .. } => {}
-                RunChange::Ended { result, stop_as } => {
+                RunChange::Ended {
+                    result,
+                    stop_as,
+                    facts,
+                } => {
                     if let Some(run) = runs.get(&id) {
                         let subject = status::subject_of(&self.records, run, &self.paths.project);
-                        self.emit(end_event(subject, &result, stop_as, run));
+                        let facts = facts.unwrap_or_else(|| record_facts(run));
+                        self.emit(end_event(subject, &result, stop_as, run, facts));
                     }
                 }
             }
@@ -235,5 +248,16 @@ impl Dispatcher {
                 }
             }
         }
+    }
+}
+
+/// A run's figures as its record has them (when the engine did not run this time).
+fn record_facts(run: &LoopRun) -> super::events::RunFacts {
+    super::events::RunFacts {
+        iterations: run.iteration.saturating_sub(1),
+        duration_ms: run.elapsed_ms,
+        cost_usd: run.cost_usd,
+        commit: None,
+        worktree: run.worktree.as_ref().map(PathBuf::from),
     }
 }

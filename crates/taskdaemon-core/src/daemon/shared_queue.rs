@@ -477,7 +477,10 @@ pub fn merge(
     }
     match remote.merge(&branch_for(name), target, message, tries) {
         Ok(RemoteMerge::Merged { commit, .. }) | Ok(RemoteMerge::AlreadyIn { commit }) => (
-            MergeEnd::Done { note: None },
+            MergeEnd::Done {
+                note: None,
+                held: None,
+            },
             Some(QueueMerge::ToRecord(commit)),
         ),
         Ok(RemoteMerge::Conflict { files }) => (

@@ -428,5 +428,6 @@ fn summarize<S: WorkSource>(
         tokens_out: st.tokens_out,
         summary_csv: ws.summary_csv(),
         logs_dir: ws.logs_dir(),
+        outcome: Some(outcome.clone()),
     }
 }

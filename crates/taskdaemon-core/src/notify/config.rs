@@ -8,6 +8,9 @@
 //!   - command: ~/bin/on-taskdaemon-event
 //!     timeout: 10s
 //! ```
+//!
+//! A webhook may say `format: slack | discord | matrix | json` (else it is inferred from
+//! its address).
 
 use std::time::Duration;
 
@@ -27,6 +30,43 @@ pub enum Target {
     Command(String),
 }
 
+/// What a webhook's receiver reads: every payload has the notice's fields, `text` (plain)
+/// and `markdown`; each format adds or replaces the field its receiver shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// The notice as it is (a command hook always gets this).
+    Json,
+    /// `text` in Slack's mrkdwn.
+    Slack,
+    /// `content`: Markdown, at most 2000 characters.
+    Discord,
+    /// `msgtype`, `body` (plain), `format`, `formatted_body` (HTML): an `m.room.message`.
+    Matrix,
+}
+
+impl Format {
+    /// The format a webhook's address implies: Slack's and Discord's hosts; else JSON.
+    pub fn of_url(url: &str) -> Format {
+        let rest = url.split_once("://").map_or(url, |(_, r)| r);
+        let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let host = host.rsplit('@').next().unwrap_or(host).to_ascii_lowercase();
+        let host = host.split(':').next().unwrap_or(&host).to_string();
+        if host == "hooks.slack.com" {
+            Format::Slack
+        } else if (host == "discord.com"
+            || host.ends_with(".discord.com")
+            || host == "discordapp.com"
+            || host.ends_with(".discordapp.com"))
+            && path.starts_with("api/webhooks")
+        {
+            Format::Discord
+        } else {
+            Format::Json
+        }
+    }
+}
+
 /// One sink of `notify:`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "RawSink", into = "RawSink")]
@@ -38,6 +78,8 @@ pub struct SinkConfig {
     pub timeout: Option<Dur>,
     /// Attempts after the first failed one [default: 2].
     pub retries: Option<u32>,
+    /// A webhook's payload format [default: from its address].
+    pub format: Option<Format>,
 }
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -56,6 +98,15 @@ impl SinkConfig {
 
     pub fn retries(&self) -> u32 {
         self.retries.unwrap_or(DEFAULT_RETRIES).min(MAX_RETRIES)
+    }
+
+    /// The payload format this sink sends.
+    pub fn format(&self) -> Format {
+        match (&self.target, self.format) {
+            (_, Some(f)) => f,
+            (Target::Webhook(url), None) => Format::of_url(url),
+            _ => Format::Json,
+        }
     }
 
     /// The sink in a log line.
@@ -96,6 +147,8 @@ struct RawSink {
     timeout: Option<Dur>,
     #[serde(skip_serializing_if = "Option::is_none")]
     retries: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    format: Option<Format>,
 }
 
 impl TryFrom<RawSink> for SinkConfig {
@@ -130,16 +183,20 @@ impl TryFrom<RawSink> for SinkConfig {
             }
         };
         if r.events.as_ref().is_some_and(|e| e.is_empty()) {
-            return Err("notify: `events: []` takes no event; remove `events:` for all of them, or name some (blocked, decide, complete, failed, stuck, usage-limit-wait, usage-limit-over, merge-conflict, daemon-stopped)".into());
+            return Err("notify: `events: []` takes no event; remove `events:` for all of them, or name some (blocked, decide, complete, failed, stuck, usage_limit_wait, usage_limit_over, merge_conflict, merge_held, daemon_stopped)".into());
         }
         if r.timeout.is_some_and(|t| t.0.is_zero()) {
             return Err("notify: `timeout: 0s` would fail every delivery; write e.g. `10s`".into());
+        }
+        if r.format.is_some() && !matches!(target, Target::Webhook(_)) {
+            return Err("notify: `format:` applies to a webhook only (a command hook gets the JSON payload, a desktop notification plain text); remove it".into());
         }
         Ok(SinkConfig {
             target,
             events: r.events,
             timeout: r.timeout,
             retries: r.retries,
+            format: r.format,
         })
     }
 }
@@ -150,6 +207,7 @@ impl From<SinkConfig> for RawSink {
             events: s.events,
             timeout: s.timeout,
             retries: s.retries,
+            format: s.format,
             ..RawSink::default()
         };
         match s.target {

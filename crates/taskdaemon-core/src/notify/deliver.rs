@@ -155,7 +155,7 @@ impl Deliverer {
         };
         let sent = tokio::select! {
             () = self.stop.cancelled() => return Err("stopped".into()),
-            r = http.post(url).json(&n.body()).send() => r,
+            r = http.post(url).json(&n.body(self.config.format())).send() => r,
         };
         let resp = sent.map_err(|e| describe_http_error(&e))?;
         let status = resp.status();
@@ -167,7 +167,8 @@ impl Deliverer {
     }
 
     async fn hook(&self, command: &str, n: &Notice) -> Result<(), String> {
-        let mut input = serde_json::to_vec(&n.body()).map_err(|e| e.to_string())?;
+        let mut input =
+            serde_json::to_vec(&n.body(super::Format::Json)).map_err(|e| e.to_string())?;
         input.push(b'\n');
         let spec = ProcessSpec {
             program: "sh".into(),
@@ -189,8 +190,8 @@ impl Deliverer {
             "normal"
         };
         let mut body = n.reason.clone();
-        if !n.action.is_empty() {
-            body.push_str(&format!("\n{}", n.action));
+        if let Some(a) = n.action.as_ref().or(n.action_note.as_ref()) {
+            body.push_str(&format!("\n{a}"));
         }
         let spec = ProcessSpec {
             program: "notify-send".into(),

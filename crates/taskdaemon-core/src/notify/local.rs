@@ -2,12 +2,13 @@
 
 use std::path::PathBuf;
 
-use super::{Kind, Notice, Place};
+use super::{Kind, Notice, Place, next_step, reason_of, wait_reason};
 use crate::agent::FailureClass;
+use crate::daemon::events::RunFacts;
 use crate::engine::EngineEvent;
 
-/// Turns a run's [`EngineEvent`]s into notices. Keeps the last promise's words, so the
-/// final notice carries the agent's own reason.
+/// Turns a run's [`EngineEvent`]s into notices, with the run's figures as they go, and
+/// the same reasons (`reason_of`, `wait_reason`) and steps as a daemon run's.
 #[derive(Debug, Clone)]
 pub struct LocalNotices {
     pub repository: PathBuf,
@@ -16,7 +17,7 @@ pub struct LocalNotices {
     /// The daemon's repository when the run is one of its runs (`repository` is then its
     /// worktree).
     pub daemon: Option<PathBuf>,
-    said: Option<String>,
+    facts: RunFacts,
 }
 
 impl LocalNotices {
@@ -26,30 +27,53 @@ impl LocalNotices {
             run: run.to_string(),
             title: title.to_string(),
             daemon: None,
-            said: None,
+            facts: RunFacts::default(),
         }
     }
 
-    fn notice(&self, kind: Kind, reason: &str) -> Notice {
-        let place = match &self.daemon {
+    fn place(&self) -> Place<'_> {
+        match &self.daemon {
             Some(repo) => Place::Daemon {
                 repo,
                 worktree: Some(&self.repository),
             },
             None => Place::Local(&self.repository),
-        };
-        Notice::new(kind, place, &self.run, &self.title, reason)
+        }
+    }
+
+    fn notice(&self, kind: Kind, reason: &str) -> Notice {
+        Notice::new(kind, self.place(), &self.run, &self.title, reason).with_facts(&self.facts)
     }
 
     /// The notice `e` calls for, if any.
     pub fn on(&mut self, e: &EngineEvent) -> Option<Notice> {
         match e {
-            EngineEvent::RunStarted { run_id, .. } if self.run.is_empty() => {
-                self.run = run_id.clone();
+            EngineEvent::RunStarted {
+                run_id,
+                first_iteration,
+                ..
+            } => {
+                if self.run.is_empty() {
+                    self.run = run_id.clone();
+                }
+                self.facts.iterations = first_iteration.saturating_sub(1);
                 None
             }
-            EngineEvent::Signal { text, .. } => {
-                self.said = text.clone();
+            EngineEvent::IterationFinished {
+                iteration,
+                commit,
+                cost_total_usd,
+                duration_ms,
+                ..
+            } => {
+                self.facts.iterations = *iteration;
+                self.facts.duration_ms += duration_ms.max(0.0) as u64;
+                if *cost_total_usd > 0.0 {
+                    self.facts.cost_usd = Some(*cost_total_usd);
+                }
+                if commit.is_some() {
+                    self.facts.commit = commit.clone();
+                }
                 None
             }
             EngineEvent::Waiting {
@@ -59,33 +83,51 @@ impl LocalNotices {
                 line,
                 ..
             } => {
-                let words = line.clone().unwrap_or_else(|| message.clone());
-                Some(self.notice(
+                let next = next_step(
                     Kind::UsageLimitWait,
-                    &format!("{words} (waiting until {until})"),
-                ))
+                    self.place(),
+                    &self.run,
+                    None,
+                    Some(until),
+                );
+                Some(
+                    self.notice(
+                        Kind::UsageLimitWait,
+                        &wait_reason(line.as_deref(), message, Some(until)),
+                    )
+                    .with_next(next),
+                )
             }
             EngineEvent::WaitOver {
                 class: FailureClass::UsageLimit,
                 ..
-            } => Some(self.notice(Kind::UsageLimitOver, "the usage limit was reset")),
-            EngineEvent::RunFinished { summary } => {
-                let kind = match summary.exit_label.as_str() {
-                    "COMPLETE" => Kind::Complete,
-                    "BLOCKED" => Kind::Blocked,
-                    "DECIDE" => Kind::Decide,
-                    "STUCK" => Kind::Stuck,
-                    "INTERRUPTED" => return None,
-                    _ => Kind::Failed,
-                };
-                let reason = match (kind, &self.said) {
-                    (Kind::Blocked | Kind::Decide, Some(words)) => words.clone(),
-                    _ => summary.detail.clone(),
-                };
-                Some(self.notice(kind, &reason))
-            }
+            } => Some(self.notice(
+                Kind::UsageLimitOver,
+                "the usage limit was reset; the run goes on",
+            )),
+            EngineEvent::RunFinished { summary } => self.finished(summary),
             _ => None,
         }
+    }
+
+    fn finished(&mut self, summary: &crate::telemetry::RunSummary) -> Option<Notice> {
+        let kind = match summary.exit_label.as_str() {
+            "COMPLETE" => Kind::Complete,
+            "BLOCKED" => Kind::Blocked,
+            "DECIDE" => Kind::Decide,
+            "STUCK" => Kind::Stuck,
+            "INTERRUPTED" => return None,
+            _ => Kind::Failed,
+        };
+        self.facts.iterations = summary.iterations;
+        self.facts.duration_ms = summary.duration_ms;
+        self.facts.cost_usd = summary.cost_usd;
+        let reason = summary
+            .outcome
+            .as_ref()
+            .map(reason_of)
+            .unwrap_or_else(|| summary.detail.clone());
+        Some(self.notice(kind, &reason))
     }
 }
 

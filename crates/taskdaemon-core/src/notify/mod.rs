@@ -11,6 +11,9 @@ mod config;
 mod daemon;
 mod deliver;
 mod local;
+mod next;
+mod notice;
+mod render;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -21,13 +24,17 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-pub use config::{SinkConfig, Target};
-pub use daemon::{notice_of, start_for_daemon};
+pub use config::{Format, SinkConfig, Target};
+pub use daemon::{DaemonNotices, start_for_daemon};
 pub use local::{LocalNotices, sinks_for, tee};
+pub use next::{Next, Place, next_step, reason_of, wait_reason};
+pub use notice::{MergeFacts, MergeOutcome, Notice, SCHEMA};
 
 /// What happened: the kinds a sink's `events:` filter names.
+/// Written in snake_case (`usage_limit_wait`), as in the payload's `event`; the kebab-case
+/// spelling of earlier versions (`usage-limit-wait`) is still read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(rename_all = "snake_case")]
 pub enum Kind {
     Blocked,
     Decide,
@@ -35,16 +42,24 @@ pub enum Kind {
     Failed,
     Stuck,
     /// The agent hit its usage limit; the run waits for the reset.
+    #[serde(alias = "usage-limit-wait")]
     UsageLimitWait,
     /// The wait is over; the run goes on.
+    #[serde(alias = "usage-limit-over")]
     UsageLimitOver,
+    #[serde(alias = "merge-conflict")]
     MergeConflict,
+    /// Finished work waits on `taskdaemon/integration/<target>` (the target is checked
+    /// out) for a merge a person makes, and no `complete` notice says so (a spec's merge).
+    #[serde(alias = "merge-held")]
+    MergeHeld,
     /// The daemon stopped without being asked to (a crash, a kill).
+    #[serde(alias = "daemon-stopped")]
     DaemonStopped,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Blocked,
         Kind::Decide,
         Kind::Complete,
@@ -53,6 +68,7 @@ impl Kind {
         Kind::UsageLimitWait,
         Kind::UsageLimitOver,
         Kind::MergeConflict,
+        Kind::MergeHeld,
         Kind::DaemonStopped,
     ];
 
@@ -63,15 +79,16 @@ impl Kind {
             Kind::Complete => "complete",
             Kind::Failed => "failed",
             Kind::Stuck => "stuck",
-            Kind::UsageLimitWait => "usage-limit-wait",
-            Kind::UsageLimitOver => "usage-limit-over",
-            Kind::MergeConflict => "merge-conflict",
-            Kind::DaemonStopped => "daemon-stopped",
+            Kind::UsageLimitWait => "usage_limit_wait",
+            Kind::UsageLimitOver => "usage_limit_over",
+            Kind::MergeConflict => "merge_conflict",
+            Kind::MergeHeld => "merge_held",
+            Kind::DaemonStopped => "daemon_stopped",
         }
     }
 
     /// The headline of a message of this kind.
-    fn headline(self) -> &'static str {
+    pub(crate) fn headline(self) -> &'static str {
         match self {
             Kind::Blocked => "is BLOCKED",
             Kind::Decide => "asks you to DECIDE",
@@ -81,6 +98,7 @@ impl Kind {
             Kind::UsageLimitWait => "waits for the agent's usage limit to reset",
             Kind::UsageLimitOver => "goes on: the usage-limit wait is over",
             Kind::MergeConflict => "has a MERGE CONFLICT",
+            Kind::MergeHeld => "is merged and HELD for you to take",
             Kind::DaemonStopped => "stopped unexpectedly",
         }
     }
@@ -94,6 +112,7 @@ impl Kind {
                 | Kind::Failed
                 | Kind::Stuck
                 | Kind::MergeConflict
+                | Kind::MergeHeld
                 | Kind::DaemonStopped
         )
     }
@@ -102,160 +121,6 @@ impl Kind {
 impl std::fmt::Display for Kind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// One message: everything a person needs to act without opening a terminal first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct Notice {
-    #[serde(rename = "event")]
-    pub kind: Kind,
-    /// The repository's top level.
-    pub repository: String,
-    /// The run's id (empty for the daemon's own events).
-    pub run: String,
-    /// The plan, spec or task title.
-    pub title: String,
-    /// Why, in the agent's words (the BLOCKED reason, the DECIDE question, the agent's
-    /// usage-limit line…).
-    pub reason: String,
-    /// The exact command to act.
-    pub action: String,
-    pub at: String,
-}
-
-impl Notice {
-    /// A notice of `kind` about `run`, with the action command for its kind and place.
-    pub fn new(kind: Kind, place: Place<'_>, run: &str, title: &str, reason: &str) -> Notice {
-        Notice {
-            kind,
-            repository: place.repository().display().to_string(),
-            run: run.to_string(),
-            title: title.to_string(),
-            reason: reason.trim().to_string(),
-            action: action_for(kind, place, run),
-            at: crate::clock::now_rfc3339(),
-        }
-    }
-
-    /// Its kind and run (`blocked of run 2026…`), for a log line about it.
-    pub fn describe(&self) -> String {
-        if self.run.is_empty() {
-            return self.kind.to_string();
-        }
-        format!("{} of run {}", self.kind, self.run)
-    }
-
-    /// One line for a terminal or a desktop notification's summary.
-    pub fn summary(&self) -> String {
-        let repo = Path::new(&self.repository)
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| self.repository.clone());
-        if self.run.is_empty() {
-            return format!("taskdaemon in {repo} {}", self.kind.headline());
-        }
-        let title = if self.title.is_empty() {
-            String::new()
-        } else {
-            format!(" \"{}\"", self.title)
-        };
-        format!(
-            "taskdaemon: run {}{title} in {repo} {}",
-            self.run,
-            self.kind.headline()
-        )
-    }
-
-    /// The Slack-compatible text: summary, reason, action.
-    pub fn text(&self) -> String {
-        let mut t = self.summary();
-        if !self.reason.is_empty() {
-            t.push_str(&format!("\n> {}", self.reason.replace('\n', "\n> ")));
-        }
-        t.push_str(&format!("\nrepository: {}", self.repository));
-        if self.action.contains('`') {
-            // Its commands are quoted already: no backticks around backticks (Markdown
-            // and Slack would break them apart).
-            t.push_str(&format!("\nnext: {}", self.action));
-        } else if !self.action.is_empty() {
-            t.push_str(&format!("\nnext: `{}`", self.action));
-        }
-        t
-    }
-
-    /// The webhook's JSON body and the command hook's stdin: the notice and `text`.
-    pub fn body(&self) -> serde_json::Value {
-        let mut v = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
-        if let Some(o) = v.as_object_mut() {
-            o.insert("text".into(), serde_json::Value::String(self.text()));
-        }
-        v
-    }
-}
-
-/// Where a run works, for the command that acts on it.
-#[derive(Debug, Clone, Copy)]
-pub enum Place<'a> {
-    /// A foreground `run`/`task` in this directory.
-    Local(&'a Path),
-    /// A daemon run of the repository `repo`, in `worktree` once it started.
-    Daemon {
-        repo: &'a Path,
-        worktree: Option<&'a Path>,
-    },
-}
-
-impl Place<'_> {
-    pub fn repository(&self) -> &Path {
-        match self {
-            Place::Local(d) => d,
-            Place::Daemon { repo, .. } => repo,
-        }
-    }
-}
-
-fn c_flag(p: &Path) -> String {
-    format!(
-        "taskdaemon -C {}",
-        crate::shell::quote(&p.display().to_string())
-    )
-}
-
-/// The command a person runs to act on a notice of `kind`.
-pub fn action_for(kind: Kind, place: Place<'_>, run: &str) -> String {
-    match place {
-        Place::Local(dir) => {
-            let c = c_flag(dir);
-            let logs = crate::shell::quote(&dir.join(".ralph/logs").display().to_string());
-            match kind {
-                Kind::Blocked => format!("{c} unblock && {c} run --resume"),
-                Kind::Decide => format!("{c} answer \"…\" && {c} run --resume"),
-                Kind::Failed | Kind::Stuck | Kind::MergeConflict => {
-                    format!("ls {logs}; then {c} run --resume")
-                }
-                Kind::DaemonStopped => format!("{c} daemon start"),
-                Kind::Complete | Kind::UsageLimitWait | Kind::UsageLimitOver => {
-                    format!("ls {logs}")
-                }
-            }
-        }
-        Place::Daemon { repo, worktree } => {
-            let c = c_flag(repo);
-            let w = c_flag(worktree.unwrap_or(repo));
-            match kind {
-                Kind::Blocked => format!("{w} unblock && {c} resume {run}"),
-                Kind::Decide => format!("{w} answer \"…\" && {c} resume {run}"),
-                Kind::MergeConflict => format!("{c} resume {run}"),
-                Kind::DaemonStopped => format!("{c} daemon start"),
-                Kind::Complete
-                | Kind::Failed
-                | Kind::Stuck
-                | Kind::UsageLimitWait
-                | Kind::UsageLimitOver => format!("{c} logs {run}"),
-            }
-        }
     }
 }
 

@@ -589,12 +589,24 @@ fn advance_spec(
 /// How a merge of [`Action::Merge`] ended, for [`merged`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MergeEnd {
-    /// In the target (or already there); `note` says e.g. that it was held.
-    Done { note: Option<String> },
+    /// In the target (or already there); `note` says e.g. that it was held (and `held`
+    /// where).
+    Done {
+        note: Option<String>,
+        held: Option<Held>,
+    },
     /// Conflict: the files, and what to do.
     Conflict { note: String },
     /// Something else failed (git error): retried on `resume`.
     Failed { note: String },
+}
+
+/// A merge held instead of made: the work waits on `integration_branch` because the
+/// target is checked out in `checkout`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    pub integration_branch: String,
+    pub checkout: std::path::PathBuf,
 }
 
 /// Record the end of a merge of `id` (a spec or a standalone run).
@@ -602,7 +614,7 @@ pub fn merged(records: &mut Records, id: &str, end: MergeEnd, now: i64) -> Resul
     let mut step = Step::default();
     match records.get(id)? {
         Some(AnyRecord::Spec(spec)) => match end {
-            MergeEnd::Done { note } => {
+            MergeEnd::Done { note, .. } => {
                 step.actions.push(Action::RemoveWorktree {
                     name: spec.id.clone(),
                 });
@@ -621,7 +633,7 @@ pub fn merged(records: &mut Records, id: &str, end: MergeEnd, now: i64) -> Resul
         },
         Some(AnyRecord::Run(mut run)) => {
             let (status, note) = match end {
-                MergeEnd::Done { note } => {
+                MergeEnd::Done { note, .. } => {
                     step.actions.push(Action::RemoveWorktree {
                         name: run.id.clone(),
                     });

@@ -467,7 +467,10 @@ type MergedRow = (&'static str, fn() -> MergeEnd, SpecStatus, bool);
 const MERGED: &[MergedRow] = &[
     (
         "done: complete, its worktree removed",
-        || MergeEnd::Done { note: None },
+        || MergeEnd::Done {
+            note: None,
+            held: None,
+        },
         SpecStatus::Complete,
         true,
     ),
@@ -475,6 +478,7 @@ const MERGED: &[MergedRow] = &[
         "held: complete, with the note",
         || MergeEnd::Done {
             note: Some("held on taskdaemon/integration/main: …".into()),
+            held: None,
         },
         SpecStatus::Complete,
         true,
@@ -505,7 +509,7 @@ fn merged_records_the_end_of_a_spec_merge() {
             .phase(0, 0, RunStatus::Complete);
         let end = end();
         let note = match &end {
-            MergeEnd::Done { note } => note.clone(),
+            MergeEnd::Done { note, .. } => note.clone(),
             MergeEnd::Conflict { note } | MergeEnd::Failed { note } => Some(note.clone()),
         };
         let id = w.specs[0].clone();
@@ -524,7 +528,13 @@ fn merged_records_the_end_of_a_spec_merge() {
 #[test]
 fn merged_records_the_end_of_a_standalone_run_merge() {
     for (end, status) in [
-        (MergeEnd::Done { note: None }, RunStatus::Complete),
+        (
+            MergeEnd::Done {
+                note: None,
+                held: None,
+            },
+            RunStatus::Complete,
+        ),
         (
             MergeEnd::Conflict {
                 note: "conflict".into(),
@@ -539,7 +549,18 @@ fn merged_records_the_end_of_a_standalone_run_merge() {
         assert_eq!(w.run_now(0).status, status);
     }
     let mut w = World::new(PlanStatus::Complete);
-    assert!(merged(&mut w.r, "nothing-here", MergeEnd::Done { note: None }, T0).is_err());
+    assert!(
+        merged(
+            &mut w.r,
+            "nothing-here",
+            MergeEnd::Done {
+                note: None,
+                held: None,
+            },
+            T0
+        )
+        .is_err()
+    );
 }
 
 #[test]

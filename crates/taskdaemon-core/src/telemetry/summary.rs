@@ -25,6 +25,9 @@ pub struct RunSummary {
     pub tokens_out: u64,
     pub summary_csv: PathBuf,
     pub logs_dir: PathBuf,
+    /// The outcome itself (for notices, which word it as a daemon run's are).
+    #[serde(skip)]
+    pub outcome: Option<crate::engine::Outcome>,
 }
 
 /// What a loop's list holds.

@@ -177,6 +177,9 @@ impl Model {
             E::MergeConflict { message, .. } => {
                 r.waiting = Some(Waiting::MergeConflict(message.clone()))
             }
+            E::MergeHeld { action, .. } => {
+                r.waiting = Some(Waiting::MergeHeld(format!("take it with `{action}`")))
+            }
             E::Merged { held_on, .. } => {
                 r.waiting = held_on.as_ref().map(|b| {
                     Waiting::MergeHeld(format!("on {b}: take it with `git merge --ff-only {b}`"))

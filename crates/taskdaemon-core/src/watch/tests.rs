@@ -106,6 +106,8 @@ fn pushed_events_fold_into_the_model() {
             until: Some("2026-11-24T06:00:00Z".into()),
             message: "usage limit".into(),
             action: None,
+            line: None,
+            facts: Default::default(),
         },
     ];
     for e in &events {
@@ -134,6 +136,7 @@ fn pushed_events_fold_into_the_model() {
         subject: subject.clone(),
         question: "A or B?".into(),
         action: String::new(),
+        facts: Default::default(),
     });
     assert_eq!(m.runs["r1"].status, RunStatus::Blocked);
     assert_eq!(
@@ -177,5 +180,34 @@ fn an_implement_run_shows_its_tasks_from_its_worktree() {
         RunView::from_record(&run("../../etc"), "x")
             .tasks
             .is_empty()
+    );
+}
+
+#[test]
+fn a_held_merge_shows_the_command_that_takes_it() {
+    use crate::daemon::events::{DaemonEvent as E, Subject};
+    let subject = Subject {
+        run: "r1".into(),
+        title: "add login".into(),
+        loop_type: "ralph".into(),
+        plan: None,
+        spec: None,
+        repo: "/src/repo".into(),
+    };
+    let mut m = Model::default();
+    m.apply(&E::MergeHeld {
+        subject,
+        branch: "taskdaemon/r1".into(),
+        target: "main".into(),
+        integration_branch: "taskdaemon/integration/main".into(),
+        checkout: "/src/repo".into(),
+        message: "held on taskdaemon/integration/main: …".into(),
+        action: "git -C /src/repo merge --no-edit taskdaemon/integration/main".into(),
+    });
+    assert_eq!(
+        m.runs["r1"].waiting,
+        Some(Waiting::MergeHeld(
+            "take it with `git -C /src/repo merge --no-edit taskdaemon/integration/main`".into()
+        ))
     );
 }

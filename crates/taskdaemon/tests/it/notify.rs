@@ -278,7 +278,7 @@ fn a_webhook_and_a_command_hook_get_one_message_per_event_with_the_action() {
         ("blocked", &blocks),
         ("decide", &decides),
         ("complete", &completes),
-        ("usage-limit-wait", &limited),
+        ("usage_limit_wait", &limited),
         ("complete", &limited),
     ];
     s.wait_for("every notice at both sinks", || {
@@ -288,7 +288,7 @@ fn a_webhook_and_a_command_hook_get_one_message_per_event_with_the_action() {
             .all(|(k, r)| has(&web, k, r) && has(&hook, k, r))
     });
     s.wait_for("the usage-limit wait's end at the hook", || {
-        has(&s.hooked(), "usage-limit-over", &limited)
+        has(&s.hooked(), "usage_limit_over", &limited)
     });
     s.ok(&["daemon", "stop"]);
     let web = got.lock().unwrap().clone();
@@ -299,14 +299,24 @@ fn a_webhook_and_a_command_hook_get_one_message_per_event_with_the_action() {
         assert_eq!(n(&web), 1, "{k} of {r} at the webhook: {web:#?}");
         assert_eq!(n(&hook), 1, "{k} of {r} at the hook: {hook:#?}");
     }
-    assert!(!has(&web, "usage-limit-over", &limited), "{web:#?}");
+    assert!(!has(&web, "usage_limit_over", &limited), "{web:#?}");
     let repo = s.env.repo().display().to_string();
     for n in web.iter().chain(&hook) {
         let text = n["text"].as_str().unwrap();
-        let action = n["action"].as_str().unwrap();
         assert_eq!(n["repository"], repo.as_str(), "{n:#}");
-        assert!(action.contains("taskdaemon"), "no command in {n:#}");
-        assert!(text.contains(action), "the text names the action: {n:#}");
+        match n["action"].as_str() {
+            Some(action) => {
+                assert!(
+                    action.contains("taskdaemon") || action.starts_with("git -C"),
+                    "no command in {n:#}"
+                );
+                assert!(text.contains(action), "the text names the action: {n:#}");
+            }
+            None => assert!(
+                text.contains(n["action_note"].as_str().unwrap()),
+                "the text says what to do: {n:#}"
+            ),
+        }
         assert!(text.contains(n["run"].as_str().unwrap()), "{n:#}");
         assert!(!n["title"].as_str().unwrap().is_empty(), "{n:#}");
     }
@@ -318,10 +328,10 @@ fn a_webhook_and_a_command_hook_get_one_message_per_event_with_the_action() {
     let d = find("decide");
     assert_eq!(d["reason"], "OAuth or passwords?");
     assert!(d["action"].as_str().unwrap().contains("answer"), "{d:#}");
-    let w = find("usage-limit-wait");
+    let w = find("usage_limit_wait");
     assert!(
-        w["reason"].as_str().unwrap().contains("usage limit"),
-        "{w:#}"
+        w["reason"].as_str().unwrap().contains("session limit"),
+        "the agent's own words: {w:#}"
     );
     // The untrusted repository's own command hook never ran, and the log says why.
     assert!(!evil.exists(), "a project's command hook ran");
@@ -332,6 +342,352 @@ fn a_webhook_and_a_command_hook_get_one_message_per_event_with_the_action() {
     );
     let kinds_file = std::fs::read_to_string(s.env.root().join("hook.out.kinds")).unwrap();
     assert!(kinds_file.lines().any(|l| l == "decide"), "{kinds_file}");
+}
+
+/// The keys of payload schema 1 (docs/notifications.md), in no particular order.
+const SCHEMA_KEYS: &[&str] = &[
+    "schema",
+    "event",
+    "at",
+    "repository",
+    "run",
+    "title",
+    "reason",
+    "action",
+    "action_note",
+    "iterations",
+    "duration_ms",
+    "cost_usd",
+    "commit",
+    "link",
+    "merge",
+    "text",
+    "markdown",
+];
+
+/// A payload of a JSON-format sink against the documented schema 1: exactly its keys,
+/// snake_case, each of its type (`null` where the schema allows it), and the Markdown
+/// with no code span inside another.
+fn check_schema(n: &Value) {
+    let o = n
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {n:#}"));
+    let mut keys: Vec<&str> = o.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    let mut want = SCHEMA_KEYS.to_vec();
+    want.sort_unstable();
+    assert_eq!(keys, want, "{n:#}");
+    assert_eq!(n["schema"], 1, "{n:#}");
+    let events = [
+        "blocked",
+        "decide",
+        "complete",
+        "failed",
+        "stuck",
+        "usage_limit_wait",
+        "usage_limit_over",
+        "merge_conflict",
+        "merge_held",
+        "daemon_stopped",
+    ];
+    assert!(events.contains(&n["event"].as_str().unwrap_or("")), "{n:#}");
+    let at = n["at"].as_str().unwrap();
+    assert!(
+        at.len() >= 20 && at.as_bytes()[10] == b'T' && at.ends_with('Z'),
+        "{at}"
+    );
+    let string_or_null = |k: &str| {
+        assert!(n[k].is_string() || n[k].is_null(), "{k} in {n:#}");
+    };
+    for k in ["run", "title", "action", "action_note", "commit", "link"] {
+        string_or_null(k);
+    }
+    for k in ["repository", "reason", "text", "markdown"] {
+        assert!(n[k].is_string(), "{k} in {n:#}");
+    }
+    assert!(n["iterations"].is_u64(), "{n:#}");
+    assert!(n["duration_ms"].is_u64(), "{n:#}");
+    assert!(n["cost_usd"].is_f64() || n["cost_usd"].is_null(), "{n:#}");
+    if let Some(m) = n["merge"].as_object() {
+        let mut mk: Vec<&str> = m.keys().map(String::as_str).collect();
+        mk.sort_unstable();
+        assert_eq!(
+            mk,
+            [
+                "branch",
+                "checkout",
+                "integration_branch",
+                "outcome",
+                "target"
+            ],
+            "{n:#}"
+        );
+        assert!(
+            ["merged", "held"].contains(&m["outcome"].as_str().unwrap()),
+            "{n:#}"
+        );
+    } else {
+        assert!(n["merge"].is_null(), "{n:#}");
+    }
+    if let Some(a) = n["action"].as_str() {
+        assert!(!a.contains('`'), "an action is one command line: {a}");
+        let ok = std::process::Command::new("sh")
+            .args(["-n", "-c", a])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "sh -n refuses the action {a}");
+        let md = n["markdown"].as_str().unwrap();
+        assert!(md.contains(&format!("`{a}`")), "one code span: {md}");
+    }
+}
+
+/// Run a notice's `action` as a person would paste it: `sh -c` in the repository, with
+/// `taskdaemon` (this build) and git on PATH, in the test's hermetic environment. Its
+/// exit code.
+fn paste(s: &Setup, line: &str) -> i32 {
+    let bin = s.env.root().join("bin");
+    if !bin.join("taskdaemon").exists() {
+        std::fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_taskdaemon"), bin.join("taskdaemon"))
+            .unwrap();
+    }
+    let template = s.env.cmd();
+    let mut c = std::process::Command::new("sh");
+    c.args(["-c", line]).current_dir(s.env.repo());
+    for (k, v) in template.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    for (k, v) in &s.vars {
+        c.env(k, v);
+    }
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        harness::narrowed_path().to_string_lossy()
+    );
+    let out = c.env("PATH", path).output().unwrap();
+    if !out.status.success() {
+        eprintln!(
+            "{line}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out.status.code().unwrap_or(-1)
+}
+
+fn only<'a>(v: &'a [Value], kind: &str, run: &str) -> &'a Value {
+    let found: Vec<&Value> = v
+        .iter()
+        .filter(|n| n["event"] == kind && n["run"] == run)
+        .collect();
+    assert_eq!(found.len(), 1, "one {kind} of {run}: {v:#?}");
+    found[0]
+}
+
+/// The daemon: BLOCKED, DECIDE, COMPLETE merged (into a branch nobody has checked out),
+/// COMPLETE held (main is checked out in the repository) and a usage-limit wait, each
+/// payload of the documented schema with the command a person runs next; the held
+/// one's command, run, takes the work into main.
+#[test]
+fn a_daemon_sends_each_outcome_with_the_next_command_in_the_documented_schema() {
+    let (url, got) = receiver();
+    let s = Setup::new("");
+    s.user_hook_and(&format!("  - webhook: {url}\n"));
+    s.project("");
+    harness::git(&s.env.repo(), &["branch", "release"]);
+    s.ok(&["daemon", "start", "--tick", "0.2", "--max-loops", "5"]);
+    let blocks = s.submit("task-blocks: add the payment API");
+    let decides = s.submit("task-decides: add login");
+    let out = s.ok(&[
+        "submit",
+        "ralph",
+        "task-completes: write the readme",
+        "--validate",
+        "true",
+        "--target",
+        "release",
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let merged = v["created"][0]["id"].as_str().unwrap().to_string();
+    let limited = s.submit("task-limited: fix the flaky test");
+    let want = [
+        ("blocked", &blocks),
+        ("decide", &decides),
+        ("complete", &merged),
+        ("usage_limit_wait", &limited),
+        ("complete", &limited),
+    ];
+    s.wait_for("every notice at the webhook", || {
+        let web = got.lock().unwrap().clone();
+        want.iter().all(|(k, r)| has(&web, k, r))
+    });
+    s.ok(&["daemon", "stop"]);
+    let web = got.lock().unwrap().clone();
+    for n in &web {
+        check_schema(n);
+    }
+    let repo = s.env.repo().display().to_string();
+    let wt = |id: &str| format!("{repo}/.taskdaemon/worktrees/{id}");
+    let b = only(&web, "blocked", &blocks);
+    assert_eq!(b["reason"], "the API key is missing");
+    assert_eq!(
+        b["action"],
+        format!(
+            "taskdaemon -C {} unblock && taskdaemon -C {repo} resume {blocks}",
+            wt(&blocks)
+        )
+        .as_str()
+    );
+    assert_eq!(b["iterations"], 1);
+    assert!(
+        (b["cost_usd"].as_f64().unwrap() - 0.01).abs() < 1e-9,
+        "{b:#}"
+    );
+    let d = only(&web, "decide", &decides);
+    assert_eq!(d["reason"], "OAuth or passwords?");
+    assert_eq!(
+        d["action"],
+        format!(
+            "taskdaemon -C {} answer \"…\" && taskdaemon -C {repo} resume {decides}",
+            wt(&decides)
+        )
+        .as_str()
+    );
+    let m = only(&web, "complete", &merged);
+    assert_eq!(m["reason"], "validation passed");
+    assert_eq!(m["merge"]["outcome"], "merged", "{m:#}");
+    assert_eq!(m["merge"]["target"], "release");
+    assert_eq!(
+        m["action"],
+        format!("taskdaemon -C {repo} report {merged}").as_str()
+    );
+    let commit = m["commit"].as_str().expect("the run's commit");
+    let on_release = harness::git(&s.env.repo(), &["log", "--format=%H", "release"]);
+    assert!(
+        commit.len() >= 12 && on_release.lines().any(|l| l.starts_with(commit)),
+        "{commit} in release: {on_release}"
+    );
+    let w = only(&web, "usage_limit_wait", &limited);
+    assert!(
+        w["action"].is_null(),
+        "nothing to run while it waits: {w:#}"
+    );
+    assert!(
+        w["action_note"]
+            .as_str()
+            .unwrap()
+            .contains("resumes on its own at"),
+        "{w:#}"
+    );
+    assert!(w["reason"].as_str().unwrap().contains("(until "), "{w:#}");
+    let h = only(&web, "complete", &limited);
+    assert_eq!(h["merge"]["outcome"], "held", "{h:#}");
+    assert_eq!(
+        h["merge"]["integration_branch"],
+        "taskdaemon/integration/main"
+    );
+    let take = format!("git -C {repo} merge --no-edit taskdaemon/integration/main");
+    assert_eq!(h["action"], take.as_str());
+    assert!(h["text"].as_str().unwrap().contains("HELD"), "{h:#}");
+    assert_eq!(
+        h["iterations"], 1,
+        "the limited attempt is done again: {h:#}"
+    );
+    // The commands do what they say: the report is written, the work is in main.
+    assert_eq!(paste(&s, m["action"].as_str().unwrap()), 0);
+    assert!(!s.env.repo().join("done.txt").exists());
+    assert_eq!(paste(&s, &take), 0);
+    assert!(s.env.repo().join("done.txt").exists(), "{take}");
+}
+
+/// A foreground `run` sends the same payloads (schema, reasons) as a daemon run, with its
+/// own commands: BLOCKED, DECIDE, COMPLETE and the usage-limit wait.
+#[test]
+fn a_foreground_run_sends_each_outcome_with_the_next_command_in_the_documented_schema() {
+    let (url, got) = receiver();
+    let cases = [
+        ("task-blocks: add the payment API", 2, "blocked"),
+        ("task-decides: add login", 3, "decide"),
+        ("task-completes: write the readme", 0, "complete"),
+        ("task-limited: fix the flaky test", 0, "complete"),
+    ];
+    let mut repos = Vec::new();
+    for (task, code, _) in cases {
+        let s = Setup::new("");
+        s.user_hook_and(&format!("  - webhook: {url}\n"));
+        s.project("");
+        let r = s.run(&["run", task, "--max-iterations", "3", "--validate", "true"]);
+        assert_eq!(r.code, code, "{task}\n{}\n{}", r.stdout, r.stderr);
+        repos.push(s);
+    }
+    let web = got.lock().unwrap().clone();
+    for n in &web {
+        check_schema(n);
+    }
+    let of = |i: usize, kind: &str| {
+        let repo = repos[i].env.repo().display().to_string();
+        let found: Vec<&Value> = web
+            .iter()
+            .filter(|n| n["event"] == kind && n["repository"] == repo.as_str())
+            .collect();
+        assert_eq!(found.len(), 1, "one {kind} in {repo}: {web:#?}");
+        (found[0].clone(), repo)
+    };
+    let (b, repo) = of(0, "blocked");
+    assert_eq!(b["reason"], "the API key is missing");
+    assert_eq!(
+        b["action"],
+        format!("taskdaemon -C {repo} unblock && taskdaemon -C {repo} run --resume").as_str()
+    );
+    assert_eq!(b["iterations"], 1);
+    assert!(
+        (b["cost_usd"].as_f64().unwrap() - 0.01).abs() < 1e-9,
+        "{b:#}"
+    );
+    let (d, repo) = of(1, "decide");
+    assert_eq!(d["reason"], "OAuth or passwords?");
+    assert_eq!(
+        d["action"],
+        format!("taskdaemon -C {repo} answer \"…\" && taskdaemon -C {repo} run --resume").as_str()
+    );
+    // Pasted, each goes on with the run (which blocks or asks again: the agent is scripted).
+    assert_eq!(paste(&repos[0], b["action"].as_str().unwrap()), 2);
+    assert_eq!(paste(&repos[1], d["action"].as_str().unwrap()), 3);
+    let (c, repo) = of(2, "complete");
+    assert_eq!(paste(&repos[2], c["action"].as_str().unwrap()), 0);
+    assert!(repos[2].env.repo().join(".ralph/logs/report.html").exists());
+    assert_eq!(c["reason"], "validation passed", "as a daemon run says it");
+    assert_eq!(c["action"], format!("taskdaemon -C {repo} report").as_str());
+    assert!(c["merge"].is_null());
+    let head = harness::git(&repos[2].env.repo(), &["rev-parse", "HEAD"]);
+    let commit = c["commit"].as_str().unwrap();
+    assert!(
+        commit.len() >= 12 && head.starts_with(commit),
+        "{commit} of {head}"
+    );
+    let (w, _) = of(3, "usage_limit_wait");
+    assert!(w["action"].is_null(), "{w:#}");
+    assert!(
+        w["action_note"]
+            .as_str()
+            .unwrap()
+            .contains("resumes on its own at"),
+        "{w:#}"
+    );
+    assert!(w["reason"].as_str().unwrap().contains("(until "), "{w:#}");
+    let (over, _) = of(3, "usage_limit_over");
+    assert!(over["action"].is_null(), "{over:#}");
+    let (c, _) = of(3, "complete");
+    assert_eq!(
+        c["iterations"], 1,
+        "the limited attempt is done again: {c:#}"
+    );
 }
 
 #[test]
@@ -408,7 +764,7 @@ fn timed_limited_run(s: &Setup) -> Duration {
         has(&s.hooked(), "complete", &id)
     });
     assert!(
-        has(&s.hooked(), "usage-limit-wait", &id),
+        has(&s.hooked(), "usage_limit_wait", &id),
         "{:#?}",
         s.hooked()
     );
