@@ -93,22 +93,24 @@ pub enum Report {
     },
 }
 
-/// Run `l` to an outcome; every step is reported on `tx`.
+/// Run `l` to an outcome; every step is reported on `tx`. `cancel` stops it at once (the
+/// iteration under way is done again when it goes on), `pause` between two iterations.
 pub async fn execute(
     shared: Arc<Shared>,
     l: Launch,
     cancel: CancellationToken,
+    pause: CancellationToken,
     tx: UnboundedSender<Report>,
 ) {
     let run_id = l.run.id.clone();
-    let result = execute_inner(shared, l, &cancel, &tx).await;
+    let result = execute_inner(shared, l, (&cancel, pause), &tx).await;
     let _ = tx.send(Report::Finished { run_id, result });
 }
 
 async fn execute_inner(
     shared: Arc<Shared>,
     l: Launch,
-    cancel: &CancellationToken,
+    (cancel, pause): (&CancellationToken, CancellationToken),
     tx: &UnboundedSender<Report>,
 ) -> Result<Outcome, String> {
     let prep = {
@@ -143,6 +145,7 @@ async fn execute_inner(
     let ctx = EngineContext {
         script_runner: shared.script_runner.clone(),
         events: EventSink::new(etx),
+        pause,
     };
     let earlier = state.elapsed_ms;
     let started = std::time::Instant::now();

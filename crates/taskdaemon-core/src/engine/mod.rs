@@ -102,6 +102,10 @@ pub struct EngineContext {
     /// The executable that plays `script:` agents (the taskdaemon binary).
     pub script_runner: PathBuf,
     pub events: EventSink,
+    /// Set: the run stops between iterations, as [`Outcome::Interrupted`] (the iteration
+    /// under way finishes and counts; the daemon's graceful pause). The `cancel` token
+    /// stops it at once instead.
+    pub pause: CancellationToken,
 }
 
 /// How a run begins, and how many temporary files of killed writes its start removed from
@@ -189,13 +193,15 @@ pub async fn run_source<S: WorkSource>(
         if let Some(o) = refused.take() {
             break o;
         }
-        if cancel.is_cancelled() {
+        if cancel.is_cancelled() || ctx.pause.is_cancelled() {
             break Outcome::Interrupted;
         }
         // A usage limit's reset or a backoff (also one a resumed run was waiting for), or
         // the quota governor's pause of every loop on this account.
         failures::governed(&mut st);
-        if st.failures.wait_until.is_some() && !failures::wait(&mut st, ws, ctx, cancel).await? {
+        if st.failures.wait_until.is_some()
+            && !failures::wait(&mut st, ws, ctx, &either(cancel, &ctx.pause)).await?
+        {
             break Outcome::Interrupted;
         }
         let elapsed = earlier + session.elapsed();
@@ -245,6 +251,23 @@ pub async fn run_source<S: WorkSource>(
     });
     source.finished(&outcome, &summary.detail, ctx);
     Ok((outcome, summary))
+}
+
+/// A token cancelled when `a` or `b` is (a wait between iterations ends on a pause too).
+fn either(a: &CancellationToken, b: &CancellationToken) -> CancellationToken {
+    let out = a.child_token();
+    if b.is_cancelled() {
+        out.cancel();
+        return out;
+    }
+    let (b, o) = (b.clone(), out.clone());
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = b.cancelled() => o.cancel(),
+            _ = o.cancelled() => {}
+        }
+    });
+    out
 }
 
 /// The run's start, announced.
@@ -367,6 +390,7 @@ pub fn preflight_refusal(cfg: &RunConfig) -> Option<Outcome> {
         &EngineContext {
             script_runner: std::path::PathBuf::new(),
             events: EventSink::none(),
+            pause: CancellationToken::new(),
         },
     )
 }

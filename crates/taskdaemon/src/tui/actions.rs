@@ -75,6 +75,8 @@ fn control(app: &App, verb: Verb, run: &str) -> Result<String, String> {
     let req = Request::Control {
         action: verb,
         reference: run.to_string(),
+        // A second pause of a run that is pausing stops it at once (the daemon's rule).
+        force: false,
     };
     let resp = ipc::call(&socket, &req, Duration::from_secs(10)).map_err(|e| e.to_string())?;
     if resp.ok {
