@@ -576,9 +576,14 @@ impl PlanWatch<'_> {
 
     /// Select the line containing `what` with `j`/`k` (bounded).
     fn select(&self, what: &str) {
+        self.select_where(what, |l| l.contains(what));
+    }
+
+    /// Select the first line for which `ok` holds, from the top (bounded).
+    fn select_where(&self, what: &str, ok: impl Fn(&str) -> bool) {
         self.term.first();
         for _ in 0..20 {
-            if self.selected_line().contains(what) {
+            if ok(&self.selected_line()) {
                 return;
             }
             self.term.keys(&["j"]);
@@ -778,5 +783,44 @@ fn watch_follows_a_daemon_plan_of_two_specs_by_two_phases_to_its_merge_and_pause
         files.contains("alpha-1.txt") && files.contains("beta-1.txt"),
         "{files}"
     );
+
+    // The plan's and the spec loop's runs show their own logs (their worktree is gone:
+    // the daemon's kept copy of its .ralph/).
+    let s = w.status();
+    let plan_runs = s["plans"][0]["runs"].as_array().unwrap();
+    let run_of = |kind: &str| -> String {
+        plan_runs
+            .iter()
+            .find(|r| r["loop-type"] == kind)
+            .and_then(|r| r["id"].as_str())
+            .unwrap()
+            .to_string()
+    };
+    let (plan_run, spec_run) = (run_of("plan"), run_of("spec"));
+    w.select("it 5 ");
+    w.term.wait_for("the plan run's log", |s| {
+        s.contains(&format!(" {plan_run} iteration 5 · iteration-005.log"))
+            && s.contains(&format!("run {plan_run} iteration 5/"))
+    });
+    // `e`: its log exported into .ralph/exports/, which git ignores.
+    w.term.keys(&["e"]);
+    let exported = env
+        .repo()
+        .join(format!(".ralph/exports/{plan_run}-iteration-005.log"));
+    w.term.wait_for("the export", |s| {
+        s.contains("exported") && exported.is_file()
+    });
+    let status = harness::git(
+        &env.repo(),
+        &["status", "--porcelain", "--untracked-files=all"],
+    );
+    assert!(!status.contains("exports"), "{status}");
+    w.select_where("the spec loop's run", |l| {
+        l.contains("build widgets") && l.contains(" it 1 ")
+    });
+    w.term.wait_for("the spec run's log", |s| {
+        s.contains(&format!(" {spec_run} iteration 1 · iteration-001.log"))
+            && s.contains(&format!("run {spec_run} iteration 1/"))
+    });
     w.env.ok_with(&w.vars, &["daemon", "stop"]);
 }
