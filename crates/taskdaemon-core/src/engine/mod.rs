@@ -199,10 +199,13 @@ pub async fn run_source<S: WorkSource>(
         // A usage limit's reset or a backoff (also one a resumed run was waiting for), or
         // the quota governor's pause of every loop on this account.
         failures::governed(&mut st);
-        if st.failures.wait_until.is_some()
-            && !failures::wait(&mut st, ws, ctx, &either(cancel, &ctx.pause)).await?
-        {
-            break Outcome::Interrupted;
+        if st.failures.wait_until.is_some() {
+            let stop = either(cancel, &ctx.pause);
+            // Ends the task that watches the pause token, however the wait ends.
+            let _watched = stop.clone().drop_guard();
+            if !failures::wait(&mut st, ws, ctx, &stop).await? {
+                break Outcome::Interrupted;
+            }
         }
         let elapsed = earlier + session.elapsed();
         if let Some(o) = at_limit(&st, &cfg, elapsed) {
@@ -253,7 +256,8 @@ pub async fn run_source<S: WorkSource>(
     Ok((outcome, summary))
 }
 
-/// A token cancelled when `a` or `b` is (a wait between iterations ends on a pause too).
+/// A token cancelled when `a` or `b` is (a wait between iterations ends on a pause too);
+/// cancelling it ends the task that watches `b`.
 fn either(a: &CancellationToken, b: &CancellationToken) -> CancellationToken {
     let out = a.child_token();
     if b.is_cancelled() {
@@ -452,5 +456,27 @@ fn summarize<S: WorkSource>(
         tokens_out: st.tokens_out,
         summary_csv: ws.summary_csv(),
         logs_dir: ws.logs_dir(),
+    }
+}
+
+#[cfg(test)]
+mod either_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_wait_ends_on_a_stop_or_a_pause_and_its_watcher_with_it() {
+        let (stop, pause) = (CancellationToken::new(), CancellationToken::new());
+        let w = either(&stop, &pause);
+        assert!(!w.is_cancelled());
+        pause.cancel();
+        w.cancelled().await;
+        let (stop, pause) = (CancellationToken::new(), CancellationToken::new());
+        let w = either(&stop, &pause);
+        stop.cancel();
+        assert!(w.is_cancelled());
+        // Paused before the wait: it does not start.
+        pause.cancel();
+        let w = either(&CancellationToken::new(), &pause);
+        assert!(w.is_cancelled());
     }
 }
