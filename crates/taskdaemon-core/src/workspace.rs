@@ -16,6 +16,8 @@ pub const IGNORED: &[&str] = &[
     ".ralph/requirements.json",
     ".ralph/status.txt",
     ".ralph/iteration.txt",
+    // Logs exported from `watch` (`e`).
+    ".ralph/exports/",
     // `archive` moves the same runtime files aside: they stay out of commits there too.
     ".ralph/archive/*/logs/",
     ".ralph/archive/*/blocked.txt",
@@ -70,6 +72,10 @@ impl Workspace {
     }
     pub fn logs_dir(&self) -> PathBuf {
         self.root.join("logs")
+    }
+    /// `exports/`: logs a person exported from `watch` (ignored by git).
+    pub fn exports_dir(&self) -> PathBuf {
+        self.root.join("exports")
     }
     /// `logs/runs/`: a directory per earlier run, out of `logs/` itself, which a run's start
     /// lists (a long-lived project has thousands of earlier runs).

@@ -93,7 +93,7 @@ pub enum Command {
     Logs(commands::logs::LogsArgs),
     /// Start a queued or paused run now.
     Start(commands::start::StartArgs),
-    /// Pause a run, or every run of a spec or plan; `resume` continues at the next iteration.
+    /// Pause a run when its iteration ends (`--force`: now), or every run of a spec or plan; `resume` goes on.
     Pause(commands::pause::PauseArgs),
     /// Resume a paused, blocked or stopped run, spec or plan (after a merge conflict: once resolved).
     Resume(commands::resume::ResumeArgs),

@@ -47,12 +47,23 @@ pub enum StopAs {
     Stopped,
 }
 
+/// The note of a running run asked to pause: it stops when its iteration ends.
+pub const PAUSING_NOTE: &str =
+    "pausing: stops when its iteration ends (pause it again, or `pause --force`, to stop it now)";
+
+/// Whether a run's note says it pauses when its iteration ends.
+pub fn is_pausing(note: Option<&str>) -> bool {
+    note == Some(PAUSING_NOTE)
+}
+
 #[derive(Debug, Default)]
 pub struct Applied {
     /// What happened, one line per record.
     pub lines: Vec<String>,
-    /// Active runs to interrupt.
+    /// Active runs to interrupt now.
     pub stop: Vec<(String, StopAs)>,
+    /// Active runs to pause when their iteration ends (their note says so).
+    pub pause_after: Vec<String>,
     /// Runs to start now, past the concurrency limits.
     pub start_now: Vec<String>,
 }
@@ -70,20 +81,29 @@ pub enum ControlError {
     },
 }
 
-/// Apply `action` to the record `reference` names. `active` tells whether a run has a live
-/// process in the daemon.
+/// How a control request applies: when it happens and which runs have a live process.
+pub struct Scope<'a> {
+    pub now: i64,
+    /// Whether a run has a live process in the daemon.
+    pub active: &'a dyn Fn(&str) -> bool,
+    /// A pause stops a live run at once (its iteration is done again when it goes on);
+    /// without it the run stops when its iteration ends, unless it was pausing already.
+    pub force: bool,
+}
+
+/// Apply `action` to the record `reference` names.
 pub fn apply(
     records: &mut Records,
     action: Action,
     reference: &str,
-    now: i64,
-    active: &dyn Fn(&str) -> bool,
+    scope: &Scope,
 ) -> Result<Applied, ControlError> {
+    let now = scope.now;
     let record = records.find(reference)?;
     let mut out = Applied::default();
     match record {
         AnyRecord::Run(run) => {
-            let done = on_run(records, action, run, now, active, &mut out, true)?;
+            let done = on_run(records, action, run, scope, &mut out, true)?;
             if !done {
                 return Ok(out);
             }
@@ -91,7 +111,7 @@ pub fn apply(
         AnyRecord::Spec(mut spec) => {
             let children = runs(records, &[Filter::eq("parent", spec.id.as_str())])?;
             for r in children {
-                on_run(records, action, r, now, active, &mut out, false)?;
+                on_run(records, action, r, scope, &mut out, false)?;
             }
             let (status, note) = match action {
                 // Nothing more of it starts until it is resumed (its running phase was paused above).
@@ -133,13 +153,14 @@ pub fn apply(
         AnyRecord::Plan(mut plan) => {
             let own = runs(records, &[Filter::eq("parent", plan.id.as_str())])?;
             for r in own {
-                on_run(records, action, r, now, active, &mut out, false)?;
+                on_run(records, action, r, scope, &mut out, false)?;
             }
             for s in specs(records, &[Filter::eq("parent", plan.id.as_str())])? {
                 if s.status != SpecStatus::Complete {
-                    let more = apply(records, action, &s.id, now, active)?;
+                    let more = apply(records, action, &s.id, scope)?;
                     out.lines.extend(more.lines);
                     out.stop.extend(more.stop);
+                    out.pause_after.extend(more.pause_after);
                     out.start_now.extend(more.start_now);
                 }
             }
@@ -200,16 +221,31 @@ fn on_run(
     records: &mut Records,
     action: Action,
     mut run: LoopRun,
-    now: i64,
-    active: &dyn Fn(&str) -> bool,
+    scope: &Scope,
     out: &mut Applied,
     strict: bool,
 ) -> Result<bool, ControlError> {
-    let live = active(&run.id);
+    let now = scope.now;
+    let live = (scope.active)(&run.id);
     let new = match (action, run.status) {
-        (Action::Pause, RunStatus::Running) if live => {
+        (Action::Pause, RunStatus::Running)
+            if live && (scope.force || is_pausing(run.note.as_deref())) =>
+        {
             out.stop.push((run.id.clone(), StopAs::Paused));
-            out.lines.push(format!("run {}: pausing", run.id));
+            out.lines.push(format!(
+                "run {}: pausing now (iteration {} is stopped and done again on resume)",
+                run.id, run.iteration
+            ));
+            return Ok(true);
+        }
+        (Action::Pause, RunStatus::Running) if live => {
+            out.pause_after.push(run.id.clone());
+            out.lines.push(format!(
+                "run {}: pauses when iteration {} ends (pause it again, or `pause --force`, to stop it now)",
+                run.id, run.iteration
+            ));
+            run.note = Some(PAUSING_NOTE.to_string());
+            records.update(AnyRecord::Run(run), now)?;
             return Ok(true);
         }
         (Action::Pause, RunStatus::Running | RunStatus::Pending) => RunStatus::Paused,

@@ -97,15 +97,17 @@ pub enum Report {
     },
 }
 
-/// Run `l` to an outcome; every step is reported on `tx`.
+/// Run `l` to an outcome; every step is reported on `tx`. `cancel` stops it at once (the
+/// iteration under way is done again when it goes on), `pause` between two iterations.
 pub async fn execute(
     shared: Arc<Shared>,
     l: Launch,
     cancel: CancellationToken,
+    pause: CancellationToken,
     tx: UnboundedSender<Report>,
 ) {
     let run_id = l.run.id.clone();
-    let (result, facts) = match execute_inner(shared, l, &cancel, &tx).await {
+    let (result, facts) = match execute_inner(shared, l, (&cancel, pause), &tx).await {
         Ok((o, facts)) => (Ok(o), facts),
         Err(e) => (Err(e), None),
     };
@@ -119,7 +121,7 @@ pub async fn execute(
 async fn execute_inner(
     shared: Arc<Shared>,
     l: Launch,
-    cancel: &CancellationToken,
+    (cancel, pause): (&CancellationToken, CancellationToken),
     tx: &UnboundedSender<Report>,
 ) -> Result<(Outcome, Option<RunFacts>), String> {
     let prep = {
@@ -161,6 +163,7 @@ async fn execute_inner(
     let ctx = EngineContext {
         script_runner: shared.script_runner.clone(),
         events: EventSink::new(etx),
+        pause,
     };
     let earlier = state.elapsed_ms;
     let started = std::time::Instant::now();

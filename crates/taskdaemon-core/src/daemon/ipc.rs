@@ -24,6 +24,10 @@ pub enum Request {
     Control {
         action: super::control::Action,
         reference: String,
+        /// A pause stops the run at once (its iteration is done again when it goes on)
+        /// instead of when its iteration ends.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        force: bool,
     },
     /// What `status --json` shows, as one reply.
     Snapshot,

@@ -105,6 +105,8 @@ pub fn agent_kind(spec: &str) -> String {
 
 struct Active {
     cancel: CancellationToken,
+    /// Cancelled: the run stops when its iteration ends (a graceful pause).
+    pause: CancellationToken,
     agent: String,
     stop_as: Option<StopAs>,
     /// Its worktree (the branch pushed to the shared remote).
@@ -1003,7 +1005,10 @@ impl Dispatcher {
             .map(agent_kind)
             .unwrap_or_else(|| self.opts.default_agent_kind.clone());
         // Going on after a daemon stop: the note that said so is no longer true.
-        if run.status != RunStatus::Running || run.note.as_deref() == Some(INTERRUPTED_NOTE) {
+        if run.status != RunStatus::Running
+            || run.note.as_deref() == Some(INTERRUPTED_NOTE)
+            || control::is_pausing(run.note.as_deref())
+        {
             run.status = RunStatus::Running;
             run.note = None;
             match self.records.update(AnyRecord::Run(run.clone()), now_ms()) {
@@ -1016,11 +1021,12 @@ impl Dispatcher {
             }
         }
         self.launched += 1;
-        let cancel = CancellationToken::new();
+        let (cancel, pause) = (CancellationToken::new(), CancellationToken::new());
         self.active.insert(
             run.id.clone(),
             Active {
                 cancel: cancel.clone(),
+                pause: pause.clone(),
                 agent,
                 stop_as: None,
                 worktree: worktree.clone(),
@@ -1041,6 +1047,7 @@ impl Dispatcher {
             self.shared.clone(),
             l,
             cancel,
+            pause,
             self.reports.clone(),
         ));
     }
@@ -1375,17 +1382,25 @@ impl Dispatcher {
                     serde_json::Value::Null,
                 )
             }
-            Request::Control { action, reference } => self.on_control(action, &reference),
+            Request::Control {
+                action,
+                reference,
+                force,
+            } => self.on_control(action, &reference, force),
         }
     }
 
     /// `start | pause | resume | cancel REF`: change the records, stop or start processes.
-    fn on_control(&mut self, action: control::Action, reference: &str) -> Response {
+    /// `force`: a pause stops live runs at once rather than when their iteration ends.
+    fn on_control(&mut self, action: control::Action, reference: &str, force: bool) -> Response {
         let _ = self.records.sync();
         let active: HashSet<String> = self.active.keys().cloned().collect();
-        let applied = match control::apply(&mut self.records, action, reference, now_ms(), &|id| {
-            active.contains(id)
-        }) {
+        let scope = control::Scope {
+            now: now_ms(),
+            active: &|id| active.contains(id),
+            force,
+        };
+        let applied = match control::apply(&mut self.records, action, reference, &scope) {
             Ok(applied) => applied,
             Err(e) => return Response::err(e.to_string()),
         };
@@ -1393,6 +1408,12 @@ impl Dispatcher {
             if let Some(act) = self.active.get_mut(id) {
                 act.stop_as = Some(*how);
                 act.cancel.cancel();
+            }
+        }
+        for id in &applied.pause_after {
+            if let Some(act) = self.active.get_mut(id) {
+                act.stop_as = Some(StopAs::Paused);
+                act.pause.cancel();
             }
         }
         for id in &applied.start_now {
@@ -1408,6 +1429,7 @@ impl Dispatcher {
         // A live run that stops says so when its process ended.
         if let Ok(rec) = self.records.find(reference)
             && !applied.stop.iter().any(|(id, _)| id == rec.id())
+            && !applied.pause_after.iter().any(|id| id == rec.id())
         {
             let subject = self.subject(rec.id());
             self.emit(match action {

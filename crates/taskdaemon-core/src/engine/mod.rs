@@ -102,6 +102,10 @@ pub struct EngineContext {
     /// The executable that plays `script:` agents (the taskdaemon binary).
     pub script_runner: PathBuf,
     pub events: EventSink,
+    /// Set: the run stops between iterations, as [`Outcome::Interrupted`] (the iteration
+    /// under way finishes and counts; the daemon's graceful pause). The `cancel` token
+    /// stops it at once instead.
+    pub pause: CancellationToken,
 }
 
 /// How a run begins, and how many temporary files of killed writes its start removed from
@@ -189,14 +193,19 @@ pub async fn run_source<S: WorkSource>(
         if let Some(o) = refused.take() {
             break o;
         }
-        if cancel.is_cancelled() {
+        if cancel.is_cancelled() || ctx.pause.is_cancelled() {
             break Outcome::Interrupted;
         }
         // A usage limit's reset or a backoff (also one a resumed run was waiting for), or
         // the quota governor's pause of every loop on this account.
         failures::governed(&mut st);
-        if st.failures.wait_until.is_some() && !failures::wait(&mut st, ws, ctx, cancel).await? {
-            break Outcome::Interrupted;
+        if st.failures.wait_until.is_some() {
+            let stop = either(cancel, &ctx.pause);
+            // Ends the task that watches the pause token, however the wait ends.
+            let _watched = stop.clone().drop_guard();
+            if !failures::wait(&mut st, ws, ctx, &stop).await? {
+                break Outcome::Interrupted;
+            }
         }
         let elapsed = earlier + session.elapsed();
         if let Some(o) = at_limit(&st, &cfg, elapsed) {
@@ -245,6 +254,24 @@ pub async fn run_source<S: WorkSource>(
     });
     source.finished(&outcome, &summary.detail, ctx);
     Ok((outcome, summary))
+}
+
+/// A token cancelled when `a` or `b` is (a wait between iterations ends on a pause too);
+/// cancelling it ends the task that watches `b`.
+fn either(a: &CancellationToken, b: &CancellationToken) -> CancellationToken {
+    let out = a.child_token();
+    if b.is_cancelled() {
+        out.cancel();
+        return out;
+    }
+    let (b, o) = (b.clone(), out.clone());
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = b.cancelled() => o.cancel(),
+            _ = o.cancelled() => {}
+        }
+    });
+    out
 }
 
 /// The run's start, announced.
@@ -367,6 +394,7 @@ pub fn preflight_refusal(cfg: &RunConfig) -> Option<Outcome> {
         &EngineContext {
             script_runner: std::path::PathBuf::new(),
             events: EventSink::none(),
+            pause: CancellationToken::new(),
         },
     )
 }
@@ -429,5 +457,27 @@ fn summarize<S: WorkSource>(
         summary_csv: ws.summary_csv(),
         logs_dir: ws.logs_dir(),
         outcome: Some(outcome.clone()),
+    }
+}
+
+#[cfg(test)]
+mod either_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_wait_ends_on_a_stop_or_a_pause_and_its_watcher_with_it() {
+        let (stop, pause) = (CancellationToken::new(), CancellationToken::new());
+        let w = either(&stop, &pause);
+        assert!(!w.is_cancelled());
+        pause.cancel();
+        w.cancelled().await;
+        let (stop, pause) = (CancellationToken::new(), CancellationToken::new());
+        let w = either(&stop, &pause);
+        stop.cancel();
+        assert!(w.is_cancelled());
+        // Paused before the wait: it does not start.
+        pause.cancel();
+        let w = either(&CancellationToken::new(), &pause);
+        assert!(w.is_cancelled());
     }
 }

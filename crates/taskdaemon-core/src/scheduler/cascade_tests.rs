@@ -565,11 +565,16 @@ fn merged_records_the_end_of_a_standalone_run_merge() {
 
 #[test]
 fn pause_and_resume_of_a_plan_and_a_spec_are_statuses() {
-    use crate::daemon::control::{Action as Control, apply};
+    use crate::daemon::control::{Action as Control, Scope, apply};
+    let scope = |now| Scope {
+        now,
+        active: &|_| false,
+        force: false,
+    };
     let mut w = World::new(PlanStatus::InProgress);
     w.spec(SpecStatus::Pending, &[], 1);
     let plan = w.plan.clone();
-    let applied = apply(&mut w.r, Control::Pause, &plan, T0 + 1, &|_| false).unwrap();
+    let applied = apply(&mut w.r, Control::Pause, &plan, &scope(T0 + 1)).unwrap();
     assert!(
         applied.lines.iter().any(|l| l.ends_with("-> paused")),
         "{applied:?}"
@@ -578,7 +583,7 @@ fn pause_and_resume_of_a_plan_and_a_spec_are_statuses() {
     assert_eq!(w.spec_now(0).status, SpecStatus::Paused);
     advance(&mut w.r, T0 + 2, TARGET).unwrap();
     assert!(w.runs_of(&w.specs[0], LoopKind::Phase).is_empty());
-    apply(&mut w.r, Control::Resume, &plan, T0 + 3, &|_| false).unwrap();
+    apply(&mut w.r, Control::Resume, &plan, &scope(T0 + 3)).unwrap();
     assert_eq!(w.plan_now().status, PlanStatus::InProgress);
     assert_eq!(w.spec_now(0).status, SpecStatus::Pending);
     advance(&mut w.r, T0 + 4, TARGET).unwrap();

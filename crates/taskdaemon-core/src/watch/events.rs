@@ -1,78 +1,30 @@
-//! Folding the daemon's pushed events into the model.
+//! Folding the daemon's pushed events into the model. The store stays the truth: a
+//! watcher reads it again after an event that changes a record ([`Model::apply`] says
+//! which), then folds the events in on top (they may be newer than what it read).
 
-use std::path::{Path, PathBuf};
+use std::time::Instant;
 
-use super::{Model, PlanNode, RunView, SpecNode, Waiting, waiting_from_note};
+use super::{Model, RunView, Waiting};
 use crate::daemon::events::{DaemonEvent, Subject, WaitReason};
-use crate::daemon::status::{self, StatusSnapshot};
 use crate::store::RunStatus;
 
-impl RunView {
-    fn from_status(r: &status::RunView) -> RunView {
-        RunView {
-            id: r.id.clone(),
-            title: r.title.clone(),
-            loop_type: r.loop_type.to_string(),
-            status: r.status,
-            iteration: r.iteration,
-            max_iterations: None,
-            phase: r.phase.as_ref().map(|p| match p.as_str() {
-                Some(s) => s.to_string(),
-                None => p.to_string(),
-            }),
-            last_tool: None,
-            elapsed_ms: r.elapsed_ms,
-            cost_usd: r.cost_usd,
-            waiting: r.note.as_deref().and_then(waiting_from_note),
-            workdir: r.worktree.as_ref().map(PathBuf::from),
-            note: r.note.clone(),
-            tasks: r.tasks.clone(),
-            live: Vec::new(),
-        }
-    }
+/// Whether an event tells of a change to the records (a watcher then reads the store
+/// again): all but agent lines and tool calls.
+pub fn changes_records(e: &DaemonEvent) -> bool {
+    !matches!(
+        e,
+        DaemonEvent::AgentLine { .. } | DaemonEvent::AgentActivity { .. }
+    )
 }
 
 impl Model {
-    /// The model of a `snapshot` (what `status --json` holds).
-    pub fn from_snapshot(repository: &Path, s: &StatusSnapshot) -> Model {
-        let mut m = Model {
-            repository: repository.to_path_buf(),
-            daemon: s.daemon.as_ref().map(|d| d.pid),
-            ..Model::default()
-        };
-        let add = |m: &mut Model, runs: &[status::RunView]| -> Vec<String> {
-            runs.iter()
-                .map(|r| {
-                    m.runs.insert(r.id.clone(), RunView::from_status(r));
-                    r.id.clone()
-                })
-                .collect()
-        };
-        for p in &s.plans {
-            let runs = add(&mut m, &p.runs);
-            let specs = p
-                .specs
-                .iter()
-                .map(|sp| SpecNode {
-                    id: sp.id.clone(),
-                    title: sp.title.clone(),
-                    status: sp.status.clone(),
-                    runs: add(&mut m, &sp.runs),
-                })
-                .collect();
-            m.plans.push(PlanNode {
-                id: p.id.clone(),
-                title: p.title.clone(),
-                status: p.status.clone(),
-                runs,
-                specs,
-            });
-        }
-        m.standalone = add(&mut m, &s.runs);
-        m
-    }
-
+    /// The run an event is about; a run the model does not know yet goes under its spec
+    /// or plan (as the store will have it), else among the standalone runs.
     fn subject_run(&mut self, s: &Subject) -> &mut RunView {
+        if !self.runs.contains_key(&s.run) {
+            self.place(s);
+            self.runs.insert(s.run.clone(), RunView::blank(&s.run));
+        }
         let r = self.run_mut(&s.run);
         if r.title.is_empty() {
             r.title = s.title.clone();
@@ -83,28 +35,82 @@ impl Model {
         r
     }
 
-    /// Fold one pushed event in.
-    pub fn apply(&mut self, e: &DaemonEvent) {
+    fn place(&mut self, s: &Subject) {
+        let id = s.run.clone();
+        for p in &mut self.plans {
+            if let Some(spec) = s.spec.as_ref()
+                && let Some(node) = p.specs.iter_mut().find(|n| &n.id == spec)
+            {
+                node.runs.push(id);
+                return;
+            }
+            if s.spec.is_none() && s.plan.as_ref() == Some(&p.id) {
+                p.runs.push(id);
+                return;
+            }
+        }
+        self.standalone.push(id);
+    }
+
+    /// Fold one pushed event in. Whether it tells of a change to the records (the
+    /// watcher then reads the store again): all but agent lines and tool calls.
+    pub fn apply(&mut self, e: &DaemonEvent) -> bool {
         use DaemonEvent as E;
         match e {
-            E::Snapshot(s) => *self = Model::from_snapshot(&self.repository.clone(), s),
             E::DaemonStarted { pid, .. } => self.daemon = Some(*pid),
             E::DaemonStopped { .. } => self.daemon = None,
             _ => {}
         }
-        let Some(subject) = e.subject() else { return };
+        let changes = changes_records(e);
+        let Some(subject) = e.subject() else {
+            return changes;
+        };
         if subject.loop_type.is_empty() && !self.runs.contains_key(&subject.run) {
             // About a spec (its merge), not a run.
-            return;
+            if let E::Merged { .. } = e {
+                self.spec_merged(&subject.run);
+            }
+            return changes;
         }
         let r = self.subject_run(subject);
+        r.apply(e);
+        changes
+    }
+
+    fn spec_merged(&mut self, id: &str) {
+        for p in &mut self.plans {
+            for s in p.specs.iter_mut().filter(|s| s.id == id) {
+                s.status = "complete".into();
+            }
+        }
+    }
+}
+
+impl RunView {
+    fn running(&mut self) {
+        if self.status != RunStatus::Running {
+            self.since = None;
+        }
+        self.status = RunStatus::Running;
+        self.since.get_or_insert_with(Instant::now);
+    }
+
+    fn stopped(&mut self, status: RunStatus) {
+        self.status = status;
+        self.since = None;
+        self.pausing = false;
+    }
+
+    fn apply(&mut self, e: &DaemonEvent) {
+        use DaemonEvent as E;
+        let r = self;
         match e {
             E::RunStarted {
                 iteration,
                 worktree,
                 ..
             } => {
-                r.status = RunStatus::Running;
+                r.running();
                 r.iteration = *iteration;
                 r.workdir = Some(worktree.clone());
                 r.waiting = None;
@@ -115,7 +121,7 @@ impl Model {
                 max_iterations,
                 ..
             } => {
-                r.status = RunStatus::Running;
+                r.running();
                 r.iteration = *iteration;
                 r.max_iterations = Some(*max_iterations);
                 r.live.clear();
@@ -126,15 +132,9 @@ impl Model {
                 }
                 r.live.push(line.clone());
             }
-            E::IterationFinished {
-                duration_ms,
-                cost_total_usd,
-                ..
-            } => {
-                r.elapsed_ms += duration_ms;
-                if *cost_total_usd > 0.0 {
-                    r.cost_usd = Some(*cost_total_usd);
-                }
+            // (The elapsed time is the store's, going on from when it was read.)
+            E::IterationFinished { cost_total_usd, .. } if *cost_total_usd > 0.0 => {
+                r.cost_usd = Some(*cost_total_usd);
             }
             E::AgentActivity { tool, detail, .. } => {
                 r.last_tool = Some(if detail.is_empty() {
@@ -158,22 +158,22 @@ impl Model {
             }
             E::WaitOver { .. } => r.waiting = None,
             E::Blocked { reason, .. } => {
-                r.status = RunStatus::Blocked;
+                r.stopped(RunStatus::Blocked);
                 r.waiting = Some(Waiting::Blocked(reason.clone()));
             }
             E::Decide { question, .. } => {
-                r.status = RunStatus::Blocked;
+                r.stopped(RunStatus::Blocked);
                 r.waiting = Some(Waiting::Decide(question.clone()));
             }
             E::Complete { .. } => {
-                r.status = RunStatus::Complete;
+                r.stopped(RunStatus::Complete);
                 r.waiting = None;
             }
             E::Failed { reason, .. } => {
-                r.status = RunStatus::Failed;
+                r.stopped(RunStatus::Failed);
                 r.note = Some(reason.clone());
             }
-            E::Stuck { .. } => r.status = RunStatus::Failed,
+            E::Stuck { .. } => r.stopped(RunStatus::Failed),
             E::MergeConflict { message, .. } => {
                 r.waiting = Some(Waiting::MergeConflict(message.clone()))
             }
@@ -185,12 +185,12 @@ impl Model {
                     Waiting::MergeHeld(format!("on {b}: take it with `git merge --ff-only {b}`"))
                 })
             }
-            E::Paused { .. } => r.status = RunStatus::Paused,
+            E::Paused { .. } => r.stopped(RunStatus::Paused),
             E::Resumed { .. } => {
-                r.status = RunStatus::Pending;
+                r.stopped(RunStatus::Pending);
                 r.waiting = None;
             }
-            E::Cancelled { .. } => r.status = RunStatus::Stopped,
+            E::Cancelled { .. } => r.stopped(RunStatus::Stopped),
             E::Interrupted { .. } => {
                 r.note = Some("interrupted: resumes on the next daemon start".into())
             }

@@ -51,6 +51,8 @@ pub fn local_model(dir: &Path) -> Option<Model> {
         note: state.outcome.as_ref().map(|o| o.detail()),
         tasks: Vec::new(),
         live: Vec::new(),
+        pausing: false,
+        since: None,
     };
     let mut m = Model {
         repository: dir.to_path_buf(),

@@ -2,17 +2,23 @@
 //! snapshot), the daemon's pushed events, or a local run's `.ralph/` files. The binary
 //! draws it; nothing here prints.
 
+mod detail;
 mod events;
 mod local;
+mod logs;
 mod rows;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use crate::store::{AnyRecord, Kind as RecordKind, LoopRun, Records, RunStatus, StoreError};
 
+pub use detail::{IterationRow, Validation};
+pub use events::changes_records;
 pub use local::local_model;
-pub use rows::{Row, RowKind};
+pub use logs::{export_log, run_log_dirs};
+pub use rows::{Row, RowKind, symbol};
 
 /// Why a run waits for something other than its agent.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,6 +71,11 @@ pub struct RunView {
     /// What the agent printed in the current iteration, as pushed by the daemon (the log
     /// file is written in blocks); the last [`LIVE_LINES`].
     pub live: Vec<String>,
+    /// Running, and asked to pause when its iteration ends.
+    pub pausing: bool,
+    /// Running: when the watcher saw `elapsed_ms` as it was; the time shown goes on from
+    /// there ([`RunView::elapsed_at`]).
+    pub since: Option<Instant>,
 }
 
 /// How many pushed agent lines a run keeps.
@@ -89,14 +100,30 @@ impl RunView {
             note,
             tasks: crate::worklist::tasks_md::of_run(r),
             live: Vec::new(),
+            pausing: r.status == RunStatus::Running
+                && crate::daemon::control::is_pausing(r.note.as_deref()),
+            since: None,
         }
     }
 
-    /// The current iteration's log, when the run has a work directory.
-    pub fn log_path(&self) -> Option<PathBuf> {
-        let dir = self.workdir.as_ref()?;
-        let ws = crate::workspace::Workspace::new(dir);
-        Some(ws.iteration_log(self.iteration.max(1)))
+    /// The elapsed time to show at `now`: a running run's goes on from when it was seen.
+    pub fn elapsed_at(&self, now: Instant) -> u64 {
+        match (self.status, self.since) {
+            (RunStatus::Running, Some(t)) => {
+                self.elapsed_ms + now.saturating_duration_since(t).as_millis() as u64
+            }
+            _ => self.elapsed_ms,
+        }
+    }
+
+    /// The status word of its row: `pausing` for a running run that pauses after its
+    /// iteration.
+    pub fn status_word(&self) -> &'static str {
+        if self.pausing && self.status == RunStatus::Running {
+            "pausing"
+        } else {
+            self.status.as_str()
+        }
     }
 
     pub fn iteration_text(&self) -> String {
@@ -153,6 +180,8 @@ pub struct Model {
     /// Runs under no plan.
     pub standalone: Vec<String>,
     pub runs: BTreeMap<String, RunView>,
+    /// The daemon's copies of removed worktrees' `.ralph/` (`<daemon dir>/logs/`).
+    pub kept_logs: Option<PathBuf>,
 }
 
 impl Model {
@@ -208,7 +237,13 @@ impl Model {
         }
         for r in &all_runs {
             let title = run_title(r, &titles);
-            m.runs.insert(r.id.clone(), RunView::from_record(r, &title));
+            let mut view = RunView::from_record(r, &title);
+            if matches!(r.status, RunStatus::Running | RunStatus::Paused)
+                && let Some(dir) = &view.workdir
+            {
+                view.max_iterations = logs::max_iterations(dir, &r.id);
+            }
+            m.runs.insert(r.id.clone(), view);
             if r.parent.is_none() {
                 m.standalone.push(r.id.clone());
             }
@@ -234,7 +269,53 @@ impl Model {
         if !self.runs.contains_key(id) {
             self.standalone.push(id.to_string());
         }
-        self.runs.entry(id.to_string()).or_insert_with(|| RunView {
+        self.runs
+            .entry(id.to_string())
+            .or_insert_with(|| RunView::blank(id))
+    }
+
+    /// Take the tree and records of `fresh` (the store read again), keeping what only
+    /// the events told: agent lines, the last tool, the iteration limit, and when each
+    /// running run's elapsed time was seen (moved to `now` when the store's changed).
+    pub fn refresh(&mut self, mut fresh: Model, now: Instant) {
+        fresh.kept_logs = fresh.kept_logs.or_else(|| self.kept_logs.take());
+        for (id, r) in fresh.runs.iter_mut() {
+            let old = self.runs.remove(id);
+            if r.status != RunStatus::Running {
+                r.since = None;
+                continue;
+            }
+            let Some(old) = old else {
+                r.since = Some(now);
+                continue;
+            };
+            let same = old.status == RunStatus::Running && old.elapsed_ms == r.elapsed_ms;
+            r.since = if same {
+                old.since.or(Some(now))
+            } else {
+                Some(now)
+            };
+            r.live = old.live;
+            r.last_tool = old.last_tool;
+            r.max_iterations = r.max_iterations.or(old.max_iterations);
+        }
+        *self = fresh;
+    }
+
+    /// The log file the pane shows for run `id`: its current iteration's, wherever the
+    /// run's logs are (its worktree, set aside by a later run there, or the daemon's copy
+    /// of a removed worktree); else its last iteration's.
+    pub fn log_path(&self, id: &str) -> Option<PathBuf> {
+        let r = self.runs.get(id)?;
+        let dir = r.workdir.as_ref()?;
+        logs::iteration_log(self.kept_logs.as_deref(), dir, &r.id, r.iteration)
+    }
+}
+
+impl RunView {
+    /// A run known only by its id (from an event) until the store is read.
+    fn blank(id: &str) -> RunView {
+        RunView {
             id: id.to_string(),
             title: String::new(),
             loop_type: String::new(),
@@ -250,7 +331,9 @@ impl Model {
             note: None,
             tasks: Vec::new(),
             live: Vec::new(),
-        })
+            pausing: false,
+            since: None,
+        }
     }
 }
 

@@ -1,3 +1,5 @@
+use std::time::{Duration, Instant};
+
 use super::*;
 
 fn view(id: &str, status: RunStatus) -> RunView {
@@ -54,14 +56,35 @@ fn rows_show_the_tree_and_fit_80_columns() {
     m.run_mut("r2").title = "fix the flaky test".into();
     let rows = m.rows(80);
     let text: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
-    assert!(text[0].starts_with("plan A plan with"), "{text:#?}");
-    assert!(text[1].contains("spec login [running]"), "{text:#?}");
+    assert!(text[0].starts_with("● plan A plan with"), "{text:#?}");
     assert!(
-        text[2].contains("blocked") && text[2].contains("it 3/10") && text[2].contains("$0.50")
+        text[1].starts_with("  ● spec login") && text[1].ends_with(" running"),
+        "{text:#?}"
     );
-    assert!(text[2].contains("Edit src/logi"), "{text:#?}");
+    assert!(
+        text[2].starts_with("    ! login")
+            && text[2].contains("blocked")
+            && text[2].contains("it 3/10")
+            && text[2].contains("$0.50")
+    );
     assert!(text[3].contains("DECIDE: OAuth or passwords?"));
-    assert!(text.iter().any(|t| t.contains("fix the flaky test")));
+    // The status column starts at one place on every line, whatever the depth.
+    let col = |t: &str, w: &str| t.find(w).map(|b| t[..b].chars().count());
+    assert_eq!(
+        col(text[1], "running"),
+        col(text[2], "blocked"),
+        "{text:#?}"
+    );
+    let r2 = text
+        .iter()
+        .find(|t| t.contains("fix the flaky test"))
+        .unwrap();
+    assert_eq!(col(r2, "running"), col(text[2], "blocked"), "{text:#?}");
+    // 80 columns leave no room for the last tool; 120 do.
+    assert!(!text[2].contains("Edit src/"), "{text:#?}");
+    let wide = m.rows(120);
+    assert!(wide[2].text.contains("Edit src/login.rs"), "{wide:#?}");
+    assert!(wide[2].text.chars().count() <= 120);
     for t in &text {
         assert!(t.chars().count() <= 80, "{t}");
     }
@@ -124,7 +147,7 @@ fn pushed_events_fold_into_the_model() {
         })
     );
     assert!(
-        r.log_path()
+        m.log_path("r1")
             .unwrap()
             .ends_with(".ralph/logs/iteration-002.log")
     );
@@ -146,6 +169,100 @@ fn pushed_events_fold_into_the_model() {
     m.apply(&E::Paused { subject });
     assert_eq!(m.runs["r1"].status, RunStatus::Paused);
     assert_eq!(m.run_order(), vec!["r1"]);
+}
+
+fn plan_with_spec() -> Model {
+    let mut m = Model::default();
+    m.plans.push(PlanNode {
+        id: "p1".into(),
+        title: "widgets".into(),
+        status: "in-progress".into(),
+        runs: vec!["r-plan".into()],
+        specs: vec![SpecNode {
+            id: "s1".into(),
+            title: "base".into(),
+            status: "running".into(),
+            runs: vec![],
+        }],
+    });
+    m.runs
+        .insert("r-plan".into(), view("r-plan", RunStatus::Complete));
+    m
+}
+
+#[test]
+fn a_new_run_goes_under_its_spec_and_a_merge_completes_the_spec() {
+    use crate::daemon::events::{DaemonEvent as E, Subject};
+    let mut m = plan_with_spec();
+    let subject = Subject {
+        run: "r-phase".into(),
+        title: "base".into(),
+        loop_type: "phase".into(),
+        plan: Some("p1".into()),
+        spec: Some("s1".into()),
+        repo: "/src/repo".into(),
+    };
+    let changed = m.apply(&E::RunStarted {
+        subject: subject.clone(),
+        iteration: 1,
+        worktree: "/src/repo/.taskdaemon/worktrees/s1".into(),
+        resumed: false,
+    });
+    assert!(changed, "a run's start changes its record");
+    assert_eq!(m.plans[0].specs[0].runs, vec!["r-phase"]);
+    assert!(m.standalone.is_empty(), "{:?}", m.standalone);
+    let line = E::AgentLine {
+        subject: subject.clone(),
+        iteration: 1,
+        stream: crate::daemon::events::AgentStream::Text,
+        line: "hello".into(),
+    };
+    assert!(!m.apply(&line), "an agent line changes no record");
+    m.apply(&E::Merged {
+        subject: Subject {
+            run: "s1".into(),
+            loop_type: String::new(),
+            spec: None,
+            ..subject
+        },
+        branch: "taskdaemon/s1".into(),
+        target: "main".into(),
+        held_on: None,
+    });
+    assert_eq!(m.plans[0].specs[0].status, "complete");
+}
+
+#[test]
+fn a_running_runs_elapsed_time_goes_on_from_when_it_was_read() {
+    let t0 = Instant::now();
+    let mut m = plan_with_spec();
+    let mut fresh = plan_with_spec();
+    let mut r = view("r-plan", RunStatus::Running);
+    r.elapsed_ms = 5_000;
+    fresh.runs.insert("r-plan".into(), r.clone());
+    m.refresh(fresh, t0);
+    let at = |m: &Model, secs: u64| m.runs["r-plan"].elapsed_at(t0 + Duration::from_secs(secs));
+    assert_eq!(at(&m, 0), 5_000);
+    assert_eq!(at(&m, 3), 8_000);
+    let rows = m.rows_at(100, t0 + Duration::from_secs(65));
+    assert!(rows[1].text.contains("1m 10s"), "{rows:#?}");
+    // Read again with the same stored time: it keeps going from the first read.
+    let mut again = plan_with_spec();
+    again.runs.insert("r-plan".into(), r.clone());
+    m.refresh(again, t0 + Duration::from_secs(2));
+    assert_eq!(at(&m, 3), 8_000);
+    // The store's time moved (an iteration ended): from there, from now.
+    let mut later = plan_with_spec();
+    r.elapsed_ms = 9_000;
+    later.runs.insert("r-plan".into(), r.clone());
+    m.refresh(later, t0 + Duration::from_secs(4));
+    assert_eq!(at(&m, 5), 10_000);
+    // A run that is not running does not tick.
+    let mut done = plan_with_spec();
+    r.status = RunStatus::Complete;
+    done.runs.insert("r-plan".into(), r);
+    m.refresh(done, t0 + Duration::from_secs(6));
+    assert_eq!(at(&m, 60), 9_000);
 }
 
 #[test]

@@ -10,19 +10,36 @@ use super::{Ctx, emit, now_ms, print_json, store_err};
 use crate::cli::user;
 
 pub fn act(action: Action, reference: &str, json: bool, ctx: &Ctx) -> anyhow::Result<i32> {
+    act_with(action, reference, json, false, ctx)
+}
+
+/// [`act`]; `force`: a pause stops a live run at once, not when its iteration ends.
+pub fn act_with(
+    action: Action,
+    reference: &str,
+    json: bool,
+    force: bool,
+    ctx: &Ctx,
+) -> anyhow::Result<i32> {
     let name = action.as_str();
     let paths = daemon_link::paths(ctx)?;
     let req = Request::Control {
         action,
         reference: reference.to_string(),
+        force,
     };
     let (lines, via) = match daemon_link::call(&paths, &req)? {
         Some(r) if r.ok => (r.message, "daemon"),
         Some(r) => return Err(user(r.message)),
         None => {
             let mut records = Records::open(&paths.project).map_err(store_err)?;
-            let applied = control::apply(&mut records, action, reference, now_ms(), &|_| false)
-                .map_err(|e| match e {
+            let scope = control::Scope {
+                now: now_ms(),
+                active: &|_| false,
+                force,
+            };
+            let applied =
+                control::apply(&mut records, action, reference, &scope).map_err(|e| match e {
                     control::ControlError::Store(s) => store_err(s),
                     e => user(e),
                 })?;

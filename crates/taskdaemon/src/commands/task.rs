@@ -150,6 +150,7 @@ impl TaskHost for Host<'_> {
         EngineContext {
             script_runner: self.exe.to_path_buf(),
             events,
+            pause: tokio_util::sync::CancellationToken::new(),
         }
     }
 }

@@ -11,7 +11,7 @@ use crate::tui::{self, App, Source};
 #[derive(Debug, Args)]
 #[command(
     after_help = "With a daemon: its plans, specs and runs, live. Without one: the loop running in this directory (`taskdaemon run`/`task`).\n\n\
-Keys: ↑/↓ select a run, p pause, r resume, c cancel, s start, a answer a DECIDE, u unblock, o report, / search the log, n next match, e export the log, q or Ctrl-C quit.\n\n\
+Keys: ↑/↓ select a run, g/G (Home/End) the first/last, Enter its iterations (Esc back), ? the keys, p pause when the iteration ends (p again: now), r resume, c cancel, s start, a answer a DECIDE, u unblock, o report, / search the log, n next match, e export the log to .ralph/exports/, q or Ctrl-C quit.\n\n\
 Examples:\n  taskdaemon watch\n  taskdaemon watch --once --width 100 --height 30"
 )]
 pub struct WatchArgs {
@@ -27,7 +27,7 @@ pub struct WatchArgs {
 }
 
 /// The daemon of this repository when one runs, else the loop in this directory.
-fn source(ctx: &Ctx) -> anyhow::Result<Source> {
+fn source(ctx: &Ctx, follow: bool) -> anyhow::Result<Source> {
     let dir = ctx.workdir()?;
     let now = std::time::Instant::now();
     if let Ok(repo) = ctx.repo_dir()
@@ -42,6 +42,7 @@ fn source(ctx: &Ctx) -> anyhow::Result<Source> {
                 paths,
                 records,
                 feed: None,
+                follow,
                 last: now,
             });
         }
@@ -50,7 +51,7 @@ fn source(ctx: &Ctx) -> anyhow::Result<Source> {
 }
 
 pub fn run(args: WatchArgs, ctx: &Ctx) -> anyhow::Result<i32> {
-    let app = App::new(source(ctx)?)?;
+    let app = App::new(source(ctx, !args.once)?)?;
     if args.once {
         let (w, h) = crossterm::terminal::size().unwrap_or((100, 30));
         let (w, h) = (args.width.unwrap_or(w), args.height.unwrap_or(h));

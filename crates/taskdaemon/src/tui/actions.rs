@@ -1,6 +1,5 @@
 //! What the keys do to runs: through the daemon's socket, or on a run's `.ralph/` files.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use taskdaemon_core::daemon::control::Action as Verb;
@@ -75,6 +74,8 @@ fn control(app: &App, verb: Verb, run: &str) -> Result<String, String> {
     let req = Request::Control {
         action: verb,
         reference: run.to_string(),
+        // A second pause of a run that is pausing stops it at once (the daemon's rule).
+        force: false,
     };
     let resp = ipc::call(&socket, &req, Duration::from_secs(10)).map_err(|e| e.to_string())?;
     if resp.ok {
@@ -178,7 +179,8 @@ fn report(app: &App, run: &str) -> Result<String, String> {
     Err(first_line(&stderr, "report failed"))
 }
 
-/// Write the visible iteration's log to a file in the current directory.
+/// Write the visible iteration's log to `.ralph/exports/` of the repository (ignored by
+/// git), never into the repository itself.
 pub fn export(app: &App) -> String {
     let Some(r) = app.selected_run() else {
         return "no run selected".into();
@@ -187,13 +189,8 @@ pub fn export(app: &App) -> String {
     if lines.is_empty() {
         return "the log is empty: nothing to export".into();
     }
-    let name = format!("taskdaemon-{}-iteration-{:03}.log", r.id, r.iteration);
-    let dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let path = dir.join(name);
-    let mut text = lines.join("\n");
-    text.push('\n');
-    match taskdaemon_core::fsutil::write_atomic(&path, text.as_bytes()) {
-        Ok(()) => format!("exported {} lines to {}", lines.len(), path.display()),
-        Err(e) => format!("export to {} failed: {e}", path.display()),
+    match taskdaemon_core::watch::export_log(&app.model.repository, &r.id, r.iteration, &lines) {
+        Ok(path) => format!("exported {} lines to {}", lines.len(), path.display()),
+        Err(e) => format!("export failed: {e}"),
     }
 }

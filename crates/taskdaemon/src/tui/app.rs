@@ -2,7 +2,7 @@
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use taskdaemon_core::daemon::control::Action as Verb;
-use taskdaemon_core::watch::{Model, RunView};
+use taskdaemon_core::watch::{IterationRow, Model, RunView};
 
 use super::actions::{self, Action};
 use super::logpane::LogPane;
@@ -18,6 +18,10 @@ pub enum Mode {
     Answer(String),
     /// `y` does it, anything else does not.
     Confirm(Action),
+    /// The list of keys over everything (`?`; Esc or `?` closes it).
+    Help,
+    /// One run's iterations (Enter on it; Esc goes back).
+    Detail(String),
 }
 
 pub struct App {
@@ -30,6 +34,8 @@ pub struct App {
     pub message: String,
     pub quit: bool,
     pub color: bool,
+    /// The iterations of the run of [`Mode::Detail`], read when the store is.
+    pub detail: Vec<IterationRow>,
 }
 
 impl App {
@@ -45,19 +51,27 @@ impl App {
             message: String::new(),
             quit: false,
             color: !super::no_color(),
+            detail: Vec::new(),
         })
     }
 
     /// Bring the model and the log pane up to date.
     pub fn pull(&mut self) {
-        if let Some(problem) = self.source.pull(&mut self.model) {
+        let (problem, read) = self.source.pull(&mut self.model);
+        if let Some(problem) = problem {
             self.message = problem;
         }
         let order = self.model.run_order();
         if self.selected.as_ref().is_none_or(|s| !order.contains(s)) {
             self.selected = order.into_iter().next();
         }
-        let path = self.selected_run().and_then(RunView::log_path);
+        if read && let Mode::Detail(id) = &self.mode {
+            self.detail = self.model.iterations(id);
+        }
+        let path = self
+            .selected
+            .as_ref()
+            .and_then(|id| self.model.log_path(id));
         self.log.follow(path);
         let live = self
             .selected_run()
@@ -70,6 +84,7 @@ impl App {
         self.selected.as_ref().and_then(|s| self.model.runs.get(s))
     }
 
+    /// Move the selection `by` runs (clamped: `isize::MIN`/`MAX` are the first/last).
     fn move_selection(&mut self, by: isize) {
         let order = self.model.run_order();
         if order.is_empty() {
@@ -80,7 +95,7 @@ impl App {
             .as_ref()
             .and_then(|s| order.iter().position(|o| o == s))
             .unwrap_or(0) as isize;
-        let next = (at + by).clamp(0, order.len() as isize - 1) as usize;
+        let next = at.saturating_add(by).clamp(0, order.len() as isize - 1) as usize;
         self.selected = Some(order[next].clone());
         self.log.scroll = 0;
     }
@@ -104,6 +119,36 @@ impl App {
                     self.message = format!("{}: not done", action.describe());
                 }
             }
+            Mode::Help => {
+                if !matches!(k.code, KeyCode::Esc | KeyCode::Char('?' | 'q')) {
+                    self.mode = Mode::Help;
+                }
+            }
+            Mode::Detail(id) => match k.code {
+                KeyCode::Esc | KeyCode::Backspace | KeyCode::Left => self.detail.clear(),
+                KeyCode::Char('q') => self.quit = true,
+                KeyCode::Char('?') => self.mode = Mode::Help,
+                KeyCode::PageUp => {
+                    self.log.scroll += 10;
+                    self.mode = Mode::Detail(id);
+                }
+                KeyCode::PageDown => {
+                    self.log.scroll = self.log.scroll.saturating_sub(10);
+                    self.mode = Mode::Detail(id);
+                }
+                _ => self.mode = Mode::Detail(id),
+            },
+        }
+    }
+
+    /// Enter on a run: its iterations.
+    fn open_detail(&mut self) {
+        match self.selected.clone() {
+            Some(id) => {
+                self.detail = self.model.iterations(&id);
+                self.mode = Mode::Detail(id);
+            }
+            None => self.message = "no run selected".into(),
         }
     }
 
@@ -156,11 +201,14 @@ impl App {
         let with_run = |f: fn(String) -> Action| run.clone().map(f);
         match code {
             KeyCode::Char('q') => self.quit = true,
+            KeyCode::Char('?') => self.mode = Mode::Help,
+            KeyCode::Enter => self.open_detail(),
             KeyCode::Down | KeyCode::Char('j') => self.move_selection(1),
             KeyCode::Up | KeyCode::Char('k') => self.move_selection(-1),
+            KeyCode::Home | KeyCode::Char('g') => self.move_selection(isize::MIN),
+            KeyCode::End | KeyCode::Char('G') => self.move_selection(isize::MAX),
             KeyCode::PageUp => self.log.scroll += 10,
             KeyCode::PageDown => self.log.scroll = self.log.scroll.saturating_sub(10),
-            KeyCode::End | KeyCode::Char('G') => self.log.scroll = 0,
             KeyCode::Char('/') => self.mode = Mode::Search(String::new()),
             KeyCode::Char('n') if !self.log.find_next() => self.message = "no match".into(),
             KeyCode::Char('e') => self.message = actions::export(self),

@@ -4,16 +4,37 @@ use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, List, ListItem, ListState, Paragraph, Wrap};
-use taskdaemon_core::watch::RowKind;
+use ratatui::widgets::{
+    Block, Borders, Cell, Clear, List, ListItem, ListState, Paragraph, Row, Table, Wrap,
+};
+use taskdaemon_core::watch::{RowKind, Validation};
 
 use super::app::{App, Mode};
 
-const KEYS: &str = "↑↓ select  p pause  r resume  c cancel  s start  a answer  u unblock  o report  / search  n next  e export  q quit";
+const KEYS: &str = "↑↓ select  Enter iterations  p pause  r resume  c cancel  a answer  / search  e export  ? help  q quit";
+
+/// What `?` lists.
+const HELP: &[(&str, &str)] = &[
+    ("↑ ↓  j k", "select a run"),
+    ("g G  Home End", "the first / last run"),
+    ("Enter", "the run's iterations (Esc: back)"),
+    ("p", "pause when the iteration ends (p again: now)"),
+    ("r", "resume"),
+    ("s", "start now"),
+    ("c", "cancel (asks y/n)"),
+    ("a", "answer the run's DECIDE"),
+    ("u", "unblock (asks y/n)"),
+    ("o", "write the run's report"),
+    ("/  n", "search the log, next match"),
+    ("e", "export the log to .ralph/exports/"),
+    ("PgUp PgDn", "scroll the log"),
+    ("?  Esc", "this help / close it"),
+    ("q  Ctrl-C", "quit"),
+];
 
 fn status_color(status: &str) -> Color {
     match status {
-        "running" | "in-progress" => Color::Green,
+        "running" | "in-progress" | "pausing" => Color::Green,
         "complete" => Color::Cyan,
         "blocked" | "waiting" | "paused" => Color::Yellow,
         "failed" | "stopped" | "cancelled" => Color::Red,
@@ -41,13 +62,93 @@ pub fn frame(f: &mut Frame, app: &mut App) {
         Paragraph::new(app.model.header()).style(bold(app.color)),
         head,
     );
-    draw_tree(f, app, tree);
+    match &app.mode {
+        Mode::Detail(id) => draw_detail(f, app, id, tree),
+        _ => draw_tree(f, app, tree),
+    }
     draw_log(f, app, log);
     f.render_widget(
         Paragraph::new(status_line(app)).style(bold(app.color)),
         status,
     );
     f.render_widget(Paragraph::new(KEYS).wrap(Wrap { trim: true }), keys);
+    if app.mode == Mode::Help {
+        draw_help(f, area);
+    }
+}
+
+/// The keys, in a box over the middle of the screen.
+fn draw_help(f: &mut Frame, area: Rect) {
+    let w = area.width.min(60);
+    let h = area.height.min(HELP.len() as u16 + 2);
+    let rect = Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    };
+    let lines: Vec<Line> = HELP
+        .iter()
+        .map(|(k, what)| Line::from(format!("{k:<14} {what}")))
+        .collect();
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(" keys (Esc or ? closes) ");
+    f.render_widget(Clear, rect);
+    f.render_widget(Paragraph::new(lines).block(block), rect);
+}
+
+/// The selected run's iterations as a table.
+fn draw_detail(f: &mut Frame, app: &App, id: &str, area: Rect) {
+    let title = match app.model.runs.get(id) {
+        Some(r) => format!(
+            " {} · {} · {} iteration(s) (Esc: back) ",
+            r.id,
+            r.status_word(),
+            app.detail.len()
+        ),
+        None => format!(" {id} (Esc: back) "),
+    };
+    let block = Block::default().borders(Borders::TOP).title(title);
+    if app.detail.is_empty() {
+        f.render_widget(
+            Paragraph::new("no finished iteration yet").block(block),
+            area,
+        );
+        return;
+    }
+    let rows = app.detail.iter().map(|it| {
+        let gates = match it.validation {
+            Validation::Passed => "✓ validation",
+            Validation::Failed => "✗ validation",
+            Validation::Skipped => "– no validation",
+        };
+        Row::new(vec![
+            Cell::from(it.n.to_string()),
+            Cell::from(it.outcome.clone()),
+            Cell::from(format!("{:.1}s", it.duration_s)),
+            Cell::from(it.cost_usd.map(|c| format!("${c:.2}")).unwrap_or_default()),
+            Cell::from(gates),
+            Cell::from(it.commit.clone().unwrap_or_default()),
+        ])
+    });
+    let widths = [
+        Constraint::Length(4),
+        Constraint::Length(12),
+        Constraint::Length(9),
+        Constraint::Length(8),
+        Constraint::Length(16),
+        Constraint::Min(10),
+    ];
+    let header =
+        Row::new(["#", "outcome", "duration", "cost", "gates", "commit"]).style(bold(app.color));
+    // The newest iterations when they do not all fit.
+    let fit = area.height.saturating_sub(2) as usize;
+    let skip = app.detail.len().saturating_sub(fit);
+    let table = Table::new(rows.skip(skip), widths)
+        .header(header)
+        .block(block);
+    f.render_widget(table, area);
 }
 
 fn bold(color: bool) -> Style {
@@ -136,7 +237,8 @@ fn status_line(app: &App) -> String {
         Mode::Search(t) => format!("/{t}_"),
         Mode::Answer(t) => format!("answer (Enter sends, Esc cancels): {t}_"),
         Mode::Confirm(a) => format!("{}? y/n", a.describe()),
-        Mode::Normal => {
+        Mode::Help => "? or Esc closes the help".into(),
+        Mode::Normal | Mode::Detail(_) => {
             let waiting = app
                 .selected_run()
                 .and_then(|r| r.waiting.as_ref())

@@ -16,6 +16,8 @@ pub enum Source {
         records: Box<Records>,
         /// The daemon's event stream, while it is there.
         feed: Option<mpsc::Receiver<Feed>>,
+        /// Subscribe to the event stream (not for one frame: `--once`).
+        follow: bool,
         last: Instant,
     },
     /// A foreground `run`/`task` in this directory.
@@ -28,7 +30,8 @@ pub enum Feed {
     Gone(String),
 }
 
-/// How often files are looked at again when no event stream tells us.
+/// How often the store (or the `.ralph/` files) is read again when no event says a
+/// record changed: the view is never more than this behind.
 const REREAD: Duration = Duration::from_millis(700);
 
 /// Read the daemon's events on a thread of their own.
@@ -68,6 +71,7 @@ impl Source {
                 paths,
                 records,
                 feed,
+                follow,
                 ..
             } => {
                 records.sync().map_err(crate::commands::store_err)?;
@@ -77,7 +81,8 @@ impl Source {
                     .read_info()
                     .filter(|_| paths.is_running())
                     .map(|i| i.pid);
-                if feed.is_none() {
+                m.kept_logs = Some(paths.dir.join("logs"));
+                if *follow && feed.is_none() {
                     *feed = subscribe(paths);
                 }
                 Ok(m)
@@ -89,41 +94,52 @@ impl Source {
         }
     }
 
-    /// Bring `model` up to date; a line for the status bar when something changed about
-    /// the source itself.
-    pub fn pull(&mut self, model: &mut Model) -> Option<String> {
+    /// The events the stream brought since the last look, and why it ended (if it did).
+    fn drain(&mut self) -> (Vec<DaemonEvent>, Option<String>) {
+        let mut events = Vec::new();
+        let mut gone = None;
         if let Source::Daemon { feed: Some(rx), .. } = self {
-            let mut gone = None;
             while let Ok(f) = rx.try_recv() {
                 match f {
-                    Feed::Event(e) => model.apply(&e),
+                    Feed::Event(e) => events.push(*e),
                     Feed::Gone(why) => gone = Some(why),
                 }
             }
-            let gone = gone?;
-            if let Source::Daemon { feed, .. } = self {
-                *feed = None;
-            }
-            return Some(format!("{gone}; showing the store"));
         }
-        let due = match self {
-            Source::Daemon { last, .. } | Source::Local { last, .. } => {
-                let due = last.elapsed() >= REREAD;
-                if due {
-                    *last = Instant::now();
-                }
-                due
-            }
+        if gone.is_some()
+            && let Source::Daemon { feed, .. } = self
+        {
+            *feed = None;
+        }
+        (events, gone)
+    }
+
+    /// Bring `model` up to date: the store is read again after an event that changed a
+    /// record, and at least every [`REREAD`]; then the events are folded in on top (they
+    /// may be newer than the store as read). A line for the status bar when something
+    /// changed about the source itself. Whether the store was read.
+    pub fn pull(&mut self, model: &mut Model) -> (Option<String>, bool) {
+        let (events, gone) = self.drain();
+        let now = Instant::now();
+        let last = match self {
+            Source::Daemon { last, .. } | Source::Local { last, .. } => last,
         };
-        if !due {
-            return None;
+        let due = last.elapsed() >= REREAD
+            || gone.is_some()
+            || events.iter().any(taskdaemon_core::watch::changes_records);
+        if due {
+            *last = now;
         }
-        match self.load() {
-            Ok(m) => {
-                *model = m;
-                None
+        let mut problem = gone.map(|g| format!("{g}; showing the store"));
+        if due {
+            match self.load() {
+                Ok(m) => model.refresh(m, now),
+                Err(e) => problem = Some(format!("{e:#}")),
             }
-            Err(e) => Some(format!("{e:#}")),
         }
+        for e in &events {
+            model.apply(e);
+        }
+        (problem, due)
     }
 }

@@ -649,8 +649,8 @@ fn pause_resume_and_cancel_act_on_a_running_loop() {
     let pid1: i32 = first[0].split_whitespace().nth(3).unwrap().parse().unwrap();
     assert!(pid_alive(pid1));
 
-    let out = d.ok(&["pause", &id]);
-    assert!(out.contains("pausing"), "{out}");
+    let out = d.ok(&["pause", "--force", &id]);
+    assert!(out.contains("pausing now"), "{out}");
     let s = d.wait_until(Duration::from_secs(30), "the run pausing", |s| {
         s["runs"][0]["status"] == "paused"
     });
@@ -693,6 +693,85 @@ fn pause_resume_and_cancel_act_on_a_running_loop() {
     assert!(r.stderr.contains("it is stopped"), "{}", r.stderr);
     d.stop();
     assert!(marked_processes(&env).is_empty());
+}
+
+/// The `ralph start` lines of the agent's log, once there are `n`.
+fn ralph_starts(d: &Daemon, n: usize) -> Vec<String> {
+    let log = d.env.root().join("agent.log");
+    let t = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let starts: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with("ralph start"))
+            .map(String::from)
+            .collect();
+        if starts.len() >= n {
+            return starts;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "agent start {n} never came\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn commits_made(env: &Env) -> usize {
+    std::fs::read_to_string(env.root().join("commits"))
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+#[test]
+fn pause_waits_for_the_iteration_to_end_and_a_second_pause_stops_it_at_once() {
+    let env = Env::new();
+    let d = Daemon::new(&env, "", &[("RALPH_SLEEP", "2")]);
+    let id = submit_ralph(&d, "false");
+    d.start(1);
+    let first = ralph_starts(&d, 1);
+    let pid1: i32 = first[0].split_whitespace().nth(3).unwrap().parse().unwrap();
+    let out = d.ok(&["pause", &id]);
+    assert!(out.contains("pauses when iteration 1 ends"), "{out}");
+    let s = d.status();
+    let run = &s["runs"][0];
+    assert_eq!(run["status"], "running", "{s:#}");
+    assert!(
+        run["note"].as_str().unwrap_or("").starts_with("pausing"),
+        "{s:#}"
+    );
+    d.wait_until(Duration::from_secs(30), "the run paused", |s| {
+        s["runs"][0]["status"] == "paused"
+    });
+    // The iteration ran to its end: its commit is there, its agent ended on its own.
+    assert_eq!(commits_made(&env), 1, "{}", d.log());
+    assert!(!pid_alive(pid1));
+    let s = d.status();
+    assert_eq!(s["runs"][0]["iteration"], 1, "{s:#}");
+    assert!(s["runs"][0]["note"].is_null(), "{s:#}");
+
+    // Resumed, it goes on at the next iteration: the first one was not lost.
+    d.ok(&["resume", &id]);
+    let second = ralph_starts(&d, 2);
+    assert_eq!(second[1].split_whitespace().nth(2), Some("2"), "{second:?}");
+    // Pausing it twice stops it at once: its iteration is done again on resume.
+    d.ok(&["pause", &id]);
+    let out = d.ok(&["pause", &id]);
+    assert!(out.contains("pausing now"), "{out}");
+    d.wait_until(Duration::from_secs(30), "the run paused at once", |s| {
+        s["runs"][0]["status"] == "paused"
+    });
+    assert_eq!(commits_made(&env), 1, "the stopped iteration committed");
+    d.ok(&["resume", &id]);
+    let third = ralph_starts(&d, 3);
+    assert_eq!(third[2].split_whitespace().nth(2), Some("2"), "{third:?}");
+    d.ok(&["cancel", &id]);
+    d.wait_until(Duration::from_secs(30), "the run stopping", |s| {
+        s["runs"][0]["status"] == "stopped"
+    });
+    d.stop();
 }
 
 #[test]

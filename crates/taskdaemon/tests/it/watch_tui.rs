@@ -62,6 +62,16 @@ struct Term<'a> {
 impl<'a> Term<'a> {
     /// A 100×30 tmux session on a private socket, running `taskdaemon watch` in the repo.
     fn start(env: &'a Env, tmux: PathBuf, extra_env: &[(&str, &str)]) -> Term<'a> {
+        Term::start_sized(env, tmux, extra_env, (100, 30))
+    }
+
+    /// [`Term::start`] in a terminal of `(columns, lines)`.
+    fn start_sized(
+        env: &'a Env,
+        tmux: PathBuf,
+        extra_env: &[(&str, &str)],
+        (columns, lines): (u16, u16),
+    ) -> Term<'a> {
         // Tests share this process: one socket per session, not per process.
         static SESSIONS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -81,13 +91,14 @@ impl<'a> Term<'a> {
             env.repo().display()
         ));
         // One client command: the option is set before the pane can have exited.
+        let (x, y) = (columns.to_string(), lines.to_string());
         t.tmux(&[
             "new-session",
             "-d",
             "-x",
-            "100",
+            &x,
             "-y",
-            "30",
+            &y,
             &cmd,
             ";",
             "set-option",
@@ -139,6 +150,16 @@ impl<'a> Term<'a> {
             );
             std::thread::sleep(Duration::from_millis(150));
         }
+    }
+
+    /// Select the first run (`g`) and wait until the screen shows it selected.
+    fn first(&self) {
+        self.keys(&["g"]);
+        self.wait_for("the first run selected", |s| {
+            s.lines()
+                .find(|l| l.contains(" it "))
+                .is_some_and(|l| l.starts_with("> "))
+        });
     }
 
     /// Which of `runs` (id, title) is on the selected line (`>`), if any.
@@ -277,7 +298,13 @@ fn watch_shows_two_loops_follows_the_log_pauses_one_and_answers_a_decide() {
         s.contains(&format!("of {other}"))
     });
 
-    // Pause it with a key: the daemon's status says paused.
+    // Pause it with a key: it pauses when its (minute-long) iteration ends; a second `p`
+    // pauses it now. The daemon's status says paused.
+    term.keys(&["p"]);
+    term.wait_for("pausing on screen", |s| {
+        s.lines()
+            .any(|l| l.contains("pausing") && l.trim_start().starts_with('>'))
+    });
     term.keys(&["p"]);
     let start = Instant::now();
     while status_of(&env, other) != "paused" {
@@ -299,6 +326,8 @@ fn watch_shows_two_loops_follows_the_log_pauses_one_and_answers_a_decide() {
     term.wait_for("the question", |s| {
         s.contains("DECIDE: Which database, sqlite or postgres?")
     });
+    // From the first run (g) down.
+    term.first();
     let start = Instant::now();
     loop {
         let s = term.screen();
@@ -386,4 +415,412 @@ fn a_panic_restores_the_terminal_and_once_prints_a_frame_without_colour() {
         "{text}"
     );
     assert!(!text.contains('\u{1b}'), "escape codes in --once: {text:?}");
+}
+
+/// The plan's agent: the plan in one go, two spec documents (alpha, beta: two phases
+/// each, done when `NAME.ready` is committed), and phases that take 0.3 s, except alpha's
+/// first phase's first iteration: it says so in `$TD_DIR/holding`, waits for
+/// `$TD_DIR/release`, then commits without making alpha ready (the iteration counts, the
+/// phase goes on).
+const PLAN_AGENT: &str = r#"#!/bin/sh
+case "$TASKDAEMON_LOOP" in
+plan)
+  printf '# Widgets\n\n## Goals\nwidgets, pass %s\n\n## Approach\nspecs\n' "$TASKDAEMON_REVIEW_PASS" > "$TASKDAEMON_PLAN_FILE"
+  ;;
+spec)
+  mkdir -p "$TASKDAEMON_SPECS_DIR"
+  for name in alpha beta; do
+    printf -- '---\ntitle: %s\ndeps: []\nphases: ["Phase 1: one", "Phase 2: two"]\nvalidate: test -f %s.ready\n---\nBuild %s.\n' \
+      "$name" "$name" "$name" > "$TASKDAEMON_SPECS_DIR/$name.md"
+  done
+  ;;
+phase)
+  spec=$(echo "$TASKDAEMON_SPEC_ID" | sed 's/^[0-9a-f]*-spec-//')
+  at="$spec $TASKDAEMON_PHASE_INDEX $TASKDAEMON_ITERATION"
+  echo "start $at" >> "$TD_DIR/agent.log"
+  echo "working on $at"
+  if [ "$at" = "alpha 0 1" ]; then
+    touch "$TD_DIR/holding"
+    while [ ! -f "$TD_DIR/release" ]; do sleep 0.05; done
+    echo one > alpha-0.txt
+    git add -A && git commit -qm "alpha phase 1, iteration 1"
+    echo "end $at" >> "$TD_DIR/agent.log"
+    exit 0
+  fi
+  sleep 0.3
+  echo done > "$spec.ready"
+  echo "$TASKDAEMON_ITERATION" >> "$spec-$TASKDAEMON_PHASE_INDEX.txt"
+  git add -A && git commit -qm "$at"
+  echo "end $at" >> "$TD_DIR/agent.log"
+  echo "<promise>COMPLETE</promise>"
+  ;;
+esac
+"#;
+
+/// The daemon's event stream, read by the test itself.
+struct Events {
+    lines: std::io::Lines<std::io::BufReader<std::os::unix::net::UnixStream>>,
+}
+
+impl Events {
+    fn subscribe(env: &Env) -> Events {
+        use std::io::{BufRead, Write};
+        let info: Value = serde_json::from_str(
+            &std::fs::read_to_string(env.repo().join(".git/taskdaemon/daemon/info.json")).unwrap(),
+        )
+        .unwrap();
+        let mut s =
+            std::os::unix::net::UnixStream::connect(info["socket"].as_str().unwrap()).unwrap();
+        s.write_all(b"{\"op\":\"subscribe\"}\n").unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        Events {
+            lines: std::io::BufReader::new(s).lines(),
+        }
+    }
+
+    /// The names of the events that came since the last look (none when none came).
+    fn batch(&mut self) -> Vec<String> {
+        let mut names = Vec::new();
+        while let Some(Ok(line)) = self.lines.next() {
+            let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+            names.push(v["event"].as_str().unwrap_or("?").to_string());
+        }
+        names
+    }
+}
+
+/// Whether `t` is a duration as the tree prints it (`850ms`, `3.2s`, `1m`, `05s`, `2h`).
+fn is_duration(t: &str) -> bool {
+    let digits = t.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &t[digits.len()..];
+    matches!(unit, "ms" | "s" | "m" | "h")
+        && !digits.is_empty()
+        && digits.chars().all(|c| c.is_ascii_digit() || c == '.')
+}
+
+/// The tree's lines of a frame (between the `loops` border and the next one), without
+/// the selection mark, with durations masked (a watcher's tick on, a fresh read's stay as
+/// stored) and runs of spaces as one (durations differ in length).
+fn tree_of(frame: &str) -> Vec<String> {
+    frame
+        .lines()
+        .skip_while(|l| !l.contains(" loops "))
+        .skip(1)
+        .take_while(|l| !l.contains("──"))
+        .map(|l| {
+            let l = l
+                .strip_prefix("> ")
+                .or_else(|| l.strip_prefix("  "))
+                .unwrap_or(l);
+            let indent = l.len() - l.trim_start().len();
+            let words: Vec<&str> = l
+                .split_whitespace()
+                .map(|t| if is_duration(t) { "~" } else { t })
+                .collect();
+            format!("{}{}", " ".repeat(indent), words.join(" "))
+        })
+        .collect()
+}
+
+struct PlanWatch<'a> {
+    env: &'a Env,
+    vars: Vec<(String, String)>,
+    term: Term<'a>,
+}
+
+impl PlanWatch<'_> {
+    fn once(&self) -> Vec<String> {
+        let mut c = self.env.cmd();
+        c.env("NO_COLOR", "1");
+        let out = c
+            .args(["watch", "--once", "--width", "100", "--height", "40"])
+            .output()
+            .unwrap();
+        tree_of(&String::from_utf8_lossy(&out.stdout))
+    }
+
+    /// The screen's tree becomes what a fresh `watch --once` shows (bounded wait).
+    fn agrees(&self, after: &[String]) {
+        let start = Instant::now();
+        loop {
+            let screen = tree_of(&self.term.screen());
+            let fresh = self.once();
+            if !fresh.is_empty() && screen == fresh {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "after {after:?} the screen's tree is not the store's:\nscreen:\n{}\nwatch --once:\n{}\ndaemon log:\n{}",
+                screen.join("\n"),
+                fresh.join("\n"),
+                daemon_log(self.env)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn status(&self) -> Value {
+        serde_json::from_str(&self.env.ok_with(&self.vars, &["status", "--json"])).unwrap()
+    }
+
+    /// The selected line of the screen.
+    fn selected_line(&self) -> String {
+        self.term
+            .screen()
+            .lines()
+            .find(|l| l.starts_with("> "))
+            .unwrap_or("")
+            .to_string()
+    }
+
+    /// Select the line containing `what` with `j`/`k` (bounded).
+    fn select(&self, what: &str) {
+        self.select_where(what, |l| l.contains(what));
+    }
+
+    /// Select the first line for which `ok` holds, from the top (bounded).
+    fn select_where(&self, what: &str, ok: impl Fn(&str) -> bool) {
+        self.term.first();
+        for _ in 0..20 {
+            if ok(&self.selected_line()) {
+                return;
+            }
+            self.term.keys(&["j"]);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!("cannot select `{what}`:\n{}", self.term.screen());
+    }
+}
+
+/// The elapsed time on a line (the first duration in it).
+fn elapsed_on(line: &str) -> Option<String> {
+    line.split(' ').find(|t| is_duration(t)).map(String::from)
+}
+
+#[test]
+fn watch_follows_a_daemon_plan_of_two_specs_by_two_phases_to_its_merge_and_pauses_between_iterations()
+ {
+    let Some(tmux) = tmux_binary() else { return };
+    let env = Env::new();
+    // The target is not checked out: merges go onto it, none is held.
+    harness::git(&env.repo(), &["checkout", "-qb", "wip"]);
+    let agent = env.root().join("plan-agent.sh");
+    std::fs::write(&agent, PLAN_AGENT).unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let vars = vec![
+        (
+            "TASKDAEMON_AGENT".to_string(),
+            format!("cmd:{}", agent.display()),
+        ),
+        ("TD_DIR".to_string(), env.root().display().to_string()),
+    ];
+    env.ok_with(
+        &vars,
+        &["daemon", "start", "--tick", "0.2", "--max-loops", "2"],
+    );
+    let mut events = Events::subscribe(&env);
+    let term = Term::start_sized(&env, tmux, &[], (100, 40));
+    let w = PlanWatch {
+        env: &env,
+        vars,
+        term,
+    };
+    w.term
+        .wait_for("the empty tree", |s| s.contains("no loops here yet"));
+    w.env.ok_with(
+        &w.vars,
+        &["submit", "plan", "build widgets", "--target", "main"],
+    );
+
+    // From the start to alpha's held iteration: after each batch of events, the tree is
+    // the store's.
+    let holding = env.root().join("holding");
+    let mut seen = 0;
+    let start = Instant::now();
+    while !holding.exists() {
+        let batch = events.batch();
+        if !batch.is_empty() {
+            seen += batch.len();
+            w.agrees(&batch);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "alpha's first iteration never started:\n{}\n{}",
+            w.term.screen(),
+            daemon_log(&env)
+        );
+    }
+    w.agrees(&events.batch());
+    let screen = w.term.screen();
+    let tree = tree_of(&screen);
+    // Both specs under the plan, each phase run under its spec, none among loose runs.
+    assert!(
+        tree[0].starts_with("✓ plan") || tree[0].starts_with("● plan"),
+        "{screen}"
+    );
+    assert!(!tree.iter().any(|l| l == "runs"), "{screen}");
+    let spec_at = |name: &str| {
+        tree.iter()
+            .position(|l| l.contains(&format!("spec {name}")))
+    };
+    let (a, b) = (spec_at("alpha").unwrap(), spec_at("beta").unwrap());
+    assert!(tree[a + 1].starts_with("    ● alpha"), "{screen}");
+    assert!(tree[b + 1].starts_with("    "), "{screen}");
+
+    // The held run's elapsed time ticks on screen (nothing is written meanwhile).
+    w.select("● alpha");
+    let first = elapsed_on(&w.selected_line());
+    let start = Instant::now();
+    while elapsed_on(&w.selected_line()) == first {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the elapsed time stays {first:?}:\n{}",
+            w.term.screen()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // `?` opens the keys, `?` closes them; Enter shows the run's iterations, Esc goes back.
+    w.term.keys(&["?"]);
+    w.term
+        .wait_for("the help", |s| s.contains("keys (Esc or ? closes)"));
+    w.term.keys(&["?"]);
+    w.term
+        .wait_for("the help closed", |s| !s.contains("keys (Esc or ?"));
+    w.term.keys(&["Enter"]);
+    let detail = w.term.wait_for("the run's iterations", |s| {
+        s.contains("iteration(s) (Esc: back)")
+    });
+    assert!(detail.contains("no finished iteration yet"), "{detail}");
+    w.term.keys(&["Escape"]);
+    w.term.wait_for("the tree again", |s| s.contains(" loops "));
+    // G: the last run, g: the first.
+    w.term.keys(&["G"]);
+    w.term.wait_for("the last run", |s| {
+        s.lines()
+            .rfind(|l| l.contains(" it "))
+            .is_some_and(|l| l.starts_with("> "))
+    });
+    w.term.first();
+
+    // `p` on the held run: it pauses when its iteration ends, not before.
+    w.select("● alpha");
+    w.term.keys(&["p"]);
+    w.term.wait_for("pausing", |s| {
+        s.lines()
+            .any(|l| l.starts_with("> ") && l.contains("pausing"))
+    });
+    let s = w.status();
+    let alpha_run = |s: &Value| -> Value {
+        s["plans"][0]["specs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|sp| sp["title"] == "alpha")
+            .and_then(|sp| sp["runs"].as_array().and_then(|r| r.first().cloned()))
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(alpha_run(&s)["status"], "running", "{s:#}");
+    std::fs::write(env.root().join("release"), "").unwrap();
+    w.term.wait_for("paused", |s| {
+        s.lines()
+            .any(|l| l.starts_with("> ") && l.contains("⏸") && l.contains("paused"))
+    });
+    let log = std::fs::read_to_string(env.root().join("agent.log")).unwrap();
+    assert!(
+        log.contains("end alpha 0 1"),
+        "the iteration was stopped before its end:\n{log}"
+    );
+    let s = w.status();
+    assert_eq!(alpha_run(&s)["status"], "paused", "{s:#}");
+    assert_eq!(alpha_run(&s)["iteration"], 1, "{s:#}");
+    w.agrees(&events.batch());
+    // Enter: the finished iteration in the table.
+    w.term.keys(&["Enter"]);
+    let detail = w.term.wait_for("the finished iteration", |s| {
+        s.contains("1 iteration(s)") && s.contains("validation")
+    });
+    assert!(detail.contains("outcome"), "{detail}");
+    w.term.keys(&["Escape"]);
+    // (A key right after Esc would be read as Alt+key.)
+    w.term.wait_for("the tree again", |s| s.contains(" loops "));
+
+    // `r`: it goes on at iteration 2 (the first was not lost), and the plan to its end.
+    w.term.keys(&["r"]);
+    let start = Instant::now();
+    loop {
+        let batch = events.batch();
+        if !batch.is_empty() {
+            seen += batch.len();
+            w.agrees(&batch);
+        }
+        if w.status()["plans"][0]["status"] == "complete" {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the plan did not complete:\n{}\n{}",
+            w.term.screen(),
+            daemon_log(&env)
+        );
+    }
+    w.agrees(&events.batch());
+    let log = std::fs::read_to_string(env.root().join("agent.log")).unwrap();
+    // Iteration 1 ran once (not again after the pause), then iteration 2.
+    assert_eq!(log.matches("start alpha 0 1\n").count(), 1, "{log}");
+    assert!(log.contains("start alpha 0 2"), "{log}");
+    let tree = tree_of(&w.term.screen());
+    assert!(
+        tree.iter()
+            .filter(|l| !l.is_empty())
+            .all(|l| l.trim_start().starts_with("✓ ") && l.contains(" complete")),
+        "not all complete: {tree:#?}"
+    );
+    assert!(seen > 20, "only {seen} events");
+    let files = harness::git(&env.repo(), &["ls-tree", "-r", "--name-only", "main"]);
+    assert!(
+        files.contains("alpha-1.txt") && files.contains("beta-1.txt"),
+        "{files}"
+    );
+
+    // The plan's and the spec loop's runs show their own logs (their worktree is gone:
+    // the daemon's kept copy of its .ralph/).
+    let s = w.status();
+    let plan_runs = s["plans"][0]["runs"].as_array().unwrap();
+    let run_of = |kind: &str| -> String {
+        plan_runs
+            .iter()
+            .find(|r| r["loop-type"] == kind)
+            .and_then(|r| r["id"].as_str())
+            .unwrap()
+            .to_string()
+    };
+    let (plan_run, spec_run) = (run_of("plan"), run_of("spec"));
+    w.select("it 5 ");
+    w.term.wait_for("the plan run's log", |s| {
+        s.contains(&format!(" {plan_run} iteration 5 · iteration-005.log"))
+            && s.contains(&format!("run {plan_run} iteration 5/"))
+    });
+    // `e`: its log exported into .ralph/exports/, which git ignores.
+    w.term.keys(&["e"]);
+    let exported = env
+        .repo()
+        .join(format!(".ralph/exports/{plan_run}-iteration-005.log"));
+    w.term.wait_for("the export", |s| {
+        s.contains("exported") && exported.is_file()
+    });
+    let status = harness::git(
+        &env.repo(),
+        &["status", "--porcelain", "--untracked-files=all"],
+    );
+    assert!(!status.contains("exports"), "{status}");
+    w.select_where("the spec loop's run", |l| {
+        l.contains("build widgets") && l.contains(" it 1 ")
+    });
+    w.term.wait_for("the spec run's log", |s| {
+        s.contains(&format!(" {spec_run} iteration 1 · iteration-001.log"))
+            && s.contains(&format!("run {spec_run} iteration 1/"))
+    });
+    w.env.ok_with(&w.vars, &["daemon", "stop"]);
 }

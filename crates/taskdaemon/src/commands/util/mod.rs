@@ -405,6 +405,7 @@ pub fn drive(
         let ctx = EngineContext {
             script_runner: std::env::current_exe().context("finding the taskdaemon executable")?,
             events,
+            pause: tokio_util::sync::CancellationToken::new(),
         };
         let result = taskdaemon_core::runs::run(state, ws, &ctx, &cancel, begin).await;
         drop(ctx);
