@@ -174,6 +174,7 @@ const TEXT_KEYS: &[&str] = &[
     "command",
     "validation_command",
     "agent",
+    "member",
 ];
 
 /// Every way `v` breaks the convention, each with where (`$.runs[0].created_at: …`);

@@ -187,6 +187,7 @@ fn check_store_commands(r: &mut Repo) {
     assert_eq!(spec, &listed, "{status}");
     r.one(&["pause", &a_id, "--json"]);
     r.one(&["resume", &a_id, "--json"]);
+    r.one(&["start", &plan_id, "--json"]);
     for args in [
         &["loops", "--json"][..],
         &["loops", "ralph", "--json"],
@@ -322,6 +323,8 @@ fn every_json_output_and_event_keeps_the_one_convention() {
     assert!(events.iter().all(|e| e["at"] == "2026-11-21T12:00:00Z"));
     check_store_commands(&mut r);
     check_config(&mut r);
+    std::fs::write(r.env.repo().join(".ralph/decide.txt"), "red or blue?\n").unwrap();
+    r.one(&["answer", "red", "--json"]);
     r.one(&["task", "parse", "add a file a.txt", "--json"]);
     let task = r.json(
         &["task", "add a file a.txt", "--validate", "true", "--json"],
@@ -331,6 +334,9 @@ fn every_json_output_and_event_keeps_the_one_convention() {
         task.iter().any(|e| e["event"] == "task_finished"),
         "{task:?}"
     );
+    r.json(&["plan", "diff", "--task", "1", "--json"], Kind::Document);
+    r.one(&["snapshot", "status", "--json"]);
+    r.one(&["snapshot", "prune", "--keep", "1", "--dry-run", "--json"]);
     let done = r.run(&["archive", "--json"]);
     assert_eq!(done.code, 0, "{}", done.stderr);
     r.look(
@@ -344,6 +350,61 @@ fn every_json_output_and_event_keeps_the_one_convention() {
         Kind::Event,
     );
     check_daemon(&mut r);
+    r.one(&["snapshot", "rollback", "run-1-pre", "--json"]);
+    assert!(
+        r.problems.is_empty(),
+        "{} of {} documents break the convention:\n{}",
+        r.problems.len(),
+        r.checked,
+        r.problems.join("\n")
+    );
+}
+
+/// A tasks.md agent: does its task, checks its box, commits, claims it.
+const TASK_AGENT: &str = r#"#!/bin/sh
+id="$TASKDAEMON_TASK_ID"
+mkdir -p work && echo "$id" > "work/$id.txt"
+sed -i "s/^- \[ \] $id /- [x] $id /" "$TASKDAEMON_TASKS_FILE"
+git add -A && git commit -qm "task $id"
+echo "done. TASK_COMPLETE"
+"#;
+
+#[test]
+fn a_work_list_run_and_its_cancel_keep_the_one_convention() {
+    let mut r = Repo::new();
+    let spec = r.env.repo().join("specs/demo");
+    std::fs::create_dir_all(&spec).unwrap();
+    std::fs::write(
+        spec.join("tasks.md"),
+        "# Tasks\n\n- [ ] 1.1 Make a file\n  - **Verify**: `test -f work/1.1.txt`\n",
+    )
+    .unwrap();
+    std::fs::write(
+        spec.join("requirements.md"),
+        "# Requirements\n\nFR-1: a file.\n",
+    )
+    .unwrap();
+    std::fs::write(spec.join("design.md"), "# Design\n\nOne file.\n").unwrap();
+    let agent = r.env.root().join("task-agent.sh");
+    std::fs::write(&agent, TASK_AGENT).unwrap();
+    crate::harness::git(&r.env.repo(), &["add", "-A"]);
+    crate::harness::git(&r.env.repo(), &["commit", "-qm", "spec"]);
+    let agent = format!("cmd:sh {}", agent.display());
+    let events = r.json(
+        &["implement", "specs/demo", "--agent", &agent, "--json"],
+        Kind::Event,
+    );
+    let names: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    for want in [
+        "run_started",
+        "task_started",
+        "task_completed",
+        "implement_finished",
+    ] {
+        assert!(names.contains(&want), "no {want} in {names:?}");
+    }
+    r.one(&["cancel", "specs/demo", "--json"]);
+    r.one(&["check-doc", "specs", "specs", "--json"]);
     assert!(
         r.problems.is_empty(),
         "{} of {} documents break the convention:\n{}",
