@@ -883,6 +883,39 @@ pub struct InForce {
     pub unset: Option<String>,
 }
 
+impl InForce {
+    /// The value as the JSON convention shows it (docs/json.md): a map keyed by names, not
+    /// field names (`agent-limits` by agent, `api.prices` by model), as a list of objects,
+    /// so every key stays a field name.
+    pub fn json_value(&self) -> serde_json::Value {
+        use serde_json::{Value, json};
+        let named = |m: &serde_json::Map<String, Value>, name: &str, value: &str| -> Value {
+            m.iter()
+                .map(|(k, v)| match v {
+                    Value::Object(fields) => {
+                        let mut o = fields.clone();
+                        o.insert(name.into(), k.clone().into());
+                        Value::Object(o)
+                    }
+                    other => json!({ name: k, value: other }),
+                })
+                .collect()
+        };
+        match (self.key.as_str(), &self.value) {
+            ("agent-limits", Value::Object(m)) => named(m, "agent", "limit"),
+            ("api", Value::Object(m)) => {
+                let mut m = m.clone();
+                if let Some(Value::Object(prices)) = m.get("prices") {
+                    let listed = named(prices, "model", "price");
+                    m.insert("prices".into(), listed);
+                }
+                Value::Object(m)
+            }
+            (_, v) => v.clone(),
+        }
+    }
+}
+
 /// The environment variable of a key: `max-iterations` → `TASKDAEMON_MAX_ITERATIONS`.
 pub fn env_var_of(key: &str) -> String {
     format!("TASKDAEMON_{}", key.to_ascii_uppercase().replace('-', "_"))
@@ -1117,5 +1150,29 @@ mod in_force_tests {
             typed("agent", "cmd:make test"),
             serde_json::json!("cmd:make test")
         );
+    }
+
+    #[test]
+    fn maps_keyed_by_names_are_lists_in_json() {
+        let row = |key: &str, value: serde_json::Value| InForce {
+            key: key.into(),
+            value,
+            from: Origin::Default,
+            unset: None,
+        };
+        let limits = row("agent-limits", serde_json::json!({"api:openai:gpt-5": 2}));
+        assert_eq!(
+            limits.json_value(),
+            serde_json::json!([{"agent": "api:openai:gpt-5", "limit": 2}])
+        );
+        let api = row(
+            "api",
+            serde_json::json!({"max-turns": 9, "prices": {"gpt-5": {"input": 1.0, "output": 2.0}}}),
+        );
+        assert_eq!(
+            api.json_value(),
+            serde_json::json!({"max-turns": 9, "prices": [{"model": "gpt-5", "input": 1.0, "output": 2.0}]})
+        );
+        assert_eq!(row("max-loops", 3.into()).json_value(), 3);
     }
 }

@@ -56,7 +56,7 @@ fn rows_json(report: &config::InForceReport) -> Vec<serde_json::Value> {
         .rows
         .iter()
         .map(|r| {
-            let mut v = serde_json::json!({"key": r.key, "value": r.value, "unset": r.unset, "from": r.from.to_string(), "origin": r.from});
+            let mut v = serde_json::json!({"key": r.key, "value": r.json_value(), "unset": r.unset, "from": r.from.to_string(), "origin": r.from});
             let ignored = ignored_under(u, &r.key);
             if let (Some(u), false) = (u, ignored.is_empty()) {
                 v["ignored"] = serde_json::json!({

@@ -308,9 +308,9 @@ fn settings_json(
     let rows = Value::Array(
         report
             .rows
-            .into_iter()
+            .iter()
             .filter(|r| r.from != config::Origin::Default)
-            .map(|r| json!({"key": r.key, "value": r.value, "from": r.from.to_string()}))
+            .map(|r| json!({"key": r.key, "value": r.json_value(), "from": r.from.to_string()}))
             .collect(),
     );
     Ok((rows, report.untrusted))

@@ -226,9 +226,11 @@ fn check_store_commands(r: &mut Repo) {
 fn check_config(r: &mut Repo) {
     std::fs::write(
         r.env.repo().join(".taskdaemon/config.yaml"),
-        "max-loops: 3\n",
+        "max-loops: 3\nagent-limits:\n  api:openai:gpt-5: 1\n",
     )
     .unwrap();
+    // A map keyed by names is a list, so its keys are field names too.
+    r.json(&["doctor", "--json"], Kind::Document);
     let shown = r.json_with(
         &[("TASKDAEMON_MAX_ITERATIONS", "9")],
         &["config", "show", "--json"],
@@ -246,6 +248,10 @@ fn check_config(r: &mut Repo) {
     assert_eq!(row("max-cost")["value"], Value::Null);
     assert_eq!(row("max-cost")["unset"], "no limit");
     assert_eq!(row("allow-test-changes")["value"], false);
+    assert_eq!(
+        row("agent-limits")["value"],
+        serde_json::json!([{"agent": "api:openai:gpt-5", "limit": 1}])
+    );
 }
 
 /// A daemon run from its submission to its merge, on the socket and through the client
