@@ -182,7 +182,9 @@ const TEXT_KEYS: &[&str] = &[
 pub fn check(v: &Value, kind: Kind) -> Vec<String> {
     let mut problems = Vec::new();
     let Some(top) = v.as_object() else {
-        return vec!["$: a document is an object, not a bare value or list".into()];
+        problems.push("$: a document is an object, not a bare value or list".into());
+        walk(v, "$", None, &mut problems);
+        return problems;
     };
     if top.get("schema").and_then(Value::as_u64) != Some(SCHEMA) {
         problems.push(format!(
@@ -335,5 +337,10 @@ mod tests {
             assert!(p.contains(want), "{want} not in:\n{p}");
         }
         assert_eq!(check(&json!([1]), Kind::Document).len(), 1);
+        // What is in a bare list is checked as well.
+        assert_eq!(
+            check(&json!([{"loop-type": "ralph"}]), Kind::Document).len(),
+            2
+        );
     }
 }

@@ -96,6 +96,14 @@ impl Repo {
         }
     }
 
+    /// A check of what a document says: recorded with the convention's problems, so one
+    /// run names every one of them.
+    fn expect(&mut self, ok: bool, what: impl FnOnce() -> String) {
+        if !ok {
+            self.problems.push(what());
+        }
+    }
+
     fn one(&mut self, args: &[&str]) -> Value {
         let mut all = self.json(args, Kind::Document);
         assert_eq!(
@@ -134,13 +142,12 @@ impl RawStream {
         }
     }
 
-    /// Lines until one whose `event` is `last` (included).
+    /// Lines until one whose `event` is `last` (included), or the stream's end.
     fn until(&mut self, last: &str) -> Vec<Value> {
         let mut seen = Vec::new();
         loop {
-            let line = match self.lines.next() {
-                Some(Ok(l)) => l,
-                other => panic!("the stream ended ({other:?}) before {last}; saw {seen:#?}"),
+            let Some(Ok(line)) = self.lines.next() else {
+                return seen;
             };
             let v: Value = serde_json::from_str(&line).unwrap();
             let done = v["event"] == last;
@@ -165,26 +172,24 @@ fn check_store_commands(r: &mut Repo) {
     r.one(&["show", &b_id, "--json"]);
     r.one(&["edit", &b_id, "--title", "Payment", "--json"]);
     // The same field has one name, in status as in list: `waiting_for`, `[{id, status}]`.
+    let find = |list: &Value, id: &str| -> Value {
+        let items = list.as_array().cloned().unwrap_or_default();
+        let found = items.into_iter().find(|x| x["id"] == id);
+        found.map(|x| x["waiting_for"].clone()).unwrap_or_default()
+    };
     let list = r.one(&["list", "--json"]);
-    let listed = list["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["id"] == b_id.as_str())
-        .unwrap()["waiting_for"]
-        .clone();
-    assert_eq!(
-        listed,
-        serde_json::json!([{"id": a_id, "status": "pending"}])
-    );
+    let listed = find(&list["records"], &b_id);
+    let want = serde_json::json!([{"id": a_id, "status": "pending"}]);
+    r.expect(listed == want, || {
+        format!("`list --json`: waiting_for {want} expected, found {listed} in {list}")
+    });
     let status = r.one(&["status", "--json"]);
-    let spec = &status["plans"][0]["specs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["id"] == b_id.as_str())
-        .unwrap()["waiting_for"];
-    assert_eq!(spec, &listed, "{status}");
+    let spec = find(&status["plans"][0]["specs"], &b_id);
+    r.expect(spec == want, || {
+        format!(
+            "`status --json`: waiting_for {want} expected (as in list), found {spec} in {status}"
+        )
+    });
     r.one(&["pause", &a_id, "--json"]);
     r.one(&["resume", &a_id, "--json"]);
     r.one(&["start", &plan_id, "--json"]);
@@ -236,22 +241,28 @@ fn check_config(r: &mut Repo) {
         &["config", "show", "--json"],
         Kind::Document,
     );
-    let settings = shown[0]["settings"].as_array().unwrap();
-    let row = |key: &str| settings.iter().find(|s| s["key"] == key).unwrap().clone();
-    assert_eq!(
-        row("max-iterations")["value"],
-        9,
-        "{:?}",
-        row("max-iterations")
-    );
-    assert_eq!(row("max-loops")["value"], 3, "{:?}", row("max-loops"));
-    assert_eq!(row("max-cost")["value"], Value::Null);
-    assert_eq!(row("max-cost")["unset"], "no limit");
-    assert_eq!(row("allow-test-changes")["value"], false);
-    assert_eq!(
-        row("agent-limits")["value"],
-        serde_json::json!([{"agent": "api:openai:gpt-5", "limit": 1}])
-    );
+    let settings = shown[0]["settings"].as_array().cloned().unwrap_or_default();
+    let row = |key: &str| {
+        let found = settings.iter().find(|s| s["key"] == key).cloned();
+        found.unwrap_or_default()
+    };
+    for (key, field, want) in [
+        ("max-iterations", "value", serde_json::json!(9)),
+        ("max-loops", "value", serde_json::json!(3)),
+        ("max-cost", "value", Value::Null),
+        ("max-cost", "unset", serde_json::json!("no limit")),
+        ("allow-test-changes", "value", serde_json::json!(false)),
+        (
+            "agent-limits",
+            "value",
+            serde_json::json!([{"agent": "api:openai:gpt-5", "limit": 1}]),
+        ),
+    ] {
+        let found = row(key);
+        r.expect(found[field] == want, || {
+            format!("`config show --json`: {key}'s {field} {want} expected, found {found}")
+        });
+    }
 }
 
 /// A daemon run from its submission to its merge, on the socket and through the client
@@ -304,13 +315,15 @@ fn check_daemon(r: &mut Repo) {
         "complete",
         "merged",
     ] {
-        assert!(names.contains(&want), "no {want} in {names:?}");
+        r.expect(names.contains(&want), || {
+            format!("the daemon's stream: no {want} in {names:?}")
+        });
     }
     // The project's clock stamps them (TASKDAEMON_NOW in the harness).
-    assert!(
-        events.iter().all(|e| e["at"] == "2026-11-21T12:00:00Z"),
-        "{events:?}"
-    );
+    let clock = events.iter().all(|e| e["at"] == "2026-11-21T12:00:00Z");
+    r.expect(clock, || {
+        "the daemon's events are not stamped by the project's clock".into()
+    });
 }
 
 #[test]
@@ -326,7 +339,10 @@ fn every_json_output_and_event_keeps_the_one_convention() {
         names.contains(&"run_started") && names.contains(&"run_finished"),
         "{names:?}"
     );
-    assert!(events.iter().all(|e| e["at"] == "2026-11-21T12:00:00Z"));
+    let clock = events.iter().all(|e| e["at"] == "2026-11-21T12:00:00Z");
+    r.expect(clock, || {
+        "`run --json`'s events are not stamped by the project's clock".into()
+    });
     check_store_commands(&mut r);
     check_config(&mut r);
     std::fs::write(r.env.repo().join(".ralph/decide.txt"), "red or blue?\n").unwrap();
