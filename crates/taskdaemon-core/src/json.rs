@@ -26,21 +26,24 @@ pub enum JsonError {
         what: &'static str,
         source: serde_json::Error,
     },
-    #[error("a JSON document must be an object, not {found} (an internal error; please report it)")]
-    NotAnObject { found: &'static str },
+    #[error(
+        "a JSON document must be an object, not a list or a bare value (an internal error; please report it)"
+    )]
+    NotAnObject,
 }
 
-/// `v` as a document of the convention: keys snake_case, times RFC 3339, `schema` first.
+/// `v` as a document of the convention: keys snake_case, times RFC 3339, `schema`.
 /// `v` must serialize to an object (a list goes through [`list`]).
 pub fn document(v: &impl Serialize) -> Result<Value, JsonError> {
     let value = serde_json::to_value(v).map_err(|source| JsonError::Serialize {
         what: "the document",
         source,
     })?;
-    let Value::Object(fields) = normalize(value) else {
-        return Err(JsonError::NotAnObject { found: "a list" });
+    let Value::Object(mut fields) = normalize(value) else {
+        return Err(JsonError::NotAnObject);
     };
-    Ok(with_first("schema", SCHEMA.into(), fields))
+    fields.insert("schema".into(), SCHEMA.into());
+    Ok(Value::Object(fields))
 }
 
 /// `items` under `key`: `{"schema":1,"<key>":[…]}`.
@@ -61,17 +64,11 @@ pub fn event(e: &impl Serialize) -> Result<Value, JsonError> {
 
 /// [`event`] at a given time.
 pub fn event_at(e: &impl Serialize, at: jiff::Timestamp) -> Result<Value, JsonError> {
-    let Value::Object(fields) = document(e)? else {
-        return Err(JsonError::NotAnObject { found: "a list" });
-    };
-    let mut out = Map::new();
-    let mut fields = fields.into_iter();
-    if let Some((k, v)) = fields.next() {
-        out.insert(k, v); // schema
+    let mut doc = document(e)?;
+    if let Value::Object(fields) = &mut doc {
+        fields.insert("at".into(), time(at).into());
     }
-    out.insert("at".into(), time(at).into());
-    out.extend(fields.filter(|(k, _)| k != "at"));
-    Ok(Value::Object(out))
+    Ok(doc)
 }
 
 /// A time as the convention writes it: RFC 3339 in UTC, to the millisecond (no fraction
@@ -83,13 +80,6 @@ pub fn time(t: jiff::Timestamp) -> String {
 /// Unix milliseconds as [`time`]; `None` out of range.
 pub fn time_of_ms(ms: i64) -> Option<String> {
     jiff::Timestamp::from_millisecond(ms).ok().map(time)
-}
-
-fn with_first(key: &str, value: Value, rest: Map<String, Value>) -> Value {
-    let mut out = Map::new();
-    out.insert(key.into(), value);
-    out.extend(rest.into_iter().filter(|(k, _)| k != key));
-    Value::Object(out)
 }
 
 /// Every key snake_case (`created-at` → `created_at`), every `_at` key holding unix ms as
@@ -295,10 +285,7 @@ mod tests {
     fn a_list_comes_under_its_name_and_a_bare_list_is_refused() {
         let v = list("runs", &vec![json!({"id": "a"})]).unwrap();
         assert_eq!(v, json!({"schema": 1, "runs": [{"id": "a"}]}));
-        assert!(matches!(
-            document(&vec![1, 2]),
-            Err(JsonError::NotAnObject { .. })
-        ));
+        assert!(matches!(document(&vec![1, 2]), Err(JsonError::NotAnObject)));
     }
 
     #[test]
