@@ -271,6 +271,17 @@ fn check_daemon(r: &mut Repo) {
     r.one(&["daemon", "start", "--tick", "0.2", "--json"]);
     let mut stream = RawStream::open(&r.socket());
     let mut events = stream.until("snapshot");
+    // `daemon events --json`: the same stream, a line per event, until the daemon stops.
+    let printed = r.env.root().join("events.jsonl");
+    let mut printer = r
+        .env
+        .cmd()
+        .args(["daemon", "events", "--json"])
+        .stdout(std::fs::File::create(&printed).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    crate::harness::wait_for_lines(&printed, 1, Duration::from_secs(60));
     let submitted = r.one(&[
         "submit",
         "ralph",
@@ -306,6 +317,21 @@ fn check_daemon(r: &mut Repo) {
     }
     for e in &events {
         r.look("the daemon's event stream", e, Kind::Event);
+    }
+    crate::harness::wait_timeout(&mut printer, Duration::from_secs(60));
+    let printed: Vec<Value> = std::fs::read_to_string(&printed)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    for e in &printed {
+        r.look("daemon events --json", e, Kind::Event);
+    }
+    let printed: Vec<&str> = printed.iter().filter_map(|e| e["event"].as_str()).collect();
+    for want in ["snapshot", "run_started", "merged", "daemon_stopped"] {
+        r.expect(printed.contains(&want), || {
+            format!("`daemon events --json`: no {want} in {printed:?}")
+        });
     }
     let names: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
     for want in [
