@@ -875,8 +875,45 @@ impl fmt::Display for Origin {
 #[derive(Debug, Clone, Serialize)]
 pub struct InForce {
     pub key: String,
+    /// The value with its own type (a number is `9` whether the file or the environment
+    /// set it); `null` when unset.
     pub value: serde_json::Value,
     pub from: Origin,
+    /// What being unset means (`no limit`), for a key whose default is no value.
+    pub unset: Option<String>,
+}
+
+impl InForce {
+    /// The value as the JSON convention shows it (docs/json.md): a map keyed by names, not
+    /// field names (`agent-limits` by agent, `api.prices` by model), as a list of objects,
+    /// so every key stays a field name.
+    pub fn json_value(&self) -> serde_json::Value {
+        use serde_json::{Value, json};
+        let named = |m: &serde_json::Map<String, Value>, name: &str, value: &str| -> Value {
+            m.iter()
+                .map(|(k, v)| match v {
+                    Value::Object(fields) => {
+                        let mut o = fields.clone();
+                        o.insert(name.into(), k.clone().into());
+                        Value::Object(o)
+                    }
+                    other => json!({ name: k, value: other }),
+                })
+                .collect()
+        };
+        match (self.key.as_str(), &self.value) {
+            ("agent-limits", Value::Object(m)) => named(m, "agent", "limit"),
+            ("api", Value::Object(m)) => {
+                let mut m = m.clone();
+                if let Some(Value::Object(prices)) = m.get("prices") {
+                    let listed = named(prices, "model", "price");
+                    m.insert("prices".into(), listed);
+                }
+                Value::Object(m)
+            }
+            (_, v) => v.clone(),
+        }
+    }
 }
 
 /// The environment variable of a key: `max-iterations` → `TASKDAEMON_MAX_ITERATIONS`.
@@ -994,30 +1031,48 @@ pub fn settings_in_force(
     for k in &keys {
         let var = env_var_of(k);
         if let Ok(v) = std::env::var(&var) {
-            set(
-                &mut rows,
-                k,
-                serde_json::Value::String(v),
-                Origin::Env { var },
-            );
+            set(&mut rows, k, typed(k, &v), Origin::Env { var });
         }
     }
     Ok(InForceReport { rows, untrusted })
 }
 
-/// Every key at its documented default.
+/// Every key at its documented default: its value typed as the key takes it, or `null`
+/// with what unset means.
 fn default_rows(keys: &[String]) -> Vec<InForce> {
     let defaults = documented_defaults();
     keys.iter()
-        .map(|k| InForce {
-            key: k.clone(),
-            value: defaults
-                .get(k)
-                .map(|v| serde_json::Value::String(v.clone()))
-                .unwrap_or(serde_json::Value::Null),
-            from: Origin::Default,
+        .map(|k| {
+            let text = defaults.get(k);
+            let unset = text.and_then(|t| t.strip_prefix("(unset: ")?.strip_suffix(')'));
+            InForce {
+                key: k.clone(),
+                value: match (text, unset) {
+                    (Some(t), None) => typed(k, t),
+                    _ => serde_json::Value::Null,
+                },
+                from: Origin::Default,
+                unset: unset.map(String::from),
+            }
         })
         .collect()
+}
+
+/// `text` (an environment variable's value, a documented default) as the value of `key`
+/// in its own type: read as YAML, then through [`Settings`] (so `9` is a number for
+/// `max-iterations` and `"123"` stays text for `target-branch`); the text itself when the
+/// key does not take it (the run reports that error).
+fn typed(key: &str, text: &str) -> serde_json::Value {
+    let through = |v: serde_json::Value| {
+        let one = serde_json::Value::Object([(key.to_string(), v)].into_iter().collect());
+        let s: Settings = serde_json::from_value(one).ok()?;
+        serde_json::to_value(s).ok()?.get(key).cloned()
+    };
+    let parsed = serde_saphyr::from_str::<serde_json::Value>(text).ok();
+    parsed
+        .and_then(through)
+        .or_else(|| through(serde_json::Value::String(text.to_string())))
+        .unwrap_or_else(|| serde_json::Value::String(text.to_string()))
 }
 
 /// The keys `settings` (read from `path`) sets, with their lines.
@@ -1071,11 +1126,53 @@ mod in_force_tests {
             format!("--config {}:3", f.display())
         );
         assert_eq!(row("max-stuck").from, Origin::Default);
-        assert_eq!(row("max-stuck").value, serde_json::json!("3"));
-        assert!(row("max-cost").value.as_str().unwrap().contains("no limit"));
+        // Defaults in their own types; unset is null, with what it means beside it.
+        assert_eq!(row("max-stuck").value, serde_json::json!(3));
+        assert_eq!(row("allow-test-changes").value, serde_json::json!(false));
+        assert_eq!(row("loop").value, serde_json::json!("ralph"));
+        assert!(row("max-cost").value.is_null());
+        assert_eq!(row("max-cost").unset.as_deref(), Some("no limit"));
         assert!(rows.iter().any(|r| r.key == "loop"));
         assert_eq!(env_var_of("max-iterations"), "TASKDAEMON_MAX_ITERATIONS");
         let missing = settings_in_force(d.path(), Some(&d.path().join("nope.yaml")));
         assert!(matches!(missing, Err(ConfigError::Missing(_))));
+    }
+
+    #[test]
+    fn a_value_from_text_takes_the_type_of_its_key() {
+        assert_eq!(typed("max-iterations", "9"), serde_json::json!(9));
+        assert_eq!(typed("allow-test-changes", "true"), serde_json::json!(true));
+        assert_eq!(typed("max-cost", "2.5"), serde_json::json!(2.5));
+        // A key that takes text keeps digits as text; a bad value stays what was written.
+        assert_eq!(typed("target-branch", "123"), serde_json::json!("123"));
+        assert_eq!(typed("max-iterations", "many"), serde_json::json!("many"));
+        assert_eq!(
+            typed("agent", "cmd:make test"),
+            serde_json::json!("cmd:make test")
+        );
+    }
+
+    #[test]
+    fn maps_keyed_by_names_are_lists_in_json() {
+        let row = |key: &str, value: serde_json::Value| InForce {
+            key: key.into(),
+            value,
+            from: Origin::Default,
+            unset: None,
+        };
+        let limits = row("agent-limits", serde_json::json!({"api:openai:gpt-5": 2}));
+        assert_eq!(
+            limits.json_value(),
+            serde_json::json!([{"agent": "api:openai:gpt-5", "limit": 2}])
+        );
+        let api = row(
+            "api",
+            serde_json::json!({"max-turns": 9, "prices": {"gpt-5": {"input": 1.0, "output": 2.0}}}),
+        );
+        assert_eq!(
+            api.json_value(),
+            serde_json::json!({"max-turns": 9, "prices": [{"model": "gpt-5", "input": 1.0, "output": 2.0}]})
+        );
+        assert_eq!(row("max-loops", 3.into()).json_value(), 3);
     }
 }

@@ -13,6 +13,7 @@ pub mod fsutil;
 pub mod gates;
 pub mod git;
 pub mod guards;
+pub mod json;
 pub mod lifecycle;
 pub mod loops;
 pub mod notify;

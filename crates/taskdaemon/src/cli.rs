@@ -173,14 +173,14 @@ fn error_text(e: &anyhow::Error, verbose: bool) -> String {
 }
 
 /// Print an error for people (`error:` in red when colour is on) or, with `--json`, as
-/// `{"error":…,"hint":…,"exit":N}` on stdout.
+/// `{"schema":1,"error":…,"hint":…,"exit":N}` on stdout.
 fn report_error(message: &str, code: i32) {
     let (what, hint) = match message.split_once("\n  hint: ") {
         Some((w, h)) => (w.trim_end(), Some(h.trim())),
         None => (message.trim_end(), None),
     };
     if json_wanted() {
-        let v = serde_json::json!({"error": what, "hint": hint, "exit": code});
+        let v = serde_json::json!({"schema": taskdaemon_core::json::SCHEMA, "error": what, "hint": hint, "exit": code});
         println!("{v}");
         return;
     }

@@ -1,6 +1,7 @@
 //! What the daemon tells its observers: the foreground log, `logs --follow`,
 //! `status --watch`, the TUI and the notifications. One JSON object per event, tagged by
-//! `"event"` (kebab-case), on the daemon's socket to every subscriber (`{"op":"subscribe"}`).
+//! `"event"` (snake_case, as every key: docs/json.md), on the daemon's socket to every
+//! subscriber (`{"op":"subscribe"}`), each line stamped with `schema` and `at` as it is sent.
 //!
 //! Every event about a run or record carries a [`Subject`]: the record's id, its title (the
 //! plan's, the spec's or the run's task), the plan and spec it belongs to and the
@@ -19,7 +20,6 @@ pub const AGENT_LINE_MAX: usize = 2000;
 
 /// Which record an event is about.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
 pub struct Subject {
     /// The run's id (for a merge of a spec: the spec's id).
     pub run: String,
@@ -81,8 +81,8 @@ pub enum WaitReason {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(
     tag = "event",
-    rename_all = "kebab-case",
-    rename_all_fields = "kebab-case"
+    rename_all = "snake_case",
+    rename_all_fields = "snake_case"
 )]
 pub enum DaemonEvent {
     /// The first line a subscriber gets (and again after `lagged`): exactly what
@@ -535,7 +535,7 @@ mod tests {
     }
 
     #[test]
-    fn events_are_tagged_kebab_case_and_round_trip() {
+    fn events_are_tagged_snake_case_and_round_trip() {
         let e = DaemonEvent::Decide {
             subject: subject(),
             question: "which database?".into(),
@@ -545,7 +545,7 @@ mod tests {
         let v = serde_json::to_value(&e).unwrap();
         assert_eq!(v["event"], "decide");
         assert_eq!(v["run"], "1a2b3c-run-fix");
-        assert_eq!(v["loop-type"], "ralph");
+        assert_eq!(v["loop_type"], "ralph");
         assert_eq!(v["repo"], "/repo");
         assert!(v.get("plan").is_none());
         let back: DaemonEvent = serde_json::from_value(v).unwrap();
@@ -563,8 +563,8 @@ mod tests {
             cost_total_usd: 0.5,
         };
         let v = serde_json::to_value(&e).unwrap();
-        assert_eq!(v["event"], "iteration-finished");
-        assert_eq!(v["stuck-count"], 1);
+        assert_eq!(v["event"], "iteration_finished");
+        assert_eq!(v["stuck_count"], 1);
         assert_eq!(serde_json::from_value::<DaemonEvent>(v).unwrap(), e);
     }
 

@@ -98,6 +98,32 @@ impl Governor {
         Some((slot, p.reason.clone()))
     }
 
+    /// Every paused account as `status --json` shows it: a list of `{account, until,
+    /// reason, restarts: [{run, at}]}`, times RFC 3339 (docs/json.md).
+    pub fn status(&self) -> serde_json::Value {
+        let at = |secs: i64| {
+            jiff::Timestamp::from_second(secs)
+                .map(crate::json::time)
+                .ok()
+        };
+        self.snapshot()
+            .into_iter()
+            .map(|(account, p)| {
+                let restarts: Vec<serde_json::Value> = p
+                    .slots
+                    .iter()
+                    .map(|(run, secs)| serde_json::json!({"run": run, "at": at(*secs)}))
+                    .collect();
+                serde_json::json!({
+                    "account": account,
+                    "until": at(p.until),
+                    "reason": p.reason,
+                    "restarts": restarts,
+                })
+            })
+            .collect()
+    }
+
     /// Every paused account (for `status`).
     pub fn snapshot(&self) -> BTreeMap<String, Pause> {
         self.accounts()

@@ -149,22 +149,34 @@ impl Subscription {
     }
 }
 
+impl Subscription {
+    /// The next line as the daemon sent it (one event, docs/json.md), with the event it
+    /// holds; `None` when the daemon stops or closes the connection.
+    pub fn next_line(&mut self) -> Option<Result<(String, super::events::DaemonEvent), IpcError>> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => None,
+            Ok(_) => Some(parse_event(&line).map(|e| (line.trim_end().to_string(), e))),
+            Err(e) => Some(Err(IpcError::Exchange(e.to_string()))),
+        }
+    }
+}
+
+fn parse_event(line: &str) -> Result<super::events::DaemonEvent, IpcError> {
+    serde_json::from_str(line).map_err(|e| {
+        // The daemon refused (an error reply instead of an event).
+        match serde_json::from_str::<Response>(line) {
+            Ok(r) if !r.ok => IpcError::Exchange(r.message),
+            _ => IpcError::Exchange(format!("bad event: {e}")),
+        }
+    })
+}
+
 impl Iterator for Subscription {
     type Item = Result<super::events::DaemonEvent, IpcError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let mut line = String::new();
-        match self.reader.read_line(&mut line) {
-            Ok(0) => None,
-            Ok(_) => Some(serde_json::from_str(&line).map_err(|e| {
-                // The daemon refused (an error reply instead of an event).
-                match serde_json::from_str::<Response>(&line) {
-                    Ok(r) if !r.ok => IpcError::Exchange(r.message),
-                    _ => IpcError::Exchange(format!("bad event: {e}")),
-                }
-            })),
-            Err(e) => Some(Err(IpcError::Exchange(e.to_string()))),
-        }
+        self.next_line().map(|r| r.map(|(_, e)| e))
     }
 }
 

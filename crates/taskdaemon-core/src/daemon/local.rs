@@ -12,7 +12,6 @@ use crate::workspace::Workspace;
 
 /// A loop running in the foreground in one of the repository's work trees.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
 pub struct ForegroundRun {
     pub id: String,
     /// The work tree it runs in.

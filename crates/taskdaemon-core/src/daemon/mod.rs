@@ -655,7 +655,7 @@ impl Dispatcher {
             active: self.active.keys().cloned().collect(),
             merging: self.merging.keys().cloned().collect(),
             max_loops: self.opts.limits.max_loops,
-            quota_governor: serde_json::to_value(governor::global().snapshot()).unwrap_or_default(),
+            quota_governor: governor::global().status(),
             api_scheduler: serde_json::to_value(crate::agent::api::scheduler::status())
                 .unwrap_or_default(),
         }

@@ -13,7 +13,6 @@ use crate::store::{AnyRecord, Kind, LoopKind, LoopRun, Records, RunStatus, Store
 
 /// The daemon's own state (`daemon status`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
 pub struct DaemonState {
     pub pid: u32,
     pub started_at: String,
@@ -31,7 +30,6 @@ pub struct DaemonState {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
 pub struct RunView {
     pub id: String,
     /// The run's task, or its spec's or plan's title.
@@ -57,12 +55,11 @@ pub struct RunView {
     pub held_by: Option<String>,
     /// An implement run's tasks as its worktree's tasks.md has them: (`id title`,
     /// done/pending).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "task_pairs")]
     pub tasks: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
 pub struct SpecView {
     pub id: String,
     pub title: String,
@@ -70,14 +67,14 @@ pub struct SpecView {
     pub note: Option<String>,
     pub deps: Vec<String>,
     pub ready: bool,
-    /// What it waits for: `(id, status)` of each unfinished dependency.
-    #[serde(default)]
+    /// What it waits for: `(id, status)` of each unfinished dependency; in JSON
+    /// `waiting_for: [{id, status}]`, as `list` and `show` have it.
+    #[serde(default, rename = "waiting_for", with = "waiting_pairs")]
     pub waiting: Vec<(String, String)>,
     pub runs: Vec<RunView>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
 pub struct PlanView {
     pub id: String,
     pub title: String,
@@ -90,7 +87,6 @@ pub struct PlanView {
 
 /// `status --json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
 pub struct StatusSnapshot {
     /// `null` when no daemon runs.
     pub daemon: Option<DaemonState>,
@@ -110,6 +106,48 @@ pub struct StatusSnapshot {
     #[serde(default)]
     pub uncommitted: Vec<String>,
 }
+
+/// Pairs as objects with two named fields (`[{"id": …, "status": …}]`), not as bare
+/// two-element arrays.
+macro_rules! named_pairs {
+    ($module:ident, $first:literal, $second:literal) => {
+        mod $module {
+            use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+            #[derive(Serialize, Deserialize)]
+            struct Pair {
+                #[serde(rename = $first)]
+                first: String,
+                #[serde(rename = $second)]
+                second: String,
+            }
+
+            pub fn serialize<S: Serializer>(
+                v: &[(String, String)],
+                s: S,
+            ) -> Result<S::Ok, S::Error> {
+                let pairs: Vec<Pair> = v
+                    .iter()
+                    .map(|(a, b)| Pair {
+                        first: a.clone(),
+                        second: b.clone(),
+                    })
+                    .collect();
+                pairs.serialize(s)
+            }
+
+            pub fn deserialize<'de, D: Deserializer<'de>>(
+                d: D,
+            ) -> Result<Vec<(String, String)>, D::Error> {
+                let pairs = Vec::<Pair>::deserialize(d)?;
+                Ok(pairs.into_iter().map(|p| (p.first, p.second)).collect())
+            }
+        }
+    };
+}
+
+named_pairs!(waiting_pairs, "id", "status");
+named_pairs!(task_pairs, "task", "status");
 
 /// A run's title: its task, else its spec's or plan's title, else its loop kind.
 pub fn run_title(records: &Records, run: &LoopRun) -> String {

@@ -65,13 +65,19 @@ async fn send(w: &mut OwnedWriteHalf, v: &impl serde::Serialize) -> std::io::Res
     }
 }
 
+/// An event as its line on the socket: stamped with `schema` and `at` (docs/json.md).
+async fn send_event(w: &mut OwnedWriteHalf, e: &DaemonEvent) -> std::io::Result<()> {
+    let line = crate::json::event(e).map_err(std::io::Error::other)?;
+    send(w, &line).await
+}
+
 async fn snapshot(w: &mut OwnedWriteHalf, tx: &Requests) -> std::io::Result<()> {
     let resp = ask(tx, Request::Snapshot).await;
     if !resp.ok {
         return send(w, &resp).await;
     }
     match serde_json::from_value::<status::StatusSnapshot>(resp.data) {
-        Ok(s) => send(w, &DaemonEvent::Snapshot(s)).await,
+        Ok(s) => send_event(w, &DaemonEvent::Snapshot(s)).await,
         Err(e) => send(w, &Response::err(format!("snapshot: {e}"))).await,
     }
 }
@@ -110,7 +116,7 @@ pub(super) async fn stream_events(
         let written = match next {
             Ok(e) => {
                 let last = matches!(e, DaemonEvent::DaemonStopped { .. });
-                let r = send(&mut w, &e).await;
+                let r = send_event(&mut w, &e).await;
                 if last {
                     let _ = w.shutdown().await;
                     return;
@@ -118,7 +124,7 @@ pub(super) async fn stream_events(
                 r
             }
             Err(broadcast::error::RecvError::Lagged(missed)) => {
-                match send(&mut w, &DaemonEvent::Lagged { missed }).await {
+                match send_event(&mut w, &DaemonEvent::Lagged { missed }).await {
                     Ok(()) => snapshot(&mut w, tx).await,
                     Err(e) => Err(e),
                 }

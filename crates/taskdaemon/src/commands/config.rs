@@ -5,7 +5,7 @@
 use clap::{Args, Subcommand};
 use taskdaemon_core::config;
 
-use super::{Ctx, emit, print_json};
+use super::{Ctx, emit, print_list};
 use crate::cli::user;
 use crate::outln;
 
@@ -22,7 +22,7 @@ pub struct ConfigArgs {
 pub enum What {
     /// Every setting in force, with its value and where it came from. Flags of `run` and `task` override these for one run.
     Show {
-        /// Print a JSON array of {key, value, from}.
+        /// Print `{"schema":1,"settings":[{key, value, unset, from, origin}]}` (docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -33,7 +33,7 @@ pub fn run(args: ConfigArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     let dir = ctx.workdir()?;
     let report = config::settings_in_force(&dir, ctx.config.as_deref()).map_err(user)?;
     if json {
-        print_json(&rows_json(&report))?;
+        print_list("settings", &rows_json(&report))?;
     } else {
         emit(&table(&report))?;
     }
@@ -56,7 +56,7 @@ fn rows_json(report: &config::InForceReport) -> Vec<serde_json::Value> {
         .rows
         .iter()
         .map(|r| {
-            let mut v = serde_json::json!({"key": r.key, "value": r.value, "from": r.from.to_string(), "origin": r.from});
+            let mut v = serde_json::json!({"key": r.key, "value": r.json_value(), "unset": r.unset, "from": r.from.to_string(), "origin": r.from});
             let ignored = ignored_under(u, &r.key);
             if let (Some(u), false) = (u, ignored.is_empty()) {
                 v["ignored"] = serde_json::json!({
@@ -73,16 +73,17 @@ fn rows_json(report: &config::InForceReport) -> Vec<serde_json::Value> {
 
 /// The settings as a table; an untrusted repository config's left-out keys after it.
 fn table(report: &config::InForceReport) -> String {
-    let show = |v: &serde_json::Value| match v {
-        serde_json::Value::Null => "(unset)".to_string(),
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
+    let show = |r: &config::InForce| match (&r.value, &r.unset) {
+        (serde_json::Value::Null, Some(means)) => format!("(unset: {means})"),
+        (serde_json::Value::Null, None) => "(unset)".to_string(),
+        (serde_json::Value::String(s), _) => s.clone(),
+        (other, _) => other.to_string(),
     };
     let rows = &report.rows;
     let kw = rows.iter().map(|r| r.key.len()).max().unwrap_or(0);
     let vw = rows
         .iter()
-        .map(|r| show(&r.value).chars().count().min(40))
+        .map(|r| show(r).chars().count().min(40))
         .max()
         .unwrap_or(0);
     let mut out = String::new();
@@ -93,13 +94,7 @@ fn table(report: &config::InForceReport) -> String {
         } else {
             format!("  (ignored, untrusted: {})", ignored.join(", "))
         };
-        outln!(
-            out,
-            "{:kw$}  {:vw$}  {}{note}",
-            r.key,
-            show(&r.value),
-            r.from
-        );
+        outln!(out, "{:kw$}  {:vw$}  {}{note}", r.key, show(r), r.from);
     }
     if let Some(u) = &report.untrusted {
         outln!(out, "{u}");

@@ -23,6 +23,7 @@ use crate::outln;
 taskdaemon daemon start                 # in the background; returns once it answers\n  \
 taskdaemon daemon start --foreground    # in this terminal (Ctrl-C stops it)\n  \
 taskdaemon daemon status --json\n  \
+taskdaemon daemon events --json         # one event per line, until the daemon stops\n  \
 taskdaemon daemon stop                  # runs are interrupted and resume on the next start\n\n\
 One daemon per repository. It runs what `taskdaemon submit` queues, each run in its own \
 worktree, in dependency order, and merges finished work into the target branch.")]
@@ -45,6 +46,12 @@ pub enum DaemonCommand {
     /// Whether it runs, its pid, socket, log and active runs. Exits 1 when none runs.
     Status {
         /// Print the daemon's state as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the daemon's events as they happen (a snapshot first), until it stops.
+    Events {
+        /// One JSON event per line, as the daemon's socket sends it (docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -122,6 +129,7 @@ pub fn run(args: DaemonArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         DaemonCommand::Start(a) => background(&paths, a, ctx),
         DaemonCommand::Stop { json } => stop(&paths, json),
         DaemonCommand::Status { json } => status(&paths, json),
+        DaemonCommand::Events { json } => events(&paths, json),
     }
 }
 
@@ -454,6 +462,38 @@ fn wait_gone(pid: u32) {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// `daemon events`: every event of the daemon's stream, a line each (the socket's own
+/// JSON line with `--json`; else its time and what happened), until the daemon stops.
+fn events(paths: &DaemonPaths, json: bool) -> anyhow::Result<i32> {
+    if !paths.is_running() {
+        return Err(user(format!(
+            "no daemon runs for {}, so there are no events to show\n  hint: `taskdaemon daemon start` starts it",
+            paths.project.display()
+        )));
+    }
+    let socket = paths
+        .read_info()
+        .map(|i| i.socket)
+        .unwrap_or_else(|| paths.socket());
+    let mut sub = daemon::ipc::subscribe(&socket)?;
+    while let Some(next) = sub.next_line() {
+        let (line, event) = next?;
+        if json {
+            emit(&format!("{line}\n"))?;
+        } else {
+            let at: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            emit(&format!(
+                "{}  {event}\n",
+                at["at"].as_str().unwrap_or_default()
+            ))?;
+        }
+        if crate::out::stdout_closed() {
+            break;
+        }
+    }
+    Ok(0)
 }
 
 fn status(paths: &DaemonPaths, json: bool) -> anyhow::Result<i32> {

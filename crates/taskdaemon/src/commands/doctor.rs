@@ -83,10 +83,13 @@ pub fn run(a: DoctorArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     };
     if a.json {
         print_json(&json!({
-            "agents": agents, "agent-in-use": needed, "git": git, "daemon": daemon,
-            "settings": settings, "sandbox": sandbox, "problems": problems, "exit-code": code,
+            "agents": agents, "agent_in_use": needed, "git": git, "daemon": daemon,
+            "settings": settings, "sandbox": sandbox, "problems": problems, "exit_code": code,
             "queue": queue,
-            "api-prices": api.price_table(),
+            "api_prices": api.price_table().into_iter().map(|(model, p)| json!({
+                "model": model, "input": p.input, "output": p.output,
+                "cache_read": p.cache_read, "cache_write": p.cache_write,
+            })).collect::<Vec<_>>(),
             "untrusted": untrusted.as_ref().map(|u| json!({
                 "file": u.path, "ignored": u.ignored,
                 "trust": format!("taskdaemon trust {}", u.path.display()),
@@ -155,16 +158,17 @@ pub fn run(a: DoctorArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         outln!(out, "  {k}: {}", v.as_str().unwrap_or_default());
     }
     outln!(out, "settings in force:");
-    if settings.as_object().is_none_or(|m| m.is_empty()) {
+    if settings.as_array().is_none_or(|m| m.is_empty()) {
         outln!(
             out,
             "  none set: every setting is its built-in default (`taskdaemon init` writes them, commented)"
         );
     }
-    for (k, v) in settings.as_object().into_iter().flatten() {
+    for v in settings.as_array().into_iter().flatten() {
         outln!(
             out,
-            "  {k}: {} (from {})",
+            "  {}: {} (from {})",
+            v["key"].as_str().unwrap_or_default(),
             v["value"],
             v["from"].as_str().unwrap_or_default()
         );
@@ -302,12 +306,12 @@ fn settings_json(
     explicit: Option<&Path>,
 ) -> anyhow::Result<(Value, Option<config::Untrusted>)> {
     let report = config::settings_in_force(dir, explicit).map_err(user)?;
-    let rows = Value::Object(
+    let rows = Value::Array(
         report
             .rows
-            .into_iter()
+            .iter()
             .filter(|r| r.from != config::Origin::Default)
-            .map(|r| (r.key, json!({"value": r.value, "from": r.from.to_string()})))
+            .map(|r| json!({"key": r.key, "value": r.json_value(), "from": r.from.to_string()}))
             .collect(),
     );
     Ok((rows, report.untrusted))

@@ -4,7 +4,7 @@ use clap::{Args, ValueEnum};
 use taskdaemon_core::store::{AnyRecord, Kind};
 use taskstore::{Filter, StoreOptions};
 
-use super::{Ctx, emit, open_records, print_json, record_json, store_err};
+use super::{Ctx, emit, open_records, print_list, record_json, store_err};
 use crate::cli::user;
 use crate::outln;
 
@@ -85,7 +85,7 @@ pub fn run(args: ListArgs, ctx: &Ctx) -> anyhow::Result<i32> {
             .iter()
             .map(|r| record_json(&records, r))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        print_json(&all)?;
+        print_list("records", &all)?;
         return Ok(0);
     }
     if rows.is_empty() {

@@ -3,7 +3,7 @@
 use clap::Args;
 use taskdaemon_core::loops::Registry;
 
-use super::{Ctx, print_json};
+use super::{Ctx, print_json, print_list};
 use crate::cli::user;
 
 #[derive(Debug, Args)]
@@ -64,7 +64,7 @@ pub fn run(args: LoopsArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         })
         .collect();
     if args.json {
-        print_json(&rows)?;
+        print_list("loops", &rows)?;
         return Ok(0);
     }
     for r in &rows {

@@ -102,8 +102,23 @@ impl Ctx {
     }
 }
 
-/// Print a value as one line of JSON.
+/// Print a document (an object) as one line of JSON, in the one convention
+/// (`taskdaemon_core::json`, docs/json.md): snake_case keys, `"schema": 1`, RFC 3339 times.
 pub fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
+    print_value(&taskdaemon_core::json::document(v)?)
+}
+
+/// Print a list as `{"schema":1,"<key>":[…]}`.
+pub fn print_list(key: &str, items: &impl serde::Serialize) -> anyhow::Result<()> {
+    print_value(&taskdaemon_core::json::list(key, items)?)
+}
+
+/// Print an event as one line: a document with `at`, now on the project's clock.
+pub fn print_event(e: &impl serde::Serialize) -> anyhow::Result<()> {
+    print_value(&taskdaemon_core::json::event(e)?)
+}
+
+fn print_value(v: &serde_json::Value) -> anyhow::Result<()> {
     let mut line = serde_json::to_string(v)?;
     line.push('\n');
     emit(&line)

@@ -121,7 +121,7 @@ pub fn show(args: ShowArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         None => plan.sections.iter().collect(),
     };
     if args.common.json {
-        return print_json(&sections).map(|()| 0);
+        return super::print_list("sections", &sections).map(|()| 0);
     }
     for s in sections {
         println!("{} (line {})", s.name, s.line);
@@ -177,7 +177,7 @@ pub fn diff(args: DiffArgs, ctx: &Ctx) -> anyhow::Result<i32> {
     // Exit 1 when a hard gate fails (what would block the task's completion).
     let code = i32::from(results.iter().any(|r| r.blocks()));
     if args.common.json {
-        return print_json(&results).map(|()| code);
+        return super::print_list("gates", &results).map(|()| code);
     }
     if results.is_empty() {
         println!("no markers for task {task} in {}", plan.path.display());

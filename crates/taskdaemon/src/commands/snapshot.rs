@@ -10,7 +10,7 @@ use taskdaemon_core::git::snapshot::{Notice, PrunePolicy, Snapshot, Snapshots, T
 use taskdaemon_core::lifecycle;
 use taskdaemon_core::workspace::Workspace;
 
-use super::{Ctx, print_json};
+use super::Ctx;
 use crate::cli::user;
 
 #[derive(Debug, Args)]
@@ -129,16 +129,16 @@ fn prune(
     }
     if dry_run {
         if json {
-            print_json(
-                &serde_json::json!({"dry-run": true, "remove": plan.remove, "kept": plan.kept_because}),
+            print_snapshots(
+                &serde_json::json!({"dry_run": true, "remove": plan.remove, "kept": plan.kept_because}),
             )?;
         }
         return Ok(0);
     }
     let done = snaps.prune(&plan, now).map_err(user)?;
     if json {
-        print_json(
-            &serde_json::json!({"removed": done.removed, "kept": plan.kept_because, "restore-file": done.restore_file}),
+        print_snapshots(
+            &serde_json::json!({"removed": done.removed, "kept": plan.kept_because, "restore_file": done.restore_file}),
         )?;
     } else if let Some(f) = &done.restore_file {
         println!(
@@ -161,7 +161,7 @@ fn act(action: Action, json: bool, snaps: &Snapshots, ws: &Workspace) -> anyhow:
             let s = lifecycle::save_manual(snaps, ws, message.as_deref().unwrap_or(""))
                 .map_err(user)?;
             if json {
-                print_json(&s)?;
+                print_snapshots(&s)?;
             } else {
                 println!("saved {} ({})", s.tag, short(&s.commit));
                 for p in &s.skipped {
@@ -175,7 +175,7 @@ fn act(action: Action, json: bool, snaps: &Snapshots, ws: &Workspace) -> anyhow:
         Action::List => {
             let all = snaps.list().map_err(user)?;
             if json {
-                print_json(&all)?;
+                print_snapshots(&serde_json::json!({"snapshots": all}))?;
             } else if all.is_empty() {
                 println!(
                     "no snapshots yet\n  hint: `taskdaemon snapshot save \"message\"`, or start a task with `taskdaemon task \"…\"`"
@@ -196,7 +196,7 @@ fn act(action: Action, json: bool, snaps: &Snapshots, ws: &Workspace) -> anyhow:
         Action::Rollback { tag } => {
             let r = lifecycle::rollback(snaps, ws, &tag).map_err(user)?;
             if json {
-                print_json(&r)?;
+                print_snapshots(&r)?;
             } else {
                 let at = match (&r.restored.branch, &r.restored.head) {
                     (Some(b), Some(h)) => format!(
@@ -230,7 +230,7 @@ fn act(action: Action, json: bool, snaps: &Snapshots, ws: &Workspace) -> anyhow:
         Action::Diff { tag } => {
             let d = snaps.diff(&tag).map_err(user)?;
             if json {
-                print_json(&d)?;
+                print_snapshots(&d)?;
             } else {
                 print_diff(&d);
                 println!(
@@ -244,7 +244,7 @@ fn act(action: Action, json: bool, snaps: &Snapshots, ws: &Workspace) -> anyhow:
         Action::Status => {
             let st = snaps.status().map_err(user)?;
             if json {
-                print_json(&st)?;
+                print_snapshots(&st)?;
             } else {
                 match &st.last {
                     None => println!("last snapshot: none yet"),
@@ -300,4 +300,28 @@ fn print_diff(d: &TreeDiff) {
             println!("{mark} {p}");
         }
     }
+}
+
+/// A snapshot document: every snapshot in it (an object with `time_ms`) also gets
+/// `saved_at`, that time as RFC 3339 (docs/json.md: times are RFC 3339).
+fn print_snapshots(v: &impl serde::Serialize) -> anyhow::Result<()> {
+    fn stamp(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                let at = m
+                    .get("time_ms")
+                    .and_then(serde_json::Value::as_i64)
+                    .and_then(taskdaemon_core::json::time_of_ms);
+                if let Some(at) = at {
+                    m.insert("saved_at".into(), at.into());
+                }
+                m.values_mut().for_each(stamp);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(stamp),
+            _ => {}
+        }
+    }
+    let mut v = serde_json::to_value(v)?;
+    stamp(&mut v);
+    super::print_json(&v)
 }

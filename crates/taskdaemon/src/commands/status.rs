@@ -129,20 +129,24 @@ fn daemon_lines(out: &mut String, s: &StatusSnapshot) {
         d.active.len(),
         d.max_loops
     );
-    for (account, p) in d.quota_governor.as_object().into_iter().flatten() {
+    for p in d.quota_governor.as_array().into_iter().flatten() {
         let until = p["until"]
-            .as_i64()
-            .and_then(|s| jiff::Timestamp::from_second(s).ok())
+            .as_str()
+            .and_then(|s| s.parse::<jiff::Timestamp>().ok())
             .map(taskdaemon_core::agent::failure::describe_local)
             .unwrap_or_default();
+        let restarts: Vec<&str> = p["restarts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["run"].as_str())
+            .collect();
         outln!(
             out,
-            "quota governor: {account} paused until {until}: {}; restarts: {}",
+            "quota governor: {} paused until {until}: {}; restarts: {}",
+            p["account"].as_str().unwrap_or_default(),
             p["reason"].as_str().unwrap_or_default(),
-            p["slots"]
-                .as_object()
-                .map(|s| s.keys().cloned().collect::<Vec<_>>().join(", "))
-                .unwrap_or_default()
+            restarts.join(", ")
         );
     }
     for lane in d.api_scheduler.as_array().into_iter().flatten() {

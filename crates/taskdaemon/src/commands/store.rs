@@ -340,7 +340,7 @@ fn compact(a: CompactArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         reports.push(r);
     }
     if a.json {
-        print_json(&reports)?;
+        super::print_list("collections", &reports)?;
         return Ok(0);
     }
     let mut out = String::new();
@@ -377,7 +377,7 @@ fn stats(a: StatsArgs, ctx: &Ctx) -> anyhow::Result<i32> {
         taskdaemon_core::store::Records::open_with(&dir, unlimited()).map_err(store_err)?;
     let stats = records.store().stats();
     if a.json {
-        print_json(&stats)?;
+        super::print_list("collections", &stats)?;
         return Ok(0);
     }
     let mut out = String::new();

@@ -20,11 +20,11 @@ use taskdaemon_core::lifecycle::task_flow::{
 
 pub use parse::{ParseArgs, ParserFlags};
 
+use super::Ctx;
 use super::util::{
     RunFlags, flow_err, hold_for_loop, indent, refuse_if_waiting_for_a_human, render_leftovers,
     render_replaced, render_task_end, with_signals,
 };
-use super::{Ctx, print_json};
 use crate::cli::user;
 
 #[derive(Debug, Args)]
@@ -157,7 +157,7 @@ impl TaskHost for Host<'_> {
 
 fn render_start(start: &TaskStart, report: &ParseReport, json: bool) {
     if json {
-        let _ = print_json(&serde_json::json!({
+        let _ = super::print_event(&serde_json::json!({
             "event": "task_started",
             "task": start.number,
             "pre_snapshot": start.pre.as_ref().map(|s| &s.tag),
@@ -202,7 +202,7 @@ fn render_end(end: TaskFlowEnd, json: bool) -> anyhow::Result<i32> {
         }
         TaskFlowEnd::NeedsClarification(c) => {
             if json {
-                print_json(&serde_json::json!({
+                super::print_event(&serde_json::json!({
                     "event": "task_needs_clarification",
                     "question": c.question,
                     "decide_file": c.decide_file,

@@ -120,7 +120,7 @@ fn list(json: bool) -> anyhow::Result<i32> {
             .iter()
             .map(|(s, e)| serde_json::json!({"path": e.path, "hash": e.hash, "state": word(*s)}))
             .collect();
-        print_json(&v)?;
+        super::print_list("trusted", &v)?;
         return Ok(0);
     }
     let mut out = String::new();

@@ -107,7 +107,7 @@ pub fn run(args: WorktreeArgs, ctx: &Ctx) -> anyhow::Result<i32> {
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?;
             if args.json {
-                return print_json(&listed).map(|_| 0);
+                return super::print_list("worktrees", &listed).map(|_| 0);
             }
             emit(&render_list(wt.base(), &listed))?;
         }

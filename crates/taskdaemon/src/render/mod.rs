@@ -84,7 +84,7 @@ impl Renderer {
 
     fn event(&mut self, ev: EngineEvent) {
         if self.json {
-            if let Ok(line) = serde_json::to_string(&ev) {
+            if let Ok(line) = taskdaemon_core::json::event(&ev).map(|v| v.to_string()) {
                 let mut out = std::io::stdout().lock();
                 let _ = writeln!(out, "{line}");
                 let _ = out.flush();

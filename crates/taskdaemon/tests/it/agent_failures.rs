@@ -426,12 +426,12 @@ fn doctor_says_an_agent_is_not_logged_in_and_exits_1_and_a_cmd_agent_alone_passe
     assert_eq!(agent("claude")["version"], "2.1.197 (Claude Code)");
     assert_eq!(agent("codex")["logged_in"], false);
     assert!(agent("gemini")["path"].is_null());
-    assert_eq!(v["agent-in-use"], "claude");
+    assert_eq!(v["agent_in_use"], "claude");
     assert!(
         v["problems"][0].as_str().unwrap().contains("not logged in"),
         "{v}"
     );
-    assert!(v["git"]["user.email"].is_string());
+    assert!(v["git"]["user_email"].is_string());
 
     let out = env
         .cmd()
@@ -453,7 +453,7 @@ fn doctor_says_an_agent_is_not_logged_in_and_exits_1_and_a_cmd_agent_alone_passe
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["agent-in-use"], "cmd:cat", "{v}");
+    assert_eq!(v["agent_in_use"], "cmd:cat", "{v}");
     assert_eq!(v["problems"], serde_json::json!([]), "{v}");
     assert_eq!(out.status.code(), Some(0), "{v}");
     let listed = v["agents"].as_array().unwrap();
@@ -472,9 +472,16 @@ fn doctor_says_an_agent_is_not_logged_in_and_exits_1_and_a_cmd_agent_alone_passe
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["settings"]["max-iterations"]["value"], 7);
+    let setting = v["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["key"] == "max-iterations")
+        .unwrap()
+        .clone();
+    assert_eq!(setting["value"], 7);
     assert!(
-        v["settings"]["max-iterations"]["from"]
+        setting["from"]
             .as_str()
             .unwrap()
             .ends_with(".taskdaemon/config.yaml:1"),
@@ -685,8 +692,8 @@ sleep 1
     loop {
         let s = env.run(&["status", "--json"]);
         let v: serde_json::Value = serde_json::from_str(&s.stdout).unwrap_or_default();
-        if v["daemon"]["quota-governor"]
-            .as_object()
+        if v["daemon"]["quota_governor"]
+            .as_array()
             .is_some_and(|m| !m.is_empty())
             && governor_seen.is_empty()
         {

@@ -639,7 +639,7 @@ fn two_daemon_loops_share_requests_per_minute() {
         );
         std::thread::sleep(Duration::from_millis(500));
     };
-    let lanes = status["daemon"]["api-scheduler"]
+    let lanes = status["daemon"]["api_scheduler"]
         .as_array()
         .cloned()
         .unwrap_or_default();

@@ -700,7 +700,7 @@ fn loops_lists_sources_and_overrides() {
     let r = env.run(&["loops", "--json"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
-    let names: Vec<&str> = v
+    let names: Vec<&str> = v["loops"]
         .as_array()
         .unwrap()
         .iter()
@@ -720,13 +720,13 @@ fn loops_lists_sources_and_overrides() {
         ],
         "{v}"
     );
-    let ralph = &v[4];
+    let ralph = &v["loops"][4];
     assert!(
         ralph["source"].as_str().unwrap().starts_with("user: "),
         "{v}"
     );
     assert_eq!(ralph["overrides"], serde_json::json!(["built-in"]));
-    assert_eq!(v[2]["source"], "built-in", "{v}");
+    assert_eq!(v["loops"][2]["source"], "built-in", "{v}");
     std::fs::write(user.join("bad.yaml"), "x:\n  prompt-template: [\n").unwrap();
     let r = env.run(&["loops"]);
     assert_eq!(r.code, 64);

@@ -290,7 +290,8 @@ fn config_show_names_each_settings_source() {
     );
     let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     let row = |k: &str| {
-        v.as_array()
+        v["settings"]
+            .as_array()
             .unwrap()
             .iter()
             .find(|r| r["key"] == k)
@@ -305,19 +306,19 @@ fn config_show_names_each_settings_source() {
     );
     assert_eq!(row("max-stuck")["from"], "environment TASKDAEMON_MAX_STUCK");
     assert_eq!(row("kill-grace")["from"], "default");
-    // The default file's examples are not shown as defaults.
+    // The default file's examples are not shown as defaults: unset is null, with what
+    // it means beside it (and in the table).
     for example in [
         "sandbox-image",
         "sandbox-rw",
         "sandbox-ro-hide",
         "sandbox-validate",
     ] {
-        let shown = row(example)["value"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        assert!(shown.starts_with("(unset"), "{example}: {shown}");
+        assert!(row(example)["value"].is_null(), "{example}: {v}");
+        assert!(row(example)["unset"].is_string(), "{example}: {v}");
     }
+    // A number from the environment is a number, as one from the file is.
+    assert_eq!(row("max-stuck")["value"], 5);
     let text = env.run(&["config", "show"]);
     assert!(
         text.stdout
@@ -329,10 +330,14 @@ fn config_show_names_each_settings_source() {
     // doctor shows the same source.
     let d = env.run(&["doctor", "--json"]);
     let dv: serde_json::Value = serde_json::from_str(d.stdout.trim()).unwrap();
-    assert_eq!(
-        dv["settings"]["max-iterations"]["from"],
-        format!("{}:2", cfg.display())
-    );
+    let setting = dv["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["key"] == "max-iterations")
+        .unwrap()
+        .clone();
+    assert_eq!(setting["from"], format!("{}:2", cfg.display()));
 }
 
 #[test]
@@ -638,7 +643,7 @@ fn snapshot_prune_keeps_the_newest_and_what_another_ref_names_and_can_be_undone(
         "{left}"
     );
     // The restore file brings a removed snapshot back, whole.
-    let restore = std::fs::read_to_string(v["restore-file"].as_str().unwrap()).unwrap();
+    let restore = std::fs::read_to_string(v["restore_file"].as_str().unwrap()).unwrap();
     let line = restore.lines().find(|l| l.contains(&tags[0])).unwrap();
     let cmd = line.split("  #").next().unwrap();
     let out = Command::new("sh")
@@ -954,7 +959,7 @@ fn status_lists_a_foreground_run_while_it_runs_and_the_uncommitted_records() {
     let v = seen.expect("status never listed the foreground run");
     let run = &v["foreground"][0];
     assert_eq!(run["title"], "wait for go", "{v}");
-    assert_eq!(run["loop-type"], "ralph", "{v}");
+    assert_eq!(run["loop_type"], "ralph", "{v}");
     assert_eq!(run["iteration"], 1, "{v}");
     assert_eq!(run["pid"], child.id(), "{v}");
     let text = env.run(&["status"]).stdout;

@@ -274,11 +274,11 @@ fn a_submitted_plan_document_is_ready_and_its_spec_run_is_queued_once_by_the_dae
     assert_eq!(c.count("spec"), 1, "{:?}", c.invocations());
     assert_eq!(c.count("phase"), 2, "{:?}", c.invocations());
     let runs: serde_json::Value = serde_json::from_str(&c.ok(&["list", "runs", "--json"])).unwrap();
-    let spec_runs: Vec<&serde_json::Value> = runs
+    let spec_runs: Vec<&serde_json::Value> = runs["records"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|r| r["loop-type"] == "spec")
+        .filter(|r| r["loop_type"] == "spec")
         .collect();
     assert_eq!(spec_runs.len(), 1, "{runs:#}");
     assert_eq!(spec_runs[0]["priority"], 3, "{runs:#}");

@@ -66,14 +66,18 @@ fn a_run_line_written_before_the_typed_context_loads() {
     let list = env.run(&["list", "runs", "--json"]);
     assert_eq!(list.code, 0, "{}", list.stderr);
     assert!(!list.stderr.contains("unreadable"), "{}", list.stderr);
-    let rows: Vec<serde_json::Value> = serde_json::from_str(&list.stdout).unwrap();
-    let run = rows
+    let listed: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    let run = listed["records"]
+        .as_array()
+        .unwrap()
         .iter()
         .find(|r| r["id"] == "451584-run-phase-x")
         .unwrap_or_else(|| panic!("the old line loads: {}", list.stdout));
-    let want: serde_json::Value = serde_json::from_str(&context).unwrap();
+    // Every value as it was written; the keys in the JSON convention's snake_case.
+    let want = taskdaemon_core::json::normalize(serde_json::from_str(&context).unwrap());
     assert_eq!(
         run["context"], want,
         "the context comes back as it was written"
     );
+    assert_eq!(run["context"]["my_var"], serde_json::json!({"n": 1}));
 }

@@ -224,11 +224,11 @@ fn a_plan_fans_out_into_specs_built_in_parallel_by_dependency_and_merged_without
     let runs = s["plans"][0]["runs"].as_array().unwrap();
     let mut plan_runs: Vec<&str> = runs
         .iter()
-        .map(|r| r["loop-type"].as_str().unwrap())
+        .map(|r| r["loop_type"].as_str().unwrap())
         .collect();
     plan_runs.sort();
     assert_eq!(plan_runs, ["plan", "spec"]);
-    let plan_run = runs.iter().find(|r| r["loop-type"] == "plan").unwrap();
+    let plan_run = runs.iter().find(|r| r["loop_type"] == "plan").unwrap();
     assert_eq!(plan_run["iteration"], 5, "five review passes");
 
     // Overlap where deps allow, order where they do not.
@@ -598,7 +598,7 @@ fn a_failed_spec_leaves_its_dependents_blocked_with_the_reason() {
     assert!(shown.contains("LIMIT"), "the failed run says why: {shown}");
     // The failed spec's worktree is kept for inspection; the merged one is gone.
     let listed: Value = serde_json::from_str(&d.ok(&["worktree", "list", "--json"])).unwrap();
-    let names: Vec<&str> = listed
+    let names: Vec<&str> = listed["worktrees"]
         .as_array()
         .unwrap()
         .iter()

@@ -134,17 +134,17 @@ fn a_subscriber_sees_a_snapshot_then_a_run_from_start_to_merge_then_the_stop() {
     assert!(snap.runs.is_empty() && snap.plans.is_empty(), "{snap:?}");
 
     let id = s.submit("say hello");
-    let started = read_until(&mut sub, &s, |e| e.name() == "iteration-started");
+    let started = read_until(&mut sub, &s, |e| e.name() == "iteration_started");
     std::fs::write(&go_file, "").unwrap();
     let rest = read_until(&mut sub, &s, |e| matches!(e, DaemonEvent::Merged { .. }));
     let all: Vec<&DaemonEvent> = started.iter().chain(&rest).collect();
     let names: Vec<String> = all.iter().map(|e| e.name()).collect();
     for want in [
-        "run-started",
-        "iteration-started",
-        "agent-line",
-        "gate-result",
-        "iteration-finished",
+        "run_started",
+        "iteration_started",
+        "agent_line",
+        "gate_result",
+        "iteration_finished",
         "complete",
         "merged",
     ] {
@@ -164,13 +164,13 @@ fn a_subscriber_sees_a_snapshot_then_a_run_from_start_to_merge_then_the_stop() {
         DaemonEvent::GateResult { gate, passed: true, .. } if gate == "validate")));
     // The order a watcher relies on.
     let pos = |n: &str| names.iter().position(|x| x == n).unwrap();
-    assert!(pos("run-started") < pos("iteration-started"));
-    assert!(pos("iteration-finished") < pos("complete"));
+    assert!(pos("run_started") < pos("iteration_started"));
+    assert!(pos("iteration_finished") < pos("complete"));
     assert!(pos("complete") < pos("merged"));
 
     s.ok(&["daemon", "stop"]);
-    let end = read_until(&mut sub, &s, |e| e.name() == "daemon-stopped");
-    assert!(end.iter().any(|e| e.name() == "daemon-stopping"), "{end:?}");
+    let end = read_until(&mut sub, &s, |e| e.name() == "daemon_stopped");
+    assert!(end.iter().any(|e| e.name() == "daemon_stopping"), "{end:?}");
     assert!(
         sub.next().is_none(),
         "the stream goes on after the daemon stopped"
@@ -432,7 +432,7 @@ fn a_second_interrupt_forces_the_foreground_daemon_to_stop() {
         .unwrap()
     };
     int(daemon.id());
-    read_until(&mut sub, &s, |e| e.name() == "daemon-stopping");
+    read_until(&mut sub, &s, |e| e.name() == "daemon_stopping");
     int(daemon.id());
     let status = harness::wait_timeout(&mut daemon, Duration::from_secs(120));
     let mut err = String::new();
@@ -497,7 +497,7 @@ fn submit_spec_of_a_tasks_md_directory_completes_under_the_daemon_and_merges() {
     let out = s.ok(&["submit", "spec", "specs/demo", "--target", "main", "--json"]);
     let v: Value = serde_json::from_str(&out).unwrap();
     let id = v["created"][0]["id"].as_str().unwrap().to_string();
-    assert_eq!(v["created"][0]["loop-type"], "implement", "{v}");
+    assert_eq!(v["created"][0]["loop_type"], "implement", "{v}");
     let seen = read_until(&mut sub, &s, |e| {
         matches!(e, DaemonEvent::Merged { subject, .. } if subject.run == id)
             || matches!(e, DaemonEvent::Failed { subject, .. } if subject.run == id)
@@ -659,7 +659,7 @@ fn submit_stories_runs_a_stories_file_under_the_daemon_and_merges() {
     ]);
     let v: Value = serde_json::from_str(&out).unwrap();
     let id = v["created"][0]["id"].as_str().unwrap().to_string();
-    assert_eq!(v["created"][0]["loop-type"], "stories", "{v}");
+    assert_eq!(v["created"][0]["loop_type"], "stories", "{v}");
     let seen = read_until(&mut sub, &s, |e| {
         matches!(e, DaemonEvent::Merged { subject, .. } if subject.run == id)
             || matches!(e, DaemonEvent::Failed { subject, .. } if subject.run == id)
@@ -777,8 +777,8 @@ echo '{{"type":"result","subtype":"success","is_error":false,"result":"done. TAS
     // status says so while it lasts.
     let st: Value = serde_json::from_str(&s.ok(&["status", "--json"])).unwrap();
     assert!(
-        st["daemon"]["quota-governor"]
-            .as_object()
+        st["daemon"]["quota_governor"]
+            .as_array()
             .is_some_and(|m| !m.is_empty()),
         "{st}"
     );
@@ -865,7 +865,7 @@ fn a_daemon_implement_run_is_seen_while_it_runs_as_any_run_is() {
         .unwrap_or_else(|| panic!("{st}"));
     assert_eq!(run["status"], "running", "{st}");
     assert_eq!(run["iteration"], 2, "{st}");
-    assert_eq!(run["last-outcome"], "continue", "{st}");
+    assert_eq!(run["last_outcome"], "continue", "{st}");
     let human = s.ok(&["status"]);
     assert!(human.contains("iteration 2 (last: continue)"), "{human}");
     // watch: its tasks and its iteration.
@@ -974,7 +974,7 @@ fn subscribers_that_go_are_dropped_without_waiting_for_an_event() {
         .map_while(Result::ok)
         .collect();
     assert!(
-        rest.iter().any(|l| l.contains("daemon-stopped")),
+        rest.iter().any(|l| l.contains("daemon_stopped")),
         "{rest:?}"
     );
 }

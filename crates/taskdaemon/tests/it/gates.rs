@@ -464,8 +464,8 @@ fn plan_update_validate_show_and_diff_from_the_cli() {
     assert!(r.stdout.contains("valid (2 sections"), "{}", r.stdout);
     let show = env.run(&["plan", "show", "flavors", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&show.stdout).unwrap();
-    assert_eq!(v[0]["markers"][0]["kind"], "add");
-    assert_eq!(v[0]["markers"][0]["count"], 2);
+    assert_eq!(v["sections"][0]["markers"][0]["kind"], "add");
+    assert_eq!(v["sections"][0]["markers"][0]["count"], 2);
 
     let mut ten = EIGHT.to_vec();
     ten.extend(["Moonlit Calm", "Deep Rest"]);

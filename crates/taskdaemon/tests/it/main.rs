@@ -27,6 +27,7 @@ mod evidence;
 mod gates;
 mod git_guard;
 mod hostile;
+mod json_schema;
 mod kills;
 mod lean_start;
 mod multi_machine;

@@ -609,8 +609,8 @@ fn migrate_round_trips_byte_for_byte_and_refuses_to_overwrite() {
     .unwrap();
     // What was replaced is saved, the old project's lease and merge record with its records.
     let saved = std::path::PathBuf::from(out["saved"].as_str().unwrap());
-    assert_eq!(out["replaced-tables"]["leases"], 1, "{out}");
-    assert_eq!(out["replaced-tables"]["merges"], 1, "{out}");
+    assert_eq!(out["replaced_tables"]["leases"], 1, "{out}");
+    assert_eq!(out["replaced_tables"]["merges"], 1, "{out}");
     let saved_merges = std::fs::read_to_string(saved.join("merges.jsonl")).unwrap();
     assert!(
         saved_merges.contains("\"run_id\":\"old-run\"") && saved_merges.contains("abc"),
@@ -666,7 +666,7 @@ fn migrate_round_trips_byte_for_byte_and_refuses_to_overwrite() {
     assert_eq!(
         (
             out["tables"]["leases"].as_u64(),
-            out["tables"]["run-logs"].as_u64(),
+            out["tables"]["run_logs"].as_u64(),
             out["tables"]["merges"].as_u64()
         ),
         (Some(1), Some(2), Some(1)),

@@ -302,7 +302,11 @@ fn a_prune_starts_as_many_git_processes_for_eight_snapshots_as_for_three() {
         let real = prune_processes(&env, &["snapshot", "prune", "--keep", "1"]);
         let left = env.ok_with(&[], &["snapshot", "list", "--json"]);
         let left: Value = serde_json::from_str(left.trim()).unwrap();
-        assert_eq!(left.as_array().map(Vec::len), Some(1), "{left}");
+        assert_eq!(
+            left["snapshots"].as_array().map(Vec::len),
+            Some(1),
+            "{left}"
+        );
         (dry, real)
     };
     let (dry3, real3) = counted(3);

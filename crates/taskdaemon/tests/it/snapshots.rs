@@ -475,14 +475,14 @@ fn diff_list_and_status_report_file_level_changes() {
     let s2 = json(&env, &["snapshot", "save", "again", "--json"]);
     assert_eq!(s2["tag"], "manual-1795262400-2");
     let list = json(&env, &["snapshot", "list", "--json"]);
-    let tags: Vec<&str> = list
+    let tags: Vec<&str> = list["snapshots"]
         .as_array()
         .unwrap()
         .iter()
         .map(|s| s["tag"].as_str().unwrap())
         .collect();
     assert_eq!(tags, ["manual-1795262400", "manual-1795262400-2"]);
-    assert_eq!(list[0]["message"], "base");
+    assert_eq!(list["snapshots"][0]["message"], "base");
     let st = json(&env, &["snapshot", "status", "--json"]);
     assert_eq!(st["last"]["tag"], "manual-1795262400-2");
     assert_eq!(st["changed_since_last"]["added"], serde_json::json!([]));
@@ -1333,7 +1333,7 @@ fn a_linked_worktree_saves_and_rolls_back_on_its_own() {
     assert_eq!(state(&wt), dirty);
     assert_eq!(state(&repo), main_state);
     let listed = json(&env, &["snapshot", "list", "--json"]);
-    let tags: Vec<&str> = listed
+    let tags: Vec<&str> = listed["snapshots"]
         .as_array()
         .unwrap()
         .iter()

@@ -602,10 +602,11 @@ fn trust_records_the_contents_hash_privately_and_untrust_and_list_follow_it() {
         "{text}"
     );
     let listed = json(&env, &["trust", "--list", "--json"]);
-    assert_eq!(listed[0]["state"], "trusted", "{listed}");
+    assert_eq!(listed["trusted"][0]["state"], "trusted", "{listed}");
     let shown = json(&env, &["config", "show", "--json"]);
     let row = |v: &Value, k: &str| {
-        v.as_array()
+        v["settings"]
+            .as_array()
             .unwrap()
             .iter()
             .find(|r| r["key"] == k)
@@ -616,7 +617,7 @@ fn trust_records_the_contents_hash_privately_and_untrust_and_list_follow_it() {
     // Changed: untrusted again, and `config show` and `doctor` say what is ignored.
     std::fs::write(&file, "validate: \"make\"\nmax-stuck: 2\n").unwrap();
     let listed = json(&env, &["trust", "--list", "--json"]);
-    assert_eq!(listed[0]["state"], "changed", "{listed}");
+    assert_eq!(listed["trusted"][0]["state"], "changed", "{listed}");
     let shown = json(&env, &["config", "show", "--json"]);
     assert_eq!(
         row(&shown, "validate")["ignored"]["keys"],
@@ -641,7 +642,7 @@ fn trust_records_the_contents_hash_privately_and_untrust_and_list_follow_it() {
     assert!(r.stdout.contains("was not trusted"), "{}", r.stdout);
     assert_eq!(
         json(&env, &["trust", "--list", "--json"]),
-        serde_json::json!([])
+        serde_json::json!({"schema": 1, "trusted": []})
     );
     // XDG_DATA_HOME, when set, holds the list.
     let data = env.root().join("data");

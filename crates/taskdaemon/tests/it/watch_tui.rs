@@ -791,7 +791,7 @@ fn watch_follows_a_daemon_plan_of_two_specs_by_two_phases_to_its_merge_and_pause
     let run_of = |kind: &str| -> String {
         plan_runs
             .iter()
-            .find(|r| r["loop-type"] == kind)
+            .find(|r| r["loop_type"] == kind)
             .and_then(|r| r["id"].as_str())
             .unwrap()
             .to_string()

@@ -65,7 +65,7 @@ fn list_and_prune_follow_the_records() {
     std::fs::remove_dir_all(&gone).unwrap();
 
     let r = ok(env.run(&["worktree", "list", "--json"]));
-    let list = json(&r);
+    let list = json(&r)["worktrees"].clone();
     let mut expected = vec![
         done.clone(),
         failed.clone(),
@@ -152,7 +152,7 @@ fn the_worktrees_dir_setting_is_used() {
     .unwrap();
     assert_eq!(env.run(&["trust"]).code, 0, "applies once trusted");
     add_worktree(&env, "trees", "x", "td/x");
-    let list = json(&ok(env.run(&["worktree", "list", "--json"])));
+    let list = json(&ok(env.run(&["worktree", "list", "--json"])))["worktrees"].clone();
     assert_eq!(names(&list), ["x"]);
     assert_eq!(
         list[0]["path"].as_str().unwrap(),

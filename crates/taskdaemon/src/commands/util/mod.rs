@@ -27,7 +27,6 @@ use tokio_util::sync::CancellationToken;
 pub mod merge_driver;
 pub mod worklist;
 
-use super::print_json;
 use crate::cli::user;
 use crate::render::Renderer;
 /// The options of every loop (`run`, `task`, `implement`, `stories`): the agent, its
@@ -628,7 +627,7 @@ pub(crate) fn on_signals(
 pub(crate) fn render_task_end(end: &TaskEnd, outcome: &Outcome, json: bool) -> anyhow::Result<()> {
     let number = end.number;
     if json {
-        return print_json(&serde_json::json!({
+        return super::print_event(&serde_json::json!({
             "event": "task_finished",
             "task": number,
             "outcome": outcome.label(),

@@ -48,7 +48,7 @@ fn hex(id: &str) -> &str {
 /// id → record, as the store answers after opening.
 fn plans(env: &Env) -> HashMap<String, Value> {
     let r = ok(env.run(&["list", "plans", "--json"]));
-    json(&r)
+    json(&r)["records"]
         .as_array()
         .unwrap()
         .iter()
@@ -139,7 +139,7 @@ fn plan_and_spec_fields_paths_and_constraints() {
         (p["status"].as_str(), p["kind"].as_str()),
         (Some("draft"), Some("plan"))
     );
-    assert_eq!(p["created-at"], 1_795_262_400_000i64);
+    assert_eq!(p["created_at"], "2026-11-21T12:00:00Z");
     let pid = p["id"].as_str().unwrap();
     // -C: relative paths are taken from that directory.
     let r = ok(env
@@ -199,9 +199,9 @@ fn plan_and_spec_fields_paths_and_constraints() {
     );
     // --status of one kind narrows `list` to the kinds that have it.
     let all = json(&ok(env.run(&["list", "--status", "draft", "--json"])));
-    assert_eq!(all.as_array().unwrap().len(), 1);
+    assert_eq!(all["records"].as_array().unwrap().len(), 1);
     let under = json(&ok(env.run(&["list", "--parent", "add-oauth", "--json"])));
-    assert_eq!(under[0]["id"], s["id"]);
+    assert_eq!(under["records"][0]["id"], s["id"]);
     assert!(ok(env.run(&["list"])).stdout.contains("Add OAuth"));
 }
 
@@ -282,7 +282,7 @@ fn store_check_names_bad_lines_and_the_rest_still_loads() {
         .unwrap();
     std::io::Write::write_all(&mut f, b"{\"id\":\"x\",\"upd").unwrap();
     let r = ok(env.run(&["list", "plans", "--json"]));
-    assert_eq!(json(&r).as_array().unwrap().len(), 2);
+    assert_eq!(json(&r)["records"].as_array().unwrap().len(), 2);
     assert!(
         r.stderr.contains("skipped 2 unreadable line(s)"),
         "{}",
@@ -332,7 +332,7 @@ fn compaction_and_stats_from_the_cli() {
         ok(env.run(&["edit", &p, "--status", s]));
     }
     let stats = json(&ok(env.run(&["store", "stats", "--json"])));
-    let plans_stats = stats
+    let plans_stats = stats["collections"]
         .as_array()
         .unwrap()
         .iter()
@@ -346,7 +346,7 @@ fn compaction_and_stats_from_the_cli() {
         (Some(4), Some(3))
     );
     let r = json(&ok(env.run(&["store", "compact", "--json"])));
-    let pr = r
+    let pr = r["collections"]
         .as_array()
         .unwrap()
         .iter()
