@@ -38,7 +38,7 @@ pub struct Subject {
 
 /// A run's figures when an event about it was sent.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(rename_all = "snake_case")]
 pub struct RunFacts {
     /// Iterations done.
     pub iterations: u32,
