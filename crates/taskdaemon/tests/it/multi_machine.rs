@@ -156,6 +156,36 @@ impl Machines {
         info["pid"].as_i64().unwrap() as i32
     }
 
+    /// SIGKILL the daemon `pid` and wait until it is gone.
+    fn kill(pid: i32) {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        let t = Instant::now();
+        while pid_alive(pid) {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "{pid} survived SIGKILL"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Wait (2 minutes at most) until the agent's log has a line starting with `prefix`.
+    fn wait_for_agent(&self, prefix: &str) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !self.agent_log().lines().any(|l| l.starts_with(prefix)) {
+            assert!(
+                Instant::now() < deadline,
+                "no agent line `{prefix}`\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn logs(&self) -> String {
         let read = |c: &Path| {
             std::fs::read_to_string(Self::daemon_dir(c).join("daemon.log")).unwrap_or_default()
@@ -348,16 +378,7 @@ fn a_daemon_killed_mid_phase_is_taken_over_from_its_pushed_branch_and_nothing_is
     );
     let spec_id = spec_worktree(&m, &run_id);
     let branch = format!("refs/heads/taskdaemon/{spec_id}");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid_a),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    let t = Instant::now();
-    while pid_alive(pid_a) {
-        assert!(t.elapsed() < Duration::from_secs(10), "A survived SIGKILL");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    Machines::kill(pid_a);
     // What A had pushed when it died.
     let pushed = git(&m.bare, &["rev-parse", &branch]).trim().to_string();
 
@@ -709,24 +730,8 @@ fn a_restarted_queue_daemon_takes_its_dead_predecessors_runs_without_waiting_out
         &["submit", "plan", "build widgets", "--target", "main"],
     );
     m.start(&m.a);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !m.agent_log().lines().any(|l| l.starts_with("end ")) {
-        assert!(
-            Instant::now() < deadline,
-            "no phase iteration ended\n{}",
-            m.logs()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let pid = Machines::pid(&m.a);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    while pid_alive(pid) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    m.wait_for_agent("end ");
+    Machines::kill(Machines::pid(&m.a));
     m.start(&m.a);
     // Far less than the 5-minute lease: the plan completes.
     m.wait_until(Duration::from_secs(90), "the plan completing", |s| {
@@ -759,11 +764,7 @@ fn status_during_a_queue_outage_says_so_and_keeps_the_holders_marked_stale() {
         &["submit", "plan", "build widgets", "--target", "main"],
     );
     m.start(&m.a);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !m.agent_log().lines().any(|l| l.starts_with("start ")) {
-        assert!(Instant::now() < deadline, "no phase started\n{}", m.logs());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    m.wait_for_agent("start ");
     // B's view while the queue answers: held by A's daemon.
     let pid_a = Machines::pid(&m.a);
     let good = m.run(&m.b, &["status"]);
