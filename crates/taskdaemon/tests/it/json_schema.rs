@@ -552,3 +552,88 @@ fn the_json_doc_lists_every_event_type_the_code_can_emit() {
         missing.join("\n")
     );
 }
+
+/// A stories agent: implements the story (for review), then approves it and completes.
+const STORIES_AGENT: &str = r#"#!/bin/sh
+story() {
+  printf '{"userStories":[{"id":"US-1","title":"Greeting","description":"Say hello","acceptanceCriteria":["hello.txt says hello"],"priority":1,"passes":%s,"reviewStatus":"%s","reviewCount":%s,"reviewFeedback":"","notes":"","dependsOn":[]}]}\n' "$1" "$2" "$3" > "$TASKDAEMON_STORIES_FILE"
+}
+case "$TASKDAEMON_ITERATION" in
+1) echo hello > hello.txt; story false needs_review 0 ;;
+*) story true approved 1; git add -A && git commit -qm "review"; echo "<promise>COMPLETE</promise>"; exit 0 ;;
+esac
+git add -A && git commit -qm "iteration $TASKDAEMON_ITERATION"
+"#;
+
+/// The `--json` commands the tests above leave out: `stories`, `plan update`, `store
+/// trust`, `cancel` of a daemon run, and `store migrate` both ways (on PostgreSQL).
+#[test]
+fn the_other_json_commands_keep_the_one_convention() {
+    let mut r = Repo::new();
+    let repo = r.env.repo();
+    std::fs::write(
+        repo.join("tasks.json"),
+        r#"{"userStories":[{"id":"US-1","title":"Greeting","description":"Say hello","acceptanceCriteria":["hello.txt says hello"],"priority":1,"passes":false,"reviewStatus":"pending","reviewCount":0,"reviewFeedback":"","notes":"","dependsOn":[]}]}
+"#,
+    )
+    .unwrap();
+    crate::harness::git(&repo, &["add", "-A"]);
+    crate::harness::git(&repo, &["commit", "-qm", "stories"]);
+    let agent = r.env.root().join("stories.sh");
+    std::fs::write(&agent, STORIES_AGENT).unwrap();
+    let agent = format!("cmd:sh {}", agent.display());
+    let events = r.json(&["stories", "--agent", &agent, "--json"], Kind::Event);
+    let names: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert!(names.contains(&"run_finished"), "{names:?}");
+    std::fs::write(
+        repo.join(".ralph/plan.md"),
+        "# Plan\n\n## greeting\nFiles: hello.txt\n",
+    )
+    .unwrap();
+    r.one(&["plan", "update", "--json"]);
+    let plan = r.one(&["plan", "new", "Shop", "--json"]);
+    let plan_id = plan["id"].as_str().unwrap().to_string();
+    r.one(&["store", "trust", &plan_id, "--json"]);
+    // A daemon run cancelled while its agent works.
+    std::fs::write(r.env.root().join("agent.sh"), "#!/bin/sh\nsleep 30\n").unwrap();
+    let sub = r.one(&["submit", "ralph", "wait", "--validate", "true", "--json"]);
+    let run = sub["created"][0]["id"].as_str().unwrap().to_string();
+    r.one(&["daemon", "start", "--tick", "0.2", "--json"]);
+    let running = crate::harness::wait_for_status(
+        Duration::from_secs(60),
+        "the run running",
+        || serde_json::from_str(&r.run(&["status", "--json"]).stdout).unwrap_or_default(),
+        String::new,
+        |s: &Value| {
+            s["runs"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x["status"] == "running"))
+        },
+    );
+    assert!(running["runs"].is_array());
+    r.one(&["cancel", &run, "--json"]);
+    r.one(&["daemon", "stop", "--json"]);
+    if let Some(db) = crate::pg::database() {
+        let url = db.url();
+        let q = [("TASKDAEMON_QUEUE_PROJECT", "json")];
+        r.json_with(
+            &q,
+            &["store", "migrate", "--to", &url, "--json"],
+            Kind::Document,
+        );
+        let back = [("TASKDAEMON_QUEUE", url.as_str()), q[0]];
+        r.json_with(
+            &back,
+            &["store", "migrate", "--to", "jsonl", "--force", "--json"],
+            Kind::Document,
+        );
+    }
+    assert!(r.checked >= 8, "only {} documents were checked", r.checked);
+    assert!(
+        r.problems.is_empty(),
+        "{} of {} documents break the convention:\n{}",
+        r.problems.len(),
+        r.checked,
+        r.problems.join("\n")
+    );
+}
