@@ -75,6 +75,26 @@ pub fn iteration_log(kept: Option<&Path>, worktree: &Path, id: &str, n: u32) -> 
     last.or_else(|| Some(worktree.join(".ralph/logs").join(name)))
 }
 
+/// Iteration `n`'s own file of run `id`: its log, or (`prompt`) the prompt it was given
+/// (`iteration-NNN.prompt.md` beside the log); `None` when that iteration left none.
+pub fn iteration_file(
+    kept: Option<&Path>,
+    worktree: &Path,
+    id: &str,
+    n: u32,
+    prompt: bool,
+) -> Option<PathBuf> {
+    let name = if prompt {
+        format!("iteration-{n:03}.prompt.md")
+    } else {
+        format!("iteration-{n:03}.log")
+    };
+    run_log_dirs(kept, worktree, id)
+        .iter()
+        .map(|d| d.join(&name))
+        .find(|p| p.is_file())
+}
+
 /// Write `lines` (a run's log as the watcher shows it) to `<repository>/.ralph/exports/
 /// <run>-iteration-NNN.log`, a directory git ignores (it is put in `.git/info/exclude` if
 /// it is not there yet). The file written.

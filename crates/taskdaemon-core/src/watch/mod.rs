@@ -310,6 +310,13 @@ impl Model {
         let dir = r.workdir.as_ref()?;
         logs::iteration_log(self.kept_logs.as_deref(), dir, &r.id, r.iteration)
     }
+
+    /// Iteration `n`'s log of run `id`, or (`prompt`) the prompt it was given.
+    pub fn iteration_file(&self, id: &str, n: u32, prompt: bool) -> Option<PathBuf> {
+        let r = self.runs.get(id)?;
+        let dir = r.workdir.as_ref()?;
+        logs::iteration_file(self.kept_logs.as_deref(), dir, &r.id, n, prompt)
+    }
 }
 
 impl RunView {

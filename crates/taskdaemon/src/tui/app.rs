@@ -36,6 +36,10 @@ pub struct App {
     pub color: bool,
     /// The iterations of the run of [`Mode::Detail`], read when the store is.
     pub detail: Vec<IterationRow>,
+    /// The iteration the drill-down points at (an index into `detail`; none: the newest),
+    /// and whether the pane shows its prompt instead of its log.
+    pub detail_at: Option<usize>,
+    pub detail_prompt: bool,
 }
 
 impl App {
@@ -52,6 +56,8 @@ impl App {
             quit: false,
             color: !super::no_color(),
             detail: Vec::new(),
+            detail_at: None,
+            detail_prompt: false,
         })
     }
 
@@ -68,16 +74,58 @@ impl App {
         if read && let Mode::Detail(id) = &self.mode {
             self.detail = self.model.iterations(id);
         }
-        let path = self
-            .selected
-            .as_ref()
-            .and_then(|id| self.model.log_path(id));
+        let path = match (&self.mode, self.detail_row()) {
+            // The drill-down: the iteration pointed at, its log or its prompt.
+            (Mode::Detail(id), Some(it)) => self.model.iteration_file(id, it.n, self.detail_prompt),
+            _ => self
+                .selected
+                .as_ref()
+                .and_then(|id| self.model.log_path(id)),
+        };
         self.log.follow(path);
         let live = self
             .selected_run()
             .map(|r| r.live.clone())
             .unwrap_or_default();
         self.log.prefer_live(&live);
+    }
+
+    /// The iteration the drill-down points at.
+    pub fn detail_row(&self) -> Option<&IterationRow> {
+        let at = self
+            .detail_at
+            .unwrap_or(self.detail.len().saturating_sub(1));
+        self.detail.get(at)
+    }
+
+    /// Keys of the drill-down: Up/Down pick an iteration, Enter or Tab switch the pane
+    /// between its log and its prompt, Esc goes back to the tree.
+    fn on_detail_key(&mut self, code: KeyCode, id: String) {
+        let last = self.detail.len().saturating_sub(1);
+        let at = self.detail_at.unwrap_or(last);
+        match code {
+            KeyCode::Esc | KeyCode::Backspace | KeyCode::Left => {
+                self.detail.clear();
+                self.detail_at = None;
+                self.detail_prompt = false;
+                return;
+            }
+            KeyCode::Char('q') => {
+                self.quit = true;
+                return;
+            }
+            KeyCode::Char('?') => {
+                self.mode = Mode::Help;
+                return;
+            }
+            KeyCode::Up | KeyCode::Char('k') => self.detail_at = Some(at.saturating_sub(1)),
+            KeyCode::Down | KeyCode::Char('j') => self.detail_at = Some((at + 1).min(last)),
+            KeyCode::Enter | KeyCode::Tab => self.detail_prompt = !self.detail_prompt,
+            KeyCode::PageUp => self.log.scroll += 10,
+            KeyCode::PageDown => self.log.scroll = self.log.scroll.saturating_sub(10),
+            _ => {}
+        }
+        self.mode = Mode::Detail(id);
     }
 
     pub fn selected_run(&self) -> Option<&RunView> {
@@ -124,20 +172,7 @@ impl App {
                     self.mode = Mode::Help;
                 }
             }
-            Mode::Detail(id) => match k.code {
-                KeyCode::Esc | KeyCode::Backspace | KeyCode::Left => self.detail.clear(),
-                KeyCode::Char('q') => self.quit = true,
-                KeyCode::Char('?') => self.mode = Mode::Help,
-                KeyCode::PageUp => {
-                    self.log.scroll += 10;
-                    self.mode = Mode::Detail(id);
-                }
-                KeyCode::PageDown => {
-                    self.log.scroll = self.log.scroll.saturating_sub(10);
-                    self.mode = Mode::Detail(id);
-                }
-                _ => self.mode = Mode::Detail(id),
-            },
+            Mode::Detail(id) => self.on_detail_key(k.code, id),
         }
     }
 
@@ -146,6 +181,8 @@ impl App {
         match self.selected.clone() {
             Some(id) => {
                 self.detail = self.model.iterations(&id);
+                self.detail_at = None;
+                self.detail_prompt = false;
                 self.mode = Mode::Detail(id);
             }
             None => self.message = "no run selected".into(),

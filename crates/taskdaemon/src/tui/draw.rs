@@ -5,7 +5,7 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{
-    Block, Borders, Cell, Clear, List, ListItem, ListState, Paragraph, Row, Table, Wrap,
+    Block, Borders, Cell, Clear, List, ListItem, ListState, Paragraph, Row, Table, TableState, Wrap,
 };
 use taskdaemon_core::watch::{RowKind, Validation};
 
@@ -18,6 +18,7 @@ const HELP: &[(&str, &str)] = &[
     ("↑ ↓  j k", "select a run"),
     ("g G  Home End", "the first / last run"),
     ("Enter", "the run's iterations (Esc: back)"),
+    ("  ↑↓ Enter", "there: an iteration; its log or its prompt"),
     ("p", "pause when the iteration ends (p again: now)"),
     ("r", "resume"),
     ("s", "start now"),
@@ -102,10 +103,11 @@ fn draw_help(f: &mut Frame, area: Rect) {
 fn draw_detail(f: &mut Frame, app: &App, id: &str, area: Rect) {
     let title = match app.model.runs.get(id) {
         Some(r) => format!(
-            " {} · {} · {} iteration(s) (Esc: back) ",
+            " {} · {} · {} iteration(s) (Esc: back · ↑↓ · Enter: its {}) ",
             r.id,
             r.status_word(),
-            app.detail.len()
+            app.detail.len(),
+            if app.detail_prompt { "log" } else { "prompt" }
         ),
         None => format!(" {id} (Esc: back) "),
     };
@@ -142,13 +144,15 @@ fn draw_detail(f: &mut Frame, app: &App, id: &str, area: Rect) {
     ];
     let header =
         Row::new(["#", "outcome", "duration", "cost", "gates", "commit"]).style(bold(app.color));
-    // The newest iterations when they do not all fit.
-    let fit = area.height.saturating_sub(2) as usize;
-    let skip = app.detail.len().saturating_sub(fit);
-    let table = Table::new(rows.skip(skip), widths)
+    let table = Table::new(rows, widths)
         .header(header)
-        .block(block);
-    f.render_widget(table, area);
+        .block(block)
+        .highlight_symbol("> ")
+        .row_highlight_style(Style::default().add_modifier(Modifier::REVERSED));
+    // The iteration pointed at (the newest at first), scrolled into view by the state.
+    let at = app.detail_at.unwrap_or(app.detail.len().saturating_sub(1));
+    let mut state = TableState::default().with_selected(Some(at));
+    f.render_stateful_widget(table, area, &mut state);
 }
 
 fn bold(color: bool) -> Style {

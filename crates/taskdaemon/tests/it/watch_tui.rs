@@ -690,7 +690,7 @@ fn watch_follows_a_daemon_plan_of_two_specs_by_two_phases_to_its_merge_and_pause
         .wait_for("the help closed", |s| !s.contains("keys (Esc or ?"));
     w.term.keys(&["Enter"]);
     let detail = w.term.wait_for("the run's iterations", |s| {
-        s.contains("iteration(s) (Esc: back)")
+        s.contains("iteration(s) (Esc: back")
     });
     assert!(detail.contains("no finished iteration yet"), "{detail}");
     w.term.keys(&["Escape"]);
@@ -742,6 +742,14 @@ fn watch_follows_a_daemon_plan_of_two_specs_by_two_phases_to_its_merge_and_pause
         s.contains("1 iteration(s)") && s.contains("validation")
     });
     assert!(detail.contains("outcome"), "{detail}");
+    // The pane shows the iteration pointed at: its log, then (Enter) the prompt it got.
+    w.term
+        .wait_for("the iteration's log", |s| s.contains("iteration-001.log"));
+    w.term.keys(&["Enter"]);
+    let prompt = w.term.wait_for("the iteration's prompt", |s| {
+        s.contains("iteration-001.prompt.md")
+    });
+    assert!(prompt.contains("Enter: its log"), "{prompt}");
     w.term.keys(&["Escape"]);
     // (A key right after Esc would be read as Alt+key.)
     w.term.wait_for("the tree again", |s| s.contains(" loops "));
