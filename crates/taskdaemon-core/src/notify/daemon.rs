@@ -22,6 +22,10 @@ use crate::engine::Outcome;
 /// How long queued notices may take to go out once the daemon stops.
 const FLUSH: Duration = Duration::from_millis(1800);
 
+/// How long a `complete` notice waits for its merge's outcome before it is sent without
+/// it (a merge another machine makes is not seen here).
+const MERGE_WAIT: Duration = Duration::from_secs(120);
+
 /// Start notifying from the daemon's events, with the sinks of the config files in force
 /// for `repo` (`config`: the file named with `--config`, instead of the project's). `None`
 /// when no sink is configured.
@@ -51,14 +55,20 @@ pub fn start_for_daemon(
     Some(tokio::spawn(async move {
         let mut notices = DaemonNotices::default();
         loop {
-            match rx.recv().await {
-                Ok(DaemonEvent::DaemonStopped { .. }) | Err(RecvError::Closed) => break,
-                Ok(e) => {
+            // Woken at least every few seconds: a `complete` whose merge outcome never
+            // comes is sent after MERGE_WAIT.
+            let next = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
+            for n in notices.overdue(MERGE_WAIT) {
+                notifier.send(n);
+            }
+            match next {
+                Err(_) | Ok(Err(RecvError::Lagged(_))) => {}
+                Ok(Ok(DaemonEvent::DaemonStopped { .. }) | Err(RecvError::Closed)) => break,
+                Ok(Ok(e)) => {
                     for n in notices.on(&e) {
                         notifier.send(n);
                     }
                 }
-                Err(RecvError::Lagged(_)) => {}
             }
         }
         for n in notices.flush() {
@@ -78,7 +88,8 @@ pub struct DaemonNotices {
     worktrees: HashMap<String, PathBuf>,
     /// The figures of a run's last usage-limit wait, for the notice of its end.
     waited: HashMap<String, RunFacts>,
-    waiting_for_merge: HashMap<String, Notice>,
+    /// Each with when it began to wait: at most [`MERGE_WAIT`].
+    waiting_for_merge: HashMap<String, (Notice, std::time::Instant)>,
 }
 
 impl DaemonNotices {
@@ -94,6 +105,7 @@ impl DaemonNotices {
             return self
                 .waiting_for_merge
                 .remove(&subject.run)
+                .map(|(n, _)| n)
                 .into_iter()
                 .collect();
         }
@@ -112,7 +124,8 @@ impl DaemonNotices {
             ..
         } = e
         {
-            self.waiting_for_merge.insert(subject.run.clone(), n);
+            self.waiting_for_merge
+                .insert(subject.run.clone(), (n, std::time::Instant::now()));
             return Vec::new();
         }
         vec![n]
@@ -120,7 +133,25 @@ impl DaemonNotices {
 
     /// The `complete` notices still waiting for a merge (at the daemon's stop).
     pub fn flush(&mut self) -> Vec<Notice> {
-        self.waiting_for_merge.drain().map(|(_, n)| n).collect()
+        self.waiting_for_merge
+            .drain()
+            .map(|(_, (n, _))| n)
+            .collect()
+    }
+
+    /// The `complete` notices that waited `limit` for a merge outcome that did not come
+    /// (on a shared queue another machine's daemon may make the merge and say nothing
+    /// here): sent as they are, without the merge.
+    pub fn overdue(&mut self, limit: Duration) -> Vec<Notice> {
+        let late: Vec<String> = self
+            .waiting_for_merge
+            .iter()
+            .filter(|(_, (_, since))| since.elapsed() >= limit)
+            .map(|(run, _)| run.clone())
+            .collect();
+        late.iter()
+            .filter_map(|run| self.waiting_for_merge.remove(run).map(|(n, _)| n))
+            .collect()
     }
 
     fn place<'a>(&'a self, s: &'a Subject, facts: Option<&'a RunFacts>) -> Place<'a> {
@@ -201,7 +232,7 @@ impl DaemonNotices {
             DaemonEvent::MergeConflict { subject, .. } | DaemonEvent::Failed { subject, .. } => {
                 // The run's own notice says what happened to its work; its figures are
                 // those of the `complete` that waited.
-                let waited = self.waiting_for_merge.remove(&subject.run)?;
+                let (waited, _) = self.waiting_for_merge.remove(&subject.run)?;
                 let mut n = self.notice_of(e)?;
                 n.iterations = waited.iterations;
                 n.duration_ms = waited.duration_ms;
@@ -215,7 +246,7 @@ impl DaemonNotices {
 
     /// The `complete` notice of `s` that waited, now saying where its work went.
     fn release(&mut self, s: &Subject, m: MergeFacts) -> Option<Notice> {
-        let mut n = self.waiting_for_merge.remove(&s.run)?;
+        let (mut n, _) = self.waiting_for_merge.remove(&s.run)?;
         let place = self.place(s, None);
         n = n.with_next(next_step(Kind::Complete, place, &s.run, Some(&m), None));
         n.merge = Some(m);

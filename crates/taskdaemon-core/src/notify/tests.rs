@@ -287,6 +287,16 @@ fn a_daemon_complete_waits_for_the_merge_outcome() {
     );
     assert_eq!((n.iterations, n.cost_usd), (Some(3), Some(0.03)));
 
+    // One whose merge outcome never comes (another machine merged it) goes after the wait.
+    assert!(d.on(&complete("r-3")).is_empty());
+    assert!(d.overdue(std::time::Duration::from_secs(3600)).is_empty());
+    let late = d.overdue(std::time::Duration::ZERO);
+    assert_eq!(late.len(), 1);
+    assert_eq!(
+        (late[0].kind, late[0].merge.is_none()),
+        (Kind::Complete, true)
+    );
+
     assert!(d.on(&complete("r-2")).is_empty());
     assert!(
         d.on(&DaemonEvent::Merged {
