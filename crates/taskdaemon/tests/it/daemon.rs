@@ -351,19 +351,7 @@ fn a_daemon_killed_three_times_finishes_every_run_with_iterations_going_on_and_n
         // The restart's ending of what the dead daemon's records name is tested: its
         // watchdog (which ends the agents at once) goes first, as when a machine dies.
         crate::harness::kill_watchdogs(&env);
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
-        let t = Instant::now();
-        while pid_alive(pid) {
-            assert!(
-                t.elapsed() < Duration::from_secs(10),
-                "daemon {pid} survived SIGKILL"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        crate::harness::sigkill(pid);
         kills += 1;
         let before = recorded_pids(&env);
         d.start(3);

@@ -325,6 +325,23 @@ pub fn kill_watchdogs(env: &Env) {
     }
 }
 
+/// SIGKILL `pid` and wait (10 s at most) until it is gone.
+pub fn sigkill(pid: i32) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let t = Instant::now();
+    while pid_alive(pid) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{pid} survived SIGKILL"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Alive and not a zombie.
 pub fn pid_alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

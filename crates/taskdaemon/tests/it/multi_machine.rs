@@ -156,23 +156,6 @@ impl Machines {
         info["pid"].as_i64().unwrap() as i32
     }
 
-    /// SIGKILL the daemon `pid` and wait until it is gone.
-    fn kill(pid: i32) {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
-        let t = Instant::now();
-        while pid_alive(pid) {
-            assert!(
-                t.elapsed() < Duration::from_secs(10),
-                "{pid} survived SIGKILL"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
     /// Wait (2 minutes at most) until the agent's log has a line starting with `prefix`.
     fn wait_for_agent(&self, prefix: &str) {
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -378,7 +361,7 @@ fn a_daemon_killed_mid_phase_is_taken_over_from_its_pushed_branch_and_nothing_is
     );
     let spec_id = spec_worktree(&m, &run_id);
     let branch = format!("refs/heads/taskdaemon/{spec_id}");
-    Machines::kill(pid_a);
+    harness::sigkill(pid_a);
     // What A had pushed when it died.
     let pushed = git(&m.bare, &["rev-parse", &branch]).trim().to_string();
 
@@ -731,7 +714,7 @@ fn a_restarted_queue_daemon_takes_its_dead_predecessors_runs_without_waiting_out
     );
     m.start(&m.a);
     m.wait_for_agent("end ");
-    Machines::kill(Machines::pid(&m.a));
+    harness::sigkill(Machines::pid(&m.a));
     m.start(&m.a);
     // Far less than the 5-minute lease: the plan completes.
     m.wait_until(Duration::from_secs(90), "the plan completing", |s| {
