@@ -271,8 +271,10 @@ fn read_holders(records: &Records, cache: Option<&Path>) -> Result<(Held, i64), 
             read_at_ms: now,
             held: held.clone(),
         };
+        // Not synced: it is written on every snapshot a watcher asks for, and nothing is
+        // decided on it after a crash (it is shown, marked stale).
         if let Ok(bytes) = serde_json::to_vec(&kept) {
-            let _ = crate::fsutil::write_atomic(path, &bytes);
+            let _ = crate::fsutil::write_atomic_volatile(path, &bytes);
         }
     }
     Ok((held, now))
