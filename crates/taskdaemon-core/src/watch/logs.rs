@@ -52,11 +52,11 @@ pub fn run_log_dirs(kept: Option<&Path>, worktree: &Path, id: &str) -> Vec<PathB
 
 /// Run `id`'s log of iteration `n`, else its last iteration's; `None` when it has none.
 pub fn iteration_log(kept: Option<&Path>, worktree: &Path, id: &str, n: u32) -> Option<PathBuf> {
-    let dirs = run_log_dirs(kept, worktree, id);
-    let name = format!("iteration-{:03}.log", n.max(1));
-    if let Some(p) = dirs.iter().map(|d| d.join(&name)).find(|p| p.is_file()) {
+    if let Some(p) = iteration_file(kept, worktree, id, n.max(1), false) {
         return Some(p);
     }
+    let dirs = run_log_dirs(kept, worktree, id);
+    let name = format!("iteration-{:03}.log", n.max(1));
     let last = dirs.iter().find_map(|d| {
         let mut logs: Vec<PathBuf> = std::fs::read_dir(d)
             .ok()?

@@ -995,19 +995,7 @@ fn a_daemon_killed_right_after_a_spawn_leaves_no_orphan_and_loses_no_commit() {
     // What is tested is the next start's ending of what the records name: the watchdog,
     // which would end the tree at once, goes first (as when the machine itself died).
     crate::harness::kill_watchdogs(&env);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    let t = Instant::now();
-    while pid_alive(pid) {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "daemon survived SIGKILL"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    crate::harness::sigkill(pid);
     let before = wait_for_lines(&env.root().join("escaped"), 1, "the sleeper", &paused);
     assert_eq!(before.len(), 1);
     let started = recorded_pids(&env);
