@@ -272,6 +272,12 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
             }
         }
     }
+    // Taken over: how far the remote's branch got by its iteration mark.
+    let marked = shared
+        .remote
+        .as_ref()
+        .filter(|_| l.from_elsewhere)
+        .and_then(|r| super::shared_queue::marked_iterations(r, &l.worktree, &l.run.id));
     let path = shared
         .worktrees
         .ensure(&l.worktree, &branch_for(&l.worktree), &start)
@@ -283,6 +289,9 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
     {
         if l.from_elsewhere {
             super::shared_queue::continue_at_record(&mut st, &l.run);
+            if let Some(line) = super::shared_queue::continue_at_mark(&mut st, marked) {
+                note(shared, false, line);
+            }
         }
         if matches!(st.outcome, Some(Outcome::Stuck { .. })) {
             st.stuck_count = 0;
@@ -351,6 +360,9 @@ fn prepare(shared: &Shared, l: &Launch) -> Result<Prepared, String> {
     let mut state = RunState::new(cfg, l.run.id.clone(), head, crate::clock::rfc3339(now));
     if l.from_elsewhere {
         super::shared_queue::continue_at_record(&mut state, &l.run);
+        if let Some(line) = super::shared_queue::continue_at_mark(&mut state, marked) {
+            note(shared, false, line);
+        }
     }
     Ok(Prepared {
         ws,

@@ -16,6 +16,7 @@ pub mod events;
 pub mod executor;
 pub mod governor;
 pub mod ipc;
+mod journal;
 pub mod local;
 mod paths;
 mod reports;
@@ -113,6 +114,9 @@ struct Active {
     worktree: String,
     /// Its lease is lost (shared queue): it stops and writes nothing more.
     lost: bool,
+    /// Its lease could not be renewed (shared queue, the database does not answer): it
+    /// stops, and goes on here once the database answers if the lease is still ours.
+    held: bool,
 }
 
 /// How many events a subscriber may fall behind before it is sent `lagged`.
@@ -821,42 +825,90 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// Renew the leases of the runs this daemon runs; stop at once those whose lease is
-    /// lost (they write nothing more).
+    /// The lease tick of the shared queue: the writes kept while the database did not
+    /// answer are made, the leases of the runs this daemon runs renewed (those whose lease
+    /// is lost stop at once, writing nothing more), and the runs that stopped waiting for
+    /// the database go on if their lease is still ours.
     fn renew_leases(&mut self) {
-        let pushed = self
-            .queue
-            .as_mut()
-            .map(|q| q.finished_pushes())
-            .unwrap_or_default();
-        for w in pushed {
+        let mut lines = match self.queue.as_mut() {
+            Some(q) => q.finished_pushes(),
+            None => return,
+        };
+        if let Some(q) = self.queue.as_mut() {
+            lines.extend(q.replay(&mut self.records));
+        }
+        for w in lines {
             self.note(w);
         }
         let ids: Vec<String> = self
             .active
             .iter()
-            .filter(|(_, a)| !a.lost)
+            .filter(|(_, a)| !a.lost && !a.held)
             .map(|(id, _)| id.clone())
             .collect();
         self.renew_for(&ids);
+        self.take_up_waiting();
     }
 
-    /// Renew the leases of `ids`; stop at once those whose lease is lost.
+    /// Runs that stopped because their lease could not be renewed: those still ours now
+    /// that the database answers go on here.
+    fn take_up_waiting(&mut self) {
+        let Some(q) = self.queue.as_mut() else { return };
+        if q.waiting.is_empty() {
+            return;
+        }
+        let (ours, lines) = q.still_ours(&mut self.records);
+        for l in lines {
+            self.note(l);
+        }
+        for id in ours {
+            if self.queue.as_ref().is_some_and(|q| q.journal.holds(&id)) {
+                // Its record is not written yet: it waits for the next tick.
+                if let Some(q) = self.queue.as_mut() {
+                    q.waiting.insert(id);
+                }
+                continue;
+            }
+            match self.records.get(&id) {
+                Ok(Some(AnyRecord::Run(run))) if run.status == RunStatus::Running => {
+                    self.note(format!(
+                        "run {id} goes on here: the queue answers again and its lease is still this daemon's"
+                    ));
+                    self.launch_with(run, false, false);
+                }
+                _ => {
+                    if let Some(w) = self
+                        .queue
+                        .as_mut()
+                        .and_then(|q| q.release(&mut self.records, &id))
+                    {
+                        self.note(w);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Renew the leases of `ids`; stop at once those whose lease is lost, or could not be
+    /// renewed for too long.
     fn renew_for(&mut self, ids: &[String]) {
         let Some(q) = self.queue.as_mut() else { return };
-        let (lost, warnings) = q.renew(&mut self.records, ids);
+        let (stops, warnings) = q.renew(&mut self.records, ids);
         for w in warnings {
             self.note(w);
         }
-        for (id, why) in lost {
+        for (id, stop) in stops {
             if let Some(a) = self.active.get_mut(&id) {
-                a.lost = true;
+                match stop {
+                    shared_queue::Stop::Lost(_) => a.lost = true,
+                    shared_queue::Stop::Unreachable(_) => a.held = true,
+                }
                 a.cancel.cancel();
             }
             self.events.emit(DaemonEvent::Note {
                 repo: self.paths.project.clone(),
                 warning: true,
-                message: format!("run {id} stops here: {why}"),
+                message: format!("run {id} stops here: {}", stop.why()),
             });
         }
     }
@@ -1031,6 +1083,7 @@ impl Dispatcher {
                 stop_as: None,
                 worktree: worktree.clone(),
                 lost: false,
+                held: false,
             },
         );
         let subject = status::subject_of(&self.records, &run, &self.paths.project);
@@ -1113,17 +1166,33 @@ impl Dispatcher {
         };
         // A report writes the record: first make sure the lease is still ours (the ticker
         // may not have run since another machine took the run over).
-        if !matches!(r, Report::Started { .. }) && self.active.get(&run_id).is_some_and(|a| !a.lost)
+        if !matches!(r, Report::Started { .. })
+            && self.active.get(&run_id).is_some_and(|a| !a.lost && !a.held)
         {
             self.renew_for(std::slice::from_ref(&run_id));
         }
-        let Some((worktree, lost)) = self
+        let Some((worktree, lost, held)) = self
             .active
             .get(&run_id)
-            .map(|a| (a.worktree.clone(), a.lost))
+            .map(|a| (a.worktree.clone(), a.lost, a.held))
         else {
             return matches!(r, Report::Finished { .. });
         };
+        if held
+            && let Report::Finished {
+                result: Ok(Outcome::Interrupted),
+                ..
+            } = &r
+        {
+            self.active.remove(&run_id);
+            if let Some(q) = self.queue.as_mut() {
+                q.waiting.insert(run_id.clone());
+            }
+            self.note(format!(
+                "run {run_id} stopped here, its record untouched: it goes on here once the queue answers, if its lease is still this daemon's"
+            ));
+            return true;
+        }
         if lost {
             if matches!(r, Report::Finished { .. }) {
                 self.active.remove(&run_id);
@@ -1159,12 +1228,19 @@ impl Dispatcher {
     fn push_end_then_record(&mut self, run_id: String, worktree: String, r: Report) {
         let Some(q) = self.queue.as_mut() else { return };
         let earlier = q.take_push(&worktree);
+        let mark = q.take_mark(&worktree).filter(|m| m.run_id == run_id);
         let remote = q.remote.clone();
         let plan = plan_run_plan(&self.records, &run_id);
         let (project, tx) = (self.paths.project.clone(), self.ends.clone());
         let work = move || {
-            let unpushed =
-                shared_queue::push_at_end(&remote, &project, &worktree, plan.as_ref(), earlier);
+            let unpushed = shared_queue::push_at_end(
+                &remote,
+                &project,
+                &worktree,
+                plan.as_ref(),
+                earlier,
+                mark.as_ref(),
+            );
             let _ = tx.send((run_id, r, unpushed));
         };
         match tokio::runtime::Handle::try_current() {
@@ -1179,7 +1255,7 @@ impl Dispatcher {
     /// remote: a completed run is recorded blocked), then give up its lease. Nothing is
     /// written when the lease was lost meanwhile.
     fn record_end_shared(&mut self, run_id: String, r: Report, unpushed: Option<String>) -> bool {
-        if self.active.get(&run_id).is_some_and(|a| !a.lost) {
+        if self.active.get(&run_id).is_some_and(|a| !a.lost && !a.held) {
             self.renew_for(std::slice::from_ref(&run_id));
         }
         if self.active.get(&run_id).is_none_or(|a| a.lost) {
@@ -1217,15 +1293,14 @@ impl Dispatcher {
         let documents =
             plan_run_plan(&self.records, run_id).map(|plan| (self.paths.project.clone(), plan));
         let Some(q) = self.queue.as_mut() else { return };
-        let mut lines = q.push_in_background(worktree, documents);
+        let mark = crate::git::remote::marks::Mark {
+            run_id: run_id.to_string(),
+            iteration,
+        };
+        let mut lines = q.push_in_background(worktree, documents, mark);
         let log = crate::workspace::Workspace::new(&self.shared.worktrees.path_for(worktree))
             .iteration_log(iteration);
-        lines.extend(shared_queue::QueueSide::upload_log(
-            &mut self.records,
-            run_id,
-            iteration,
-            &log,
-        ));
+        lines.extend(q.upload_log(&mut self.records, run_id, iteration, &log));
         for l in lines {
             self.events.emit(DaemonEvent::Note {
                 repo: self.paths.project.clone(),

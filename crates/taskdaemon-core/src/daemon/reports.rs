@@ -176,7 +176,9 @@ impl Dispatcher {
     /// Each changed run read once, changed, and all of them written in one batch (a run
     /// whose record would change only in its elapsed time is not written); when the
     /// batch is refused (someone changed a run meanwhile), each run on its own as
-    /// [`Self::update_run`] does. The runs as changed, by id.
+    /// [`Self::update_run`] does. On the shared queue, a batch the database does not answer
+    /// is kept in its journal (and so is every later change of a run whose writes wait
+    /// there). The runs as changed, by id.
     fn update_runs(
         &mut self,
         changes: &[(String, RunChange)],
@@ -196,7 +198,7 @@ impl Dispatcher {
         let mut runs = HashMap::new();
         let mut batch = Vec::new();
         for id in &ids {
-            if let Ok(Some(AnyRecord::Run(before))) = self.records.get(id) {
+            if let Some((base, before)) = self.run_as_known(id) {
                 let mut run = before.clone();
                 apply_all(id, &mut run);
                 // Local records only (the shared queue's takeover reads the elapsed time): a
@@ -208,17 +210,26 @@ impl Dispatcher {
                         ..run.clone()
                     } == before;
                 if !only_elapsed {
-                    batch.push(id.to_string());
+                    batch.push((base, id.to_string()));
                 }
                 runs.insert(id.to_string(), run);
             }
         }
-        let records: Vec<AnyRecord> = batch
+        let records: Vec<(i64, LoopRun)> = batch
             .iter()
-            .filter_map(|id| runs.get(id).cloned().map(AnyRecord::Run))
+            .filter_map(|(base, id)| runs.get(id).cloned().map(|r| (*base, r)))
             .collect();
-        if records.is_empty() || self.records.update_batch(records, now).is_ok() {
+        if records.is_empty() || self.keep_if_waiting(&records) {
             return runs;
+        }
+        let written = records.iter().map(|(_, r)| AnyRecord::Run(r.clone()));
+        match self.records.update_batch(written.collect(), now) {
+            Ok(_) => return runs,
+            Err(e) if self.queue.is_some() && e.is_connection_lost() => {
+                self.keep_for_queue(records);
+                return runs;
+            }
+            Err(_) => {}
         }
         let _ = self.records.sync();
         let mut runs = HashMap::new();
@@ -233,15 +244,63 @@ impl Dispatcher {
         runs
     }
 
-    /// Read, change and store a run, once more if someone changed it meanwhile.
+    /// A run's record as this daemon knows it, with the `updated-at` of the stored version
+    /// it was made from: the newest version kept in the queue's journal, else the store's.
+    fn run_as_known(&self, id: &str) -> Option<(i64, LoopRun)> {
+        if let Some((base, run)) = self.queue.as_ref().and_then(|q| q.journal.pending_run(id)) {
+            return Some((base, run.clone()));
+        }
+        match self.records.get(id) {
+            Ok(Some(AnyRecord::Run(run))) => Some((run.updated_at, run)),
+            _ => None,
+        }
+    }
+
+    /// On the shared queue, while writes of any of `runs` wait in the journal: these join
+    /// them (they are made in order once the database answers). Whether they were kept.
+    fn keep_if_waiting(&mut self, runs: &[(i64, LoopRun)]) -> bool {
+        let waiting = self
+            .queue
+            .as_ref()
+            .is_some_and(|q| runs.iter().any(|(_, r)| q.journal.holds(&r.id)));
+        if waiting {
+            self.keep_for_queue(runs.to_vec());
+        }
+        waiting
+    }
+
+    /// Keep runs' new records in the queue's journal (the database did not answer).
+    fn keep_for_queue(&mut self, runs: Vec<(i64, LoopRun)>) {
+        let Some(q) = self.queue.as_mut() else { return };
+        let mut lines: Vec<String> = q.answered(false).into_iter().collect();
+        for (base, run) in runs {
+            lines.extend(q.keep(super::journal::Write::Run {
+                base,
+                run: Box::new(run),
+            }));
+        }
+        for l in lines {
+            self.note(l);
+        }
+    }
+
+    /// Read, change and store a run, once more if someone changed it meanwhile (on the
+    /// shared queue, kept in its journal when the database does not answer).
     pub(super) fn update_run(&mut self, id: &str, now: i64, mut f: impl FnMut(&mut LoopRun)) {
         for _ in 0..2 {
-            let Ok(Some(AnyRecord::Run(mut run))) = self.records.get(id) else {
+            let Some((base, mut run)) = self.run_as_known(id) else {
                 return;
             };
             f(&mut run);
-            match self.records.update(AnyRecord::Run(run), now) {
+            if self.keep_if_waiting(&[(base, run.clone())]) {
+                return;
+            }
+            match self.records.update(AnyRecord::Run(run.clone()), now) {
                 Ok(_) => return,
+                Err(e) if self.queue.is_some() && e.is_connection_lost() => {
+                    self.keep_for_queue(vec![(base, run)]);
+                    return;
+                }
                 Err(e) => {
                     let _ = self.records.sync();
                     self.note(format!("updating run {id}: {e}"));

@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::git::remote::marks::Mark;
 use crate::git::remote::{Adopted, Pushed, Remote, RemoteMerge};
 use crate::git::worktree::Worktrees;
 use crate::scheduler::cascade::MergeEnd;
@@ -52,6 +53,25 @@ impl Default for QueueOptions {
     }
 }
 
+/// Why a run stops on the shared queue.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stop {
+    /// Another machine holds its lease: it writes nothing more and is given up.
+    Lost(String),
+    /// Its lease could not be renewed (the database does not answer): it stops before
+    /// another machine could take it over, and goes on here if the lease is still this
+    /// daemon's once the database answers.
+    Unreachable(String),
+}
+
+impl Stop {
+    pub fn why(&self) -> &str {
+        match self {
+            Stop::Lost(w) | Stop::Unreachable(w) => w,
+        }
+    }
+}
+
 /// What the dispatcher keeps about the queue.
 #[derive(Debug)]
 pub struct QueueSide {
@@ -68,8 +88,20 @@ pub struct QueueSide {
     /// on a thread of its own: a slow remote must not hold the daemon's loop (its lease
     /// renewals above all).
     pushes: HashMap<String, std::thread::JoinHandle<Vec<String>>>,
+    /// The iterations each worktree's run finished, as pushed with its branch.
+    marks: HashMap<String, Mark>,
     /// When the lease holders were last kept for `status` (see [`QueueSide::holders_due`]).
     holders_kept: Option<Instant>,
+    /// The writes the database did not answer, made once it does.
+    pub journal: super::journal::Journal,
+    /// Whether the database did not answer the last time it was asked.
+    unreachable: bool,
+    /// Until when runs whose lease expired are not taken over: the database answers again
+    /// after an outage, and the daemons cut off by it get a lease's time to renew theirs.
+    quiet_until: Option<Instant>,
+    /// Runs stopped here because their lease could not be renewed (the database did not
+    /// answer): they go on here if it is still this daemon's once it answers.
+    pub waiting: std::collections::BTreeSet<String>,
 }
 
 impl QueueSide {
@@ -90,20 +122,24 @@ impl QueueSide {
         let remote = Remote::open(worktrees, &opts.remote).map_err(|e| e.to_string())?;
         let holder = Holder::this_process();
         let file = daemon_dir.join("queue-holder");
+        // The writes this clone's previous daemon could not make: made now, under its leases,
+        // before they are released.
+        let (mut journal, unreadable) =
+            super::journal::Journal::open(&daemon_dir.join("queue-journal.json"));
+        if let Some(n) = unreadable {
+            note(n);
+        }
+        if !journal.is_empty() {
+            for line in replayed_lines(&journal.replay(records, opts.lease)) {
+                note(line);
+            }
+        }
         if let Ok(before) = std::fs::read_to_string(&file)
             && let before = before.trim()
             && !before.is_empty()
             && before != holder.id
         {
-            match records.release_holder(before) {
-                Ok(0) => {}
-                Ok(n) => note(format!(
-                    "released {n} lease(s) of this clone's previous daemon ({before}), which is gone: its runs are taken over now"
-                )),
-                Err(e) => note(format!(
-                    "could not release the leases of this clone's previous daemon ({before}): {e}; its runs are taken over when they expire"
-                )),
-            }
+            release_previous(records, before, note);
         }
         crate::fsutil::write_atomic(&file, holder.id.as_bytes())
             .map_err(|e| format!("writing {}: {e}", file.display()))?;
@@ -115,8 +151,64 @@ impl QueueSide {
             renewed: HashMap::new(),
             docs_taken: Default::default(),
             pushes: HashMap::new(),
+            marks: HashMap::new(),
             holders_kept: None,
+            journal,
+            unreachable: false,
+            quiet_until: None,
+            waiting: Default::default(),
         }))
+    }
+
+    /// Note whether the database answered (`ok`) or could not be reached: when it answers
+    /// again after not answering, no expired lease is taken over for one lease (see
+    /// `quiet_until`). A line for the log when that changes.
+    pub fn answered(&mut self, ok: bool) -> Option<String> {
+        match (self.unreachable, ok) {
+            (false, false) => {
+                self.unreachable = true;
+                Some(format!(
+                    "the queue does not answer: this daemon's writes are kept in its journal and made when it answers again; runs whose lease cannot be renewed within {}s stop here and go on when it does",
+                    (self.opts.lease * 2 / 3).as_secs()
+                ))
+            }
+            (true, true) => {
+                self.unreachable = false;
+                self.quiet_until = Some(Instant::now() + self.opts.lease);
+                Some(format!(
+                    "the queue answers again: runs whose lease expired meanwhile are taken over after {}s, once their holders had the time to renew them",
+                    self.opts.lease.as_secs()
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether expired leases may be taken over now (see [`QueueSide::answered`]).
+    fn taking_over(&self) -> bool {
+        !self.unreachable && self.quiet_until.is_none_or(|t| Instant::now() >= t)
+    }
+
+    /// Keep a write the database did not answer (see [`super::journal`]); a warning when it
+    /// could not be kept on disk.
+    pub fn keep(&mut self, write: super::journal::Write) -> Option<String> {
+        self.journal
+            .push(&self.holder.id, write)
+            .err()
+            .map(|e| format!("keeping a write for the queue: {e} (it is kept in memory only)"))
+    }
+
+    /// Make the kept writes now (the database answers); lines for the log.
+    pub fn replay(&mut self, records: &mut Records) -> Vec<String> {
+        if self.journal.is_empty() {
+            return Vec::new();
+        }
+        let done = self.journal.replay(records, self.opts.lease);
+        let mut lines = replayed_lines(&done);
+        if let Some(l) = self.answered(done.stopped.is_none()) {
+            lines.push(l);
+        }
+        lines
     }
 
     /// Whether the lease holders are due to be kept again for `status` (every 5 s), and
@@ -166,6 +258,9 @@ impl QueueSide {
         records: &mut Records,
         room: usize,
     ) -> Result<Vec<LoopRun>, String> {
+        if !self.taking_over() {
+            return Ok(Vec::new());
+        }
         let runs = records
             .take_over_expired(&self.holder, self.opts.lease, room)
             .map_err(|e| format!("taking over runs whose lease expired: {e}"))?;
@@ -176,26 +271,32 @@ impl QueueSide {
     }
 
     /// Renew the leases of `active`; the runs that must stop now, each with why: its lease
-    /// is another's, or it could not be renewed for longer than the lease.
+    /// is another's, or it could not be renewed for longer than the lease allows.
     pub fn renew(
         &mut self,
         records: &mut Records,
         active: &[String],
-    ) -> (Vec<(String, String)>, Vec<String>) {
-        let mut lost = Vec::new();
+    ) -> (Vec<(String, Stop)>, Vec<String>) {
+        let mut stops = Vec::new();
         let mut warnings = Vec::new();
-        self.renewed.retain(|id, _| active.contains(id));
+        // (A run's entry goes with its lease, in `release`; `active` may be one run.)
         for id in active {
             match records.renew(id, &self.holder, self.opts.lease) {
                 Ok(true) => {
                     self.renewed.insert(id.clone(), Instant::now());
+                    warnings.extend(self.answered(true));
                 }
-                Ok(false) => lost.push((
+                Ok(false) => stops.push((
                     id.clone(),
-                    "its lease is no longer this daemon's (another machine took the run over)"
-                        .to_string(),
+                    Stop::Lost(
+                        "its lease is no longer this daemon's (another machine took the run over)"
+                            .to_string(),
+                    ),
                 )),
                 Err(e) => {
+                    if e.is_connection_lost() {
+                        warnings.extend(self.answered(false));
+                    }
                     let since = self
                         .renewed
                         .get(id)
@@ -204,12 +305,13 @@ impl QueueSide {
                     // Stop a tick before the database may hand the run to another
                     // machine (ticks come every lease/3), not after it.
                     if since + self.opts.lease / 3 > self.opts.lease {
-                        lost.push((
+                        stops.push((
                             id.clone(),
-                            format!(
-                                "its lease could not be renewed for {}s (longer than the lease: another machine may have it): {e}",
-                                since.as_secs()
-                            ),
+                            Stop::Unreachable(format!(
+                                "its lease could not be renewed for {}s (another machine may take it over after {}s): {e}",
+                                since.as_secs(),
+                                self.opts.lease.as_secs()
+                            )),
                         ));
                     } else {
                         warnings.push(format!("renewing the lease of run {id}: {e}"));
@@ -217,17 +319,55 @@ impl QueueSide {
                 }
             }
         }
-        (lost, warnings)
+        (stops, warnings)
+    }
+
+    /// Of the runs waiting for the database ([`QueueSide::waiting`]), those whose lease is
+    /// still this daemon's now that it answers (they go on here), and lines for the log
+    /// (those another machine took over meanwhile are given up).
+    pub fn still_ours(&mut self, records: &mut Records) -> (Vec<String>, Vec<String>) {
+        let (mut ours, mut lines) = (Vec::new(), Vec::new());
+        for id in self.waiting.clone() {
+            match records.renew(&id, &self.holder, self.opts.lease) {
+                Ok(true) => {
+                    self.waiting.remove(&id);
+                    self.renewed.insert(id.clone(), Instant::now());
+                    lines.extend(self.answered(true));
+                    ours.push(id);
+                }
+                Ok(false) => {
+                    self.waiting.remove(&id);
+                    lines.push(format!(
+                        "run {id} is not taken up again here: another machine took it over while the queue did not answer this daemon"
+                    ));
+                }
+                Err(e) => {
+                    if e.is_connection_lost() {
+                        lines.extend(self.answered(false));
+                    }
+                    break;
+                }
+            }
+        }
+        (ours, lines)
     }
 
     /// Give up the lease of a run that ended here (or stopped with the daemon): a stopped
     /// daemon's running runs are taken over by another at once.
     pub fn release(&mut self, records: &mut Records, id: &str) -> Option<String> {
         self.renewed.remove(id);
-        records
-            .release(id, &self.holder)
-            .err()
-            .map(|e| format!("releasing the lease of run {id}: {e}"))
+        let release = super::journal::Write::Release {
+            run_id: id.to_string(),
+        };
+        // After the run's kept writes, never before them: its record says it ended first.
+        if self.journal.holds(id) {
+            return self.keep(release);
+        }
+        match records.release(id, &self.holder) {
+            Ok(()) => None,
+            Err(e) if e.is_connection_lost() => self.answered(false).or(self.keep(release)),
+            Err(e) => Some(format!("releasing the lease of run {id}: {e}")),
+        }
     }
 
     /// On a thread of its own: the `documents` of a plan (a plan or spec run's, with the
@@ -239,8 +379,10 @@ impl QueueSide {
         &mut self,
         name: &str,
         documents: Option<(PathBuf, crate::store::Plan)>,
+        mark: Mark,
     ) -> Vec<String> {
         let mut notes = self.finished_pushes();
+        self.marks.insert(name.to_string(), mark.clone());
         if self.pushes.contains_key(name) {
             return notes;
         }
@@ -250,7 +392,7 @@ impl QueueSide {
                 documents.and_then(|(project, plan)| publish_documents(&remote, &project, &plan));
             published
                 .into_iter()
-                .chain(push_warning(&remote, &owned))
+                .chain(push_warning(&remote, &owned, Some(&mark)))
                 .collect()
         };
         // A closure a failed spawn hands back is not to be had: the work is made again.
@@ -285,6 +427,12 @@ impl QueueSide {
     /// [`push_at_end`] to wait for.
     pub fn take_push(&mut self, name: &str) -> Option<std::thread::JoinHandle<Vec<String>>> {
         self.pushes.remove(name)
+    }
+
+    /// The mark of the last iteration finished in worktree `name` (pushed with its branch at
+    /// the run's end), given up.
+    pub fn take_mark(&mut self, name: &str) -> Option<Mark> {
+        self.marks.remove(name)
     }
 
     /// Plans whose spec run is complete (another machine may have run it): the documents
@@ -327,17 +475,71 @@ impl QueueSide {
     /// Put an iteration's log into the queue (its last [`LOG_LIMIT`] bytes), so `logs`
     /// shows it from any machine.
     pub fn upload_log(
+        &mut self,
         records: &mut Records,
         run_id: &str,
         iteration: u32,
         file: &Path,
     ) -> Option<String> {
         let text = read_tail(file, LOG_LIMIT)?;
-        records
-            .put_log(run_id, iteration, &text)
-            .err()
-            .map(|e| format!("storing the log of run {run_id} iteration {iteration}: {e}"))
+        let kept = |text: String| super::journal::Write::Log {
+            run_id: run_id.to_string(),
+            iteration,
+            text,
+        };
+        if !self.journal.is_empty() {
+            return self.keep(kept(text));
+        }
+        match records.put_log(run_id, iteration, &text) {
+            Ok(()) => None,
+            Err(e) if e.is_connection_lost() => {
+                let line = self.answered(false);
+                self.keep(kept(text)).or(line)
+            }
+            Err(e) => Some(format!(
+                "storing the log of run {run_id} iteration {iteration}: {e}"
+            )),
+        }
     }
+}
+
+/// Give up the leases of this clone's previous daemon `before` (it is gone: this daemon
+/// holds the clone's lock), so its runs are taken over now rather than when they expire.
+fn release_previous(records: &mut Records, before: &str, note: &dyn Fn(String)) {
+    match records.release_holder(before) {
+        Ok(0) => {}
+        Ok(n) => note(format!(
+            "released {n} lease(s) of this clone's previous daemon ({before}), which is gone: its runs are taken over now"
+        )),
+        Err(e) => note(format!(
+            "could not release the leases of this clone's previous daemon ({before}): {e}; its runs are taken over when they expire"
+        )),
+    }
+}
+
+/// What a replay of the journal did, as lines for the log.
+fn replayed_lines(done: &super::journal::Replayed) -> Vec<String> {
+    let mut lines = Vec::new();
+    if done.written > 0 {
+        lines.push(format!(
+            "the queue answers: {} write(s) kept while it did not were made",
+            done.written
+        ));
+    }
+    for id in &done.dropped {
+        lines.push(format!(
+            "run {id}: the writes kept for it are dropped: another machine holds its lease now (it took the run over)"
+        ));
+    }
+    for id in &done.merged {
+        lines.push(format!(
+            "run {id}: its record was changed by someone else meanwhile: their status and note are kept, this daemon's counters written"
+        ));
+    }
+    if let Some(why) = &done.stopped {
+        lines.push(format!("the queue's kept writes wait: {why}"));
+    }
+    lines
 }
 
 /// Put a finished run's work on the remote before its end is recorded: the push of its
@@ -351,6 +553,7 @@ pub fn push_at_end(
     worktree: &str,
     plan: Option<&crate::store::Plan>,
     earlier: Option<std::thread::JoinHandle<Vec<String>>>,
+    mark: Option<&Mark>,
 ) -> Option<String> {
     if let Some(h) = earlier {
         let _superseded = h.join();
@@ -362,16 +565,16 @@ pub fn push_at_end(
     }
     let mut last = None;
     for _ in 0..3 {
-        last = Some(push_warning(remote, worktree)?);
+        last = Some(push_warning(remote, worktree, mark)?);
     }
     last.map(|w| format!("its work is not on the shared remote: {w}; `taskdaemon resume` the run once the remote takes pushes"))
 }
 
 /// Push the branch of worktree `name` to `remote`; a warning when it did not go (retried
 /// after the next iteration).
-fn push_warning(remote: &Remote, name: &str) -> Option<String> {
+fn push_warning(remote: &Remote, name: &str, mark: Option<&Mark>) -> Option<String> {
     let branch = branch_for(name);
-    match remote.push_branch(&branch) {
+    match remote.push_branch_marked(&branch, mark) {
         Ok(Pushed::Pushed { .. } | Pushed::UpToDate) => None,
         Ok(Pushed::Rejected { reason }) => Some(format!(
             "pushing {branch} to {}: rejected ({reason}); the remote holds commits this machine has not seen — retried after the next iteration",
@@ -550,6 +753,29 @@ pub fn continue_at_record(state: &mut crate::engine::RunState, run: &LoopRun) {
             state.cost_usd = state.cost_usd.max(c);
         }
     }
+}
+
+/// The iterations the remote's mark says run `run_id` finished on its branch's tip (see
+/// [`crate::git::remote::marks`]); `None` without a (believable) mark.
+pub fn marked_iterations(remote: &Remote, worktree: &str, run_id: &str) -> Option<u32> {
+    let tip = remote.fetch(&branch_for(worktree)).ok()??;
+    remote.iterations_on(run_id, &tip).ok()?
+}
+
+/// A run taken over goes on after the iterations its branch on the remote holds (`marked`)
+/// when the record says fewer (its holder pushed them and died before recording them): no
+/// iteration whose commit is on the remote is done again. A line for the log when so.
+pub fn continue_at_mark(
+    state: &mut crate::engine::RunState,
+    marked: Option<u32>,
+) -> Option<String> {
+    let n = marked.filter(|n| *n > state.iterations_done)?;
+    let line = format!(
+        "run {}: the remote's branch holds iteration {n}, its record {}: going on after iteration {n}",
+        state.run_id, state.iterations_done
+    );
+    state.iterations_done = n;
+    Some(line)
 }
 
 /// The documents of plan `plan_id` a run writes outside git (the plan file when it lies

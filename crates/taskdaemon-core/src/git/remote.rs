@@ -216,6 +216,17 @@ impl Remote {
     /// Push the local `branch` to the remote's `branch`, replacing only what this clone last
     /// saw there (its tracking ref; none: the remote must not have it).
     pub fn push_branch(&self, branch: &str) -> Result<Pushed, RemoteError> {
+        self.push_branch_marked(branch, None)
+    }
+
+    /// [`Remote::push_branch`], and with it (`--atomic`: both or neither) the `mark` of the
+    /// iterations a run finished on that commit ([`marks`]), so whoever takes the run over
+    /// reads how far the work on the remote got even when its record was never written.
+    pub fn push_branch_marked(
+        &self,
+        branch: &str,
+        mark: Option<&marks::Mark>,
+    ) -> Result<Pushed, RemoteError> {
         self.wt.check_branch(branch)?;
         let local = self
             .wt
@@ -223,7 +234,14 @@ impl Remote {
             .ok_or_else(|| RemoteError::NoBranch(branch.to_string()))?;
         let tracking = self.tracking(branch);
         let expected = self.wt.rev(&tracking)?;
+        let mark = match mark {
+            Some(m) => Some(self.mark_spec(m, &local)?),
+            None => None,
+        };
         if expected.as_deref() == Some(local.as_str()) {
+            if let Some(spec) = &mark {
+                self.push_mark(spec)?;
+            }
             return Ok(Pushed::UpToDate);
         }
         // What the remote lacks: since its tip as last seen, else what no other branch or
@@ -246,7 +264,12 @@ impl Remote {
                 paths: crate::secrets::paths(&added),
             });
         }
-        match self.push(&local, branch, expected.as_deref().unwrap_or(""))? {
+        match self.push(
+            &local,
+            branch,
+            expected.as_deref().unwrap_or(""),
+            mark.as_deref(),
+        )? {
             None => {
                 self.git().run(&["update-ref", &tracking, &local])?;
                 Ok(Pushed::Pushed { commit: local })
@@ -263,21 +286,18 @@ impl Remote {
         commit: &str,
         branch: &str,
         expected: &str,
+        mark: Option<&str>,
     ) -> Result<Option<String>, RemoteError> {
         let dst = format!("refs/heads/{branch}");
         let lease = format!("--force-with-lease={dst}:{expected}");
         let spec = format!("{commit}:{dst}");
-        let out = self
-            .net(&[
-                "push",
-                "--porcelain",
-                "--no-verify",
-                &lease,
-                "--",
-                &self.name,
-                &spec,
-            ])
-            .output()?;
+        let mut args = vec!["push", "--porcelain", "--no-verify", &lease];
+        if mark.is_some() {
+            args.push("--atomic");
+        }
+        args.extend(["--", &self.name, &spec]);
+        args.extend(mark);
+        let out = self.net(&args).output()?;
         if out.status.success() {
             return Ok(None);
         }
@@ -504,7 +524,7 @@ impl Remote {
                 });
             }
             before_push(attempt);
-            if self.push(&new, target, &t)?.is_none() {
+            if self.push(&new, target, &t, None)?.is_none() {
                 self.git()
                     .run(&["update-ref", &self.tracking(target), &new])?;
                 self.follow_local(target, &new)?;
@@ -670,6 +690,9 @@ impl Remote {
         Ok(self.git().is_ancestor(a, b)?)
     }
 }
+
+#[path = "remote_marks.rs"]
+pub mod marks;
 
 #[cfg(test)]
 #[path = "remote_tests.rs"]

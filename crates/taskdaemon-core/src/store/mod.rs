@@ -86,6 +86,11 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The shared queue's server could not be reached: the write may be made later.
+    pub fn is_connection_lost(&self) -> bool {
+        matches!(self, StoreError::Queue(q) if q.is_connection_lost())
+    }
+
     /// Whether the person can fix it (bad input, a corrupt or oversized file) rather than
     /// an internal failure (I/O).
     pub fn is_user_fault(&self) -> bool {

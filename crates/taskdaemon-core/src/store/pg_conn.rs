@@ -137,6 +137,9 @@ pub enum QueueError {
         what: String,
         reason: String,
         hint: String,
+        /// The connection failed (closed, refused, timed out), not the statement: the
+        /// write may succeed once the server answers again.
+        connection_lost: bool,
     },
     #[error(
         "queue {url}: the schema is at version {found}, newer than this taskdaemon knows ({known})\n  hint: upgrade taskdaemon on this machine to the version the other machines run"
@@ -155,6 +158,19 @@ impl QueueError {
         !matches!(self, QueueError::Sql { .. })
     }
 
+    /// Whether the server could not be reached (or the connection broke): the same request
+    /// may succeed later, as opposed to one the server refused.
+    pub fn is_connection_lost(&self) -> bool {
+        matches!(
+            self,
+            QueueError::Connect { .. }
+                | QueueError::Sql {
+                    connection_lost: true,
+                    ..
+                }
+        )
+    }
+
     pub(crate) fn sql(cfg: &QueueConfig, what: &str, e: postgres::Error) -> QueueError {
         let denied = e
             .as_db_error()
@@ -162,12 +178,28 @@ impl QueueError {
         QueueError::Sql {
             url: cfg.shown(),
             what: what.to_string(),
+            connection_lost: connection_lost(&e),
             reason: describe(&e),
             hint: if denied {
                 "the queue's role lacks a privilege: `taskdaemon doctor` names the GRANT that gives it (docs/multi-machine.md)".into()
             } else {
                 "check the server's log; run the command again once the server answers".into()
             },
+        }
+    }
+}
+
+/// Whether `e` is the connection's failure rather than the statement's: no server error
+/// (closed, refused, I/O), or the server's "shutting down / starting up / connection
+/// failure" classes (57P, 08).
+fn connection_lost(e: &postgres::Error) -> bool {
+    match e.as_db_error() {
+        None => {
+            e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+        }
+        Some(db) => {
+            let code = db.code().code();
+            code.starts_with("57P") || code.starts_with("08")
         }
     }
 }

@@ -44,6 +44,18 @@ impl Holder {
         }
     }
 
+    /// The holder named `id` (`host:pid:start-ms`, as [`Holder::new`] makes it): for
+    /// writes kept under a lease and made later (see the daemon's journal).
+    pub fn from_id(id: &str) -> Holder {
+        let mut parts = id.rsplitn(3, ':');
+        let (_start, pid, host) = (parts.next(), parts.next(), parts.next());
+        Holder {
+            host: host.unwrap_or(id).to_string(),
+            pid: pid.and_then(|p| p.parse().ok()).unwrap_or(0),
+            id: id.to_string(),
+        }
+    }
+
     /// This process on this machine (its host name), started now.
     pub fn this_process() -> Holder {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -534,6 +546,13 @@ mod tests {
         assert!(t.len() <= LOG_LIMIT);
         assert!(t.ends_with("end"));
         assert_eq!(log_tail("short"), "short");
+    }
+
+    #[test]
+    fn a_holder_is_read_back_from_its_id() {
+        let h = Holder::new("vm:a", 42, 7);
+        assert_eq!(Holder::from_id(&h.id), h);
+        assert_eq!(Holder::from_id("odd").id, "odd");
     }
 
     #[test]

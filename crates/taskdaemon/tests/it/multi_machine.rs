@@ -43,9 +43,14 @@ phase)
   echo "<promise>COMPLETE</promise>"
   ;;
 ralph)
-  echo "$TASKDAEMON_RUN_ID" > "ralph-$TASKDAEMON_RUN_ID.txt"
-  git add -A && git commit -qm "ralph $TASKDAEMON_RUN_ID"
-  echo "<promise>COMPLETE</promise>"
+  echo "start ralph $TASKDAEMON_ITERATION $TASKDAEMON_RUN_ID $PWD" >> "$log"
+  sleep "${RALPH_SLEEP:-0}" &
+  echo "$!" >> "$TD_TEST_DIR/pids"
+  wait
+  echo "$TASKDAEMON_RUN_ID iteration $TASKDAEMON_ITERATION" >> "ralph-$TASKDAEMON_RUN_ID.txt"
+  git add -A && git commit -qm "ralph $TASKDAEMON_RUN_ID iteration $TASKDAEMON_ITERATION"
+  echo "end ralph $TASKDAEMON_ITERATION $TASKDAEMON_RUN_ID $PWD" >> "$log"
+  if [ "$TASKDAEMON_ITERATION" -ge "${RALPH_DONE_AT:-1}" ]; then echo "<promise>COMPLETE</promise>"; fi
   ;;
 esac
 "#;
@@ -771,4 +776,118 @@ fn status_during_a_queue_outage_says_so_and_keeps_the_holders_marked_stale() {
         "{all}"
     );
     assert!(!all.contains("interrupted"), "{all}");
+}
+
+/// Issue 42: the queue's database stops twice while four 5-iteration runs go on two
+/// machines: first for longer than a renewal interval and shorter than a lease (the runs
+/// go on; what could not be written is kept and written when it answers), then for longer
+/// than a lease (the runs stop before another machine could take them, and go on where they
+/// were once it answers, on the machine that held them). Every iteration's commit reaches
+/// the remote's `main` exactly once, every record and log is there, and no run is taken over.
+#[test]
+fn a_database_outage_shorter_and_longer_than_a_lease_loses_and_repeats_no_iteration() {
+    let Some(server) = crate::pg::private_server() else {
+        return;
+    };
+    let db = server.database();
+    let m = Machines::on(
+        db.url(),
+        "",
+        &[
+            ("RALPH_SLEEP", "3"),
+            ("RALPH_DONE_AT", "5"),
+            ("TASKDAEMON_QUEUE_LEASE", "6s"),
+        ],
+    );
+    for i in 0..4 {
+        m.ok(
+            &m.a,
+            &[
+                "submit",
+                "ralph",
+                &format!("task {i}"),
+                "--target",
+                "main",
+                "-q",
+            ],
+        );
+    }
+    for clone in [&m.a, &m.b] {
+        m.ok(
+            clone,
+            &["daemon", "start", "--max-loops", "2", "--tick", "0.3"],
+        );
+    }
+    let ends = || {
+        m.agent_log()
+            .lines()
+            .filter(|l| l.starts_with("end ralph"))
+            .count()
+    };
+    let wait_for_ends = |n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while ends() < n {
+            assert!(Instant::now() < deadline, "{}\n{}", m.logs(), m.agent_log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    // Mid-run: every run past its first iteration's start.
+    wait_for_ends(2);
+    // Longer than a renewal (2 s), shorter than the lease (6 s).
+    server.stop();
+    std::thread::sleep(Duration::from_millis(3500));
+    server.start_again();
+    wait_for_ends(ends() + 2);
+    // Longer than the lease.
+    server.stop();
+    std::thread::sleep(Duration::from_secs(10));
+    server.start_again();
+    let s = m.wait_until(Duration::from_secs(240), "every run merged", |s| {
+        let runs = s["runs"].as_array().cloned().unwrap_or_default();
+        runs.len() == 4 && runs.iter().all(|r| r["status"] == "complete")
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let logs = m.logs();
+    m.stop(&m.a);
+    m.stop(&m.b);
+    assert!(!logs.contains("taking over run"), "{logs}");
+    assert!(logs.contains("kept while it did not were made"), "{logs}");
+    assert!(
+        logs.contains("goes on here: the queue answers again"),
+        "{logs}"
+    );
+    let subjects = m.remote_subjects();
+    for run in s["runs"].as_array().unwrap() {
+        let id = run["id"].as_str().unwrap();
+        for k in 1..=5 {
+            let subject = format!("ralph {id} iteration {k}");
+            let n = subjects.iter().filter(|l| **l == subject).count();
+            assert_eq!(
+                n, 1,
+                "`{subject}` {n} times on the remote's main\n{subjects:#?}\n{logs}"
+            );
+        }
+        assert!(
+            !subjects
+                .iter()
+                .any(|l| *l == format!("ralph {id} iteration 6")),
+            "{subjects:#?}"
+        );
+        // Its record counted every iteration; the queue has each iteration's log once.
+        let shown: Value = serde_json::from_str(&m.ok(&m.b, &["show", id, "--json"])).unwrap();
+        let progress = shown["progress"].as_str().unwrap_or_default().to_string();
+        for k in 1..=5 {
+            assert!(
+                progress.contains(&format!("iteration {k}:")),
+                "{id}: {progress}\n{shown:#}"
+            );
+        }
+        let printed: Vec<String> = m
+            .ok(&m.b, &["logs", id])
+            .lines()
+            .filter(|l| l.starts_with("==> run "))
+            .map(str::to_string)
+            .collect();
+        assert_eq!(printed.len(), 5, "{id}: {printed:?}");
+    }
 }
